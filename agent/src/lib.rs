@@ -1,0 +1,1 @@
+//! swiftlet: a node agent that does the kubelet's job, measured.

@@ -1,0 +1,1 @@
+//! Generated code for swiftlet's gRPC API.

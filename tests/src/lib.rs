@@ -1,0 +1,1 @@
+//! Shared fixture for the integration tests: a private containerd and images.

@@ -1,0 +1,1 @@
+//! xtask library: shared with the integration tests (runtime fixture, images).
