@@ -1,1 +1,96 @@
-fn main() {}
+//! Builds the eBPF probes (`agent-ebpf`, crate `swiftlet-ebpf`) for `bpf{el,eb}-unknown-none` with
+//! the nightly toolchain through aya-build, into `$OUT_DIR/swiftlet-ebpf`, which
+//! `swiftlet::ebpf` embeds. The agent is never built without its probes: a missing prerequisite
+//! fails the build and names the fix.
+
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail};
+
+const PROBE_CRATE: &str = "swiftlet-ebpf";
+const TOOLCHAIN: &str = "nightly";
+const SETUP_HINT: &str = "run `cargo xtask setup` (it installs the nightly rust-src component and \
+                          bpf-linker 0.10.0)";
+
+fn main() -> anyhow::Result<()> {
+    let manifest_dir = PathBuf::from(
+        env::var_os("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR not set by cargo")?,
+    );
+    let probe_dir = manifest_dir.join("..").join("agent-ebpf");
+    let common_dir = probe_dir.join("common");
+    println!("cargo:rerun-if-changed={}", common_dir.display());
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=PATH");
+
+    check_prerequisites()?;
+
+    let probe_dir_str = probe_dir
+        .to_str()
+        .with_context(|| format!("probe crate path {} is not UTF-8", probe_dir.display()))?;
+    aya_build::build_ebpf(
+        [aya_build::Package {
+            name: PROBE_CRATE,
+            root_dir: probe_dir_str,
+            ..Default::default()
+        }],
+        aya_build::Toolchain::Nightly,
+    )
+    .with_context(|| {
+        format!("building the eBPF probes ({PROBE_CRATE}); if a tool is missing, {SETUP_HINT}")
+    })?;
+
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").context("OUT_DIR not set by cargo")?);
+    let object = out_dir.join(PROBE_CRATE);
+    if !object.is_file() {
+        bail!(
+            "aya-build produced no {} (is AYA_BUILD_SKIP set? swiftlet is not built without its \
+             probes; unset it, or {SETUP_HINT})",
+            object.display()
+        );
+    }
+    Ok(())
+}
+
+/// Fails with a clear message when the nightly toolchain, its `rust-src`, or `bpf-linker` is
+/// missing (the errors from deep inside a nested cargo build are much harder to read).
+fn check_prerequisites() -> anyhow::Result<()> {
+    if find_in_path("bpf-linker").is_none() {
+        bail!("bpf-linker was not found on PATH; {SETUP_HINT}");
+    }
+    let output = Command::new("rustup")
+        .args(["run", TOOLCHAIN, "rustc", "--print", "sysroot"])
+        .output()
+        .with_context(|| format!("running `rustup run {TOOLCHAIN} rustc`; {SETUP_HINT}"))?;
+    if !output.status.success() {
+        bail!(
+            "the {TOOLCHAIN} toolchain is not usable ({}); {SETUP_HINT}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    let core_src = sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml");
+    if !core_src.is_file() {
+        bail!(
+            "the {TOOLCHAIN} toolchain has no rust-src component ({} is missing); {SETUP_HINT}",
+            core_src.display()
+        );
+    }
+    Ok(())
+}
+
+fn find_in_path(program: &str) -> Option<PathBuf> {
+    let path = env::var_os("PATH")?;
+    env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}

@@ -1,1 +1,19 @@
 //! swiftlet: a node agent that does the kubelet's job, measured.
+//!
+//! Data flow (DESIGN.md): sources (`config::file`) -> `config::Mux` -> the sync loop (`kubelet`)
+//! -> one pod worker per pod (`pod_workers`) -> `runtime::Manager` (CRI through `cri::Cri`) and
+//! `cm` (pod cgroups) -> `status::StatusManager` -> `/pods`. `pleg` relists the runtime; `ebpf`
+//! records what the kernel saw.
+pub mod agent;
+pub mod cli;
+pub mod cm;
+pub mod config;
+pub mod cri;
+pub mod ebpf;
+pub mod kubelet;
+pub mod metrics;
+pub mod pleg;
+pub mod pod_workers;
+pub mod runtime;
+pub mod server;
+pub mod status;

@@ -1,1 +1,67 @@
-fn main() {}
+use clap::Parser;
+use swiftlet::cli::Flags;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+fn init_logging(verbosity: u8) {
+    let default = match verbosity {
+        0..=2 => "info",
+        3..=4 => "swiftlet=debug,info",
+        _ => "swiftlet=trace,debug",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> std::process::ExitCode {
+    let flags = Flags::parse();
+    init_logging(flags.verbosity);
+    let cfg = match flags.resolve() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("swiftlet: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("swiftlet: starting the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let cancel = CancellationToken::new();
+        let signals = cancel.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                tracing::error!("cannot install signal handlers");
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+                _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+            }
+            signals.cancel();
+        });
+        match swiftlet::agent::run(cfg, cancel).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!("{e}");
+                eprintln!("swiftlet: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        }
+    })
+}

@@ -1,0 +1,159 @@
+//! Wires the components together and runs them until shutdown.
+use crate::cli::AgentConfig;
+use crate::config::{self, Mux};
+use crate::cri::Cri;
+use crate::metrics::{Metrics, SourceLabel};
+use crate::pod_workers::{PodWorkers, WorkerContext};
+use crate::runtime::Manager;
+use crate::status::StatusManager;
+use crate::{cm, ebpf, kubelet, pleg, runtime, server};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Cri(#[from] crate::cri::Error),
+    #[error("container runtime at {endpoint} is not answering: {source}")]
+    RuntimeDown {
+        endpoint: String,
+        #[source]
+        source: crate::cri::Error,
+    },
+    #[error("setting up the QoS cgroups: {0}")]
+    Cgroups(#[from] cm::Error),
+    #[error(transparent)]
+    Ebpf(#[from] ebpf::Error),
+    #[error(transparent)]
+    Server(#[from] server::Error),
+    #[error("creating {path}: {source}")]
+    Dir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+const PLEG_PERIOD: Duration = Duration::from_secs(1);
+
+/// Runs the agent until `cancel` fires, then waits for its tasks to stop. Pods keep running.
+pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Error> {
+    let tracker = TaskTracker::new();
+    let metrics = Metrics::new();
+    for dir in [&cfg.root_dir, &cfg.pod_logs_dir] {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
+            path: dir.clone(),
+            source,
+        })?;
+    }
+
+    let cri = Cri::new(&cfg.container_runtime_endpoint, metrics.clone())?;
+    let version = cri.version().await.map_err(|source| Error::RuntimeDown {
+        endpoint: cfg.container_runtime_endpoint.clone(),
+        source,
+    })?;
+    tracing::info!(runtime = %version.runtime_name, version = %version.runtime_version, api = %version.runtime_api_version, "connected to the container runtime");
+
+    let cm = cm::ContainerManager::new(cm::Config {
+        cgroup_root: cfg.cgroup_root.clone(),
+        cgroups_per_qos: cfg.cgroups_per_qos,
+        mount: cm::CGROUP_MOUNT.into(),
+    });
+    cm.start()?;
+
+    let monitor = ebpf::Monitor::start(cfg.ebpf, cancel.clone())?;
+
+    let runtime = Manager::new(
+        cri,
+        cm,
+        runtime::Config {
+            node_name: cfg.node_name.clone(),
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+        },
+    );
+    let status = StatusManager::new(metrics.clone());
+
+    // Sources -> mux.
+    let mut mux = Mux::new();
+    let rejections = config::file::Rejections::default();
+    if let Some(path) = cfg.pod_manifest_path.clone() {
+        let tx = mux.channel(config::FILE);
+        let file_cfg = config::file::Config {
+            path,
+            node_name: cfg.node_name.clone(),
+            check_frequency: cfg.file_check_frequency,
+        };
+        let errors = metrics
+            .manifest_errors_total
+            .get_or_create(&SourceLabel {
+                source: config::FILE,
+            })
+            .clone();
+        tracker.spawn(config::file::watch(
+            file_cfg,
+            tx,
+            rejections.clone(),
+            errors,
+            cancel.clone(),
+        ));
+    }
+    let (config_rx, sources_ready) = mux.run(cancel.clone());
+
+    // PLEG.
+    let (pleg_tx, pleg_rx) = tokio::sync::mpsc::channel(1000);
+    let runtime_pods = pleg::RuntimePods::default();
+    tracker.spawn(pleg::run(
+        runtime.clone(),
+        PLEG_PERIOD,
+        pleg_tx,
+        runtime_pods.clone(),
+        cancel.clone(),
+    ));
+
+    // Servers.
+    let healthz = (cfg.healthz_port != 0)
+        .then(|| SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port));
+    let read_only =
+        (cfg.read_only_port != 0).then(|| SocketAddr::from(([127, 0, 0, 1], cfg.read_only_port)));
+    let state = server::AppState {
+        status: status.clone(),
+        metrics: metrics.clone(),
+        rejections,
+        ebpf: monitor,
+    };
+    server::start(healthz, read_only, state, &tracker, cancel.clone()).await?;
+
+    // Sync loop and workers.
+    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let ctx = WorkerContext {
+        runtime,
+        status: status.clone(),
+        metrics: metrics.clone(),
+    };
+    let workers = PodWorkers::new(ctx, done_tx, tracker.clone(), cancel.clone());
+    let sync_loop = kubelet::SyncLoop {
+        config_rx,
+        sources_ready,
+        pleg_rx,
+        done_rx,
+        runtime_pods,
+        workers,
+        status,
+        metrics,
+    };
+    tracker.spawn(sync_loop.run(cancel.clone()));
+    tracing::info!(node = %cfg.node_name, "swiftlet started");
+
+    cancel.cancelled().await;
+    tracker.close();
+    if tokio::time::timeout(Duration::from_secs(10), tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some tasks did not stop within 10 s");
+    }
+    tracing::info!("swiftlet stopped; pods keep running");
+    Ok(())
+}

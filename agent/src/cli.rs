@@ -1,0 +1,335 @@
+//! Command-line flags and the `--config` file (a KubeletConfiguration YAML subset), merged into one
+//! [`AgentConfig`]. Flags given on the command line win over the file, as with the kubelet.
+use clap::Parser;
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("parsing config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_yaml::Error,
+    },
+    #[error("config file {path}: kind {kind:?} is not KubeletConfiguration")]
+    Kind { path: PathBuf, kind: String },
+    #[error("{what}: invalid duration {value:?} (use Go-style durations like 20s, 1m, 1m30s)")]
+    Duration { what: &'static str, value: String },
+    #[error("--cgroup-driver {0:?} is not supported yet (only cgroupfs)")]
+    CgroupDriver(String),
+    #[error("--ebpf {0:?}: expected auto, on or off")]
+    Ebpf(String),
+    #[error("determining the node name: {0}")]
+    Hostname(String),
+}
+
+/// swiftlet: a node agent that does the kubelet's job, faster and observably.
+///
+/// Flags follow the kubelet's names and defaults. Settings can also come from a
+/// KubeletConfiguration YAML file given with --config; command-line flags win.
+#[derive(Debug, Parser, Default)]
+#[command(name = "swiftlet", version, about, long_about = None)]
+pub struct Flags {
+    /// KubeletConfiguration file (YAML). Fields: staticPodPath, containerRuntimeEndpoint,
+    /// cgroupRoot, cgroupsPerQOS, cgroupDriver, healthzBindAddress, healthzPort, readOnlyPort,
+    /// fileCheckFrequency, podLogsDir.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory (or single file) of static pod manifests.
+    #[arg(long, value_name = "PATH")]
+    pub pod_manifest_path: Option<PathBuf>,
+    /// CRI endpoint of the container runtime (unix:// URL).
+    #[arg(long, value_name = "URL")]
+    pub container_runtime_endpoint: Option<String>,
+    /// Directory for the agent's own state [default: /var/lib/swiftlet].
+    #[arg(long, value_name = "DIR")]
+    pub root_dir: Option<PathBuf>,
+    /// Directory of pod logs written by the runtime [default: /var/log/pods].
+    #[arg(long, value_name = "DIR")]
+    pub pod_logs_dir: Option<PathBuf>,
+    /// Node name [default: the host name].
+    #[arg(long, value_name = "NAME")]
+    pub hostname_override: Option<String>,
+    /// Root cgroup for pod cgroups [default: /].
+    #[arg(long, value_name = "PATH")]
+    pub cgroup_root: Option<String>,
+    /// Create the kubepods/burstable/besteffort QoS cgroup hierarchy [default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub cgroups_per_qos: Option<bool>,
+    /// Cgroup driver: cgroupfs (systemd is not supported yet) [default: cgroupfs].
+    #[arg(long, value_name = "DRIVER")]
+    pub cgroup_driver: Option<String>,
+    /// Address of the healthz server [default: 127.0.0.1].
+    #[arg(long, value_name = "IP")]
+    pub healthz_bind_address: Option<IpAddr>,
+    /// Port of the healthz server; 0 disables it [default: 10248].
+    #[arg(long, value_name = "PORT")]
+    pub healthz_port: Option<u16>,
+    /// Read-only port (/pods, /metrics) bound to 127.0.0.1; 0 disables it [default: 10255].
+    #[arg(long, value_name = "PORT")]
+    pub read_only_port: Option<u16>,
+    /// How often the manifest path is rescanned (inotify catches changes in between) [default: 20s].
+    #[arg(long, value_name = "DURATION")]
+    pub file_check_frequency: Option<String>,
+    /// eBPF probes: auto (load what can be loaded, warn otherwise), on (fail without them), off.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub ebpf: String,
+    /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
+    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
+    pub verbosity: u8,
+}
+
+/// The subset of KubeletConfiguration swiftlet reads. Unknown fields are ignored, as a kubelet
+/// config written for the Go kubelet carries many fields swiftlet does not implement.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletConfiguration {
+    pub kind: Option<String>,
+    pub static_pod_path: Option<PathBuf>,
+    pub container_runtime_endpoint: Option<String>,
+    pub cgroup_root: Option<String>,
+    #[serde(rename = "cgroupsPerQOS")]
+    pub cgroups_per_qos: Option<bool>,
+    pub cgroup_driver: Option<String>,
+    pub healthz_bind_address: Option<IpAddr>,
+    pub healthz_port: Option<u16>,
+    pub read_only_port: Option<u16>,
+    pub file_check_frequency: Option<String>,
+    pub pod_logs_dir: Option<PathBuf>,
+}
+
+/// Everything the agent needs, defaults applied.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub pod_manifest_path: Option<PathBuf>,
+    pub container_runtime_endpoint: String,
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    pub node_name: String,
+    pub cgroup_root: String,
+    pub cgroups_per_qos: bool,
+    pub healthz_bind_address: IpAddr,
+    pub healthz_port: u16,
+    pub read_only_port: u16,
+    pub file_check_frequency: Duration,
+    pub ebpf: crate::ebpf::Mode,
+}
+
+pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+
+impl KubeletConfiguration {
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let cfg: Self = serde_yaml::from_str(&text).map_err(|source| Error::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        if let Some(kind) = &cfg.kind
+            && kind != "KubeletConfiguration"
+        {
+            return Err(Error::Kind {
+                path: path.to_owned(),
+                kind: kind.clone(),
+            });
+        }
+        Ok(cfg)
+    }
+}
+
+/// Parses a Go-style duration: `20s`, `1m`, `1m30s`, `500ms`, `1h`.
+pub fn parse_duration(what: &'static str, value: &str) -> Result<Duration, Error> {
+    let err = || Error::Duration {
+        what,
+        value: value.to_owned(),
+    };
+    let mut total = Duration::ZERO;
+    let mut rest = value.trim();
+    if rest.is_empty() {
+        return Err(err());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
+        if digits == 0 {
+            return Err(err());
+        }
+        let number: f64 = rest[..digits].parse().map_err(|_| err())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(err()),
+        };
+        total += Duration::try_from_secs_f64(number * scale).map_err(|_| err())?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+fn hostname() -> Result<String, Error> {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Err(Error::Hostname(std::io::Error::last_os_error().to_string()));
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..end].to_vec()).map_err(|e| Error::Hostname(e.to_string()))
+}
+
+impl Flags {
+    /// Merges flags over the config file over the defaults.
+    pub fn resolve(self) -> Result<AgentConfig, Error> {
+        let file = match &self.config {
+            Some(path) => KubeletConfiguration::load(path)?,
+            None => KubeletConfiguration::default(),
+        };
+        let driver = self
+            .cgroup_driver
+            .or(file.cgroup_driver)
+            .unwrap_or_else(|| "cgroupfs".to_owned());
+        if driver != "cgroupfs" {
+            return Err(Error::CgroupDriver(driver));
+        }
+        let node_name = match self.hostname_override {
+            Some(n) => n,
+            None => hostname()?,
+        }
+        .to_lowercase();
+        let freq = self
+            .file_check_frequency
+            .or(file.file_check_frequency)
+            .unwrap_or_else(|| "20s".to_owned());
+        let ebpf = self
+            .ebpf
+            .parse()
+            .map_err(|_| Error::Ebpf(self.ebpf.clone()))?;
+        Ok(AgentConfig {
+            pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),
+            container_runtime_endpoint: self
+                .container_runtime_endpoint
+                .or(file.container_runtime_endpoint)
+                .unwrap_or_else(|| DEFAULT_RUNTIME_ENDPOINT.to_owned()),
+            root_dir: self
+                .root_dir
+                .unwrap_or_else(|| PathBuf::from("/var/lib/swiftlet")),
+            pod_logs_dir: self
+                .pod_logs_dir
+                .or(file.pod_logs_dir)
+                .unwrap_or_else(|| PathBuf::from("/var/log/pods")),
+            node_name,
+            cgroup_root: self
+                .cgroup_root
+                .or(file.cgroup_root)
+                .unwrap_or_else(|| "/".to_owned()),
+            cgroups_per_qos: self
+                .cgroups_per_qos
+                .or(file.cgroups_per_qos)
+                .unwrap_or(true),
+            healthz_bind_address: self
+                .healthz_bind_address
+                .or(file.healthz_bind_address)
+                .unwrap_or(IpAddr::from([127, 0, 0, 1])),
+            healthz_port: self.healthz_port.or(file.healthz_port).unwrap_or(10248),
+            read_only_port: self.read_only_port.or(file.read_only_port).unwrap_or(10255),
+            file_check_frequency: parse_duration("--file-check-frequency", &freq)?,
+            ebpf,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("x", "20s").unwrap(), Duration::from_secs(20));
+        assert_eq!(parse_duration("x", "1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(
+            parse_duration("x", "1m30s").unwrap(),
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            parse_duration("x", "250ms").unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            parse_duration("x", "1.5s").unwrap(),
+            Duration::from_millis(1500)
+        );
+        for bad in ["", "s", "10", "10x", "-1s", "1m-"] {
+            assert!(parse_duration("x", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn flags_win_over_file_and_defaults_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.yaml");
+        std::fs::write(
+            &path,
+            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n\
+             staticPodPath: /etc/pods\nreadOnlyPort: 0\nhealthzPort: 1111\n\
+             fileCheckFrequency: 5s\nunknownField: [1]\n",
+        )
+        .unwrap();
+        let flags = Flags::parse_from([
+            "swiftlet",
+            "--config",
+            path.to_str().unwrap(),
+            "--healthz-port",
+            "2222",
+            "--hostname-override",
+            "Node-A",
+        ]);
+        let cfg = flags.resolve().unwrap();
+        assert_eq!(cfg.pod_manifest_path, Some(PathBuf::from("/etc/pods")));
+        assert_eq!(cfg.read_only_port, 0);
+        assert_eq!(cfg.healthz_port, 2222);
+        assert_eq!(cfg.node_name, "node-a");
+        assert_eq!(cfg.file_check_frequency, Duration::from_secs(5));
+        assert_eq!(cfg.cgroup_root, "/");
+        assert!(cfg.cgroups_per_qos);
+        assert_eq!(cfg.container_runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+    }
+
+    #[test]
+    fn rejects_systemd_driver_and_wrong_kind() {
+        let flags = Flags::parse_from([
+            "swiftlet",
+            "--cgroup-driver",
+            "systemd",
+            "--hostname-override",
+            "n",
+        ]);
+        assert!(matches!(flags.resolve(), Err(Error::CgroupDriver(_))));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.yaml");
+        std::fs::write(&path, "kind: Pod\n").unwrap();
+        assert!(matches!(
+            KubeletConfiguration::load(&path),
+            Err(Error::Kind { .. })
+        ));
+    }
+}

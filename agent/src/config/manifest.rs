@@ -1,0 +1,762 @@
+//! Parsing one static-pod manifest (a file's bytes) into a defaulted, validated [`Pod`].
+//!
+//! Follows the kubelet's file source (`common.go`: decode, `applyDefaults`, validation): the content
+//! is YAML or JSON holding exactly one `kind: Pod`, `apiVersion: v1` object. swiftlet differs in two
+//! deliberate ways: the UID is a SHA-256 over the pod's canonical JSON (the Go kubelet hashes a spew
+//! dump of its internal struct, which cannot be reproduced), and only the API defaults the agent
+//! relies on are applied (restart policy, grace period, DNS policy, image pull policy, termination
+//! message path), not the whole of the API server's defaulting.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Toleration};
+use sha2::{Digest, Sha256};
+
+use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE};
+
+/// Largest manifest read, like the kubelet's `maxConfigLength`.
+pub const MAX_CONFIG_LENGTH: u64 = 10 * 1024 * 1024;
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a manifest was rejected. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: cannot read manifest: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: manifest is {size} bytes, over the {max} byte limit")]
+    TooLarge { path: PathBuf, size: u64, max: u64 },
+    #[error("{path}: manifest is not UTF-8 (invalid byte at offset {offset})")]
+    NotUtf8 { path: PathBuf, offset: usize },
+    #[error("{path}: invalid {format}{}: {message}", location(*.line, *.column))]
+    Syntax {
+        path: PathBuf,
+        format: &'static str,
+        line: Option<usize>,
+        column: Option<usize>,
+        message: String,
+    },
+    #[error("{path}: {problem}")]
+    Invalid { path: PathBuf, problem: Problem },
+}
+
+impl Error {
+    /// The manifest the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            Error::Read { path, .. }
+            | Error::TooLarge { path, .. }
+            | Error::NotUtf8 { path, .. }
+            | Error::Syntax { path, .. }
+            | Error::Invalid { path, .. } => path,
+        }
+    }
+}
+
+fn location(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(" at line {l} column {c}"),
+        (Some(l), None) => format!(" at line {l}"),
+        _ => String::new(),
+    }
+}
+
+/// A manifest that parsed but is not an acceptable static pod.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("the document is not an object")]
+    NotAnObject,
+    #[error("kind is {found:?}, expected \"Pod\"")]
+    WrongKind { found: Option<String> },
+    #[error("apiVersion is {found:?}, expected \"v1\"")]
+    WrongApiVersion { found: Option<String> },
+    #[error("metadata.name is missing or empty")]
+    MissingName,
+    #[error("{field} {value:?} is invalid: {reason}")]
+    BadName {
+        field: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+    #[error("the node name is empty")]
+    EmptyNodeName,
+    #[error("spec.containers is missing or empty")]
+    NoContainers,
+    #[error("{list}[{index}] has no name")]
+    ContainerWithoutName { list: &'static str, index: usize },
+    #[error("container {name:?} has no image")]
+    ContainerWithoutImage { name: String },
+    #[error("container name {name:?} is used more than once")]
+    DuplicateContainerName { name: String },
+}
+
+/// Reads and parses the manifest at `path`, checking its size before reading any of it.
+pub fn read(path: &Path, node_name: &str) -> Result<Pod> {
+    let bytes = read_limited(path)?;
+    parse(path, &bytes, node_name)
+}
+
+/// Reads at most [`MAX_CONFIG_LENGTH`] bytes of `path` (size checked before reading).
+pub(crate) fn read_limited(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let read_err = |source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let size = file.metadata().map_err(read_err)?.len();
+    if size > MAX_CONFIG_LENGTH {
+        return Err(too_large(path, size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(MAX_CONFIG_LENGTH + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    check_len(path, &bytes)?;
+    Ok(bytes)
+}
+
+pub(crate) fn too_large(path: &Path, size: u64) -> Error {
+    Error::TooLarge {
+        path: path.to_path_buf(),
+        size,
+        max: MAX_CONFIG_LENGTH,
+    }
+}
+
+fn check_len(path: &Path, bytes: &[u8]) -> Result<()> {
+    let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if size > MAX_CONFIG_LENGTH {
+        return Err(too_large(path, size));
+    }
+    Ok(())
+}
+
+/// Parses one manifest's bytes into a static pod for `node_name`, with the kubelet's file-source
+/// defaults applied (see the module docs).
+pub fn parse(path: &Path, bytes: &[u8], node_name: &str) -> Result<Pod> {
+    let invalid = |problem| Error::Invalid {
+        path: path.to_path_buf(),
+        problem,
+    };
+    check_len(path, bytes)?;
+    let text = std::str::from_utf8(bytes).map_err(|e| Error::NotUtf8 {
+        path: path.to_path_buf(),
+        offset: e.valid_up_to(),
+    })?;
+    if node_name.is_empty() {
+        return Err(invalid(Problem::EmptyNodeName));
+    }
+
+    // JSON goes to the JSON parser (YAML rejects some JSON whitespace, e.g. tabs); all else is YAML.
+    let json = text.trim_start().starts_with('{');
+    let value: serde_json::Value = decode(path, text, json)?;
+    check_type(&value).map_err(invalid)?;
+    let mut pod: Pod = decode(path, text, json)?;
+
+    validate_before_defaults(&pod).map_err(invalid)?;
+    let uid = match pod.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => uid.to_owned(),
+        _ => static_uid(&pod, node_name, path),
+    };
+    apply_defaults(&mut pod, uid, node_name);
+    validate_after_defaults(&pod).map_err(invalid)?;
+    Ok(pod)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str, json: bool) -> Result<T> {
+    if json {
+        serde_json::from_str(text).map_err(|e| Error::Syntax {
+            path: path.to_path_buf(),
+            format: "JSON",
+            line: (e.line() > 0).then_some(e.line()),
+            column: (e.column() > 0).then_some(e.column()),
+            message: e.to_string(),
+        })
+    } else {
+        serde_yaml::from_str(text).map_err(|e| {
+            let loc = e.location();
+            Error::Syntax {
+                path: path.to_path_buf(),
+                format: "YAML",
+                line: loc.as_ref().map(|l| l.line()),
+                column: loc.as_ref().map(|l| l.column()),
+                message: e.to_string(),
+            }
+        })
+    }
+}
+
+fn check_type(value: &serde_json::Value) -> Result<(), Problem> {
+    let obj = value.as_object().ok_or(Problem::NotAnObject)?;
+    let field = |k: &str| obj.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+    let kind = field("kind");
+    if kind.as_deref() != Some("Pod") {
+        return Err(Problem::WrongKind { found: kind });
+    }
+    let api_version = field("apiVersion");
+    if api_version.as_deref() != Some("v1") {
+        return Err(Problem::WrongApiVersion { found: api_version });
+    }
+    Ok(())
+}
+
+fn validate_before_defaults(pod: &Pod) -> Result<(), Problem> {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    if name.is_empty() {
+        return Err(Problem::MissingName);
+    }
+    check_path_safe("metadata.name", name)?;
+    if let Some(ns) = pod.metadata.namespace.as_deref() {
+        check_path_safe("metadata.namespace", ns)?;
+    }
+    let spec = pod.spec.as_ref().ok_or(Problem::NoContainers)?;
+    if spec.containers.is_empty() {
+        return Err(Problem::NoContainers);
+    }
+    let mut names = HashSet::new();
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    for (list, containers) in [
+        ("spec.initContainers", init),
+        ("spec.containers", &spec.containers[..]),
+    ] {
+        for (index, c) in containers.iter().enumerate() {
+            if c.name.is_empty() {
+                return Err(Problem::ContainerWithoutName { list, index });
+            }
+            if let Some(reason) = dns1123_label(&c.name) {
+                return Err(Problem::BadName {
+                    field: "container name",
+                    value: c.name.clone(),
+                    reason,
+                });
+            }
+            if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
+                return Err(Problem::ContainerWithoutImage {
+                    name: c.name.clone(),
+                });
+            }
+            if !names.insert(c.name.as_str()) {
+                return Err(Problem::DuplicateContainerName {
+                    name: c.name.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_after_defaults(pod: &Pod) -> Result<(), Problem> {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    if let Some(reason) = dns1123_subdomain(name) {
+        return Err(Problem::BadName {
+            field: "metadata.name (with the node name appended)",
+            value: name.to_owned(),
+            reason,
+        });
+    }
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    if let Some(reason) = dns1123_label(ns) {
+        return Err(Problem::BadName {
+            field: "metadata.namespace",
+            value: ns.to_owned(),
+            reason,
+        });
+    }
+    Ok(())
+}
+
+fn check_path_safe(field: &'static str, value: &str) -> Result<(), Problem> {
+    let reason = if value.contains('/') {
+        "contains '/'"
+    } else if value.contains("..") {
+        "contains '..'"
+    } else {
+        return Ok(());
+    };
+    Err(Problem::BadName {
+        field,
+        value: value.to_owned(),
+        reason,
+    })
+}
+
+/// `None` if `s` is a DNS-1123 label, else why not.
+fn dns1123_label(s: &str) -> Option<&'static str> {
+    if s.is_empty() {
+        return Some("is empty");
+    }
+    if s.len() > 63 {
+        return Some("is longer than 63 characters");
+    }
+    let b = s.as_bytes();
+    if !b
+        .iter()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    {
+        return Some("must consist of lower-case letters, digits and '-'");
+    }
+    if !b[0].is_ascii_alphanumeric() || !b[b.len() - 1].is_ascii_alphanumeric() {
+        return Some("must start and end with a letter or digit");
+    }
+    None
+}
+
+/// `None` if `s` is a DNS-1123 subdomain, else why not.
+fn dns1123_subdomain(s: &str) -> Option<&'static str> {
+    if s.is_empty() {
+        return Some("is empty");
+    }
+    if s.len() > 253 {
+        return Some("is longer than 253 characters");
+    }
+    for label in s.split('.') {
+        if label.is_empty() {
+            return Some("has an empty dot-separated part");
+        }
+        if dns1123_label(label).is_some() {
+            return Some(
+                "must be dot-separated parts of lower-case letters, digits and '-', each starting and ending with a letter or digit",
+            );
+        }
+    }
+    None
+}
+
+/// Deterministic UID of a static pod: SHA-256 over (canonical JSON of the pod as parsed,
+/// `host:<node>`, `file:<path>`), truncated to 128 bits and written as 8-4-4-4-12 lower-case hex.
+fn static_uid(pod: &Pod, node_name: &str, path: &Path) -> String {
+    let mut h = Sha256::new();
+    // Serialising a typed Pod cannot fail (string keys, no non-finite floats in the schema); an
+    // error would only weaken the hash input, never panic.
+    if let Ok(json) = serde_json::to_vec(pod) {
+        h.update(&json);
+    }
+    h.update([0]);
+    h.update(b"host:");
+    h.update(node_name.as_bytes());
+    h.update([0]);
+    h.update(b"file:");
+    h.update(path.as_os_str().as_encoded_bytes());
+    let digest = h.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+fn apply_defaults(pod: &mut Pod, uid: String, node_name: &str) {
+    let meta = &mut pod.metadata;
+    let name = meta.name.take().unwrap_or_default();
+    meta.name = Some(format!("{name}-{}", node_name.to_lowercase()));
+    if meta.namespace.as_deref().is_none_or(str::is_empty) {
+        meta.namespace = Some("default".to_owned());
+    }
+    let annotations = meta.annotations.get_or_insert_with(Default::default);
+    annotations.insert(CONFIG_HASH_ANNOTATION.to_owned(), uid.clone());
+    annotations.insert(CONFIG_SOURCE_ANNOTATION.to_owned(), FILE.to_owned());
+    meta.uid = Some(uid);
+
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.node_name = Some(node_name.to_owned());
+    spec.restart_policy
+        .get_or_insert_with(|| "Always".to_owned());
+    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.dns_policy
+        .get_or_insert_with(|| "ClusterFirst".to_owned());
+    let init = spec.init_containers.iter_mut().flatten();
+    for c in init.chain(spec.containers.iter_mut()) {
+        default_container(c);
+    }
+    add_or_update_toleration(
+        spec.tolerations.get_or_insert_with(Vec::new),
+        Toleration {
+            operator: Some("Exists".to_owned()),
+            effect: Some("NoExecute".to_owned()),
+            ..Default::default()
+        },
+    );
+
+    pod.status.get_or_insert_with(PodStatus::default).phase = Some("Pending".to_owned());
+}
+
+fn default_container(c: &mut Container) {
+    if c.image_pull_policy.as_deref().is_none_or(str::is_empty) {
+        let image = c.image.as_deref().unwrap_or_default();
+        c.image_pull_policy = Some(default_pull_policy(image).to_owned());
+    }
+    if c.termination_message_path
+        .as_deref()
+        .is_none_or(str::is_empty)
+    {
+        c.termination_message_path = Some("/dev/termination-log".to_owned());
+    }
+    c.termination_message_policy
+        .get_or_insert_with(|| "File".to_owned());
+}
+
+/// The API's default pull policy: `Always` when the tag is `latest` or absent (and there is no
+/// digest), `IfNotPresent` otherwise.
+fn default_pull_policy(image: &str) -> &'static str {
+    let (named, digest) = match image.split_once('@') {
+        Some((n, _)) => (n, true),
+        None => (image, false),
+    };
+    let last = named.rsplit('/').next().unwrap_or(named);
+    match last.rsplit_once(':') {
+        Some((_, "latest")) => "Always",
+        Some(_) => "IfNotPresent",
+        None if digest => "IfNotPresent",
+        None => "Always",
+    }
+}
+
+/// Like the API helper `AddOrUpdateTolerationInPod`: replace a toleration matching on key,
+/// operator, value and effect, else append.
+fn add_or_update_toleration(list: &mut Vec<Toleration>, t: Toleration) {
+    let same = |o: &Toleration| {
+        o.key == t.key && o.operator == t.operator && o.value == t.value && o.effect == t.effect
+    };
+    match list.iter_mut().find(|o| same(o)) {
+        Some(existing) => *existing = t,
+        None => list.push(t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODE: &str = "Node-A";
+
+    fn yaml(name: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n"
+        )
+    }
+
+    fn ok(text: &str) -> Pod {
+        match parse(Path::new("/etc/pods/p.yaml"), text.as_bytes(), NODE) {
+            Ok(p) => p,
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+
+    fn err(text: &[u8]) -> Error {
+        match parse(Path::new("/etc/pods/bad.yaml"), text, NODE) {
+            Ok(p) => panic!("expected an error, got {p:?}"),
+            Err(e) => {
+                assert!(
+                    e.to_string().contains("/etc/pods/bad.yaml"),
+                    "error does not name the file: {e}"
+                );
+                assert_eq!(e.path(), Path::new("/etc/pods/bad.yaml"));
+                e
+            }
+        }
+    }
+
+    fn problem(text: &str) -> Problem {
+        match err(text.as_bytes()) {
+            Error::Invalid { problem, .. } => problem,
+            other => panic!("expected Invalid, got {other}"),
+        }
+    }
+
+    #[test]
+    fn defaults_name_namespace_node_status() {
+        let pod = ok(&yaml("web"));
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-node-a"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("default"));
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some(NODE));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(30));
+        assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirst"));
+        let c = &spec.containers[0];
+        assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        assert_eq!(
+            c.termination_message_path.as_deref(),
+            Some("/dev/termination-log")
+        );
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        assert_eq!(phase, Some("Pending"));
+    }
+
+    #[test]
+    fn explicit_namespace_and_policies_kept() {
+        let pod = ok(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: kube-system}\n\
+             spec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 5\n  \
+             containers: [{name: c, image: x, imagePullPolicy: Never}]\n",
+        );
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("kube-system"));
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(5));
+        assert_eq!(
+            spec.containers[0].image_pull_policy.as_deref(),
+            Some("Never")
+        );
+    }
+
+    #[test]
+    fn pull_policy_defaults() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("reg:5000/busybox"), "Always");
+        assert_eq!(default_pull_policy("reg:5000/busybox:1.0"), "IfNotPresent");
+        assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
+        assert_eq!(default_pull_policy("busybox:latest@sha256:abc"), "Always");
+    }
+
+    #[test]
+    fn uid_is_stable_and_depends_on_content_path_and_node() {
+        let text = yaml("web");
+        let uid = |text: &str, path: &str, node: &str| {
+            let pod = parse(Path::new(path), text.as_bytes(), node).expect("parses");
+            pod.metadata.uid.expect("uid")
+        };
+        let a = uid(&text, "/p/a.yaml", "n1");
+        assert_eq!(a, uid(&text, "/p/a.yaml", "n1"));
+        assert_eq!(a.len(), 36);
+        assert!(a.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
+        assert_ne!(a, uid(&yaml("web2"), "/p/a.yaml", "n1"));
+        assert_ne!(a, uid(&text, "/p/b.yaml", "n1"));
+        assert_ne!(a, uid(&text, "/p/a.yaml", "n2"));
+        // Same pod written as JSON: same parsed content, same UID.
+        let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"},
+            "spec":{"containers":[{"name":"c","image":"busybox:1.36"}]}}"#;
+        assert_eq!(a, uid(json, "/p/a.yaml", "n1"));
+    }
+
+    #[test]
+    fn explicit_uid_kept_and_annotations_set() {
+        let pod = ok(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a, uid: my-uid, \
+             annotations: {x: y}}\nspec: {containers: [{name: c, image: x}]}\n",
+        );
+        assert_eq!(pod.metadata.uid.as_deref(), Some("my-uid"));
+        let ann = pod.metadata.annotations.expect("annotations");
+        assert_eq!(
+            ann.get(CONFIG_HASH_ANNOTATION).map(String::as_str),
+            Some("my-uid")
+        );
+        assert_eq!(
+            ann.get(CONFIG_SOURCE_ANNOTATION).map(String::as_str),
+            Some("file")
+        );
+        assert_eq!(ann.get("x").map(String::as_str), Some("y"));
+    }
+
+    #[test]
+    fn no_execute_toleration_added_once() {
+        let pod = ok(&yaml("a"));
+        let tol = pod.spec.expect("spec").tolerations.expect("tolerations");
+        assert_eq!(tol.len(), 1);
+        assert_eq!(tol[0].operator.as_deref(), Some("Exists"));
+        assert_eq!(tol[0].effect.as_deref(), Some("NoExecute"));
+        assert_eq!(tol[0].key, None);
+
+        let pod = ok(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: \
+             [{name: c, image: x}]\n  tolerations:\n  - {operator: Exists, effect: NoExecute, \
+             tolerationSeconds: 5}\n  - {key: k, operator: Exists}\n",
+        );
+        let tol = pod.spec.expect("spec").tolerations.expect("tolerations");
+        assert_eq!(tol.len(), 2);
+        assert_eq!(tol[0].toleration_seconds, None, "replaced in place");
+        assert_eq!(tol[1].key.as_deref(), Some("k"));
+    }
+
+    #[test]
+    fn json_with_tabs_accepted() {
+        let pod = ok(
+            "{\n\t\"apiVersion\": \"v1\",\n\t\"kind\": \"Pod\",\n\t\"metadata\": \
+             {\"name\": \"j\"},\n\t\"spec\": {\"containers\": [{\"name\": \"c\", \"image\": \"x\"}]}\n}",
+        );
+        assert_eq!(pod.metadata.name.as_deref(), Some("j-node-a"));
+    }
+
+    #[test]
+    fn syntax_errors_carry_location() {
+        match err(b"apiVersion: v1\nkind: Pod\nmetadata: [\n") {
+            Error::Syntax { format, line, .. } => {
+                assert_eq!(format, "YAML");
+                assert!(line.is_some());
+            }
+            other => panic!("unexpected {other}"),
+        }
+        match err(b"{\"apiVersion\": \"v1\",\n \"kind\": }") {
+            Error::Syntax {
+                format,
+                line,
+                column,
+                ..
+            } => {
+                assert_eq!(format, "JSON");
+                assert_eq!(line, Some(2));
+                assert!(column.is_some());
+            }
+            other => panic!("unexpected {other}"),
+        }
+        // Two documents in one file.
+        let two = format!("{}---\n{}", yaml("a"), yaml("b"));
+        assert!(matches!(err(two.as_bytes()), Error::Syntax { .. }));
+        // Wrong field type.
+        let bad = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, \
+                   image: x}], terminationGracePeriodSeconds: soon}\n";
+        assert!(matches!(err(bad.as_bytes()), Error::Syntax { .. }));
+        assert!(matches!(
+            err(b""),
+            Error::Syntax { .. } | Error::Invalid { .. }
+        ));
+    }
+
+    #[test]
+    fn not_utf8() {
+        let mut bytes = yaml("a").into_bytes();
+        bytes.insert(5, 0xff);
+        assert!(matches!(err(&bytes), Error::NotUtf8 { offset: 5, .. }));
+    }
+
+    #[test]
+    fn too_large() {
+        let mut text = yaml("a");
+        text.push('#');
+        text.push_str(&"x".repeat(MAX_CONFIG_LENGTH as usize));
+        assert!(matches!(err(text.as_bytes()), Error::TooLarge { .. }));
+    }
+
+    #[test]
+    fn wrong_kind_and_version() {
+        assert_eq!(
+            problem("apiVersion: v1\nkind: Service\nmetadata: {name: a}\n"),
+            Problem::WrongKind {
+                found: Some("Service".into())
+            }
+        );
+        assert_eq!(
+            problem("apiVersion: v1\nmetadata: {name: a}\n"),
+            Problem::WrongKind { found: None }
+        );
+        assert_eq!(
+            problem("apiVersion: apps/v1\nkind: Pod\nmetadata: {name: a}\n"),
+            Problem::WrongApiVersion {
+                found: Some("apps/v1".into())
+            }
+        );
+        assert_eq!(problem("[1, 2]\n"), Problem::NotAnObject);
+        assert_eq!(
+            problem("apiVersion: v1\nkind: List\nitems: []\n"),
+            Problem::WrongKind {
+                found: Some("List".into())
+            }
+        );
+    }
+
+    #[test]
+    fn bad_names() {
+        let spec = "spec: {containers: [{name: c, image: x}]}\n";
+        let with_meta = |meta: &str| format!("apiVersion: v1\nkind: Pod\nmetadata: {meta}\n{spec}");
+        assert_eq!(problem(&with_meta("{}")), Problem::MissingName);
+        assert_eq!(problem(&with_meta("{name: ''}")), Problem::MissingName);
+        for (meta, field) in [
+            ("{name: a/b}", "metadata.name"),
+            ("{name: a..b}", "metadata.name"),
+            ("{name: a, namespace: x/y}", "metadata.namespace"),
+            ("{name: a, namespace: ..}", "metadata.namespace"),
+        ] {
+            match problem(&with_meta(meta)) {
+                Problem::BadName { field: f, .. } => assert_eq!(f, field, "{meta}"),
+                other => panic!("{meta}: unexpected {other}"),
+            }
+        }
+        for meta in [
+            "{name: Upper}",
+            "{name: -lead}",
+            "{name: a_b}",
+            "{name: a, namespace: Ns}",
+            "{name: a, namespace: a.b}",
+        ] {
+            assert!(
+                matches!(problem(&with_meta(meta)), Problem::BadName { .. }),
+                "{meta}"
+            );
+        }
+        let long = format!("{{name: {}}}", "a".repeat(250));
+        assert!(matches!(
+            problem(&with_meta(&long)),
+            Problem::BadName { .. }
+        ));
+        // Dots are fine in a pod name (a subdomain).
+        ok(&with_meta("{name: a.b}"));
+    }
+
+    #[test]
+    fn bad_containers() {
+        let with_spec =
+            |spec: &str| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: a}}\n{spec}\n");
+        assert_eq!(problem(&with_spec("")), Problem::NoContainers);
+        assert_eq!(
+            problem(&with_spec("spec: {containers: []}")),
+            Problem::NoContainers
+        );
+        assert!(matches!(
+            problem(&with_spec("spec: {containers: [{name: '', image: x}]}")),
+            Problem::ContainerWithoutName { index: 0, .. }
+        ));
+        // A container without a name at all fails to decode (name is required): still an error
+        // naming the file.
+        err(with_spec("spec: {containers: [{image: x}]}").as_bytes());
+        assert_eq!(
+            problem(&with_spec("spec: {containers: [{name: c}]}")),
+            Problem::ContainerWithoutImage { name: "c".into() }
+        );
+        assert_eq!(
+            problem(&with_spec("spec: {containers: [{name: c, image: ' '}]}")),
+            Problem::ContainerWithoutImage { name: "c".into() }
+        );
+        assert_eq!(
+            problem(&with_spec(
+                "spec: {containers: [{name: c, image: x}, {name: c, image: y}]}"
+            )),
+            Problem::DuplicateContainerName { name: "c".into() }
+        );
+        assert_eq!(
+            problem(&with_spec(
+                "spec: {initContainers: [{name: c, image: x}], containers: [{name: c, image: y}]}"
+            )),
+            Problem::DuplicateContainerName { name: "c".into() }
+        );
+        assert!(matches!(
+            problem(&with_spec("spec: {containers: [{name: C_1, image: x}]}")),
+            Problem::BadName { .. }
+        ));
+    }
+
+    #[test]
+    fn read_checks_size_before_reading() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("big.yaml");
+        let f = std::fs::File::create(&path).expect("create");
+        f.set_len(MAX_CONFIG_LENGTH + 1).expect("set_len");
+        assert!(matches!(read(&path, NODE), Err(Error::TooLarge { .. })));
+        let missing = dir.path().join("missing.yaml");
+        assert!(matches!(read(&missing, NODE), Err(Error::Read { .. })));
+        let good = dir.path().join("good.yaml");
+        std::fs::write(&good, yaml("g")).expect("write");
+        assert!(read(&good, NODE).is_ok());
+    }
+}

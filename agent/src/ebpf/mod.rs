@@ -1,0 +1,439 @@
+//! eBPF probes: loading them and reading what the kernel saw.
+//!
+//! [`Monitor::start`] loads the probes built from `agent-ebpf/` (embedded at build time), attaches
+//! the `cgroup:cgroup_mkdir`/`cgroup_rmdir` tracepoints and spawns one reader task that drains the
+//! ring buffer whenever it becomes readable (`tokio::io::unix::AsyncFd`), until the cancellation
+//! token fires. Each event is logged at debug level, kept in a bounded ring of recent events and
+//! broadcast to subscribers.
+//!
+//! The probes need to know where the fields of the tracepoint record are; this module reads them
+//! from the tracepoint's `format` file (mounting tracefs when it is missing and we are root) and
+//! writes them into the probes' read-only globals before the verifier sees the program.
+
+pub mod tracefs;
+
+use std::{
+    collections::VecDeque,
+    fmt,
+    str::FromStr,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, MapError, PerCpuArray, RingBuf},
+    programs::{ProgramError, TracePoint},
+};
+use swiftlet_ebpf_common as common;
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    sync::broadcast,
+};
+use tokio_util::sync::CancellationToken;
+
+/// How many recent cgroup events [`Monitor::recent_cgroup_events`] keeps.
+pub const RECENT_CAPACITY: usize = 4096;
+/// Capacity of the broadcast channel behind [`Monitor::subscribe`]; slower subscribers see
+/// `RecvError::Lagged`.
+pub const BROADCAST_CAPACITY: usize = 1024;
+
+/// How often the reader drains the ring buffer without being woken: the probes wake it only once
+/// `WAKEUP_THRESHOLD_BYTES` are waiting, so this bounds how late an event is delivered (its
+/// `ktime_ns` is taken in the kernel and is exact regardless).
+pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The probe object built by `build.rs` (aya-build), aligned for the ELF parser.
+fn probe_object() -> &'static [u8] {
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/swiftlet-ebpf"))
+}
+
+/// The tracepoints the probes attach to; the program names equal the tracepoint names.
+const CGROUP_TRACEPOINTS: [&str; 2] = ["cgroup_mkdir", "cgroup_rmdir"];
+
+/// Whether to run the eBPF probes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Load them if this machine allows; otherwise warn and carry on without.
+    #[default]
+    Auto,
+    /// Load them or fail.
+    On,
+    /// Do not load them.
+    Off,
+}
+
+/// `Mode` was not one of `auto`, `on`, `off`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid eBPF mode {0:?}: expected \"auto\", \"on\" or \"off\"")]
+pub struct ParseModeError(pub String);
+
+impl FromStr for Mode {
+    type Err = ParseModeError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "on" => Ok(Self::On),
+            "off" => Ok(Self::Off),
+            other => Err(ParseModeError(other.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::On => "on",
+            Self::Off => "off",
+        })
+    }
+}
+
+/// Which tracepoint produced a [`CgroupEvent`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum CgroupEventKind {
+    #[serde(rename = "cgroup_mkdir")]
+    Mkdir,
+    #[serde(rename = "cgroup_rmdir")]
+    Rmdir,
+}
+
+impl fmt::Display for CgroupEventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Mkdir => "cgroup_mkdir",
+            Self::Rmdir => "cgroup_rmdir",
+        })
+    }
+}
+
+/// A cgroup directory the kernel created or removed.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CgroupEvent {
+    pub kind: CgroupEventKind,
+    /// Path relative to the hierarchy's mount point, e.g. `/kubepods/burstable/pod<uid>`. With
+    /// cgroup v1 the same path is reported once per hierarchy (see `hierarchy_id`).
+    pub path: String,
+    /// Depth below the hierarchy root (a top-level directory is 1).
+    pub level: u32,
+    /// CLOCK_MONOTONIC nanoseconds when the tracepoint fired.
+    pub ktime_ns: u64,
+    /// The kernel's hierarchy id (`root` in the tracepoint); tells v1 hierarchies apart.
+    pub hierarchy_id: u32,
+    /// The kernel's cgroup id.
+    pub cgroup_id: u64,
+}
+
+/// What failed while loading or attaching the probes.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the eBPF monitor must be started inside a tokio runtime")]
+    NoRuntime,
+    #[error("tracefs: {0}")]
+    Tracefs(#[from] tracefs::Error),
+    #[error("cgroup_mkdir and cgroup_rmdir have different record layouts ({mkdir:?} vs {rmdir:?})")]
+    LayoutMismatch {
+        mkdir: tracefs::CgroupLayout,
+        rmdir: tracefs::CgroupLayout,
+    },
+    #[error("loading the eBPF object: {0}")]
+    Load(#[source] aya::EbpfError),
+    #[error("eBPF program {name} is not in the object")]
+    MissingProgram { name: &'static str },
+    #[error("eBPF program {name}: {source}")]
+    Program {
+        name: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("eBPF map {name} is not in the object")]
+    MissingMap { name: &'static str },
+    #[error("eBPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: MapError,
+    },
+    #[error("registering the ring buffer with tokio: {0}")]
+    AsyncFd(#[source] std::io::Error),
+}
+
+/// State shared between the reader task and every [`Monitor`] handle.
+#[derive(Debug)]
+struct Shared {
+    recent: Mutex<VecDeque<CgroupEvent>>,
+    tx: broadcast::Sender<CgroupEvent>,
+    seen: AtomicU64,
+    /// Records the agent could not decode (counted as lost).
+    undecodable: AtomicU64,
+}
+
+impl Shared {
+    fn new() -> Self {
+        let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
+        Self {
+            recent: Mutex::new(VecDeque::with_capacity(RECENT_CAPACITY)),
+            tx,
+            seen: AtomicU64::new(0),
+            undecodable: AtomicU64::new(0),
+        }
+    }
+
+    /// Decodes one ring-buffer record and hands it out.
+    fn record(&self, bytes: &[u8]) {
+        let event = match common::decode(bytes) {
+            Ok(common::Event::CgroupMkdir(r)) => cgroup_event(CgroupEventKind::Mkdir, &r),
+            Ok(common::Event::CgroupRmdir(r)) => cgroup_event(CgroupEventKind::Rmdir, &r),
+            Err(error) => {
+                self.undecodable.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%error, len = bytes.len(), "undecodable eBPF event");
+                return;
+            }
+        };
+        self.seen.fetch_add(1, Ordering::Relaxed);
+        match event.kind {
+            CgroupEventKind::Mkdir => tracing::debug!(
+                path = %event.path,
+                level = event.level,
+                hierarchy_id = event.hierarchy_id,
+                "cgroup_mkdir"
+            ),
+            CgroupEventKind::Rmdir => tracing::debug!(
+                path = %event.path,
+                level = event.level,
+                hierarchy_id = event.hierarchy_id,
+                "cgroup_rmdir"
+            ),
+        }
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            if recent.len() >= RECENT_CAPACITY {
+                recent.pop_front();
+            }
+            recent.push_back(event.clone());
+        }
+        // No subscribers is fine.
+        let _ = self.tx.send(event);
+    }
+}
+
+fn cgroup_event(kind: CgroupEventKind, r: &common::CgroupRecord<'_>) -> CgroupEvent {
+    CgroupEvent {
+        kind,
+        path: String::from_utf8_lossy(r.path).into_owned(),
+        level: r.level,
+        ktime_ns: r.ktime_ns,
+        hierarchy_id: r.hierarchy_id,
+        cgroup_id: r.cgroup_id,
+    }
+}
+
+/// A handle on the running probes. Cheap to clone.
+#[derive(Clone)]
+pub struct Monitor {
+    shared: Arc<Shared>,
+    lost: Arc<PerCpuArray<MapData, u64>>,
+}
+
+impl fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Monitor")
+            .field("events_seen", &self.events_seen())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Monitor {
+    /// Off -> `Ok(None)`. Auto -> loads what it can; on failure logs a warning (with the reason)
+    /// and returns `Ok(None)`. On -> a failure is `Err(Error)` naming what failed.
+    ///
+    /// Must be called inside a tokio runtime (the reader task is spawned on it). The probes stay
+    /// attached until `cancel` fires.
+    pub fn start(mode: Mode, cancel: CancellationToken) -> Result<Option<Monitor>, Error> {
+        match mode {
+            Mode::Off => Ok(None),
+            Mode::On => Self::load(cancel).map(Some),
+            Mode::Auto => match Self::load(cancel) {
+                Ok(monitor) => Ok(Some(monitor)),
+                Err(error) => {
+                    tracing::warn!(
+                        %error,
+                        "eBPF probes unavailable; running without them (set the eBPF mode to \
+                         \"on\" to make this fatal)"
+                    );
+                    Ok(None)
+                }
+            },
+        }
+    }
+
+    /// The most recent cgroup events, oldest first (at most [`RECENT_CAPACITY`]).
+    pub fn recent_cgroup_events(&self) -> Vec<CgroupEvent> {
+        let recent = self
+            .shared
+            .recent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        recent.iter().cloned().collect()
+    }
+
+    /// Every cgroup event from now on (the channel holds [`BROADCAST_CAPACITY`]).
+    pub fn subscribe(&self) -> broadcast::Receiver<CgroupEvent> {
+        self.shared.tx.subscribe()
+    }
+
+    /// Events decoded since start.
+    pub fn events_seen(&self) -> u64 {
+        self.shared.seen.load(Ordering::Relaxed)
+    }
+
+    /// Events that never reached the agent: the probes' loss counters (ring buffer full, record
+    /// unreadable), summed over CPUs, plus records the agent could not decode.
+    pub fn events_lost(&self) -> u64 {
+        let mut total = self.shared.undecodable.load(Ordering::Relaxed);
+        for index in 0..common::lost::COUNT {
+            match self.lost.get(&index, 0) {
+                Ok(per_cpu) => total = total.saturating_add(per_cpu.iter().sum::<u64>()),
+                Err(error) => tracing::debug!(%error, index, "reading the eBPF loss counter"),
+            }
+        }
+        total
+    }
+
+    fn load(cancel: CancellationToken) -> Result<Monitor, Error> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        raise_memlock_rlimit();
+
+        let tracefs = tracefs::ensure_mounted()?;
+        let layout = tracefs::cgroup_layout(&tracefs, "cgroup_mkdir")?;
+        let rmdir = tracefs::cgroup_layout(&tracefs, "cgroup_rmdir")?;
+        if layout != rmdir {
+            return Err(Error::LayoutMismatch {
+                mkdir: layout,
+                rmdir,
+            });
+        }
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global(common::globals::CGROUP_ROOT_OFFSET, &layout.root, true)
+            .override_global(common::globals::CGROUP_LEVEL_OFFSET, &layout.level, true)
+            .override_global(common::globals::CGROUP_ID_OFFSET, &layout.id, true)
+            .override_global(common::globals::CGROUP_PATH_OFFSET, &layout.path, true)
+            .load(probe_object())
+            .map_err(Error::Load)?;
+        for name in CGROUP_TRACEPOINTS {
+            attach_tracepoint(&mut ebpf, "cgroup", name)?;
+        }
+
+        let events = take_map(&mut ebpf, common::MAP_EVENTS)?;
+        let events = RingBuf::try_from(events).map_err(|source| Error::Map {
+            name: common::MAP_EVENTS,
+            source,
+        })?;
+        let lost = take_map(&mut ebpf, common::MAP_LOST)?;
+        let lost = PerCpuArray::try_from(lost).map_err(|source| Error::Map {
+            name: common::MAP_LOST,
+            source,
+        })?;
+
+        let events = {
+            let _entered = runtime.enter();
+            // SAFETY: the RingBuf owns the map's file descriptor (an `OwnedFd` inside `MapData`),
+            // which stays open and unchanged until the `AsyncFd` drops it; we never swap it out.
+            unsafe { AsyncFd::register_with_interest(events, Interest::READABLE) }
+                .map_err(|e| Error::AsyncFd(e.into_parts().1))?
+        };
+        let shared = Arc::new(Shared::new());
+        runtime.spawn(read_events(events, ebpf, Arc::clone(&shared), cancel));
+        tracing::info!(
+            tracepoints = ?CGROUP_TRACEPOINTS,
+            tracefs = %tracefs.display(),
+            "eBPF probes attached"
+        );
+        Ok(Monitor {
+            shared,
+            lost: Arc::new(lost),
+        })
+    }
+}
+
+fn attach_tracepoint(ebpf: &mut Ebpf, category: &str, name: &'static str) -> Result<(), Error> {
+    let program: &mut TracePoint = ebpf
+        .program_mut(name)
+        .ok_or(Error::MissingProgram { name })?
+        .try_into()
+        .map_err(|source| Error::Program { name, source })?;
+    program
+        .load()
+        .map_err(|source| Error::Program { name, source })?;
+    program
+        .attach(category, name)
+        .map_err(|source| Error::Program { name, source })?;
+    Ok(())
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, Error> {
+    ebpf.take_map(name).ok_or(Error::MissingMap { name })
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones to the memory cgroup.
+/// Raising the limit needs CAP_SYS_RESOURCE, which this agent may lack: failure is not an error.
+fn raise_memlock_rlimit() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `unlimited` is a valid rlimit that outlives the call.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "could not raise RLIMIT_MEMLOCK (fine on kernels >= 5.11)"
+        );
+    }
+}
+
+/// The reader task: owns the loaded object (dropping it detaches the probes) and drains the ring
+/// buffer every [`POLL_INTERVAL`] and whenever the probes force a wake-up (ring a quarter full).
+async fn read_events(
+    mut events: AsyncFd<RingBuf<MapData>>,
+    ebpf: Ebpf,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = tick.tick() => drain(events.get_mut(), &shared),
+            ready = events.readable_mut() => match ready {
+                Ok(mut guard) => {
+                    drain(guard.get_inner_mut(), &shared);
+                    // Only clears readiness seen before this guard was taken: a wake-up that
+                    // raced with the drain above is kept.
+                    guard.clear_ready();
+                }
+                Err(error) => {
+                    tracing::error!(%error, "polling the eBPF ring buffer; reader stops");
+                    break;
+                }
+            },
+        }
+    }
+    drain(events.get_mut(), &shared);
+    drop(ebpf);
+    tracing::debug!("eBPF reader stopped; probes detached");
+}
+
+fn drain(ring: &mut RingBuf<MapData>, shared: &Shared) {
+    while let Some(item) = ring.next() {
+        shared.record(&item);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,317 @@
+use std::{
+    mem::{offset_of, size_of},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use tokio::sync::broadcast::error::RecvError;
+
+use super::*;
+
+// ---- pure unit tests (no privileges) ----
+
+#[test]
+fn mode_parses_and_displays() {
+    for (text, mode) in [("auto", Mode::Auto), ("on", Mode::On), ("off", Mode::Off)] {
+        assert_eq!(text.parse::<Mode>(), Ok(mode));
+        assert_eq!(mode.to_string(), text);
+    }
+    assert_eq!(Mode::default(), Mode::Auto);
+    let err = "yes".parse::<Mode>().expect_err("not a mode");
+    assert!(err.to_string().contains("\"yes\""), "{err}");
+    assert!("On".parse::<Mode>().is_err(), "modes are lower case");
+}
+
+#[test]
+fn event_serializes_with_tracepoint_names() {
+    let event = CgroupEvent {
+        kind: CgroupEventKind::Rmdir,
+        path: "/kubepods/podx".into(),
+        level: 2,
+        ktime_ns: 5,
+        hierarchy_id: 3,
+        cgroup_id: 9,
+    };
+    let json = serde_json::to_value(&event).expect("serializes");
+    assert_eq!(json["kind"], "cgroup_rmdir");
+    assert_eq!(json["path"], "/kubepods/podx");
+    assert_eq!(
+        serde_json::to_value(CgroupEventKind::Mkdir).expect("serializes"),
+        "cgroup_mkdir"
+    );
+}
+
+/// The bytes a probe writes for a cgroup event, built field by field.
+fn raw_cgroup_event(kind: u32, path: &[u8], ktime_ns: u64) -> Vec<u8> {
+    use common::{CgroupEvent as Raw, EventHeader};
+    let mut bytes = vec![0u8; size_of::<Raw>()];
+    let mut put = |at: usize, v: &[u8]| bytes[at..at + v.len()].copy_from_slice(v);
+    put(offset_of!(EventHeader, kind), &kind.to_ne_bytes());
+    put(
+        offset_of!(EventHeader, len),
+        &u32::try_from(size_of::<Raw>())
+            .expect("small")
+            .to_ne_bytes(),
+    );
+    put(offset_of!(EventHeader, ktime_ns), &ktime_ns.to_ne_bytes());
+    put(offset_of!(Raw, level), &1u32.to_ne_bytes());
+    put(offset_of!(Raw, hierarchy_id), &4u32.to_ne_bytes());
+    put(offset_of!(Raw, cgroup_id), &77u64.to_ne_bytes());
+    put(
+        offset_of!(Raw, path_len),
+        &u32::try_from(path.len()).expect("small").to_ne_bytes(),
+    );
+    put(offset_of!(Raw, path), path);
+    bytes
+}
+
+#[test]
+fn record_decodes_keeps_and_broadcasts() {
+    let shared = Shared::new();
+    let mut rx = shared.tx.subscribe();
+    shared.record(&raw_cgroup_event(common::KIND_CGROUP_MKDIR, b"/a/pod1", 10));
+    shared.record(&raw_cgroup_event(
+        common::KIND_CGROUP_RMDIR,
+        b"/a/\xffbad",
+        11,
+    ));
+
+    let first = rx.try_recv().expect("mkdir broadcast");
+    assert_eq!(
+        first,
+        CgroupEvent {
+            kind: CgroupEventKind::Mkdir,
+            path: "/a/pod1".into(),
+            level: 1,
+            ktime_ns: 10,
+            hierarchy_id: 4,
+            cgroup_id: 77,
+        }
+    );
+    let second = rx.try_recv().expect("rmdir broadcast");
+    assert_eq!(second.kind, CgroupEventKind::Rmdir);
+    assert_eq!(
+        second.path, "/a/\u{fffd}bad",
+        "invalid UTF-8 is replaced, not fatal"
+    );
+    assert_eq!(shared.seen.load(Ordering::Relaxed), 2);
+    assert_eq!(shared.recent.lock().expect("not poisoned").len(), 2);
+}
+
+#[test]
+fn record_counts_undecodable_bytes() {
+    let shared = Shared::new();
+    shared.record(&[1, 2, 3]);
+    shared.record(&raw_cgroup_event(99, b"/x", 1));
+    let mut truncated = raw_cgroup_event(common::KIND_CGROUP_MKDIR, b"/x", 1);
+    truncated.truncate(100);
+    shared.record(&truncated);
+    assert_eq!(shared.undecodable.load(Ordering::Relaxed), 3);
+    assert_eq!(shared.seen.load(Ordering::Relaxed), 0);
+    assert!(shared.recent.lock().expect("not poisoned").is_empty());
+}
+
+#[test]
+fn recent_events_are_bounded_oldest_dropped() {
+    let shared = Shared::new();
+    let total = RECENT_CAPACITY + 10;
+    for i in 0..total {
+        let ktime = u64::try_from(i).expect("small");
+        shared.record(&raw_cgroup_event(common::KIND_CGROUP_MKDIR, b"/p", ktime));
+    }
+    let recent = shared.recent.lock().expect("not poisoned");
+    assert_eq!(recent.len(), RECENT_CAPACITY);
+    assert_eq!(recent.front().map(|e| e.ktime_ns), Some(10));
+    assert_eq!(
+        recent.back().map(|e| e.ktime_ns),
+        Some(u64::try_from(total - 1).expect("small"))
+    );
+}
+
+#[test]
+fn off_loads_nothing_and_needs_no_runtime() {
+    let started = Monitor::start(Mode::Off, CancellationToken::new()).expect("off never fails");
+    assert!(started.is_none());
+}
+
+#[test]
+fn on_outside_a_runtime_is_an_error_and_auto_is_not() {
+    let err = Monitor::start(Mode::On, CancellationToken::new()).expect_err("no runtime");
+    assert!(matches!(err, Error::NoRuntime), "{err}");
+    let auto = Monitor::start(Mode::Auto, CancellationToken::new()).expect("auto never fails");
+    assert!(auto.is_none());
+}
+
+// ---- real kernel tests (root) ----
+
+/// True when this process may load probes. Without root the test is skipped loudly, unless
+/// `SWIFTLET_REQUIRE_RUNTIME=1`, where it fails.
+fn have_root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var("SWIFTLET_REQUIRE_RUNTIME").as_deref() != Ok("1"),
+        "{test}: SWIFTLET_REQUIRE_RUNTIME=1 but loading eBPF probes needs root"
+    );
+    eprintln!("SKIPPED {test}: loading eBPF probes needs root");
+    false
+}
+
+/// A cgroup hierarchy we can make directories in: the cgroup2 mount (hybrid or unified), else the
+/// v1 pids hierarchy.
+fn cgroup_parent() -> PathBuf {
+    [
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/pids",
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|dir| dir.join("cgroup.procs").is_file())
+    .expect("no writable cgroup hierarchy under /sys/fs/cgroup")
+}
+
+/// Removes the directory if the test stops half-way.
+struct CgroupDir(PathBuf);
+
+impl Drop for CgroupDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+fn unique_name(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
+async fn wait_for(
+    rx: &mut broadcast::Receiver<CgroupEvent>,
+    kind: CgroupEventKind,
+    path: &str,
+) -> CgroupEvent {
+    let found = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match rx.recv().await {
+                Ok(event) if event.kind == kind && event.path == path => return event,
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => panic!("event channel closed"),
+            }
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("no {kind} event for {path} within 5 s"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sees_cgroup_mkdir_and_rmdir() {
+    if !have_root("sees_cgroup_mkdir_and_rmdir") {
+        return;
+    }
+    let cancel = CancellationToken::new();
+    let monitor = Monitor::start(Mode::On, cancel.clone())
+        .expect("probes load as root")
+        .expect("Mode::On returns a monitor");
+    let mut rx = monitor.subscribe();
+
+    let parent = cgroup_parent();
+    let name = unique_name("swiftlet-ebpf-test");
+    let dir = CgroupDir(parent.join(&name));
+    let expected_path = format!("/{name}");
+
+    std::fs::create_dir(&dir.0).expect("mkdir cgroup");
+    let mkdir = wait_for(&mut rx, CgroupEventKind::Mkdir, &expected_path).await;
+    assert_eq!(mkdir.level, 1);
+    assert!(mkdir.ktime_ns > 0);
+
+    std::fs::remove_dir(&dir.0).expect("rmdir cgroup");
+    let rmdir = wait_for(&mut rx, CgroupEventKind::Rmdir, &expected_path).await;
+    assert_eq!(rmdir.cgroup_id, mkdir.cgroup_id, "same cgroup");
+    assert_eq!(rmdir.hierarchy_id, mkdir.hierarchy_id);
+    assert!(rmdir.ktime_ns >= mkdir.ktime_ns);
+
+    let recent = monitor.recent_cgroup_events();
+    assert!(recent.contains(&mkdir) && recent.contains(&rmdir));
+    assert!(monitor.events_seen() >= 2);
+    assert_eq!(monitor.events_lost(), 0);
+    cancel.cancel();
+}
+
+/// Pushes a burst of cgroup creations/removals through the probes and checks none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_of_cgroups_loses_nothing() {
+    if !have_root("burst_of_cgroups_loses_nothing") {
+        return;
+    }
+    const DIRS: usize = 1000;
+    let cancel = CancellationToken::new();
+    let monitor = Monitor::start(Mode::On, cancel.clone())
+        .expect("probes load as root")
+        .expect("Mode::On returns a monitor");
+    let parent = cgroup_parent();
+    let prefix = unique_name("swiftlet-ebpf-burst");
+    let before = monitor.events_seen();
+    // Kernel-side cost: run-time statistics are on while this fd is open (no timing assertion,
+    // just a report).
+    let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime);
+
+    let started = Instant::now();
+    let parent_for_task = parent.clone();
+    let prefix_for_task = prefix.clone();
+    tokio::task::spawn_blocking(move || churn(&parent_for_task, &prefix_for_task, DIRS))
+        .await
+        .expect("churn task");
+    let churn_time = started.elapsed();
+
+    let want = before + 2 * u64::try_from(DIRS).expect("small");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while monitor.events_seen() < want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "burst: {} cgroup events in {churn_time:?} ({:.0} events/s), seen {}, lost {}",
+        2 * DIRS,
+        (2 * DIRS) as f64 / churn_time.as_secs_f64(),
+        monitor.events_seen() - before,
+        monitor.events_lost()
+    );
+    if stats.is_ok() {
+        let (mut runs, mut time) = (0u64, Duration::ZERO);
+        for info in aya::programs::loaded_programs().flatten() {
+            if matches!(info.name_as_str(), Some("cgroup_mkdir" | "cgroup_rmdir")) {
+                runs += info.run_count();
+                time += info.run_time();
+            }
+        }
+        if let Some(ns) = time.as_nanos().checked_div(u128::from(runs)) {
+            eprintln!("burst: probes ran {runs} times, {ns} ns per run on average");
+        }
+    }
+    drop(stats);
+    assert!(monitor.events_seen() >= want, "not every event arrived");
+    assert_eq!(monitor.events_lost(), 0);
+    let ours = monitor
+        .recent_cgroup_events()
+        .into_iter()
+        .filter(|e| e.path.starts_with(&format!("/{prefix}-")))
+        .count();
+    assert_eq!(
+        ours,
+        2 * DIRS,
+        "every one of our events is in the recent ring"
+    );
+    cancel.cancel();
+}
+
+fn churn(parent: &Path, prefix: &str, dirs: usize) {
+    for i in 0..dirs {
+        let dir = CgroupDir(parent.join(format!("{prefix}-{i}")));
+        std::fs::create_dir(&dir.0).expect("mkdir cgroup");
+        std::fs::remove_dir(&dir.0).expect("rmdir cgroup");
+    }
+}

@@ -1,0 +1,133 @@
+//! Prometheus metrics (prometheus-client). One registry per agent; components hold cheap clones of
+//! the metric handles they update.
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabel {
+    pub operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: &'static str,
+}
+
+fn millisecond_histogram() -> Histogram {
+    // 0.5 ms .. ~65 s: fine enough to tell CRI calls and pod-start phases apart.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+/// Every metric the agent exports. Cloning shares the underlying values.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    pub runtime_operations_duration_seconds: Family<OperationLabel, Histogram, fn() -> Histogram>,
+    pub runtime_operations_errors_total: Family<OperationLabel, Counter>,
+    pub manifest_errors_total: Family<SourceLabel, Counter>,
+    pub pod_start_duration_seconds: Histogram,
+    pub pod_worker_duration_seconds: Family<OperationLabel, Histogram, fn() -> Histogram>,
+    pub started_pods_total: Counter,
+    pub started_containers_total: Counter,
+    pub running_pods: Gauge,
+    pub ebpf_events_total: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("swiftlet");
+        let runtime_operations_duration_seconds =
+            Family::<OperationLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                millisecond_histogram,
+            );
+        registry.register(
+            "runtime_operations_duration_seconds",
+            "Duration of CRI calls, by method",
+            runtime_operations_duration_seconds.clone(),
+        );
+        let runtime_operations_errors_total = Family::<OperationLabel, Counter>::default();
+        registry.register(
+            "runtime_operations_errors",
+            "Failed CRI calls, by method",
+            runtime_operations_errors_total.clone(),
+        );
+        let manifest_errors_total = Family::<SourceLabel, Counter>::default();
+        registry.register(
+            "manifest_errors",
+            "Pod manifests rejected (parse or validation errors), by source",
+            manifest_errors_total.clone(),
+        );
+        let pod_start_duration_seconds = millisecond_histogram();
+        registry.register(
+            "pod_start_duration_seconds",
+            "From the agent first seeing a pod to it being observed Running",
+            pod_start_duration_seconds.clone(),
+        );
+        let pod_worker_duration_seconds =
+            Family::<OperationLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                millisecond_histogram,
+            );
+        registry.register(
+            "pod_worker_duration_seconds",
+            "Time a pod worker spent on one update, by kind",
+            pod_worker_duration_seconds.clone(),
+        );
+        let started_pods_total = Counter::default();
+        registry.register(
+            "started_pods",
+            "Pod sandboxes created",
+            started_pods_total.clone(),
+        );
+        let started_containers_total = Counter::default();
+        registry.register(
+            "started_containers",
+            "Containers started",
+            started_containers_total.clone(),
+        );
+        let running_pods = Gauge::default();
+        registry.register(
+            "running_pods",
+            "Pods with a ready sandbox",
+            running_pods.clone(),
+        );
+        let ebpf_events_total = Counter::default();
+        registry.register(
+            "ebpf_events",
+            "Events read from the eBPF ring buffer",
+            ebpf_events_total.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            runtime_operations_duration_seconds,
+            runtime_operations_errors_total,
+            manifest_errors_total,
+            pod_start_duration_seconds,
+            pod_worker_duration_seconds,
+            started_pods_total,
+            started_containers_total,
+            running_pods,
+            ebpf_events_total,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail except on fmt errors, which String never returns.
+        if let Err(err) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(%err, "encoding metrics");
+        }
+        out
+    }
+}
