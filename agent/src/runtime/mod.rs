@@ -166,22 +166,35 @@ impl Manager {
         }
     }
 
-    /// Every pod this agent has in the runtime, by UID: two CRI calls.
-    pub async fn relist(&self) -> cri::Result<HashMap<String, RelistEntry>> {
+    /// Sandboxes and containers of this agent matching `extra` labels: two CRI calls.
+    async fn list(
+        &self,
+        extra: Option<(&str, &str)>,
+    ) -> cri::Result<(Vec<api::PodSandbox>, Vec<api::Container>)> {
+        let mut selector = self.node_selector();
+        if let Some((k, v)) = extra {
+            selector.insert(k.to_owned(), v.to_owned());
+        }
         let sandboxes = self
             .cri
             .list_pod_sandbox(Some(api::PodSandboxFilter {
-                label_selector: self.node_selector(),
+                label_selector: selector.clone(),
                 ..Default::default()
             }))
             .await?;
         let containers = self
             .cri
             .list_containers(Some(api::ContainerFilter {
-                label_selector: self.node_selector(),
+                label_selector: selector,
                 ..Default::default()
             }))
             .await?;
+        Ok((sandboxes, containers))
+    }
+
+    /// Every pod this agent has in the runtime, by UID.
+    pub async fn relist(&self) -> cri::Result<HashMap<String, RelistEntry>> {
+        let (sandboxes, containers) = self.list(None).await?;
         let mut out: HashMap<String, RelistEntry> = HashMap::new();
         for s in sandboxes {
             if let Some(uid) = s.labels.get(labels::POD_UID) {
@@ -208,15 +221,7 @@ impl Manager {
 
     /// Everything the runtime knows about one pod.
     pub async fn pod_state(&self, uid: &str) -> cri::Result<PodState> {
-        let mut selector = self.node_selector();
-        selector.insert(labels::POD_UID.to_owned(), uid.to_owned());
-        let mut sandboxes = self
-            .cri
-            .list_pod_sandbox(Some(api::PodSandboxFilter {
-                label_selector: selector.clone(),
-                ..Default::default()
-            }))
-            .await?;
+        let (mut sandboxes, listed) = self.list(Some((labels::POD_UID, uid))).await?;
         sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
         let sandbox_status = match sandboxes.first() {
             Some(s) => match self.cri.pod_sandbox_status(&s.id).await {
@@ -226,13 +231,6 @@ impl Manager {
             },
             None => None,
         };
-        let listed = self
-            .cri
-            .list_containers(Some(api::ContainerFilter {
-                label_selector: selector,
-                ..Default::default()
-            }))
-            .await?;
         let mut containers = Vec::with_capacity(listed.len());
         for c in listed {
             match self.cri.container_status(&c.id).await {
@@ -344,8 +342,8 @@ impl Manager {
             if let Some(prev) = prev {
                 restart_count = prev.metadata.as_ref().map(|m| m.attempt + 1).unwrap_or(0);
                 let running = prev.state == api::ContainerState::ContainerRunning as i32;
-                let prev_hash = prev.annotations.get(labels::CONTAINER_HASH);
-                if running && prev_hash == Some(&hash) {
+                let prev_hash = hash::parse_label(prev.annotations.get(labels::CONTAINER_HASH));
+                if running && prev_hash == Some(hash) {
                     continue;
                 }
                 if running {
@@ -358,7 +356,7 @@ impl Manager {
                         "OnFailure" => prev.exit_code != 0,
                         _ => true,
                     };
-                    if !wants && prev_hash == Some(&hash) {
+                    if !wants && prev_hash == Some(hash) {
                         continue;
                     }
                     let delay =
@@ -394,7 +392,7 @@ impl Manager {
                     &sandbox_id,
                     &sandbox_config,
                     restart_count,
-                    &hash,
+                    hash,
                 )
                 .await
             {
@@ -425,7 +423,7 @@ impl Manager {
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
         restart_count: u32,
-        hash: &str,
+        hash: u64,
     ) -> Result<()> {
         let image = container.image.clone().unwrap_or_default();
         self.ensure_image(name, container, &image).await?;
@@ -623,7 +621,7 @@ impl Manager {
         uid: &str,
         c: &Container,
         restart_count: u32,
-        hash: &str,
+        hash: u64,
         image: &str,
     ) -> Result<api::ContainerConfig> {
         let name = full_name(pod);
@@ -647,7 +645,7 @@ impl Manager {
         let mut labels = self.pod_labels(pod, uid);
         labels.insert(labels::CONTAINER_NAME.to_owned(), c.name.clone());
         let annotations = HashMap::from([
-            (labels::CONTAINER_HASH.to_owned(), hash.to_owned()),
+            (labels::CONTAINER_HASH.to_owned(), hash::hash_label(hash)),
             (
                 labels::CONTAINER_RESTART_COUNT.to_owned(),
                 restart_count.to_string(),
