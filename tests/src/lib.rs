@@ -1,1 +1,665 @@
-//! Shared fixture for the integration tests: a private containerd and images.
+//! Shared fixture for the integration tests: a private containerd and images ([`Runtime`]), a
+//! swiftlet process per test ([`Agent`]), and CRI helpers to look at what the agent did.
+//!
+//! Prerequisites (root, the containerd binary) are checked once per process: when one is missing
+//! the tests skip loudly (`SKIPPED: <why>` on stderr), or fail naming it when
+//! `SWIFTLET_REQUIRE_RUNTIME=1` (CI sets it through `cargo xtask test`).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_openapi::api::core::v1::Pod;
+use tonic::transport::Channel;
+
+pub use xtask::{BUSYBOX_IMAGE, DEFAULT_ENDPOINT, NODE_NAME_LABEL, PAUSE_IMAGE};
+
+/// The CRI label of a sandbox's/container's pod name.
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+/// The CRI label of a sandbox's/container's pod namespace.
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// The CRI label of a sandbox's/container's pod UID.
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// The CRI label of a container's name.
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+
+/// Errors of the CRI helpers, with the method or endpoint concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Channel(#[from] swiftlet::cri::Error),
+    #[error("CRI {method}: {status}")]
+    Call {
+        method: &'static str,
+        status: tonic::Status,
+    },
+    #[error("starting a tokio runtime for CRI calls: {0}")]
+    Tokio(std::io::Error),
+}
+
+/// `Result` of this crate's helpers.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+// ---------------------------------------------------------------------------------------------
+// Runtime
+
+/// The private containerd shared by every test of this process.
+#[derive(Debug)]
+pub struct Runtime {
+    /// Its CRI endpoint (`unix://...`).
+    pub endpoint: String,
+    /// Where it keeps its files.
+    pub layout: xtask::runtime::Layout,
+}
+
+/// Whether a missing prerequisite must fail the tests instead of skipping them.
+pub fn runtime_required() -> bool {
+    std::env::var(xtask::testrun::REQUIRE_RUNTIME_ENV)
+        .is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
+}
+
+/// Why the runtime cannot run here, if it cannot.
+fn missing_prerequisite() -> Option<String> {
+    if !xtask::is_root() {
+        return Some("not running as root (the runtime tests need root)".to_owned());
+    }
+    for bin in ["containerd", "ctr", "runc"] {
+        if !on_path(bin) {
+            return Some(format!(
+                "no `{bin}` binary on PATH (run `cargo xtask setup`)"
+            ));
+        }
+    }
+    if !Path::new(xtask::images::BUSYBOX_PATH).is_file() {
+        return Some(format!(
+            "no static busybox at {} (apt-get install busybox-static)",
+            xtask::images::BUSYBOX_PATH
+        ));
+    }
+    None
+}
+
+impl Runtime {
+    /// The runtime, started (idempotently) with its images once per process; `None` (after
+    /// printing `SKIPPED: <why>`) when a prerequisite is missing and the runtime is not required.
+    ///
+    /// # Panics
+    /// When a prerequisite is missing and `SWIFTLET_REQUIRE_RUNTIME=1`, or when starting the
+    /// runtime or importing the images fails.
+    pub fn shared() -> Option<&'static Runtime> {
+        static RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();
+        let rt = RUNTIME.get_or_init(|| {
+            if let Some(why) = missing_prerequisite() {
+                if runtime_required() {
+                    panic!("SWIFTLET_REQUIRE_RUNTIME=1 but the runtime cannot run: {why}");
+                }
+                return None;
+            }
+            let layout = xtask::runtime::Layout::default();
+            if let Err(e) = xtask::runtime::up(&layout) {
+                panic!("starting the private containerd: {e}");
+            }
+            {
+                let _lock = layout
+                    .lock()
+                    .unwrap_or_else(|e| panic!("locking the runtime: {e}"));
+                if let Err(e) = xtask::images::ensure(&layout) {
+                    panic!("importing the test images: {e}");
+                }
+            }
+            Some(Runtime {
+                endpoint: layout.endpoint(),
+                layout,
+            })
+        });
+        if rt.is_none() {
+            let why = missing_prerequisite().unwrap_or_else(|| "runtime unavailable".into());
+            eprintln!("SKIPPED: {why}");
+        }
+        rt.as_ref()
+    }
+
+    /// A CRI runtime-service client to this runtime (connects lazily).
+    pub fn client(&self) -> Result<RuntimeServiceClient<Channel>> {
+        runtime_client(&self.endpoint)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CRI helpers
+
+/// A tonic channel to a CRI endpoint (the agent's own connector; lazy, reconnecting).
+///
+/// Must be called inside a tokio runtime (the channel spawns its connection task).
+pub fn cri_channel(endpoint: &str) -> Result<Channel> {
+    Ok(swiftlet::cri::channel(endpoint)?)
+}
+
+/// A CRI runtime-service client.
+pub fn runtime_client(endpoint: &str) -> Result<RuntimeServiceClient<Channel>> {
+    Ok(RuntimeServiceClient::new(cri_channel(endpoint)?))
+}
+
+fn selector(labels: &[(&str, &str)]) -> HashMap<String, String> {
+    labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Sandboxes carrying every one of `labels`.
+pub async fn sandboxes_with_labels(
+    client: &mut RuntimeServiceClient<Channel>,
+    labels: &[(&str, &str)],
+) -> Result<Vec<cri::PodSandbox>> {
+    let req = cri::ListPodSandboxRequest {
+        filter: Some(cri::PodSandboxFilter {
+            label_selector: selector(labels),
+            ..Default::default()
+        }),
+    };
+    client
+        .list_pod_sandbox(req)
+        .await
+        .map(|r| r.into_inner().items)
+        .map_err(|status| Error::Call {
+            method: "ListPodSandbox",
+            status,
+        })
+}
+
+/// Containers carrying every one of `labels`.
+pub async fn containers_with_labels(
+    client: &mut RuntimeServiceClient<Channel>,
+    labels: &[(&str, &str)],
+) -> Result<Vec<cri::Container>> {
+    let req = cri::ListContainersRequest {
+        filter: Some(cri::ContainerFilter {
+            label_selector: selector(labels),
+            ..Default::default()
+        }),
+    };
+    client
+        .list_containers(req)
+        .await
+        .map(|r| r.into_inner().containers)
+        .map_err(|status| Error::Call {
+            method: "ListContainers",
+            status,
+        })
+}
+
+/// Stops and removes every sandbox labelled `swiftlet.io/node-name=<node>` (and so its
+/// containers); returns how many were removed.
+pub async fn remove_node_sandboxes(endpoint: &str, node: &str) -> Result<usize> {
+    let mut client = runtime_client(endpoint)?;
+    let sandboxes = sandboxes_with_labels(&mut client, &[(NODE_NAME_LABEL, node)]).await?;
+    for sb in &sandboxes {
+        client
+            .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: sb.id.clone(),
+            })
+            .await
+            .map_err(|status| Error::Call {
+                method: "StopPodSandbox",
+                status,
+            })?;
+        client
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: sb.id.clone(),
+            })
+            .await
+            .map_err(|status| Error::Call {
+                method: "RemovePodSandbox",
+                status,
+            })?;
+    }
+    Ok(sandboxes.len())
+}
+
+/// The sandboxes and containers labelled `io.kubernetes.pod.uid=<uid>` (blocking).
+pub fn pod_cri_objects(
+    endpoint: &str,
+    uid: &str,
+) -> Result<(Vec<cri::PodSandbox>, Vec<cri::Container>)> {
+    let endpoint = endpoint.to_owned();
+    let uid = uid.to_owned();
+    block_on(async move {
+        let mut client = runtime_client(&endpoint)?;
+        let sandboxes = sandboxes_with_labels(&mut client, &[(POD_UID_LABEL, &uid)]).await?;
+        let containers = containers_with_labels(&mut client, &[(POD_UID_LABEL, &uid)]).await?;
+        Ok((sandboxes, containers))
+    })?
+}
+
+/// Runs `fut` to completion on a fresh current-thread runtime in a thread of its own (so it
+/// also works from inside another runtime, e.g. in a `Drop`).
+pub fn block_on<F, T>(fut: F) -> Result<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let handle = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(Error::Tokio)?;
+        Ok(rt.block_on(fut))
+    });
+    handle
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agent
+
+/// The `/pods` answer: a `PodList` (only `items` is read; other fields are ignored).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct PodList {
+    /// The pods.
+    #[serde(default)]
+    pub items: Vec<Pod>,
+}
+
+impl PodList {
+    /// The pod named `name`, if listed.
+    pub fn get(&self, name: &str) -> Option<&Pod> {
+        self.items
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+    }
+
+    /// The phase of pod `name` (`Running`, `Pending` ...), if listed with a status.
+    pub fn phase(&self, name: &str) -> Option<&str> {
+        self.get(name)?.status.as_ref()?.phase.as_deref()
+    }
+
+    /// Whether pod `name` is listed and Running.
+    pub fn is_running(&self, name: &str) -> bool {
+        self.phase(name) == Some("Running")
+    }
+
+    /// The UID of pod `name`.
+    pub fn uid(&self, name: &str) -> Option<&str> {
+        self.get(name)?.metadata.uid.as_deref()
+    }
+
+    /// `name phase` per pod, for failure messages.
+    pub fn summary(&self) -> String {
+        let rows: Vec<String> = self
+            .items
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {}",
+                    p.metadata.name.as_deref().unwrap_or("?"),
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.phase.as_deref())
+                        .unwrap_or("-")
+                )
+            })
+            .collect();
+        format!("[{}]", rows.join(", "))
+    }
+}
+
+/// How to start an [`Agent`].
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// A short name for the test (part of the node name and the log file name).
+    pub name: String,
+    /// `--file-check-frequency`.
+    pub file_check_frequency: String,
+    /// More flags.
+    pub extra_args: Vec<String>,
+}
+
+impl AgentOptions {
+    /// Options for the test called `name`.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            file_check_frequency: "1s".to_owned(),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// The swiftlet binary, built once per process.
+pub fn agent_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let status = Command::new(xtask::cargo_bin())
+            .current_dir(xtask::workspace_root())
+            .args(["build", "-p", "swiftlet", "--bin", "swiftlet"])
+            .stdin(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("running cargo build -p swiftlet: {e}"));
+        assert!(status.success(), "cargo build -p swiftlet failed: {status}");
+        let path = xtask::target_dir().join("debug/swiftlet");
+        assert!(path.is_file(), "no agent binary at {}", path.display());
+        path
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("picking a free loopback port: {e}"))
+}
+
+fn unique_node_name(test: &str) -> String {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let mut base: String = test
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    base.truncate(20);
+    let base = base.trim_matches('-');
+    format!("{base}-{}-{n}", std::process::id())
+}
+
+/// A swiftlet process of one test, with its own manifest dir, node name, ports and cgroup root.
+///
+/// Dropping it stops the agent (SIGTERM, then SIGKILL), removes every CRI sandbox labelled with
+/// its node name and removes its cgroup root, so nothing leaks between tests.
+pub struct Agent {
+    child: Option<Child>,
+    node: String,
+    endpoint: String,
+    cgroup_root: String,
+    manifest_dir: tempfile::TempDir,
+    _root_dir: tempfile::TempDir,
+    log_path: PathBuf,
+    read_only: SocketAddr,
+    healthz: SocketAddr,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("node", &self.node)
+            .field("read_only", &self.read_only)
+            .field("log", &self.log_path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long [`Agent::start`] waits for `/healthz`.
+pub const HEALTHZ_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Agent {
+    /// Builds (once) and starts swiftlet against `runtime`, and waits for `GET /healthz` == `ok`.
+    ///
+    /// # Panics
+    /// When the build fails, the agent exits, or it does not become healthy in time (the log
+    /// path and its tail are in the message).
+    pub fn start(runtime: &Runtime, opts: AgentOptions) -> Agent {
+        let binary = agent_binary();
+        let node = unique_node_name(&opts.name);
+        let cgroup_root = format!("/swiftlet-test-{node}");
+        let manifest_dir = tempfile::Builder::new()
+            .prefix("swiftlet-manifests-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("creating a manifest dir: {e}"));
+        let root_dir = tempfile::Builder::new()
+            .prefix("swiftlet-root-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("creating a root dir: {e}"));
+        let log_dir = xtask::target_dir().join("swiftlet-test-logs");
+        std::fs::create_dir_all(&log_dir)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", log_dir.display()));
+        let log_path = log_dir.join(format!("{node}.log"));
+        let log = std::fs::File::create(&log_path)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
+        let log_err = log
+            .try_clone()
+            .unwrap_or_else(|e| panic!("opening {}: {e}", log_path.display()));
+        let healthz_port = free_port();
+        let read_only_port = free_port();
+        let child = Command::new(binary)
+            .arg("--pod-manifest-path")
+            .arg(manifest_dir.path())
+            .arg("--container-runtime-endpoint")
+            .arg(&runtime.endpoint)
+            .arg("--root-dir")
+            .arg(root_dir.path())
+            .arg("--pod-logs-dir")
+            .arg(root_dir.path().join("pod-logs"))
+            .arg("--hostname-override")
+            .arg(&node)
+            .arg("--cgroup-root")
+            .arg(&cgroup_root)
+            .arg("--healthz-port")
+            .arg(healthz_port.to_string())
+            .arg("--read-only-port")
+            .arg(read_only_port.to_string())
+            .arg("--file-check-frequency")
+            .arg(&opts.file_check_frequency)
+            .args(["-v", "4"])
+            .args(&opts.extra_args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        let mut agent = Agent {
+            child: Some(child),
+            node,
+            endpoint: runtime.endpoint.clone(),
+            cgroup_root,
+            manifest_dir,
+            _root_dir: root_dir,
+            log_path,
+            read_only: SocketAddr::from(([127, 0, 0, 1], read_only_port)),
+            healthz: SocketAddr::from(([127, 0, 0, 1], healthz_port)),
+        };
+        agent.wait_healthy();
+        agent
+    }
+
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + HEALTHZ_TIMEOUT;
+        loop {
+            if let Ok(r) = xtask::http::get(self.healthz, "/healthz", Duration::from_secs(2))
+                && r.status == 200
+                && r.body.trim() == "ok"
+            {
+                return;
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "swiftlet exited before becoming healthy ({status}); log {}:\n{}",
+                    self.log_path.display(),
+                    self.log_tail(40)
+                );
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "swiftlet not healthy within {HEALTHZ_TIMEOUT:?}; log {}:\n{}",
+                    self.log_path.display(),
+                    self.log_tail(40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The node name (`--hostname-override`).
+    pub fn node_name(&self) -> &str {
+        &self.node
+    }
+
+    /// The static pod name of a manifest whose `metadata.name` is `name`.
+    pub fn static_pod_name(&self, name: &str) -> String {
+        format!("{name}-{}", self.node)
+    }
+
+    /// The cgroup root (`--cgroup-root`).
+    pub fn cgroup_root(&self) -> &str {
+        &self.cgroup_root
+    }
+
+    /// The CRI endpoint the agent talks to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The manifest directory (`--pod-manifest-path`).
+    pub fn manifest_dir(&self) -> &Path {
+        self.manifest_dir.path()
+    }
+
+    /// The agent's log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// Writes manifest `name` atomically (a hidden temp file renamed into place).
+    pub fn write_manifest(&self, name: &str, contents: &str) {
+        let tmp = self.manifest_dir.path().join(format!(".{name}.tmp"));
+        let dst = self.manifest_dir.path().join(name);
+        let mut f = std::fs::File::create(&tmp)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", tmp.display()));
+        f.write_all(contents.as_bytes())
+            .and_then(|()| f.sync_all())
+            .unwrap_or_else(|e| panic!("writing {}: {e}", tmp.display()));
+        std::fs::rename(&tmp, &dst)
+            .unwrap_or_else(|e| panic!("renaming to {}: {e}", dst.display()));
+    }
+
+    /// Removes manifest `name`.
+    pub fn remove_manifest(&self, name: &str) {
+        let path = self.manifest_dir.path().join(name);
+        std::fs::remove_file(&path).unwrap_or_else(|e| panic!("removing {}: {e}", path.display()));
+    }
+
+    /// `GET path` on the read-only port: (status, body).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        match xtask::http::get(self.read_only, path, Duration::from_secs(10)) {
+            Ok(r) => (r.status, r.body),
+            Err(e) => panic!("{e}; agent log {}", self.log_path.display()),
+        }
+    }
+
+    /// `GET /pods`, parsed.
+    pub fn pods(&self) -> PodList {
+        let (status, body) = self.get("/pods");
+        assert_eq!(status, 200, "GET /pods answered {status}: {body}");
+        serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("GET /pods is not a PodList ({e}): {body}"))
+    }
+
+    /// Polls `/pods` every 50 ms until `done` holds; returns that list, or `None` on timeout.
+    pub fn try_wait_for(
+        &self,
+        mut done: impl FnMut(&PodList) -> bool,
+        timeout: Duration,
+    ) -> Option<PodList> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pods = self.pods();
+            if done(&pods) {
+                return Some(pods);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Polls `/pods` every 50 ms until `done` holds and returns that list.
+    ///
+    /// # Panics
+    /// On timeout, with the last list and the log tail.
+    pub fn wait_for(&self, done: impl FnMut(&PodList) -> bool, timeout: Duration) -> PodList {
+        match self.try_wait_for(done, timeout) {
+            Some(p) => p,
+            None => panic!(
+                "condition not met within {timeout:?}; /pods: {}; log {}:\n{}",
+                self.pods().summary(),
+                self.log_path.display(),
+                self.log_tail(40)
+            ),
+        }
+    }
+
+    /// The whole agent log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The last `lines` lines of the log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = self.log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Stops the agent: SIGTERM, then SIGKILL after `timeout`. Idempotent.
+    pub fn stop(&mut self, timeout: Duration) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(pid) = i32::try_from(child.id()) {
+            // SAFETY: kill(2) on our own child's pid; no memory is involved.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!(
+            "swiftlet ({}) did not exit within {timeout:?} of SIGTERM: SIGKILL",
+            self.node
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "swiftlet log ({}): {}\n--- last lines ---\n{}",
+                self.node,
+                self.log_path.display(),
+                self.log_tail(60)
+            );
+        }
+        self.stop(Duration::from_secs(20));
+        let endpoint = self.endpoint.clone();
+        let node = self.node.clone();
+        match block_on(async move { remove_node_sandboxes(&endpoint, &node).await }) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) | Err(e) => eprintln!("cleaning up the sandboxes of {}: {e}", self.node),
+        }
+        xtask::runtime::remove_cgroup_root(&self.cgroup_root);
+    }
+}

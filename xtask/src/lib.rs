@@ -1,1 +1,67 @@
 //! xtask library: shared with the integration tests (runtime fixture, images).
+//!
+//! The binary (`cargo xtask <cmd>`) is a thin clap layer over these modules:
+//! - [`setup`]: installs the machine prerequisites idempotently;
+//! - [`images`]: builds the local OCI images from the static busybox and imports them;
+//! - [`runtime`]: a private containerd (`up`, `down`, `status`);
+//! - [`demo`] and [`testrun`]: the `demo` and `test` commands;
+//! - [`http`]: a tiny blocking HTTP/1.0 GET client for loopback endpoints.
+
+pub mod demo;
+pub mod http;
+pub mod images;
+pub mod progress;
+pub mod runtime;
+pub mod setup;
+pub mod testrun;
+
+use std::path::PathBuf;
+
+/// The pause (sandbox) image the private containerd uses as `sandbox_image`.
+pub const PAUSE_IMAGE: &str = "localhost/swiftlet/pause:v1";
+/// The busybox image the example pods and the tests run.
+pub const BUSYBOX_IMAGE: &str = "localhost/swiftlet/busybox:v1";
+/// The CRI endpoint of the private containerd started by [`runtime::up`].
+pub const DEFAULT_ENDPOINT: &str = "unix:///run/swiftlet-dev/containerd.sock";
+/// The containerd namespace the CRI plugin uses.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+/// Label the agent puts on every sandbox it creates, valued with its node name.
+pub const NODE_NAME_LABEL: &str = "swiftlet.io/node-name";
+
+/// The workspace root (the folder holding the top-level `Cargo.toml`).
+pub fn workspace_root() -> PathBuf {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or(manifest_dir)
+}
+
+/// The cargo target directory (`CARGO_TARGET_DIR` or `<workspace>/target`).
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                dir
+            } else {
+                workspace_root().join(dir)
+            }
+        }
+        _ => workspace_root().join("target"),
+    }
+}
+
+/// The cargo executable to run (`CARGO` as set by cargo, else `cargo` from `PATH`).
+pub fn cargo_bin() -> PathBuf {
+    std::env::var_os("CARGO")
+        .filter(|c| !c.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("cargo"))
+}
+
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -1,1 +1,124 @@
-fn main() {}
+//! `cargo xtask <command>`: see `cargo xtask --help`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use xtask::progress::{Progress, note};
+use xtask::runtime::{self, Layout, UpOutcome};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "swiftlet's development tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Install what is missing: apt packages, nightly rust-src, bpf-linker (needs root).
+    Setup,
+    /// Build the local OCI images from the static busybox and import them (runtime must be up).
+    Images,
+    /// The private containerd.
+    Runtime {
+        #[command(subcommand)]
+        action: RuntimeCmd,
+    },
+    /// Run swiftlet with the example pods against the private containerd.
+    Demo {
+        /// Build and run the release profile.
+        #[arg(long)]
+        release: bool,
+        /// Tear down as soon as every pod runs instead of waiting for Ctrl-C.
+        #[arg(long)]
+        once: bool,
+        /// How long to wait for the pods to run, in seconds.
+        #[arg(long, default_value_t = 120)]
+        timeout_secs: u64,
+    },
+    /// setup, runtime up, images, `cargo test --workspace [ARGS]`, runtime down.
+    Test {
+        /// Passed to `cargo test` (after `--`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RuntimeCmd {
+    /// Start containerd unless it already answers (writes its config and the CNI network).
+    Up,
+    /// Stop containerd, its shims and containers; unmount; remove `swiftlet-*` cgroups.
+    Down,
+    /// Say whether it is up, its pid, socket and images.
+    Status,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let layout = Layout::default();
+    match cli.command {
+        Cmd::Setup => {
+            let report = xtask::setup::run_all(&mut Progress::new(3))?;
+            if report == xtask::setup::Report::default() {
+                println!("setup: nothing to do, everything was present");
+            } else {
+                println!("setup: {report:?}");
+            }
+        }
+        Cmd::Images => {
+            let mut p = Progress::new(1);
+            let imported = p.step("images", || xtask::images::ensure(&layout))?;
+            println!("imported {} image(s)", imported.len());
+        }
+        Cmd::Runtime { action } => match action {
+            RuntimeCmd::Up => {
+                let mut p = Progress::new(1);
+                let outcome = p.step("runtime up", || runtime::up(&layout))?;
+                match outcome {
+                    UpOutcome::AlreadyUp { pid } => note(format!(
+                        "already up (pid {})",
+                        pid.map_or("?".to_owned(), |p| p.to_string())
+                    )),
+                    UpOutcome::Started { pid } => note(format!("started (pid {pid})")),
+                }
+                println!("endpoint: {}", layout.endpoint());
+            }
+            RuntimeCmd::Down => {
+                let mut p = Progress::new(1);
+                let report = p.step("runtime down", || runtime::down(&layout))?;
+                println!("{report}");
+            }
+            RuntimeCmd::Status => print!("{}", runtime::status(&layout)),
+        },
+        Cmd::Demo {
+            release,
+            once,
+            timeout_secs,
+        } => {
+            let opts = xtask::demo::Options {
+                release,
+                once,
+                timeout: Duration::from_secs(timeout_secs),
+                ..Default::default()
+            };
+            xtask::demo::run(&opts).context("demo")?;
+        }
+        Cmd::Test { args } => {
+            let code = xtask::testrun::run(&args)?;
+            return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 pub mod file;
+mod fingerprint;
 pub mod manifest;
 mod mux;
 

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use xxhash_rust::xxh3::{Xxh3DefaultBuilder, xxh3_128};
 
+use super::fingerprint;
 use super::{
     CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LOCAL_ANNOTATIONS,
     Op, PodUpdate, SourceUpdate,
@@ -410,32 +411,23 @@ fn timestamp() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
 }
 
-/// Fingerprints of `pod`: the fields the kubelet compares, serialized into `buf` and hashed.
+/// Fingerprints of `pod`: the fields the kubelet compares, encoded into `buf` and hashed.
 fn fingerprints(pod: &Pod, buf: &mut Vec<u8>) -> Fingerprints {
     let m = &pod.metadata;
     buf.clear();
-    // Serializing typed k8s objects into memory cannot fail; if it ever did, the fingerprint would
-    // cover less and a change could go unnoticed, never a panic.
-    let _ = serde_json::to_writer(&mut *buf, &pod.spec);
-    buf.push(0);
-    let _ = serde_json::to_writer(&mut *buf, &m.labels);
-    buf.push(0);
-    let _ = serde_json::to_writer(&mut *buf, &m.deletion_timestamp);
-    buf.push(0);
-    let _ = serde_json::to_writer(&mut *buf, &m.deletion_grace_period_seconds);
-    buf.push(0);
+    fingerprint::write(buf, &pod.spec);
+    fingerprint::write(buf, &m.labels);
+    fingerprint::write(buf, &m.deletion_timestamp);
+    fingerprint::write(buf, &m.deletion_grace_period_seconds);
     for (k, v) in m.annotations.iter().flatten() {
-        if LOCAL_ANNOTATIONS.contains(&k.as_str()) {
-            continue;
-        }
-        for s in [k, v] {
-            buf.extend_from_slice(&(s.len() as u64).to_le_bytes());
-            buf.extend_from_slice(s.as_bytes());
+        if !LOCAL_ANNOTATIONS.contains(&k.as_str()) {
+            fingerprint::write(buf, k);
+            fingerprint::write(buf, v);
         }
     }
     let semantic = xxh3_128(buf);
     buf.clear();
-    let _ = serde_json::to_writer(&mut *buf, &pod.status);
+    fingerprint::write(buf, &pod.status);
     Fingerprints {
         semantic,
         status: xxh3_128(buf),
@@ -709,7 +701,7 @@ mod tests {
         let mut m = mux();
         m.merge(API, SourceUpdate::Set(vec![pod("1", "a")]));
         let mut p = pod("1", "a");
-        p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         p.metadata.deletion_grace_period_seconds = Some(30);
         let out = m.merge(API, SourceUpdate::Update(vec![p.clone()]));
         assert_eq!(summary(&out), vec![(Op::Delete, s(&["1"]))]);
@@ -751,7 +743,7 @@ mod tests {
             ]),
         );
         let mut del = pod("d", "d");
-        del.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        del.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         let out = m.merge(
             FILE,
             SourceUpdate::Set(vec![
@@ -887,43 +879,5 @@ mod tests {
         let (mut rx, _) = m.run(CancellationToken::new());
         drop(tx);
         assert!(rx.recv().await.is_none());
-    }
-}
-#[cfg(test)]
-mod tmp_perf {
-    use super::*;
-    use crate::config::FILE;
-    #[test]
-    #[ignore]
-    fn perf_unchanged_set() {
-        let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: NAME\n  labels: {app: web, tier: x}\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sleep, '3600']\n    resources: {limits: {cpu: 100m, memory: 64Mi}}\n";
-        let pods: Vec<Pod> = (0..10_000)
-            .map(|i| {
-                crate::config::manifest::parse(
-                    std::path::Path::new(&format!("/p/{i}.yaml")),
-                    yaml.replace("NAME", &format!("p{i}")).as_bytes(),
-                    "n",
-                )
-                .unwrap()
-            })
-            .collect();
-        let mut m = Mux::new();
-        m.register(FILE);
-        m.merge(FILE, SourceUpdate::Set(pods.clone()));
-        let mut buf = Vec::new();
-        let t = std::time::Instant::now();
-        for p in &pods {
-            std::hint::black_box(fingerprints(p, &mut buf));
-        }
-        println!("fingerprint only: {:?}", t.elapsed());
-        println!("json len {}", buf.len());
-        for _ in 0..5 {
-            let input = pods.clone();
-            let t = std::time::Instant::now();
-            let out = m.merge(FILE, SourceUpdate::Set(input));
-            let e = t.elapsed();
-            assert!(out.is_empty());
-            println!("merge 10k unchanged: {e:?}");
-        }
     }
 }

@@ -1,25 +1,90 @@
 //! The container hash: decides whether a running container still matches its spec.
 //!
-//! Canonical encoding (stable across agent restarts and versions): the restart-relevant fields of the
-//! container, in this fixed order, serialised as JSON by serde (struct fields in declaration order,
-//! maps sorted by key), hashed with `hash_bytes` below, stored as 16 lower-case hex digits. Resources are
-//! deliberately left out: they are resized in place.
+//! Canonical encoding (stable across agent restarts and versions; changing it restarts every
+//! running container on upgrade, which the pinned test below guards against). The restart-relevant
+//! fields, in this fixed order, each prefixed by a one-byte tag:
+//! name, image, command, args, workingDir, env (name, value, and valueFrom as JSON), ports
+//! (containerPort, hostPort, hostIP, protocol, name), volumeMounts and securityContext (as JSON, only
+//! when present: rare, so serde's cost is paid only then), stdin, tty. A string is its length
+//! (u32 LE) then its bytes; an absent optional is the byte 0, a present one 1 then the value; a list
+//! is its length (u32 LE) then its items. The bytes are hashed with `hash_bytes` below and stored
+//! as 16 lower-case hex digits. Resources are deliberately left out: they are resized in place.
 use k8s_openapi::api::core::v1::Container;
-use serde::Serialize;
 
-#[derive(Serialize)]
-struct Canonical<'a> {
-    name: &'a str,
-    image: Option<&'a str>,
-    command: &'a Option<Vec<String>>,
-    args: &'a Option<Vec<String>>,
-    working_dir: &'a Option<String>,
-    env: &'a Option<Vec<k8s_openapi::api::core::v1::EnvVar>>,
-    ports: &'a Option<Vec<k8s_openapi::api::core::v1::ContainerPort>>,
-    volume_mounts: &'a Option<Vec<k8s_openapi::api::core::v1::VolumeMount>>,
-    security_context: &'a Option<k8s_openapi::api::core::v1::SecurityContext>,
-    stdin: Option<bool>,
-    tty: Option<bool>,
+/// Appends the canonical encoding of the restart-relevant fields to `out`.
+fn encode(c: &Container, out: &mut Vec<u8>) {
+    fn str_(out: &mut Vec<u8>, s: &str) {
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+    }
+    fn opt_str(out: &mut Vec<u8>, s: Option<&str>) {
+        match s {
+            None => out.push(0),
+            Some(s) => {
+                out.push(1);
+                str_(out, s);
+            }
+        }
+    }
+    fn list<T>(out: &mut Vec<u8>, l: Option<&Vec<T>>, mut item: impl FnMut(&mut Vec<u8>, &T)) {
+        match l {
+            None => out.push(0),
+            Some(l) => {
+                out.push(1);
+                out.extend_from_slice(&(l.len() as u32).to_le_bytes());
+                for x in l {
+                    item(out, x);
+                }
+            }
+        }
+    }
+    fn json<T: serde::Serialize>(out: &mut Vec<u8>, v: Option<&T>) {
+        match v.and_then(|v| serde_json::to_string(v).ok()) {
+            None => out.push(0),
+            Some(s) => {
+                out.push(1);
+                str_(out, &s);
+            }
+        }
+    }
+    fn opt_bool(out: &mut Vec<u8>, b: Option<bool>) {
+        out.push(match b {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        });
+    }
+    out.push(b'n');
+    str_(out, &c.name);
+    out.push(b'i');
+    opt_str(out, c.image.as_deref());
+    out.push(b'c');
+    list(out, c.command.as_ref(), |o, s| str_(o, s));
+    out.push(b'a');
+    list(out, c.args.as_ref(), |o, s| str_(o, s));
+    out.push(b'w');
+    opt_str(out, c.working_dir.as_deref());
+    out.push(b'e');
+    list(out, c.env.as_ref(), |o, e| {
+        str_(o, &e.name);
+        opt_str(o, e.value.as_deref());
+        json(o, e.value_from.as_ref());
+    });
+    out.push(b'p');
+    list(out, c.ports.as_ref(), |o, p| {
+        o.extend_from_slice(&p.container_port.to_le_bytes());
+        o.extend_from_slice(&p.host_port.unwrap_or(0).to_le_bytes());
+        opt_str(o, p.host_ip.as_deref());
+        opt_str(o, p.protocol.as_deref());
+        opt_str(o, p.name.as_deref());
+    });
+    out.push(b'v');
+    json(out, c.volume_mounts.as_ref());
+    out.push(b's');
+    json(out, c.security_context.as_ref());
+    out.push(b't');
+    opt_bool(out, c.stdin);
+    opt_bool(out, c.tty);
 }
 
 const SEED: u64 = 0xcbf2_9ce4_8422_2325;
@@ -62,23 +127,9 @@ pub fn parse_label(label: Option<&String>) -> Option<u64> {
 }
 
 pub fn container_hash(c: &Container) -> u64 {
-    let canon = Canonical {
-        name: &c.name,
-        image: c.image.as_deref(),
-        command: &c.command,
-        args: &c.args,
-        working_dir: &c.working_dir,
-        env: &c.env,
-        ports: &c.ports,
-        volume_mounts: &c.volume_mounts,
-        security_context: &c.security_context,
-        stdin: c.stdin,
-        tty: c.tty,
-    };
     BUF.with_borrow_mut(|buf| {
         buf.clear();
-        // Serialising plain data into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *buf, &canon);
+        encode(c, buf);
         hash_bytes(buf)
     })
 }
@@ -87,6 +138,8 @@ pub fn container_hash(c: &Container) -> u64 {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ResourceRequirements;
+
+    const PINNED: u64 = 0x2a05_5675_4cf9_8488;
 
     #[test]
     fn stable_and_sensitive_to_restart_fields_only() {
@@ -97,7 +150,7 @@ mod tests {
             ..Default::default()
         };
         // Pinned value: changing the encoding would restart every running container on upgrade.
-        assert_eq!(container_hash(&c), container_hash(&c.clone()));
+        assert_eq!(container_hash(&c), PINNED);
         let pinned = container_hash(&c);
         assert_eq!(hash_label(pinned).len(), 16);
         assert_eq!(parse_label(Some(&hash_label(pinned))), Some(pinned));
@@ -114,5 +167,17 @@ mod tests {
         let mut a = c.clone();
         a.args = Some(vec!["x".into()]);
         assert_ne!(container_hash(&a), pinned);
+        // Moving a word between command and args is a different container.
+        let mut m = c.clone();
+        m.command = Some(vec!["sleep".into()]);
+        m.args = Some(vec!["1".into()]);
+        assert_ne!(container_hash(&m), pinned);
+        let mut e = c.clone();
+        e.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "A".into(),
+            value: Some("1".into()),
+            ..Default::default()
+        }]);
+        assert_ne!(container_hash(&e), pinned);
     }
 }

@@ -1,0 +1,298 @@
+//! A compact, allocation-free serde serializer used only to fingerprint values: it writes a
+//! self-delimiting binary encoding (type tags, length-prefixed strings, raw little-endian numbers)
+//! into a reusable buffer, which is then hashed. Much cheaper than JSON (no escaping, no number
+//! formatting), and only ever compared within one process.
+
+use serde::ser::{self, Serialize};
+
+/// The encoding buffer.
+pub(crate) struct Sink<'a>(pub(crate) &'a mut Vec<u8>);
+
+/// Never produced by the sink itself; serde requires an error type, and `Serialize` impls may
+/// raise one through `ser::Error::custom` (e.g. a time that cannot be formatted).
+#[derive(Debug, thiserror::Error)]
+#[error("fingerprint serialization: {0}")]
+pub(crate) struct Error(String);
+
+impl ser::Error for Error {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        Error(msg.to_string())
+    }
+}
+
+/// Writes `value`'s encoding into `buf` (appending).
+pub(crate) fn write<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) {
+    let len = buf.len();
+    if value.serialize(&mut Sink(buf)).is_err() {
+        // Keep the fingerprint deterministic: a value that cannot be serialized contributes a
+        // fixed marker instead of a partial encoding.
+        buf.truncate(len);
+        buf.push(T_ERR);
+    }
+}
+
+const T_NONE: u8 = 0;
+const T_SOME: u8 = 1;
+const T_BOOL: u8 = 2;
+const T_INT: u8 = 3;
+const T_FLOAT: u8 = 4;
+const T_STR: u8 = 5;
+const T_BYTES: u8 = 6;
+const T_UNIT: u8 = 7;
+const T_SEQ: u8 = 8;
+const T_MAP: u8 = 9;
+const T_STRUCT: u8 = 10;
+const T_VARIANT: u8 = 11;
+const T_END: u8 = 12;
+const T_ERR: u8 = 13;
+
+impl Sink<'_> {
+    #[inline]
+    fn str(&mut self, s: &str) {
+        self.0.push(T_STR);
+        self.0.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(s.as_bytes());
+    }
+    #[inline]
+    fn name(&mut self, s: &'static str) {
+        self.0.push(s.len() as u8);
+        self.0.extend_from_slice(s.as_bytes());
+    }
+}
+
+impl<'a, 'b> ser::Serializer for &'a mut Sink<'b> {
+    type Ok = ();
+    type Error = Error;
+    type SerializeSeq = Self;
+    type SerializeTuple = Self;
+    type SerializeTupleStruct = Self;
+    type SerializeTupleVariant = Self;
+    type SerializeMap = Self;
+    type SerializeStruct = Self;
+    type SerializeStructVariant = Self;
+
+    fn serialize_bool(self, v: bool) -> Result<(), Error> {
+        self.0.extend_from_slice(&[T_BOOL, u8::from(v)]);
+        Ok(())
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), Error> {
+        self.serialize_i64(v.into())
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), Error> {
+        self.serialize_i64(v.into())
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), Error> {
+        self.serialize_i64(v.into())
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), Error> {
+        self.0.push(T_INT);
+        self.0.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), Error> {
+        self.serialize_u64(v.into())
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), Error> {
+        self.serialize_u64(v.into())
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), Error> {
+        self.serialize_u64(v.into())
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), Error> {
+        self.0.push(T_INT);
+        self.0.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), Error> {
+        self.serialize_f64(v.into())
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), Error> {
+        self.0.push(T_FLOAT);
+        self.0.extend_from_slice(&v.to_bits().to_le_bytes());
+        Ok(())
+    }
+    fn serialize_char(self, v: char) -> Result<(), Error> {
+        self.str(v.encode_utf8(&mut [0; 4]));
+        Ok(())
+    }
+    fn serialize_str(self, v: &str) -> Result<(), Error> {
+        self.str(v);
+        Ok(())
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), Error> {
+        self.0.push(T_BYTES);
+        self.0.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        self.0.extend_from_slice(v);
+        Ok(())
+    }
+    fn serialize_none(self) -> Result<(), Error> {
+        self.0.push(T_NONE);
+        Ok(())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
+        self.0.push(T_SOME);
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), Error> {
+        self.0.push(T_UNIT);
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
+        self.serialize_unit()
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), Error> {
+        self.0.push(T_VARIANT);
+        self.name(variant);
+        Ok(())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.0.push(T_VARIANT);
+        self.name(variant);
+        value.serialize(self)
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Self, Error> {
+        self.0.push(T_SEQ);
+        Ok(self)
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<Self, Error> {
+        self.0.push(T_SEQ);
+        Ok(self)
+    }
+    fn serialize_tuple_struct(self, _name: &'static str, _len: usize) -> Result<Self, Error> {
+        self.0.push(T_SEQ);
+        Ok(self)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Self, Error> {
+        self.0.push(T_VARIANT);
+        self.name(variant);
+        self.0.push(T_SEQ);
+        Ok(self)
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self, Error> {
+        self.0.push(T_MAP);
+        Ok(self)
+    }
+    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Self, Error> {
+        self.0.push(T_STRUCT);
+        Ok(self)
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Self, Error> {
+        self.0.push(T_VARIANT);
+        self.name(variant);
+        self.0.push(T_STRUCT);
+        Ok(self)
+    }
+}
+
+macro_rules! seq_like {
+    ($($tr:ident :: $m:ident),*) => {$(
+        impl ser::$tr for &mut Sink<'_> {
+            type Ok = ();
+            type Error = Error;
+            fn $m<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+                value.serialize(&mut **self)
+            }
+            fn end(self) -> Result<(), Error> {
+                self.0.push(T_END);
+                Ok(())
+            }
+        }
+    )*};
+}
+seq_like!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
+
+impl ser::SerializeMap for &mut Sink<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
+        key.serialize(&mut **self)
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        value.serialize(&mut **self)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.0.push(T_END);
+        Ok(())
+    }
+}
+
+macro_rules! struct_like {
+    ($($tr:ident),*) => {$(
+        impl ser::$tr for &mut Sink<'_> {
+            type Ok = ();
+            type Error = Error;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), Error> {
+                self.name(key);
+                value.serialize(&mut **self)
+            }
+            fn end(self) -> Result<(), Error> {
+                self.0.push(T_END);
+                Ok(())
+            }
+        }
+    )*};
+}
+struct_like!(SerializeStruct, SerializeStructVariant);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn enc<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+        let mut b = Vec::new();
+        write(&mut b, v);
+        b
+    }
+
+    #[test]
+    fn encoding_is_unambiguous() {
+        assert_ne!(enc(&("ab", "c")), enc(&("a", "bc")));
+        assert_ne!(enc(&Some("")), enc(&None::<&str>));
+        assert_ne!(enc(&vec![vec![1u8], vec![]]), enc(&vec![vec![], vec![1u8]]));
+        let a: BTreeMap<&str, &str> = [("k", "v")].into();
+        let b: BTreeMap<&str, &str> = [("kv", "")].into();
+        assert_ne!(enc(&a), enc(&b));
+        assert_eq!(enc(&a), enc(&a.clone()));
+        assert_ne!(enc(&1i64), enc(&1.0f64));
+    }
+}

@@ -1,0 +1,237 @@
+//! Static pods end to end: manifests in a directory -> swiftlet -> a real containerd.
+//! Each test runs its own agent (own node name, ports, manifest dir and cgroup root).
+
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1 as cri;
+use swiftlet_tests::{
+    Agent, AgentOptions, CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL,
+    Runtime, pod_cri_objects,
+};
+
+const RUNNING_TIMEOUT: Duration = Duration::from_secs(90);
+const GONE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A pod whose one container loops until SIGTERM (so it stops at once).
+fn manifest(name: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+  labels:
+    app: {name}
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: main
+    image: localhost/swiftlet/busybox:v1
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+"#
+    )
+}
+
+fn start(name: &str) -> Option<Agent> {
+    let rt = Runtime::shared()?;
+    Some(Agent::start(rt, AgentOptions::new(name)))
+}
+
+fn wait_all_running(agent: &Agent, pods: &[String]) -> swiftlet_tests::PodList {
+    agent.wait_for(|l| pods.iter().all(|p| l.is_running(p)), RUNNING_TIMEOUT)
+}
+
+fn label<'a>(labels: &'a std::collections::HashMap<String, String>, key: &str) -> &'a str {
+    labels.get(key).map(String::as_str).unwrap_or("")
+}
+
+#[test]
+fn three_manifests_become_three_running_pods() {
+    let Some(agent) = start("three-pods") else {
+        return;
+    };
+    let names = ["alpha", "beta", "gamma"];
+    for n in names {
+        agent.write_manifest(&format!("{n}.yaml"), &manifest(n));
+    }
+    let pod_names: Vec<String> = names.iter().map(|n| agent.static_pod_name(n)).collect();
+    let list = wait_all_running(&agent, &pod_names);
+    assert_eq!(list.items.len(), 3, "{}", list.summary());
+
+    for pod in &pod_names {
+        let uid = list.uid(pod).expect("a static pod has a UID");
+        let (sandboxes, containers) = pod_cri_objects(agent.endpoint(), uid).unwrap();
+        assert_eq!(sandboxes.len(), 1, "sandboxes of {pod}: {sandboxes:?}");
+        let sb = &sandboxes[0];
+        assert_eq!(sb.state, cri::PodSandboxState::SandboxReady as i32, "{pod}");
+        assert_eq!(label(&sb.labels, POD_NAME_LABEL), pod);
+        assert_eq!(label(&sb.labels, POD_NAMESPACE_LABEL), "default");
+        assert_eq!(label(&sb.labels, POD_UID_LABEL), uid);
+        assert_eq!(containers.len(), 1, "containers of {pod}: {containers:?}");
+        let c = &containers[0];
+        assert_eq!(
+            c.state,
+            cri::ContainerState::ContainerRunning as i32,
+            "{pod}"
+        );
+        assert_eq!(c.pod_sandbox_id, sb.id);
+        assert_eq!(label(&c.labels, CONTAINER_NAME_LABEL), "main");
+        assert_eq!(label(&c.labels, POD_NAME_LABEL), pod);
+        assert_eq!(label(&c.labels, POD_NAMESPACE_LABEL), "default");
+    }
+}
+
+#[test]
+fn deleting_a_manifest_removes_only_its_pod() {
+    let Some(agent) = start("delete-one") else {
+        return;
+    };
+    let names = ["keep-a", "doomed", "keep-b"];
+    for n in names {
+        agent.write_manifest(&format!("{n}.yaml"), &manifest(n));
+    }
+    let pod_names: Vec<String> = names.iter().map(|n| agent.static_pod_name(n)).collect();
+    let list = wait_all_running(&agent, &pod_names);
+    let uids: Vec<String> = pod_names
+        .iter()
+        .map(|p| list.uid(p).expect("a static pod has a UID").to_owned())
+        .collect();
+
+    agent.remove_manifest("doomed.yaml");
+    let doomed = &pod_names[1];
+    agent.wait_for(|l| l.get(doomed).is_none(), GONE_TIMEOUT);
+
+    // Its sandbox and container leave the runtime.
+    let deadline = Instant::now() + GONE_TIMEOUT;
+    loop {
+        let (sandboxes, containers) = pod_cri_objects(agent.endpoint(), &uids[1]).unwrap();
+        if sandboxes.is_empty() && containers.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{doomed} still in the runtime after {GONE_TIMEOUT:?}: {sandboxes:?} {containers:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The others are untouched: still listed Running, same sandbox READY, container RUNNING.
+    let now = agent.pods();
+    for i in [0, 2] {
+        assert!(now.is_running(&pod_names[i]), "{}", now.summary());
+        assert_eq!(now.uid(&pod_names[i]), Some(uids[i].as_str()));
+        let (sandboxes, containers) = pod_cri_objects(agent.endpoint(), &uids[i]).unwrap();
+        assert_eq!(sandboxes.len(), 1, "{sandboxes:?}");
+        assert_eq!(
+            sandboxes[0].state,
+            cri::PodSandboxState::SandboxReady as i32
+        );
+        assert_eq!(containers.len(), 1, "{containers:?}");
+        assert_eq!(
+            containers[0].state,
+            cri::ContainerState::ContainerRunning as i32
+        );
+    }
+}
+
+#[test]
+fn a_malformed_manifest_is_reported_and_the_good_ones_run() {
+    let Some(agent) = start("malformed") else {
+        return;
+    };
+    agent.write_manifest("good-one.yaml", &manifest("good-one"));
+    agent.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: [this is: not a mapping\nspec: {\n",
+    );
+    agent.write_manifest("good-two.yaml", &manifest("good-two"));
+    let good = [
+        agent.static_pod_name("good-one"),
+        agent.static_pod_name("good-two"),
+    ];
+    let list = wait_all_running(&agent, &good);
+    assert_eq!(
+        list.items.len(),
+        2,
+        "only the good pods run: {}",
+        list.summary()
+    );
+
+    // Reported by file name in the log ...
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !agent.log().contains("broken.yaml") {
+        assert!(
+            Instant::now() < deadline,
+            "the log never names broken.yaml: {}",
+            agent.log_path().display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // ... on /debug/manifests ...
+    let (status, body) = agent.get("/debug/manifests");
+    assert_eq!(status, 200, "{body}");
+    let errors: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let errors = errors.as_array().expect("a JSON array");
+    assert_eq!(errors.len(), 1, "{body}");
+    assert!(
+        errors[0]["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("broken.yaml")),
+        "{body}"
+    );
+    assert!(
+        errors[0]["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{body}"
+    );
+    // ... and counted in /metrics.
+    let (status, metrics) = agent.get("/metrics");
+    assert_eq!(status, 200);
+    let count: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("swiftlet_manifest_errors_total"))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        count >= 1.0,
+        "swiftlet_manifest_errors_total not counted:\n{metrics}"
+    );
+}
+
+#[test]
+fn ebpf_probe_sees_the_pod_cgroup_created() {
+    let Some(agent) = start("ebpf-cgroup") else {
+        return;
+    };
+    agent.write_manifest("traced.yaml", &manifest("traced"));
+    let pod = agent.static_pod_name("traced");
+    let list = wait_all_running(&agent, std::slice::from_ref(&pod));
+    let uid = list.uid(&pod).expect("a static pod has a UID").to_owned();
+    let needle = format!("pod{uid}");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = agent.get("/debug/ebpf/cgroups");
+        assert_eq!(
+            status,
+            200,
+            "GET /debug/ebpf/cgroups answered {status} (are the probes loaded? see {})",
+            agent.log_path().display()
+        );
+        let events: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let seen = events.as_array().is_some_and(|events| {
+            events.iter().any(|e| {
+                e["kind"] == "cgroup_mkdir"
+                    && e["path"].as_str().is_some_and(|p| p.contains(&needle))
+            })
+        });
+        if seen {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no cgroup_mkdir of {needle} among the eBPF events: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,142 @@
+//! `cargo xtask test`: runtime up, images, `cargo test --workspace` (less the probe crate),
+//! runtime down (always).
+
+use std::process::{Command, Stdio};
+
+use crate::progress::{Progress, note};
+use crate::runtime::Layout;
+
+/// Set for the tests: a missing prerequisite fails instead of skipping.
+pub const REQUIRE_RUNTIME_ENV: &str = "SWIFTLET_REQUIRE_RUNTIME";
+
+/// Errors of the test command.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Setup(#[from] crate::setup::Error),
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::Error),
+    #[error(transparent)]
+    Images(#[from] crate::images::Error),
+    #[error("running cargo test: {0}")]
+    Cargo(std::io::Error),
+}
+
+/// Whether the tests must fail (not skip) when the runtime is unavailable.
+pub fn require_runtime() -> bool {
+    let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    set(REQUIRE_RUNTIME_ENV) || std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Runs the workspace tests against the private containerd; returns cargo test's exit code.
+pub fn run(extra_args: &[String]) -> Result<i32, Error> {
+    let layout = Layout::default();
+    let require = require_runtime();
+    let prepared = if crate::is_root() {
+        let mut progress = Progress::new(3);
+        progress.step("setup", || crate::setup::ensure_all().map(|_| ()))?;
+        progress.step("runtime up", || crate::runtime::up(&layout))?;
+        progress.step("images", || crate::images::ensure(&layout))?;
+        true
+    } else if require {
+        return Err(crate::setup::Error::NotRoot.into());
+    } else {
+        note("not root: the runtime tests will skip (run as root to include them)");
+        false
+    };
+
+    let mut cmd = Command::new(crate::cargo_bin());
+    cmd.current_dir(crate::workspace_root())
+        // The probe crate builds only for bpfel-unknown-none (the agent's build.rs builds it).
+        .args(["test", "--workspace", "--exclude", "swiftlet-ebpf"])
+        .args(["--no-fail-fast"])
+        .args(extra_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    if require {
+        cmd.env(REQUIRE_RUNTIME_ENV, "1");
+    }
+    eprintln!(
+        "running cargo test --workspace --exclude swiftlet-ebpf {}",
+        extra_args.join(" ")
+    );
+    let mut totals = Totals::default();
+    let status = cmd.spawn().and_then(|mut child| {
+        if let Some(out) = child.stdout.take() {
+            // Echo every line and add up cargo's per-binary `test result:` lines.
+            for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok)
+            {
+                println!("{line}");
+                totals.add_line(&line);
+            }
+        }
+        child.wait()
+    });
+
+    if prepared {
+        let mut progress = Progress::new(1);
+        let _ = progress.step("runtime down", || {
+            crate::runtime::down(&layout).map(|r| note(r.to_string()))
+        });
+    }
+    let status = status.map_err(Error::Cargo)?;
+    // The closing line: the whole workspace's count, after the tear-down output.
+    println!(
+        "summary: {} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    );
+    Ok(status.code().unwrap_or(1))
+}
+
+/// Test counts summed over cargo's `test result: ok. 3 passed; 0 failed; 1 ignored; ...` lines.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub passed: u64,
+    pub failed: u64,
+    pub ignored: u64,
+}
+
+impl Totals {
+    pub fn add_line(&mut self, line: &str) {
+        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+            return;
+        };
+        for part in rest.split(['.', ';']) {
+            let mut words = part.split_whitespace();
+            let (Some(n), Some(what)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Ok(n) = n.parse::<u64>() else { continue };
+            match what {
+                "passed" => self.passed += n,
+                "failed" => self.failed += n,
+                "ignored" => self.ignored += n,
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Totals;
+
+    #[test]
+    fn sums_cargo_test_result_lines() {
+        let mut t = Totals::default();
+        t.add_line("test result: ok. 72 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.59s");
+        t.add_line(
+            "test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out",
+        );
+        t.add_line("test foo ... ok");
+        t.add_line("running 4 tests");
+        assert_eq!(
+            t,
+            Totals {
+                passed: 75,
+                failed: 2,
+                ignored: 1
+            }
+        );
+    }
+}
