@@ -347,6 +347,25 @@ impl ContainerManager {
         }
     }
 
+    /// Directories of one cgroup name in every hierarchy mounted under the cgroup mount, including
+    /// those the runtime created on its own (blkio, devices, freezer, cpuset, name=systemd, ...):
+    /// what clean-up must cover so nothing is left behind.
+    fn all_hierarchy_dirs(&self, name: &str) -> Result<Vec<PathBuf>> {
+        if self.hierarchy == Hierarchy::V2 {
+            return self.dirs(name);
+        }
+        let mut out = Vec::new();
+        if let Ok(entries) = fs::read_dir(&self.cfg.mount) {
+            for e in entries.flatten() {
+                // Symlinks such as `cpu,cpuacct` alias a hierarchy already listed.
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    out.push(safe_join(&e.path(), name)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Creates the QoS level cgroups (`kubepods`, `burstable`, `besteffort`) at start.
     pub fn start(&self) -> Result<()> {
         if !self.cfg.cgroups_per_qos {
@@ -428,7 +447,7 @@ impl ContainerManager {
     /// Kills whatever still runs in the pod cgroup and removes it, deepest directories first.
     /// A missing cgroup is not an error.
     pub fn destroy_pod_cgroup(&self, name: &str) -> Result<()> {
-        for dir in self.dirs(name)? {
+        for dir in self.all_hierarchy_dirs(name)? {
             if !dir.exists() {
                 continue;
             }

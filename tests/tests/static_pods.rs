@@ -42,6 +42,39 @@ fn wait_all_running(agent: &Agent, pods: &[String]) -> swiftlet_tests::PodList {
     agent.wait_for(|l| pods.iter().all(|p| l.is_running(p)), RUNNING_TIMEOUT)
 }
 
+/// Every directory named `pod<uid>` below `<hierarchy>/<cgroup_root>` in any cgroup hierarchy.
+fn pod_cgroup_dirs(cgroup_root: &str, uid: &str) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, name: &str, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if e.file_name().to_str() == Some(name) {
+                    out.push(e.path());
+                }
+                walk(&e.path(), name, out);
+            }
+        }
+    }
+    let name = format!("pod{uid}");
+    let mut out = Vec::new();
+    for h in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if h.file_type().is_ok_and(|t| t.is_dir()) {
+            walk(
+                &h.path().join(cgroup_root.trim_start_matches('/')),
+                &name,
+                &mut out,
+            );
+        }
+    }
+    out
+}
+
 fn label<'a>(labels: &'a std::collections::HashMap<String, String>, key: &str) -> &'a str {
     labels.get(key).map(String::as_str).unwrap_or("")
 }
@@ -115,6 +148,10 @@ fn deleting_a_manifest_removes_only_its_pod() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+
+    // Its pod cgroup is gone from every hierarchy, including the ones runc populated itself.
+    let leftover = pod_cgroup_dirs(agent.cgroup_root(), &uids[1]);
+    assert!(leftover.is_empty(), "pod cgroup left behind: {leftover:?}");
 
     // The others are untouched: still listed Running, same sandbox READY, container RUNNING.
     let now = agent.pods();

@@ -751,15 +751,19 @@ impl Manager {
     pub async fn kill_pod(&self, name: &str, uid: &str, grace: i64) -> Result<()> {
         let state = self.pod_state(uid).await.map_err(Self::cri_err(name))?;
         self.kill_runtime_pod(name, &state, grace).await?;
-        for cg in self.cm.list_pod_cgroups() {
-            if cg.ends_with(&format!("/pod{uid}")) {
-                self.cm
-                    .destroy_pod_cgroup(&cg)
-                    .map_err(|source| Error::Cgroup {
-                        pod: name.to_owned(),
-                        source,
-                    })?;
-            }
+        // Without the spec (orphans) the QoS class is unknown: try the pod's place under each.
+        for qos in [
+            cm::QosClass::Guaranteed,
+            cm::QosClass::Burstable,
+            cm::QosClass::BestEffort,
+        ] {
+            self.cm
+                .pod_cgroup_name(uid, qos)
+                .and_then(|cg| self.cm.destroy_pod_cgroup(&cg))
+                .map_err(|source| Error::Cgroup {
+                    pod: name.to_owned(),
+                    source,
+                })?;
         }
         for s in &state.sandboxes {
             if let Some(m) = &s.metadata {
