@@ -326,6 +326,10 @@ pub struct AgentOptions {
     pub file_check_frequency: String,
     /// More flags.
     pub extra_args: Vec<String>,
+    /// The agent binary; `None`: the debug build from [`agent_binary`].
+    pub binary: Option<PathBuf>,
+    /// `-v`; 4 (debug logs) unless a bench wants the agent quiet.
+    pub verbosity: u8,
 }
 
 impl AgentOptions {
@@ -335,6 +339,8 @@ impl AgentOptions {
             name: name.to_owned(),
             file_check_frequency: "1s".to_owned(),
             extra_args: Vec::new(),
+            binary: None,
+            verbosity: 4,
         }
     }
 }
@@ -412,7 +418,7 @@ impl Agent {
     /// When the build fails, the agent exits, or it does not become healthy in time (the log
     /// path and its tail are in the message).
     pub fn start(runtime: &Runtime, opts: AgentOptions) -> Agent {
-        let binary = agent_binary();
+        let binary = opts.binary.as_deref().unwrap_or_else(|| agent_binary());
         let node = unique_node_name(&opts.name);
         let cgroup_root = format!("/swiftlet-test-{node}");
         let manifest_dir = tempfile::Builder::new()
@@ -453,7 +459,7 @@ impl Agent {
             .arg(read_only_port.to_string())
             .arg("--file-check-frequency")
             .arg(&opts.file_check_frequency)
-            .args(["-v", "4"])
+            .args(["-v", &opts.verbosity.to_string()])
             .args(&opts.extra_args)
             .stdin(Stdio::null())
             .stdout(log)
@@ -502,6 +508,11 @@ impl Agent {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The agent's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The node name (`--hostname-override`).
