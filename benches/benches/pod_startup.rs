@@ -269,13 +269,78 @@ fn swiftlet_run(agent: &Agent, n: usize, run: usize) -> Sample {
 // ---------------------------------------------------------------------------------------------
 // 3. podman.
 
-fn podman_available() -> bool {
-    Command::new("podman")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// The containers.conf podman 4.3 needs here: rlimits no higher than this machine's hard limits
+/// (ENVIRONMENT.md).
+const PODMAN_CONF: &str =
+    "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=4096:4096\"]\n";
+
+struct Podman {
+    dir: tempfile::TempDir,
+}
+
+impl Podman {
+    fn command(&self) -> Command {
+        let mut c = Command::new("podman");
+        c.env("CONTAINERS_CONF", self.dir.path().join("containers.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Result<(), String> {
+        let out = self
+            .command()
+            .args(args)
+            .output()
+            .map_err(|e| format!("podman {args:?}: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "podman {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+
+    /// Podman with the test image loaded from the archive `cargo xtask images` wrote; None (with
+    /// the reason printed) when podman is missing or cannot run here.
+    fn setup(rt: &Runtime) -> Option<Podman> {
+        let installed = Command::new("podman")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed {
+            println!("podman: not installed (apt-get install podman): skipped");
+            return None;
+        }
+        let dir = tempfile::tempdir().ok()?;
+        std::fs::write(dir.path().join("containers.conf"), PODMAN_CONF).ok()?;
+        let p = Podman { dir };
+        if p.run(&["image", "exists", IMAGE]).is_err() {
+            let archive = rt.layout.images_dir.join("swiftlet-busybox-v1.tar");
+            if let Err(e) = p.run(&["load", "-i", &archive.to_string_lossy()]) {
+                println!("podman: cannot load the test image: {e}: skipped");
+                return None;
+            }
+        }
+        Some(p)
+    }
+
+    /// `podman kube play` of n pods: the wall time until it returns (every container started).
+    fn play(&self, n: usize, run: usize) -> Result<Duration, String> {
+        let docs: Vec<String> = (0..n).map(|i| manifest(&format!("p{run}-{i}"))).collect();
+        let file = self.dir.path().join(format!("play-{run}.yaml"));
+        std::fs::write(&file, docs.join("---\n")).map_err(|e| e.to_string())?;
+        let file = file.to_string_lossy().into_owned();
+        let start = Instant::now();
+        let played = self.run(&["kube", "play", &file]);
+        let wall = start.elapsed();
+        self.run(&["kube", "down", &file])?;
+        played.map(|()| wall)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -422,7 +487,7 @@ fn main() -> ExitCode {
     let cri = tokio
         .block_on(async { Cri::new(&rt.endpoint, Metrics::new()) })
         .expect("CRI client");
-    let podman = podman_available();
+    let podman = Podman::setup(rt);
 
     println!(
         "pod_startup: host-network pods, one container each; {} repetition(s) per N",
@@ -435,7 +500,7 @@ fn main() -> ExitCode {
     );
     let mut ratios = Vec::new();
     for &n in &opts.pods {
-        let (mut floors, mut swift) = (Vec::new(), Vec::new());
+        let (mut floors, mut swift, mut pods_play) = (Vec::new(), Vec::new(), Vec::new());
         for rep in 0..opts.reps {
             progress(&format!("N={n} rep {}/{}: floor", rep + 1, opts.reps));
             let run = n * 1000 + rep;
@@ -446,6 +511,13 @@ fn main() -> ExitCode {
             floors.push(s);
             progress(", swiftlet");
             swift.push(swiftlet_run(&agent, n, run));
+            if let Some(p) = &podman {
+                progress(", podman");
+                match p.play(n, run) {
+                    Ok(w) => pods_play.push(w),
+                    Err(e) => eprintln!("\n  podman kube play failed: {e}"),
+                }
+            }
             eprintln!(" done");
         }
         let (hf, hs) = (histogram(&floors), histogram(&swift));
@@ -460,8 +532,17 @@ fn main() -> ExitCode {
         );
         row("CRI floor", &hf, wf);
         row("swiftlet", &hs, ws);
-        if !podman {
-            println!("  podman     not installed: skipped");
+        if !pods_play.is_empty() {
+            let wall: Duration = pods_play.iter().sum::<Duration>() / pods_play.len() as u32;
+            println!(
+                "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10.1}   (kube play returns once, for the batch)",
+                "podman",
+                "-",
+                "-",
+                "-",
+                "-",
+                wall.as_secs_f64() * 1000.0
+            );
         }
         let ratio = ws.as_secs_f64() / wf.as_secs_f64().max(1e-9);
         ratios.push((n, ratio));
