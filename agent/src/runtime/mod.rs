@@ -1003,6 +1003,15 @@ impl Manager {
         cri::with_pod(uid, self.kill_pod_traced(name, uid, grace)).await
     }
 
+    /// Forgets back-off entries untouched for ten minutes (for housekeeping; a killed pod's
+    /// entries are forgotten by `kill_pod` already).
+    pub fn gc_backoffs(&self) {
+        let now = now_nanos();
+        let mut b = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        b.crash.gc(now);
+        b.image.gc(now);
+    }
+
     /// [`Manager::kill_pod`] for a known pod: the grace period is `grace_override`, else the pod's
     /// deletion grace period, else its `terminationGracePeriodSeconds`, else 30 s (at least 2 s).
     pub async fn kill_pod_for(&self, pod: &Pod, grace_override: Option<i64>) -> Result<()> {
