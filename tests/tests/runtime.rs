@@ -126,6 +126,14 @@ fn restart_policies_follow_exit_codes() {
             &manifest(&agent, name, policy, script, ""),
         );
     }
+    // A failing init container under Never fails the pod; its app container never starts.
+    let init_fail = format!(
+        "  initContainers:\n  - name: setup\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"exit 2\"]\n"
+    );
+    agent.write_manifest(
+        "init-fail.yaml",
+        &manifest(&agent, "init-fail", "Never", "sleep 1000", &init_fail),
+    );
     let pod = |n: &str| agent.static_pod_name(n);
     let list = agent.wait_for(
         |l| {
@@ -135,6 +143,7 @@ fn restart_policies_follow_exit_codes() {
                 && restarted("onfailure-fail")
                 && l.phase(&pod("onfailure-ok")) == Some("Succeeded")
                 && l.phase(&pod("never-fail")) == Some("Failed")
+                && l.phase(&pod("init-fail")) == Some("Failed")
         },
         TIMEOUT,
     );
@@ -150,6 +159,14 @@ fn restart_policies_follow_exit_codes() {
         let all = cri_statuses(agent.endpoint(), uid);
         assert_eq!(all.len(), 1, "{n}: exactly one container ever: {all:?}");
     }
+    let setup = init_status(&list, &pod("init-fail"), "setup").expect("init status");
+    assert_eq!(exit_code(setup), Some(2));
+    let uid = list.uid(&pod("init-fail")).expect("uid");
+    let all = cri_statuses(agent.endpoint(), uid);
+    assert!(
+        named(&all, "main").is_empty(),
+        "the app container never ran: {all:?}"
+    );
     // A restarted container remembers how the previous run ended.
     let restarted = status(&list, &pod("onfailure-fail"), "main").expect("status");
     let last = restarted
@@ -335,6 +352,35 @@ spec:
         side.state,
         cri::ContainerState::ContainerRunning as i32,
         "the sidecar keeps running"
+    );
+
+    // Termination stops the app container before the sidecar.
+    agent.remove_manifest("init.yaml");
+    let deadline = Instant::now() + TIMEOUT;
+    while pod_cri_objects(agent.endpoint(), uid)
+        .map(|(s, c)| s.len() + c.len())
+        .unwrap_or(1)
+        > 0
+    {
+        assert!(Instant::now() < deadline, "the pod never went away");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = agent.log();
+    let stop_line = |name: &str| {
+        log.lines().position(|l| {
+            // The log may be coloured: match the quoted value, not `key=value`.
+            l.contains("stopping container") && l.contains(&format!("\"{name}\""))
+        })
+    };
+    let (main_at, side_at) = (stop_line("main"), stop_line("side"));
+    assert!(
+        main_at.is_some() && side_at.is_some(),
+        "no stop lines in {}",
+        agent.log_path().display()
+    );
+    assert!(
+        main_at < side_at,
+        "main must stop before the sidecar: {main_at:?} {side_at:?}"
     );
 }
 
