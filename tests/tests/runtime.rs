@@ -26,10 +26,7 @@ fn manifest(agent: &Agent, name: &str, policy: &str, script: &str, extra: &str) 
     format!(
         r#"apiVersion: v1
 kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-  uid: {name}-{node}
+metadata: {{name: {name}, namespace: default, uid: {name}-{node}}}
 spec:
   restartPolicy: {policy}
   terminationGracePeriodSeconds: 5
@@ -242,9 +239,10 @@ fn spec_change_restarts_and_label_change_does_not() {
 
     // A label change: synced, but the container keeps running.
     let labelled = manifest(&agent, "web", "Always", loop_script, "").replace(
-        "  namespace: default\n",
-        "  namespace: default\n  labels: {tier: front}\n",
+        "namespace: default,",
+        "namespace: default, labels: {tier: front},",
     );
+    assert!(labelled.contains("tier: front"));
     agent.write_manifest("web.yaml", &labelled);
     let deadline = Instant::now() + TIMEOUT;
     while updates(&agent) <= before {
