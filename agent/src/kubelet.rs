@@ -233,6 +233,89 @@ impl<S: PodSyncer> SyncLoop<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pod_workers::tests::{Fake, Inner, pod};
+    use tokio_util::task::TaskTracker;
+
+    struct Running {
+        config_tx: mpsc::Sender<PodUpdate>,
+        runtime_state: RuntimeState,
+        fake: Fake,
+        _cancel: tokio_util::sync::DropGuard,
+    }
+
+    fn start(inner: Inner) -> Running {
+        let fake = Fake(Arc::new(inner));
+        let (config_tx, config_rx) = mpsc::channel(50);
+        let (_pleg_tx, pleg_rx) = mpsc::channel(1);
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let cancel = CancellationToken::new();
+        let metrics = crate::metrics::Metrics::new();
+        let runtime_state = RuntimeState::default();
+        let sync_loop = SyncLoop {
+            config_rx,
+            sources_ready: SourcesReady::default(),
+            pleg_rx,
+            done_rx,
+            runtime_pods: RuntimePods::default(),
+            runtime_state: runtime_state.clone(),
+            workers: PodWorkers::new(fake.clone(), done_tx, TaskTracker::new(), cancel.clone()),
+            status: StatusManager::new(metrics.clone()),
+            metrics,
+        };
+        tokio::spawn(sync_loop.run(cancel.clone()));
+        Running {
+            config_tx,
+            runtime_state,
+            fake,
+            _cancel: cancel.drop_guard(),
+        }
+    }
+
+    fn add(p: Arc<Pod>) -> PodUpdate {
+        PodUpdate {
+            op: Op::Add,
+            pods: vec![p],
+            source: crate::config::FILE,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_one_second_tick_hands_out_due_resyncs() {
+        let r = start(Inner {
+            requeue_after: Some(Duration::from_millis(2500)),
+            ..Default::default()
+        });
+        r.config_tx.send(add(pod("u1", "web"))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(r.fake.syncs_of("u1").len(), 1);
+        // Due at 2.5 s, handed out by the tick at 3 s; then due at 5.5 s, handed out at 6 s.
+        tokio::time::sleep(Duration::from_millis(2800)).await;
+        assert_eq!(r.fake.syncs_of("u1").len(), 1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(r.fake.syncs_of("u1").len(), 2);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(r.fake.syncs_of("u1").len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_runtime_holds_the_loop_with_growing_back_off() {
+        let r = start(Inner::default());
+        r.runtime_state.set(Some("relist failed".into()));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        r.config_tx.send(add(pod("u1", "web"))).await.unwrap();
+        // Back-off sleeps of 0.1+0.2+0.4+0.8+1.6+3.2 s = 6.3 s pass; nothing is dispatched.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(r.fake.calls().is_empty());
+        r.runtime_state.set(None);
+        // The loop wakes at the end of its current back-off (5 s at most) and catches up.
+        let cleared = tokio::time::Instant::now();
+        while r.fake.calls().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let waited = cleared.elapsed();
+        assert!(waited <= Duration::from_secs(5), "{waited:?}");
+        assert_eq!(r.fake.syncs_of("u1").len(), 1);
+    }
 
     #[test]
     fn backoff_doubles_to_five_seconds_and_resets() {

@@ -168,6 +168,9 @@ pub const RESYNC: Duration = Duration::from_secs(60);
 /// swiftlet retries sooner because a failed start is what its users wait on.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(2);
 const JITTER: f64 = 0.5;
+/// Quick in-worker retries of a failed kill: 100 ms doubling while <= 800 ms (1.5 s in all).
+const KILL_RETRY_BASE: Duration = Duration::from_millis(100);
+const KILL_RETRY_MAX: Duration = Duration::from_millis(800);
 
 /// What a successful sync found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -834,10 +837,29 @@ impl<S: PodSyncer> Worker<S> {
                 _ = step.token.cancelled() => return Outcome::Cancelled,
                 r = self.syncer.sync_pod(uid, pod) => r.map(Outcome::Synced),
             },
-            WorkType::Terminating => tokio::select! {
-                _ = step.token.cancelled() => return Outcome::Cancelled,
-                r = self.syncer.sync_terminating_pod(uid, pod, step.grace) => r.map(|()| Outcome::Done),
-            },
+            WorkType::Terminating => {
+                // A cancelled sync can leave a CRI call in flight, and containerd refuses to
+                // remove a container that is still starting: retry the kill quickly a few times
+                // before leaving it to the work queue's slower back-off.
+                let mut retry = KILL_RETRY_BASE;
+                loop {
+                    let r = tokio::select! {
+                        _ = step.token.cancelled() => return Outcome::Cancelled,
+                        r = self.syncer.sync_terminating_pod(uid, pod, step.grace) => r,
+                    };
+                    match r {
+                        Err(e) if retry <= KILL_RETRY_MAX => {
+                            tracing::debug!(pod = uid, error = %e, ?retry, "killing pod; retrying");
+                            tokio::select! {
+                                _ = step.token.cancelled() => return Outcome::Cancelled,
+                                _ = tokio::time::sleep(retry) => {}
+                            }
+                            retry *= 2;
+                        }
+                        r => break r.map(|()| Outcome::Done),
+                    }
+                }
+            }
             WorkType::Terminated => self
                 .syncer
                 .sync_terminated_pod(uid, pod)

@@ -5,33 +5,35 @@ use std::collections::HashSet;
 use tokio::time::Instant;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Call {
+pub(crate) enum Call {
     Sync(String, String),
     Terminating(String, i64),
     Terminated(String),
 }
 
 #[derive(Default)]
-struct Inner {
-    calls: Mutex<Vec<(Call, Instant)>>,
-    syncs_finished: Mutex<Vec<String>>,
-    sync_time: Duration,
-    kill_time: Duration,
-    terminal: Mutex<HashSet<String>>,
-    failing: Mutex<HashSet<String>>,
-    requeue_after: Option<Duration>,
+pub(crate) struct Inner {
+    pub(crate) calls: Mutex<Vec<(Call, Instant)>>,
+    pub(crate) syncs_finished: Mutex<Vec<String>>,
+    pub(crate) sync_time: Duration,
+    pub(crate) kill_time: Duration,
+    pub(crate) terminal: Mutex<HashSet<String>>,
+    pub(crate) failing: Mutex<HashSet<String>>,
+    pub(crate) requeue_after: Option<Duration>,
+    /// How many kills fail before they succeed.
+    pub(crate) kill_failures: std::sync::atomic::AtomicUsize,
 }
 
 /// A runtime that records calls and takes the configured time over each.
 #[derive(Clone, Default)]
-struct Fake(Arc<Inner>);
+pub(crate) struct Fake(pub(crate) Arc<Inner>);
 
 impl Fake {
     fn record(&self, c: Call) {
         self.0.calls.lock().unwrap().push((c, Instant::now()));
     }
 
-    fn calls(&self) -> Vec<Call> {
+    pub(crate) fn calls(&self) -> Vec<Call> {
         self.0
             .calls
             .lock()
@@ -45,7 +47,7 @@ impl Fake {
         self.0.calls.lock().unwrap().clone()
     }
 
-    fn syncs_of(&self, uid: &str) -> Vec<String> {
+    pub(crate) fn syncs_of(&self, uid: &str) -> Vec<String> {
         self.calls()
             .into_iter()
             .filter_map(|c| match c {
@@ -89,6 +91,11 @@ impl PodSyncer for Fake {
     ) -> Result<(), runtime::Error> {
         self.record(Call::Terminating(uid.to_owned(), grace));
         tokio::time::sleep(self.0.kill_time).await;
+        let failures = &self.0.kill_failures;
+        if failures.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            failures.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(runtime::Error::NoSpec(uid.to_owned()));
+        }
         Ok(())
     }
 
@@ -155,7 +162,16 @@ impl Harness {
     }
 }
 
-fn pod(uid: &str, name: &str) -> Arc<Pod> {
+/// A harness whose pod "u1" (named `name`) was created a second ago.
+async fn running(inner: Inner, name: &str) -> (Harness, Arc<Pod>) {
+    let mut h = harness(inner);
+    let p = pod("u1", name);
+    h.update(UpdateType::Create, &p);
+    h.run_for(secs(1)).await;
+    (h, p)
+}
+
+pub(crate) fn pod(uid: &str, name: &str) -> Arc<Pod> {
     let mut p = Pod::default();
     p.metadata.uid = Some(uid.into());
     p.metadata.name = Some(name.into());
@@ -233,13 +249,14 @@ async fn kill_is_never_lost_to_a_later_update() {
 
 #[tokio::test(start_paused = true)]
 async fn kill_cancels_a_running_sync() {
-    let mut h = harness(Inner {
-        sync_time: secs(60),
-        ..Default::default()
-    });
-    let p = pod("u1", "slow");
-    h.update(UpdateType::Create, &p);
-    h.run_for(secs(1)).await;
+    let (mut h, p) = running(
+        Inner {
+            sync_time: secs(60),
+            ..Default::default()
+        },
+        "slow",
+    )
+    .await;
     let killed_at = Instant::now();
     h.kill(&p, Some(3));
     h.run_for(secs(5)).await;
@@ -259,13 +276,14 @@ async fn kill_cancels_a_running_sync() {
 
 #[tokio::test(start_paused = true)]
 async fn grace_period_only_shrinks_and_never_below_one() {
-    let mut h = harness(Inner {
-        kill_time: secs(100),
-        ..Default::default()
-    });
-    let p = pod("u1", "web");
-    h.update(UpdateType::Create, &p);
-    h.run_for(secs(1)).await;
+    let (mut h, p) = running(
+        Inner {
+            kill_time: secs(100),
+            ..Default::default()
+        },
+        "web",
+    )
+    .await;
     h.kill(&p, Some(20));
     h.run_for(secs(1)).await;
     h.kill(&p, Some(5));
@@ -425,13 +443,14 @@ async fn housekeeping_terminates_workers_of_pods_no_source_wants() {
 
 #[tokio::test(start_paused = true)]
 async fn create_while_terminating_restarts_only_after_the_purge() {
-    let mut h = harness(Inner {
-        kill_time: secs(3),
-        ..Default::default()
-    });
-    let p = pod("u1", "v1");
-    h.update(UpdateType::Create, &p);
-    h.run_for(secs(1)).await;
+    let (mut h, p) = running(
+        Inner {
+            kill_time: secs(3),
+            ..Default::default()
+        },
+        "v1",
+    )
+    .await;
     h.kill(&p, Some(1));
     h.run_for(secs(1)).await;
     h.update(UpdateType::Create, &renamed(&p, "v2"));
@@ -506,4 +525,48 @@ async fn timeline_marks_update_sync_start_and_finish() {
         timelines.get("u1").is_none(),
         "purged pods leave the timelines"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_kill_is_retried_quickly_then_left_to_the_work_queue() {
+    let (mut h, p) = running(
+        Inner {
+            kill_failures: 3.into(),
+            ..Default::default()
+        },
+        "web",
+    )
+    .await;
+    let killed = Instant::now();
+    h.kill(&p, Some(1));
+    h.run_for(secs(5)).await;
+    // Three failures, retried after 100, 200 and 400 ms: done 700 ms after the kill.
+    let calls = h.fake.calls_at();
+    let kills: Vec<Duration> = calls
+        .iter()
+        .filter(|(c, _)| matches!(c, Call::Terminating(..)))
+        .map(|(_, at)| *at - killed)
+        .collect();
+    assert_eq!(
+        kills,
+        [0, 100, 300, 700].map(Duration::from_millis),
+        "{calls:?}"
+    );
+    assert!(h.workers.is_known("u1") && h.purged.is_empty());
+    assert_eq!(
+        calls.last().map(|c| &c.0),
+        Some(&Call::Terminated("u1".into()))
+    );
+
+    // Failing for longer: the worker gives up after 1.5 s and the work queue retries later.
+    let mut h = harness(Inner {
+        kill_failures: 100.into(),
+        ..Default::default()
+    });
+    h.update(UpdateType::Create, &p);
+    h.run_for(secs(1)).await;
+    h.kill(&p, Some(1));
+    h.run_for(secs(5)).await;
+    assert_eq!(h.fake.graces_of("u1").len(), 5);
+    assert!(h.workers.queue().due_at("u1").is_some());
 }
