@@ -276,8 +276,6 @@ struct PodStatus {
     pending: Option<Work>,
     /// The pod of the last update handed to a sync function.
     active: Option<Arc<Pod>>,
-    /// Update type of the last taken update.
-    active_kind: Option<UpdateType>,
     /// The worker task exists (static pods wait for their turn before it is spawned).
     spawned: bool,
     /// The worker has run work for this pod.
@@ -286,7 +284,6 @@ struct PodStatus {
     terminated: bool,
     /// Effective grace period in seconds once terminating (0 = not computed yet).
     grace: i64,
-    deleted: bool,
     finished: bool,
     restart_requested: bool,
     runtime_only: bool,
@@ -404,16 +401,13 @@ fn accept(st: &mut PodStatus, mut work: Work, first: bool) -> Accepted {
     if st.finished {
         return Accepted::Ignored;
     }
-    let mut became_terminating = false;
-    if !st.terminating {
-        if work.runtime_only || work.pod.metadata.deletion_timestamp.is_some() {
-            st.deleted = true;
-            became_terminating = true;
-        } else if phase_is_terminal(&work.pod) || work.kind == UpdateType::Kill {
-            became_terminating = true;
-        }
-        st.terminating = became_terminating;
-    }
+    // Runtime-only pods, deleted pods, terminal pods and kills all start terminating.
+    let became_terminating = !st.terminating
+        && (work.runtime_only
+            || work.pod.metadata.deletion_timestamp.is_some()
+            || phase_is_terminal(&work.pod)
+            || work.kind == UpdateType::Kill);
+    st.terminating |= became_terminating;
     let mut shortened = false;
     if st.terminated {
         if work.runtime_only {
@@ -707,7 +701,6 @@ impl<S: PodSyncer> PodWorkers<S> {
             if !orphan {
                 continue;
             }
-            st.deleted = true;
             if !st.spawned || (!st.started && !st.terminating) {
                 // Never started: nothing to stop.
                 st.finished = true;
@@ -795,7 +788,6 @@ impl<S: PodSyncer> Worker<S> {
         if !(work.runtime_only && st.active.is_some()) {
             st.active = Some(work.pod.clone());
         }
-        st.active_kind = Some(work.kind);
         st.started = true;
         let token = self.cancel.child_token();
         st.cancel = Some(token.clone());

@@ -570,3 +570,17 @@ async fn a_failed_kill_is_retried_quickly_then_left_to_the_work_queue() {
     assert_eq!(h.fake.graces_of("u1").len(), 5);
     assert!(h.workers.queue().due_at("u1").is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_deletion_timestamp_terminates_with_the_deletion_grace_period() {
+    let (mut h, p) = running(Inner::default(), "web").await;
+    let mut deleted = (*p).clone();
+    deleted.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    deleted.metadata.deletion_grace_period_seconds = Some(4);
+    h.update(UpdateType::Update, &Arc::new(deleted));
+    h.run_for(secs(1)).await;
+    assert_eq!(h.fake.graces_of("u1"), [4]);
+    assert!(h.workers.is_finished("u1"));
+}
