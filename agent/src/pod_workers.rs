@@ -671,7 +671,14 @@ impl<S: PodSyncer> PodWorkers<S> {
         let Some(slot) = self.workers.get(uid) else {
             return Vec::new();
         };
-        let full_name = slot.lock().full_name.clone();
+        let (full_name, finished) = {
+            let st = slot.lock();
+            (st.full_name.clone(), st.finished)
+        };
+        if !finished {
+            // A late report about a worker purged and created afresh since.
+            return Vec::new();
+        }
         self.release_static(uid, &full_name);
         self.purge(desired, Some(uid))
     }
