@@ -566,6 +566,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             return;
         }
         let full_name = st.full_name.clone();
+        let terminating = st.terminating;
         let slot = Arc::new(Slot {
             state: Mutex::new(st),
             notify: Notify::new(),
@@ -581,7 +582,12 @@ impl<S: PodSyncer> PodWorkers<S> {
                 .entry(full_name.clone())
                 .or_default()
                 .push_back(uid.to_owned());
-            self.start_next_static(&full_name);
+            if terminating {
+                // Terminal or killed before it ever started: it never starts.
+                self.cleanup_unstarted(uid);
+            } else {
+                self.start_next_static(&full_name);
+            }
         } else {
             self.spawn(uid);
         }

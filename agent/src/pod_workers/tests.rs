@@ -350,6 +350,16 @@ async fn static_pods_with_one_full_name_run_one_at_a_time_first_come_first_serve
         "d runs beside b: {calls:?}"
     );
     assert!(h.workers.is_finished("c"));
+    // A static pod that arrives already terminal never starts either, and finishes at once.
+    let mut failed = (*static_pod("f", "web", "5")).clone();
+    failed.status = Some(ApiPodStatus {
+        phase: Some("Failed".into()),
+        ..Default::default()
+    });
+    h.update(UpdateType::Create, &Arc::new(failed));
+    h.run_for(secs(1)).await;
+    assert!(h.workers.is_finished("f"));
+    assert!(h.fake.graces_of("f").is_empty() && h.fake.syncs_of("f").is_empty());
     h.kill(&b, Some(1));
     h.run_for(secs(10)).await;
     assert_eq!(h.fake.syncs_of("d"), ["web"]);
