@@ -465,9 +465,71 @@ impl Timelines {
     }
 }
 
+/// Hashes pod UIDs for the workers map: a multiply-rotate over 8-byte words with a per-process
+/// random seed. SipHash (the std default) costs about 20 ns for a 36-byte UID; UIDs are UUIDs or
+/// content hashes, so the cheaper hash suffices (the seed keeps collisions unpredictable).
+#[derive(Clone, Copy, Debug)]
+pub struct UidHash {
+    seed: u64,
+}
+
+impl Default for UidHash {
+    fn default() -> Self {
+        let seed = monotonic_ns() ^ u64::from(std::process::id()).rotate_left(32);
+        Self { seed: seed | 1 }
+    }
+}
+
+impl std::hash::BuildHasher for UidHash {
+    type Hasher = UidHasher;
+    fn build_hasher(&self) -> UidHasher {
+        UidHasher(self.seed)
+    }
+}
+
+/// The hasher of [`UidHash`].
+#[derive(Debug)]
+pub struct UidHasher(u64);
+
+impl UidHasher {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::K);
+    }
+}
+
+impl std::hash::Hasher for UidHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn finish(&self) -> u64 {
+        // Final avalanche so the low bits the table uses depend on every input bit.
+        let mut z = self.0;
+        z = (z ^ (z >> 33)).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        z ^ (z >> 33)
+    }
+}
+
 /// Owned by the sync loop.
 pub struct PodWorkers<S: PodSyncer = WorkerContext> {
-    workers: HashMap<String, Arc<Slot>>,
+    workers: HashMap<String, Arc<Slot>, UidHash>,
     syncer: Arc<S>,
     queue: WorkQueue,
     done_tx: mpsc::UnboundedSender<String>,
@@ -488,7 +550,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         cancel: CancellationToken,
     ) -> Self {
         Self {
-            workers: HashMap::new(),
+            workers: HashMap::default(),
             syncer: Arc::new(syncer),
             queue: WorkQueue::new(),
             done_tx,

@@ -594,3 +594,16 @@ async fn a_deletion_timestamp_terminates_with_the_deletion_grace_period() {
     assert_eq!(h.fake.graces_of("u1"), [4]);
     assert!(h.workers.is_finished("u1"));
 }
+
+#[test]
+fn uid_hash_is_stable_and_spreads_uids() {
+    use std::hash::BuildHasher;
+    let h = UidHash::default();
+    let uids: Vec<String> = (0..10_000).map(|i| format!("{i:032x}")).collect();
+    assert_eq!(h.hash_one(&uids[7]), h.hash_one(uids[7].clone()));
+    // The low 14 bits (what a 16k-bucket table uses) of 10,000 sequential UIDs barely collide.
+    let buckets: HashSet<u64> = uids.iter().map(|u| h.hash_one(u) & 0x3fff).collect();
+    assert!(buckets.len() > 7_000, "{} distinct buckets", buckets.len());
+    // Prefixes of one another do not collide.
+    assert_ne!(h.hash_one("abc"), h.hash_one("abc\0"));
+}
