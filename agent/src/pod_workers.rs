@@ -5,7 +5,9 @@
 //! * A pod's lifecycle is sync -> terminating -> terminated. What a worker does next is derived from
 //!   that state, not from the kind of the update that woke it, so a later Update or Sync can never
 //!   undo a kill. A move to terminating (a kill, a deletion, a terminal phase) cancels a sync in
-//!   progress. The grace period only shrinks and never goes below 1 s.
+//!   progress at its next safe point (CRI calls already sent finish first, as in the kubelet) and
+//!   a kill in progress when the grace period shrinks. The grace period only shrinks and never
+//!   goes below 1 s.
 //! * A terminated UID does not start again: a Create for it only sets `restart_requested`;
 //!   housekeeping ([`PodWorkers::sync_known_pods`]) purges finished workers and tells the sync loop
 //!   which ones to create afresh. Finished workers are removed.
@@ -183,11 +185,15 @@ pub struct Synced {
 
 /// The runtime calls a worker makes. [`WorkerContext`] is the real one; tests use a fake.
 pub trait PodSyncer: Send + Sync + 'static {
-    /// Brings the runtime in line with the pod and refreshes its status.
+    /// Brings the runtime in line with the pod and refreshes its status. `cancel` fires when the
+    /// pod starts terminating: the sync should stop at its next safe point. CRI calls already sent
+    /// must be let finish (as the kubelet runs the runtime's SyncPod without cancellation): a
+    /// RunPodSandbox cut off mid-way leaves runc's cgroups behind.
     fn sync_pod(
         &self,
         uid: &str,
         pod: &Pod,
+        cancel: &CancellationToken,
     ) -> impl Future<Output = Result<Synced, runtime::Error>> + Send;
     /// Stops everything the pod runs within `grace` seconds.
     fn sync_terminating_pod(
@@ -215,7 +221,13 @@ pub struct WorkerContext {
 }
 
 impl PodSyncer for WorkerContext {
-    async fn sync_pod(&self, uid: &str, pod: &Pod) -> Result<Synced, runtime::Error> {
+    async fn sync_pod(
+        &self,
+        uid: &str,
+        pod: &Pod,
+        _cancel: &CancellationToken,
+    ) -> Result<Synced, runtime::Error> {
+        // `Manager::sync_pod` has no safe points yet: it runs to its end (see the trait).
         let name = runtime::full_name(pod);
         let result = self.runtime.sync_pod(pod).await;
         let waiting = match &result {
@@ -900,10 +912,13 @@ impl<S: PodSyncer> Worker<S> {
         let uid = self.uid.as_str();
         let pod = step.pod.as_ref();
         let result = match step.work_type {
-            WorkType::Sync => tokio::select! {
-                _ = step.token.cancelled() => return Outcome::Cancelled,
-                r = self.syncer.sync_pod(uid, pod) => r.map(Outcome::Synced),
-            },
+            WorkType::Sync => {
+                let r = self.syncer.sync_pod(uid, pod, &step.token).await;
+                if step.token.is_cancelled() {
+                    return Outcome::Cancelled;
+                }
+                r.map(Outcome::Synced)
+            }
             WorkType::Terminating => {
                 // A cancelled sync can leave a CRI call in flight, and containerd refuses to
                 // remove a container that is still starting: retry the kill quickly a few times

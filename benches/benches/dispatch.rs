@@ -53,7 +53,12 @@ static GLOBAL: Counting = Counting;
 struct Idle;
 
 impl PodSyncer for Idle {
-    async fn sync_pod(&self, _uid: &str, _pod: &Pod) -> Result<Synced, runtime::Error> {
+    async fn sync_pod(
+        &self,
+        _uid: &str,
+        _pod: &Pod,
+        _cancel: &CancellationToken,
+    ) -> Result<Synced, runtime::Error> {
         Ok(Synced::default())
     }
     async fn sync_terminating_pod(

@@ -69,10 +69,19 @@ impl Fake {
 }
 
 impl PodSyncer for Fake {
-    async fn sync_pod(&self, uid: &str, pod: &Pod) -> Result<Synced, runtime::Error> {
+    async fn sync_pod(
+        &self,
+        uid: &str,
+        pod: &Pod,
+        cancel: &CancellationToken,
+    ) -> Result<Synced, runtime::Error> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         self.record(Call::Sync(uid.to_owned(), name.clone()));
-        tokio::time::sleep(self.0.sync_time).await;
+        // The whole sync is one interruptible wait here.
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(Synced::default()),
+            _ = tokio::time::sleep(self.0.sync_time) => {}
+        }
         self.0.syncs_finished.lock().unwrap().push(uid.to_owned());
         if self.0.failing.lock().unwrap().contains(uid) {
             return Err(runtime::Error::NoSpec(name));
