@@ -19,6 +19,12 @@ const HOUSEKEEPING: Duration = Duration::from_secs(2);
 const HOUSEKEEPING_WARNING: Duration = Duration::from_secs(1);
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long a finished pod's UID is not taken for an orphan: the PLEG's runtime snapshot (1 s
+/// relist) can still show the pod its worker has just removed.
+const ORPHAN_SETTLE: Duration = Duration::from_secs(3);
+
+/// Pods whose workers finished lately, by UID, with when.
+type Finished = HashMap<String, tokio::time::Instant>;
 
 /// The runtime's health as the PLEG last saw it (the kubelet's `runtimeState`). Cheap to clone.
 #[derive(Clone, Debug, Default)]
@@ -84,6 +90,7 @@ fn uid_of(pod: &Pod) -> Option<String> {
 impl<S: PodSyncer> SyncLoop<S> {
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut pods: HashMap<String, Arc<Pod>> = HashMap::new();
+        let mut finished = Finished::new();
         let mut sync_tick = tokio::time::interval(SYNC_TICK);
         sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
@@ -113,7 +120,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                 }
                 Some(uid) = self.done_rx.recv() => {
                     let purged = self.workers.on_finished(&uid, &pods);
-                    self.handle_purged(&pods, purged);
+                    self.handle_purged(&pods, purged, &mut finished);
                 }
                 _ = sync_tick.tick() => {
                     for uid in self.workers.queue().get_work() {
@@ -122,7 +129,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                         }
                     }
                 }
-                _ = housekeeping.tick() => self.housekeeping(&pods),
+                _ = housekeeping.tick() => self.housekeeping(&pods, &mut finished),
             }
             self.metrics
                 .running_pods
@@ -188,7 +195,9 @@ impl<S: PodSyncer> SyncLoop<S> {
         &mut self,
         pods: &HashMap<String, Arc<Pod>>,
         purged: Vec<crate::pod_workers::Purged>,
+        finished: &mut Finished,
     ) {
+        let now = tokio::time::Instant::now();
         for p in purged {
             match pods.get(&p.uid) {
                 Some(pod) if p.restart_requested => {
@@ -197,24 +206,32 @@ impl<S: PodSyncer> SyncLoop<S> {
                         .update_pod(&p.uid, Work::new(UpdateType::Create, pod.clone()));
                 }
                 Some(_) => {}
-                None => self.status.remove_pod(&p.uid),
+                None => {
+                    self.status.remove_pod(&p.uid);
+                    finished.insert(p.uid, now);
+                }
             }
         }
     }
 
     /// kubelet `HandlePodCleanups`, once every source has reported: purge workers, drive workers of
     /// pods no source wants to termination, and kill runtime pods no worker knows.
-    fn housekeeping(&mut self, pods: &HashMap<String, Arc<Pod>>) {
+    fn housekeeping(&mut self, pods: &HashMap<String, Arc<Pod>>, finished: &mut Finished) {
         if !self.sources_ready.all_ready() {
             return;
         }
         let start = tokio::time::Instant::now();
         let purged = self.workers.sync_known_pods(pods);
-        self.handle_purged(pods, purged);
+        self.handle_purged(pods, purged, finished);
+        finished.retain(|_, at| start.duration_since(*at) < ORPHAN_SETTLE);
         let orphans: Vec<String> = match self.runtime_pods.read() {
             Ok(r) => r
                 .iter()
-                .filter(|uid| !pods.contains_key(*uid) && !self.workers.is_known(uid))
+                .filter(|uid| {
+                    !pods.contains_key(*uid)
+                        && !self.workers.is_known(uid)
+                        && !finished.contains_key(*uid)
+                })
                 .cloned()
                 .collect(),
             Err(_) => Vec::new(),
@@ -239,6 +256,7 @@ mod tests {
     struct Running {
         config_tx: mpsc::Sender<PodUpdate>,
         runtime_state: RuntimeState,
+        runtime_pods: RuntimePods,
         fake: Fake,
         _cancel: tokio_util::sync::DropGuard,
     }
@@ -251,12 +269,13 @@ mod tests {
         let cancel = CancellationToken::new();
         let metrics = crate::metrics::Metrics::new();
         let runtime_state = RuntimeState::default();
+        let runtime_pods = RuntimePods::default();
         let sync_loop = SyncLoop {
             config_rx,
             sources_ready: SourcesReady::default(),
             pleg_rx,
             done_rx,
-            runtime_pods: RuntimePods::default(),
+            runtime_pods: runtime_pods.clone(),
             runtime_state: runtime_state.clone(),
             workers: PodWorkers::new(fake.clone(), done_tx, TaskTracker::new(), cancel.clone()),
             status: StatusManager::new(metrics.clone()),
@@ -266,6 +285,7 @@ mod tests {
         Running {
             config_tx,
             runtime_state,
+            runtime_pods,
             fake,
             _cancel: cancel.drop_guard(),
         }
@@ -324,5 +344,26 @@ mod tests {
         assert_eq!(got, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
         b.reset();
         assert_eq!(b.next_delay(), Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_just_finished_is_not_killed_again_as_an_orphan() {
+        let r = start(Inner::default());
+        let p = pod("u1", "web");
+        r.config_tx.send(add(p.clone())).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let remove = PodUpdate {
+            op: Op::Remove,
+            pods: vec![p],
+            source: crate::config::FILE,
+        };
+        r.config_tx.send(remove).await.unwrap();
+        // The PLEG's snapshot still shows the pod its worker has just stopped and removed.
+        r.runtime_pods.write().unwrap().insert("u1".into());
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(r.fake.graces_of("u1"), [30], "killed again as an orphan");
+        // Still in the runtime well after: then it is an orphan.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(r.fake.graces_of("u1"), [30, 1]);
     }
 }

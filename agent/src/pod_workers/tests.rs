@@ -57,7 +57,7 @@ impl Fake {
             .collect()
     }
 
-    fn graces_of(&self, uid: &str) -> Vec<i64> {
+    pub(crate) fn graces_of(&self, uid: &str) -> Vec<i64> {
         self.calls()
             .into_iter()
             .filter_map(|c| match c {
