@@ -1,6 +1,23 @@
 //! The one client through which the agent talks to the container runtime. Every call is timed: a
 //! tracing span, the `swiftlet_runtime_operations_duration_seconds{operation}` histogram and an
 //! error counter. No other code holds a CRI client.
+//!
+//! # Trace markers (for eBPF uprobes)
+//!
+//! Every call is bracketed by two exported no-op functions that uprobes attach to by symbol name
+//! (they are `#[no_mangle] extern "C"`, `#[inline(never)]`, and their arguments pass through
+//! `black_box`, so they survive optimisation with the C calling convention):
+//!
+//! * `swiftlet_cri_call_begin(method: u32, pod_uid: *const u8, pod_uid_len: usize)`
+//! * `swiftlet_cri_call_end(method: u32, pod_uid: *const u8, pod_uid_len: usize, ok: u32)`
+//!
+//! `method` is the index of the method in [`METHODS`] (0 = `Version`, 1 = `RunPodSandbox`, ...;
+//! append only, never renumber). `pod_uid` points at the UTF-8 UID of the pod the call is made for
+//! (not NUL-terminated), or is null with length 0 when the call is not for one pod (relists). The
+//! pointer is valid only during the call. The pod comes from [`with_pod`], which the runtime
+//! manager wraps around each pod's sync and kill. On x86-64 the arguments are in rdi, rsi, rdx
+//! (and rcx); the same pid/tid sees begin then end, so a uprobe pair times the call from the
+//! agent's side.
 use crate::metrics::{Metrics, OperationLabel};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
@@ -37,6 +54,78 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// CRI method names by trace-marker id (the index). Append only.
+pub const METHODS: &[&str] = &[
+    "Version",
+    "RunPodSandbox",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+    "PodSandboxStatus",
+    "ListPodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "StopContainer",
+    "RemoveContainer",
+    "ListContainers",
+    "ContainerStatus",
+    "ImageStatus",
+    "PullImage",
+    "ExecSync",
+];
+
+/// The trace-marker id of a method name (`u32::MAX` for a name not in [`METHODS`]).
+pub fn method_id(method: &str) -> u32 {
+    METHODS
+        .iter()
+        .position(|m| *m == method)
+        .and_then(|i| u32::try_from(i).ok())
+        .unwrap_or(u32::MAX)
+}
+
+/// Trace marker: a CRI call begins. See the module documentation.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn swiftlet_cri_call_begin(method: u32, pod_uid: *const u8, pod_uid_len: usize) {
+    std::hint::black_box((method, pod_uid, pod_uid_len));
+}
+
+/// Trace marker: a CRI call ended (`ok` = 1 on success, 0 on error). See the module documentation.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn swiftlet_cri_call_end(
+    method: u32,
+    pod_uid: *const u8,
+    pod_uid_len: usize,
+    ok: u32,
+) {
+    std::hint::black_box((method, pod_uid, pod_uid_len, ok));
+}
+
+tokio::task_local! {
+    static POD_UID: std::sync::Arc<str>;
+}
+
+/// Runs `fut` with `uid` as the pod its CRI calls are made for (what the trace markers report).
+pub async fn with_pod<F: Future>(uid: &str, fut: F) -> F::Output {
+    POD_UID.scope(std::sync::Arc::from(uid), fut).await
+}
+
+/// The pod set by [`with_pod`] for the current task, if any.
+pub fn current_pod() -> Option<std::sync::Arc<str>> {
+    POD_UID.try_with(|u| u.clone()).ok()
+}
+
+fn marker(method: &'static str, end: Option<bool>) {
+    let id = method_id(method);
+    let fire = |ptr: *const u8, len: usize| match end {
+        None => swiftlet_cri_call_begin(id, ptr, len),
+        Some(ok) => swiftlet_cri_call_end(id, ptr, len, u32::from(ok)),
+    };
+    if POD_UID.try_with(|u| fire(u.as_ptr(), u.len())).is_err() {
+        fire(std::ptr::null(), 0);
+    }
+}
 
 /// Parses `unix:///path` (or a bare absolute path) into the socket path.
 pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
@@ -92,8 +181,10 @@ impl Cri {
         F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let span = tracing::debug_span!("cri", method);
+        marker(method, None);
         let start = Instant::now();
         let res = fut.instrument(span).await;
+        marker(method, Some(res.is_ok()));
         let label = OperationLabel { operation: method };
         self.metrics
             .runtime_operations_duration_seconds
@@ -246,6 +337,22 @@ impl Cri {
             .status)
     }
 
+    /// Runs `cmd` in a container and waits for it, at most `timeout_secs` (0: no limit).
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_secs: i64,
+    ) -> Result<cri::ExecSyncResponse> {
+        let mut c = self.runtime.clone();
+        let req = cri::ExecSyncRequest {
+            container_id: id.to_owned(),
+            cmd,
+            timeout: timeout_secs,
+        };
+        self.timed("ExecSync", c.exec_sync(req)).await
+    }
+
     pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>> {
         let mut c = self.image.clone();
         let req = cri::ImageStatusRequest {
@@ -291,5 +398,22 @@ mod tests {
             socket_path("tcp://1.2.3.4:1"),
             Err(Error::UnsupportedEndpoint { .. })
         ));
+    }
+
+    #[test]
+    fn method_ids_are_stable() {
+        // Uprobe consumers decode these numbers: they must never move.
+        assert_eq!(method_id("Version"), 0);
+        assert_eq!(method_id("RunPodSandbox"), 1);
+        assert_eq!(method_id("StartContainer"), 7);
+        assert_eq!(method_id("ExecSync"), 14);
+        assert_eq!(method_id("NoSuchMethod"), u32::MAX);
+    }
+
+    #[tokio::test]
+    async fn pod_scope_is_visible_to_calls() {
+        assert!(current_pod().is_none());
+        let seen = with_pod("uid-1", async { current_pod() }).await;
+        assert_eq!(seen.as_deref(), Some("uid-1"));
     }
 }

@@ -247,7 +247,7 @@ impl PodSyncer for WorkerContext {
         }
         let outcome = result?;
         Ok(Synced {
-            terminal: self.status.is_terminal(uid),
+            terminal: outcome.terminal || self.status.is_terminal(uid),
             requeue_after: outcome.requeue_after,
         })
     }
