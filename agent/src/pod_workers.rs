@@ -261,6 +261,12 @@ impl PodSyncer for WorkerContext {
         grace: i64,
     ) -> Result<(), runtime::Error> {
         let name = runtime::full_name(pod);
+        if self.status.is_terminal(uid) && pod.metadata.deletion_timestamp.is_none() {
+            // Finished but still wanted: stop, keep the containers for status and logs.
+            self.runtime.stop_pod(&name, uid, grace).await?;
+            tracing::info!(pod = %name, grace, "finished pod stopped");
+            return Ok(());
+        }
         self.runtime.kill_pod(&name, uid, grace).await?;
         tracing::info!(pod = %name, grace, "pod terminated");
         Ok(())
