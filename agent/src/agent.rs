@@ -2,7 +2,7 @@
 use crate::cli::AgentConfig;
 use crate::config::{self, Mux};
 use crate::cri::Cri;
-use crate::metrics::{Metrics, SourceLabel};
+use crate::metrics::Metrics;
 use crate::pod_workers::{PodWorkers, WorkerContext};
 use crate::runtime::Manager;
 use crate::status::StatusManager;
@@ -85,12 +85,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             node_name: cfg.node_name.clone(),
             check_frequency: cfg.file_check_frequency,
         };
-        let errors = metrics
-            .manifest_errors_total
-            .get_or_create(&SourceLabel {
-                source: config::FILE,
-            })
-            .clone();
+        let errors = config::ErrorCounter::new(metrics.config_errors_total.clone(), config::FILE);
         tracker.spawn(config::file::watch(
             file_cfg,
             tx,

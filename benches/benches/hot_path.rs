@@ -54,32 +54,5 @@ fn dispatch(c: &mut Criterion) {
     });
 }
 
-/// A SET of 10,000 unchanged static pods (the merge budget: <= 1 ms, <= 100 ns a pod).
-fn merge(c: &mut Criterion) {
-    use swiftlet::config::{FILE, Mux, SourceUpdate, manifest};
-    let pods: Vec<Pod> = (0..10_000)
-        .map(|i| {
-            let text = format!(
-                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p{i}\n  labels: {{app: bench}}\nspec:\n  containers:\n  - name: c\n    image: localhost/swiftlet/busybox:v1\n    command: [sleep, '3600']\n"
-            );
-            manifest::parse(std::path::Path::new(&format!("/m/p{i}.yaml")), text.as_bytes(), "node")
-                .expect("bench manifest parses")
-        })
-        .collect();
-    let mut mux = Mux::new();
-    mux.register(FILE);
-    mux.merge(FILE, SourceUpdate::Set(pods.clone()));
-    let mut group = c.benchmark_group("merge");
-    group.sample_size(10);
-    group.bench_function("set_10000_unchanged", |b| {
-        b.iter_batched(
-            || pods.clone(),
-            |set| mux.merge(FILE, SourceUpdate::Set(set)),
-            criterion::BatchSize::LargeInput,
-        )
-    });
-    group.finish();
-}
-
-criterion_group!(benches, hash, dispatch, merge);
+criterion_group!(benches, hash, dispatch);
 criterion_main!(benches);

@@ -8,12 +8,17 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+use crate::metrics::ConfigErrorLabel;
 
 pub mod file;
 mod fingerprint;
 pub mod manifest;
 mod mux;
 
+pub use fingerprint::Fingerprints;
 pub use mux::{Mux, SourcesReady};
 
 /// Source name of static pods read from files.
@@ -39,16 +44,128 @@ pub const LOCAL_ANNOTATIONS: [&str; 3] = [
     CONFIG_SEEN_ANNOTATION,
 ];
 
+/// Counts rejected configuration for one source in `swiftlet_config_errors_total{source,reason}`.
+/// Cheap to clone; clones share the counts.
+#[derive(Clone, Debug)]
+pub struct ErrorCounter {
+    family: Family<ConfigErrorLabel, Counter>,
+    source: &'static str,
+    total: Counter,
+}
+
+impl ErrorCounter {
+    /// Counts into `family` under `source`.
+    pub fn new(family: Family<ConfigErrorLabel, Counter>, source: &'static str) -> Self {
+        ErrorCounter {
+            family,
+            source,
+            total: Counter::default(),
+        }
+    }
+
+    /// A counter not exported anywhere (tests, benches).
+    pub fn detached(source: &'static str) -> Self {
+        Self::new(Family::default(), source)
+    }
+
+    /// Counts one error with `reason`.
+    pub fn inc(&self, reason: &'static str) {
+        self.family
+            .get_or_create(&ConfigErrorLabel {
+                source: self.source,
+                reason,
+            })
+            .inc();
+        self.total.inc();
+    }
+
+    /// How many errors this handle (and its clones) counted, over all reasons.
+    pub fn total(&self) -> u64 {
+        self.total.get()
+    }
+
+    /// How many errors with `reason` were counted for this source.
+    pub fn get(&self, reason: &'static str) -> u64 {
+        self.family
+            .get_or_create(&ConfigErrorLabel {
+                source: self.source,
+                reason,
+            })
+            .get()
+    }
+}
+
+/// A pod as a source hands it to the mux: shared, with its fingerprints and full-name key computed
+/// once when the source ingested it. A source keeps the `StoredPod` of an unchanged pod and sends
+/// the same one again, so merging an unchanged pod costs a pointer or fingerprint comparison and one
+/// map lookup, never a walk over the pod.
+#[derive(Debug, Clone)]
+pub struct StoredPod {
+    pod: Arc<Pod>,
+    fp: Fingerprints,
+    /// Hash of (name, namespace), for the cheap duplicate-name pre-check.
+    name_key: u64,
+    /// Hash of the UID, so the mux looks the pod up without hashing its UID again.
+    uid_hash: u64,
+}
+
+impl StoredPod {
+    /// Takes ownership of `pod` and fingerprints it.
+    pub fn new(pod: Pod) -> Self {
+        let fp = fingerprint::of_pod(&pod);
+        let name_key = fingerprint::name_key(&pod);
+        let uid_hash = fingerprint::uid_hash(pod.metadata.uid.as_deref().unwrap_or_default());
+        StoredPod {
+            pod: Arc::new(pod),
+            fp,
+            name_key,
+            uid_hash,
+        }
+    }
+
+    /// The shared pod.
+    pub fn arc(&self) -> &Arc<Pod> {
+        &self.pod
+    }
+
+    /// The fingerprints computed at ingestion.
+    pub fn fingerprints(&self) -> Fingerprints {
+        self.fp
+    }
+
+    pub(crate) fn name_key(&self) -> u64 {
+        self.name_key
+    }
+
+    /// The UID (empty if unset).
+    pub fn uid(&self) -> &str {
+        self.pod.metadata.uid.as_deref().unwrap_or_default()
+    }
+}
+
+impl From<Pod> for StoredPod {
+    fn from(pod: Pod) -> Self {
+        StoredPod::new(pod)
+    }
+}
+
+impl std::ops::Deref for StoredPod {
+    type Target = Pod;
+    fn deref(&self) -> &Pod {
+        &self.pod
+    }
+}
+
 /// What a source sends to the mux. Only `Set` (the source's full state) and `Remove` are taken at
 /// face value: `Add`, `Update` and `Delete` are all handled alike, the pod's content deciding the
 /// outcome (kubelet trap: the op a source sends is not trusted).
 #[derive(Debug, Clone)]
 pub enum SourceUpdate {
-    Set(Vec<Pod>),
-    Add(Vec<Pod>),
-    Update(Vec<Pod>),
-    Remove(Vec<Pod>),
-    Delete(Vec<Pod>),
+    Set(Vec<StoredPod>),
+    Add(Vec<StoredPod>),
+    Update(Vec<StoredPod>),
+    Remove(Vec<StoredPod>),
+    Delete(Vec<StoredPod>),
 }
 
 /// The operation of a merged update sent to the sync loop.
