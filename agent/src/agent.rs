@@ -94,6 +94,17 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             cancel.clone(),
         ));
     }
+    if let Some(url) = cfg.manifest_url.clone() {
+        let tx = mux.channel(config::HTTP);
+        let http_cfg = config::http::Config {
+            url,
+            headers: cfg.manifest_url_headers.clone(),
+            node_name: cfg.node_name.clone(),
+            check_frequency: cfg.http_check_frequency,
+        };
+        let errors = config::ErrorCounter::new(metrics.config_errors_total.clone(), config::HTTP);
+        tracker.spawn(config::http::watch(http_cfg, tx, errors, cancel.clone()));
+    }
     let (config_rx, sources_ready) = mux.run(cancel.clone());
 
     // PLEG.

@@ -538,11 +538,7 @@ mod tests {
     /// Upper bound for anything to arrive; tests finish as soon as it does.
     const WAIT: Duration = Duration::from_secs(5);
 
-    fn manifest(name: &str, image: &str) -> String {
-        format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: {image}\n"
-        )
-    }
+    use crate::config::test_manifest as manifest;
 
     /// Writes atomically (dotfile + rename), so no half-written content is ever seen.
     fn put(path: &Path, content: impl AsRef<[u8]>) {

@@ -15,6 +15,7 @@ use crate::metrics::ConfigErrorLabel;
 
 pub mod file;
 mod fingerprint;
+pub mod http;
 pub mod manifest;
 mod mux;
 
@@ -189,4 +190,12 @@ pub struct PodUpdate {
     pub op: Op,
     pub pods: Vec<Arc<Pod>>,
     pub source: &'static str,
+}
+
+/// A minimal valid manifest (one container `c`), for tests.
+#[cfg(test)]
+pub(crate) fn test_manifest(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: {image}\n"
+    )
 }
