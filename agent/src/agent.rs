@@ -105,6 +105,15 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         let errors = config::ErrorCounter::new(metrics.config_errors_total.clone(), config::HTTP);
         tracker.spawn(config::http::watch(http_cfg, tx, errors, cancel.clone()));
     }
+    if let Some(kubeconfig) = cfg.kubeconfig.clone() {
+        let tx = mux.channel(config::API);
+        let api_cfg = config::api::Config {
+            kubeconfig,
+            node_name: cfg.node_name.clone(),
+        };
+        let errors = config::ErrorCounter::new(metrics.config_errors_total.clone(), config::API);
+        tracker.spawn(config::api::watch(api_cfg, tx, errors, cancel.clone()));
+    }
     let (config_rx, sources_ready) = mux.run(cancel.clone());
 
     // PLEG.

@@ -136,13 +136,8 @@ pub async fn watch(
         let Some(update) = source.publish() else {
             continue;
         };
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            sent = tx.send(update) => if sent.is_err() {
-                tracing::debug!("config mux gone; file source stops");
-                return;
-            },
+        if !super::send(&tx, update, &cancel).await {
+            return;
         }
     }
 }

@@ -141,13 +141,8 @@ pub async fn watch(
         let Some(update) = source.ingest(fetched) else {
             continue;
         };
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            sent = tx.send(update) => if sent.is_err() {
-                tracing::debug!("config mux gone; http source stops");
-                return;
-            },
+        if !super::send(&tx, update, &cancel).await {
+            return;
         }
     }
 }
@@ -433,14 +428,7 @@ mod tests {
         }
     }
 
-    fn names(pods: &[StoredPod]) -> Vec<String> {
-        let mut v: Vec<String> = pods
-            .iter()
-            .map(|p| p.metadata.name.clone().unwrap_or_default())
-            .collect();
-        v.sort();
-        v
-    }
+    use crate::config::test_names as names;
 
     #[tokio::test]
     async fn pod_list_fetched_with_headers_and_resent_only_on_change() {

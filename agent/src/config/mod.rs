@@ -13,6 +13,9 @@ use prometheus_client::metrics::family::Family;
 
 use crate::metrics::ConfigErrorLabel;
 
+pub mod api;
+#[cfg(test)]
+mod api_test_server;
 pub mod file;
 mod fingerprint;
 pub mod http;
@@ -44,6 +47,25 @@ pub const LOCAL_ANNOTATIONS: [&str; 3] = [
     CONFIG_MIRROR_ANNOTATION,
     CONFIG_SEEN_ANNOTATION,
 ];
+
+/// Sends `update` to the mux unless `cancel` fires first; false when the source should stop
+/// (cancelled, or the mux is gone).
+pub(crate) async fn send(
+    tx: &tokio::sync::mpsc::Sender<SourceUpdate>,
+    update: SourceUpdate,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> bool {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => false,
+        sent = tx.send(update) => {
+            if sent.is_err() {
+                tracing::debug!("config mux gone; pod source stops");
+            }
+            sent.is_ok()
+        }
+    }
+}
 
 /// Counts rejected configuration for one source in `swiftlet_config_errors_total{source,reason}`.
 /// Cheap to clone; clones share the counts.
@@ -198,4 +220,15 @@ pub(crate) fn test_manifest(name: &str, image: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: {image}\n"
     )
+}
+
+/// The sorted names of `pods`, for tests.
+#[cfg(test)]
+pub(crate) fn test_names(pods: &[StoredPod]) -> Vec<String> {
+    let mut v: Vec<String> = pods
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .collect();
+    v.sort();
+    v
 }
