@@ -2,7 +2,7 @@
 use crate::cli::AgentConfig;
 use crate::config::{self, Mux};
 use crate::cri::Cri;
-use crate::metrics::{Metrics, SourceLabel};
+use crate::metrics::Metrics;
 use crate::pod_workers::{PodWorkers, WorkerContext};
 use crate::runtime::Manager;
 use crate::status::StatusManager;
@@ -85,12 +85,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             node_name: cfg.node_name.clone(),
             check_frequency: cfg.file_check_frequency,
         };
-        let errors = metrics
-            .manifest_errors_total
-            .get_or_create(&SourceLabel {
-                source: config::FILE,
-            })
-            .clone();
+        let errors = config::ErrorCounter::new(metrics.config_errors_total.clone(), config::FILE);
         tracker.spawn(config::file::watch(
             file_cfg,
             tx,
@@ -98,6 +93,26 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             errors,
             cancel.clone(),
         ));
+    }
+    if let Some(url) = cfg.manifest_url.clone() {
+        let tx = mux.channel(config::HTTP);
+        let http_cfg = config::http::Config {
+            url,
+            headers: cfg.manifest_url_headers.clone(),
+            node_name: cfg.node_name.clone(),
+            check_frequency: cfg.http_check_frequency,
+        };
+        let errors = config::ErrorCounter::new(metrics.config_errors_total.clone(), config::HTTP);
+        tracker.spawn(config::http::watch(http_cfg, tx, errors, cancel.clone()));
+    }
+    if let Some(kubeconfig) = cfg.kubeconfig.clone() {
+        let tx = mux.channel(config::API);
+        let api_cfg = config::api::Config {
+            kubeconfig,
+            node_name: cfg.node_name.clone(),
+        };
+        let errors = config::ErrorCounter::new(metrics.config_errors_total.clone(), config::API);
+        tracker.spawn(config::api::watch(api_cfg, tx, errors, cancel.clone()));
     }
     let (config_rx, sources_ready) = mux.run(cancel.clone());
 

@@ -28,6 +28,8 @@ pub enum Error {
     CgroupDriver(String),
     #[error("--ebpf {0:?}: expected auto, on or off")]
     Ebpf(String),
+    #[error("--manifest-url-header {0:?}: expected comma-separated 'Name:Value' pairs")]
+    Header(String),
     #[error("determining the node name: {0}")]
     Hostname(String),
 }
@@ -80,6 +82,20 @@ pub struct Flags {
     /// How often the manifest path is rescanned (inotify catches changes in between) [default: 20s].
     #[arg(long, value_name = "DURATION")]
     pub file_check_frequency: Option<String>,
+    /// URL of pod manifests (a Pod or a PodList, YAML or JSON), fetched every
+    /// --http-check-frequency. http:// only.
+    #[arg(long, value_name = "URL")]
+    pub manifest_url: Option<String>,
+    /// HTTP headers for --manifest-url: comma-separated 'Name:Value' pairs; repeatable. Headers
+    /// with the same name are all sent, in the order given.
+    #[arg(long, value_name = "NAME:VALUE,...")]
+    pub manifest_url_header: Vec<String>,
+    /// How often --manifest-url is fetched [default: 20s].
+    #[arg(long, value_name = "DURATION")]
+    pub http_check_frequency: Option<String>,
+    /// kubeconfig of the API server to take this node's pods from (source "api").
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
     /// eBPF probes: auto (load what can be loaded, warn otherwise), on (fail without them), off.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub ebpf: String,
@@ -105,6 +121,12 @@ pub struct KubeletConfiguration {
     pub read_only_port: Option<u16>,
     pub file_check_frequency: Option<String>,
     pub pod_logs_dir: Option<PathBuf>,
+    #[serde(rename = "staticPodURL")]
+    pub static_pod_url: Option<String>,
+    /// Header name -> values.
+    #[serde(rename = "staticPodURLHeader")]
+    pub static_pod_url_header: Option<std::collections::BTreeMap<String, Vec<String>>>,
+    pub http_check_frequency: Option<String>,
 }
 
 /// Everything the agent needs, defaults applied.
@@ -121,6 +143,12 @@ pub struct AgentConfig {
     pub healthz_port: u16,
     pub read_only_port: u16,
     pub file_check_frequency: Duration,
+    /// `--manifest-url`, its headers (in order) and fetch period.
+    pub manifest_url: Option<String>,
+    pub manifest_url_headers: Vec<(String, String)>,
+    pub http_check_frequency: Duration,
+    /// `--kubeconfig`: the API server source.
+    pub kubeconfig: Option<PathBuf>,
     pub ebpf: crate::ebpf::Mode,
 }
 
@@ -186,6 +214,23 @@ pub fn parse_duration(what: &'static str, value: &str) -> Result<Duration, Error
     Ok(total)
 }
 
+/// Parses `--manifest-url-header` values: each is comma-separated `Name:Value` pairs (the value
+/// may itself contain ':').
+pub fn parse_headers(values: &[String]) -> Result<Vec<(String, String)>, Error> {
+    let mut out = Vec::new();
+    for value in values {
+        for pair in value.split(',') {
+            match pair.split_once(':') {
+                Some((name, v)) if !name.trim().is_empty() => {
+                    out.push((name.trim().to_owned(), v.trim().to_owned()));
+                }
+                _ => return Err(Error::Header(value.clone())),
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn hostname() -> Result<String, Error> {
     let mut buf = [0u8; 256];
     // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on success.
@@ -220,6 +265,16 @@ impl Flags {
             .file_check_frequency
             .or(file.file_check_frequency)
             .unwrap_or_else(|| "20s".to_owned());
+        let http_freq = self
+            .http_check_frequency
+            .or(file.http_check_frequency)
+            .unwrap_or_else(|| "20s".to_owned());
+        let mut manifest_url_headers = parse_headers(&self.manifest_url_header)?;
+        if self.manifest_url_header.is_empty() {
+            for (name, values) in file.static_pod_url_header.into_iter().flatten() {
+                manifest_url_headers.extend(values.into_iter().map(|v| (name.clone(), v)));
+            }
+        }
         let ebpf = self
             .ebpf
             .parse()
@@ -253,6 +308,10 @@ impl Flags {
             healthz_port: self.healthz_port.or(file.healthz_port).unwrap_or(10248),
             read_only_port: self.read_only_port.or(file.read_only_port).unwrap_or(10255),
             file_check_frequency: parse_duration("--file-check-frequency", &freq)?,
+            manifest_url: self.manifest_url.or(file.static_pod_url),
+            manifest_url_headers,
+            http_check_frequency: parse_duration("--http-check-frequency", &http_freq)?,
+            kubeconfig: self.kubeconfig,
             ebpf,
         })
     }
@@ -312,6 +371,43 @@ mod tests {
         assert_eq!(cfg.cgroup_root, "/");
         assert!(cfg.cgroups_per_qos);
         assert_eq!(cfg.container_runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+    }
+
+    #[test]
+    fn manifest_url_flags() {
+        let flags = Flags::parse_from([
+            "swiftlet",
+            "--hostname-override",
+            "n",
+            "--manifest-url",
+            "http://127.0.0.1:8080/pods",
+            "--manifest-url-header",
+            "a:hello,b:again",
+            "--manifest-url-header",
+            "b:x:y",
+            "--http-check-frequency",
+            "5s",
+        ]);
+        let cfg = flags.resolve().unwrap();
+        assert_eq!(
+            cfg.manifest_url.as_deref(),
+            Some("http://127.0.0.1:8080/pods")
+        );
+        let pairs: Vec<(&str, &str)> = cfg
+            .manifest_url_headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(pairs, [("a", "hello"), ("b", "again"), ("b", "x:y")]);
+        assert_eq!(cfg.http_check_frequency, Duration::from_secs(5));
+        let defaults = Flags::parse_from(["swiftlet", "--hostname-override", "n"])
+            .resolve()
+            .unwrap();
+        assert_eq!(defaults.http_check_frequency, Duration::from_secs(20));
+        assert!(defaults.manifest_url.is_none() && defaults.kubeconfig.is_none());
+        for bad in ["novalue", ":v", "a:b,"] {
+            assert!(parse_headers(&[bad.to_owned()]).is_err(), "{bad}");
+        }
     }
 
     #[test]

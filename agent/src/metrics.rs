@@ -18,6 +18,14 @@ pub struct SourceLabel {
     pub source: &'static str,
 }
 
+/// Labels of `swiftlet_config_errors_total`: which pod source, and a short reason
+/// (`syntax`, `wrong_kind`, `bad_name`, `no_containers`, `duplicate_name`, `fetch`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigErrorLabel {
+    pub source: &'static str,
+    pub reason: &'static str,
+}
+
 fn millisecond_histogram() -> Histogram {
     // 0.5 ms .. ~65 s: fine enough to tell CRI calls and pod-start phases apart.
     Histogram::new(exponential_buckets(0.0005, 2.0, 18))
@@ -29,7 +37,7 @@ pub struct Metrics {
     registry: Arc<Registry>,
     pub runtime_operations_duration_seconds: Family<OperationLabel, Histogram, fn() -> Histogram>,
     pub runtime_operations_errors_total: Family<OperationLabel, Counter>,
-    pub manifest_errors_total: Family<SourceLabel, Counter>,
+    pub config_errors_total: Family<ConfigErrorLabel, Counter>,
     pub pod_start_duration_seconds: Histogram,
     pub pod_worker_duration_seconds: Family<OperationLabel, Histogram, fn() -> Histogram>,
     pub started_pods_total: Counter,
@@ -62,11 +70,11 @@ impl Metrics {
             "Failed CRI calls, by method",
             runtime_operations_errors_total.clone(),
         );
-        let manifest_errors_total = Family::<SourceLabel, Counter>::default();
+        let config_errors_total = Family::<ConfigErrorLabel, Counter>::default();
         registry.register(
-            "manifest_errors",
-            "Pod manifests rejected (parse or validation errors), by source",
-            manifest_errors_total.clone(),
+            "config_errors",
+            "Pod configuration rejected (unreadable, unparsable or invalid manifests, failed fetches), by source and reason",
+            config_errors_total.clone(),
         );
         let pod_start_duration_seconds = millisecond_histogram();
         registry.register(
@@ -111,7 +119,7 @@ impl Metrics {
             registry: Arc::new(registry),
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,
-            manifest_errors_total,
+            config_errors_total,
             pod_start_duration_seconds,
             pod_worker_duration_seconds,
             started_pods_total,

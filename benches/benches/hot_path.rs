@@ -1,6 +1,6 @@
 //! criterion benches of the agent's hot path. Budgets are in DESIGN.md; results in BENCHMARKS.md.
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
-use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar};
 use swiftlet::runtime::hash::container_hash;
 
 fn typical_container() -> Container {
@@ -62,32 +62,5 @@ fn hash(c: &mut Criterion) {
     group.finish();
 }
 
-/// A SET of 10,000 unchanged static pods (the merge budget: <= 1 ms, <= 100 ns a pod).
-fn merge(c: &mut Criterion) {
-    use swiftlet::config::{FILE, Mux, SourceUpdate, manifest};
-    let pods: Vec<Pod> = (0..10_000)
-        .map(|i| {
-            let text = format!(
-                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p{i}\n  labels: {{app: bench}}\nspec:\n  containers:\n  - name: c\n    image: localhost/swiftlet/busybox:v1\n    command: [sleep, '3600']\n"
-            );
-            manifest::parse(std::path::Path::new(&format!("/m/p{i}.yaml")), text.as_bytes(), "node")
-                .expect("bench manifest parses")
-        })
-        .collect();
-    let mut mux = Mux::new();
-    mux.register(FILE);
-    mux.merge(FILE, SourceUpdate::Set(pods.clone()));
-    let mut group = c.benchmark_group("merge");
-    group.sample_size(10);
-    group.bench_function("set_10000_unchanged", |b| {
-        b.iter_batched(
-            || pods.clone(),
-            |set| mux.merge(FILE, SourceUpdate::Set(set)),
-            criterion::BatchSize::LargeInput,
-        )
-    });
-    group.finish();
-}
-
-criterion_group!(benches, hash, merge);
+criterion_group!(benches, hash);
 criterion_main!(benches);

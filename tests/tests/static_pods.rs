@@ -174,12 +174,12 @@ fn a_malformed_manifest_is_reported_and_the_good_ones_run() {
     assert_eq!(status, 200);
     let count: f64 = metrics
         .lines()
-        .filter(|l| l.starts_with("swiftlet_manifest_errors_total"))
+        .filter(|l| l.starts_with("swiftlet_config_errors_total"))
         .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
         .sum();
     assert!(
         count >= 1.0,
-        "swiftlet_manifest_errors_total not counted:\n{metrics}"
+        "swiftlet_config_errors_total not counted:\n{metrics}"
     );
 }
 

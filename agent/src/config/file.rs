@@ -33,17 +33,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use notify::event::{AccessKind, AccessMode, ModifyKind};
 use notify::{EventKind, RecursiveMode, Watcher as _};
-use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::SourceUpdate;
 use super::manifest::{self, MAX_CONFIG_LENGTH};
+use super::{ErrorCounter, SourceUpdate, StoredPod};
+
+/// The `reason` label of a pod whose full name an earlier file already defines.
+pub const DUPLICATE_NAME: &str = "duplicate_name";
 
 /// The kubelet's default `--file-check-frequency`.
 pub const DEFAULT_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
@@ -82,7 +83,7 @@ pub async fn watch(
     cfg: Config,
     tx: mpsc::Sender<SourceUpdate>,
     rejections: Rejections,
-    errors_total: Counter,
+    errors: ErrorCounter,
     cancel: CancellationToken,
 ) {
     let check_frequency = cfg.check_frequency.max(Duration::from_millis(1));
@@ -92,7 +93,7 @@ pub async fn watch(
         files: BTreeMap::new(),
         last_sent: None,
         rejections,
-        errors_total,
+        errors,
     };
     let shared = Arc::new(Shared::default());
     let mut watch: Option<ActiveWatch> = None;
@@ -135,13 +136,8 @@ pub async fn watch(
         let Some(update) = source.publish() else {
             continue;
         };
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            sent = tx.send(update) => if sent.is_err() {
-                tracing::debug!("config mux gone; file source stops");
-                return;
-            },
+        if !super::send(&tx, update, &cancel).await {
+            return;
         }
     }
 }
@@ -303,7 +299,8 @@ enum ContentKey {
 
 struct FileState {
     key: ContentKey,
-    outcome: Result<Pod, String>,
+    /// The parsed pod, kept (and re-sent) as long as the file's content is unchanged.
+    outcome: Result<StoredPod, String>,
     /// The duplicate-name reason already reported for this content.
     dup_reported: Option<String>,
 }
@@ -315,7 +312,7 @@ struct Source {
     /// (file name, content) of the pods in the last SET sent.
     last_sent: Option<Vec<(OsString, ContentKey)>>,
     rejections: Rejections,
-    errors_total: Counter,
+    errors: ErrorCounter,
 }
 
 enum Loaded {
@@ -444,7 +441,7 @@ impl Source {
             return;
         }
         let outcome = match loaded {
-            Loaded::Bytes(b) => manifest::parse(&path, &b, &self.cfg.node_name),
+            Loaded::Bytes(b) => manifest::parse(&path, &b, &self.cfg.node_name).map(StoredPod::new),
             Loaded::TooLarge(n) => Err(manifest::too_large(&path, n)),
             Loaded::Failed(source) => Err(manifest::Error::Read {
                 path: path.clone(),
@@ -454,7 +451,7 @@ impl Source {
         }
         .map_err(|e| {
             tracing::warn!(path = %path.display(), reason = %e, "rejected static pod manifest");
-            self.errors_total.inc();
+            self.errors.inc(e.reason());
             e.to_string()
         });
         self.files.insert(
@@ -500,7 +497,7 @@ impl Source {
                 );
                 if st.dup_reported.as_ref() != Some(&reason) {
                     tracing::warn!(path = %path.display(), reason = %reason, "rejected static pod manifest");
-                    self.errors_total.inc();
+                    self.errors.inc(DUPLICATE_NAME);
                     st.dup_reported = Some(reason.clone());
                 }
                 rejected.insert(path, reason);
@@ -536,11 +533,7 @@ mod tests {
     /// Upper bound for anything to arrive; tests finish as soon as it does.
     const WAIT: Duration = Duration::from_secs(5);
 
-    fn manifest(name: &str, image: &str) -> String {
-        format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: {image}\n"
-        )
-    }
+    use crate::config::test_manifest as manifest;
 
     /// Writes atomically (dotfile + rename), so no half-written content is ever seen.
     fn put(path: &Path, content: impl AsRef<[u8]>) {
@@ -553,7 +546,7 @@ mod tests {
     struct Harness {
         rx: mpsc::Receiver<SourceUpdate>,
         rejections: Rejections,
-        errors: Counter,
+        errors: ErrorCounter,
         cancel: CancellationToken,
         task: tokio::task::JoinHandle<()>,
     }
@@ -562,7 +555,7 @@ mod tests {
         fn start(path: &Path, check_frequency: Duration) -> Harness {
             let (tx, rx) = mpsc::channel(16);
             let rejections = Rejections::default();
-            let errors = Counter::default();
+            let errors = ErrorCounter::detached(crate::config::FILE);
             let cancel = CancellationToken::new();
             let cfg = Config {
                 path: path.to_path_buf(),
@@ -727,14 +720,14 @@ mod tests {
         let rejected = h.rejected();
         let reason = rejected.get(&bad).expect("bad file listed");
         assert!(reason.contains("bad.yaml"), "{reason}");
-        assert_eq!(h.errors.get(), 1);
+        assert_eq!(h.errors.total(), 1);
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(h.errors.get(), 1, "counted once per (file, content)");
+        assert_eq!(h.errors.total(), 1, "counted once per (file, content)");
 
         // Different bad content: a new failure.
         put(&bad, "kind: Pod\napiVersion: v1\nmetadata: {name: b}\n");
         let deadline = Instant::now() + WAIT;
-        while h.errors.get() < 2 {
+        while h.errors.total() < 2 {
             assert!(Instant::now() < deadline, "second failure not counted");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -744,7 +737,9 @@ mod tests {
         put(&bad, manifest("fixed", "x"));
         h.until(&["fixed-node1", "good-node1"]).await;
         assert!(h.rejected().is_empty());
-        assert_eq!(h.errors.get(), 2);
+        assert_eq!(h.errors.total(), 2);
+        assert_eq!(h.errors.get("syntax"), 1);
+        assert_eq!(h.errors.get("no_containers"), 1);
 
         // A bad file that is deleted leaves the rejections.
         std::fs::write(dir.path().join("worse.yaml"), b"\xff\xfe").expect("write");
@@ -791,7 +786,8 @@ mod tests {
             "{reason}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(h.errors.get(), 1);
+        assert_eq!(h.errors.total(), 1);
+        assert_eq!(h.errors.get(DUPLICATE_NAME), 1);
         // The first goes away: the second takes over.
         std::fs::remove_file(dir.path().join("1.yaml")).expect("rm");
         let deadline = Instant::now() + WAIT;

@@ -3,7 +3,76 @@
 //! into a reusable buffer, which is then hashed. Much cheaper than JSON (no escaping, no number
 //! formatting), and only ever compared within one process.
 
+use std::cell::RefCell;
+
+use k8s_openapi::api::core::v1::Pod;
 use serde::ser::{self, Serialize};
+use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
+
+use super::LOCAL_ANNOTATIONS;
+
+/// The two fingerprints of a pod the mux compares instead of deep structs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprints {
+    /// Spec, labels, deletion timestamp and grace period, non-local annotations.
+    pub semantic: u128,
+    /// The status.
+    pub status: u128,
+}
+
+thread_local! {
+    /// Reused encoding buffer (ingestion happens on a few source tasks; no contention).
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(4096));
+}
+
+/// Fingerprints of `pod`: the fields the kubelet compares (`checkAndUpdatePod`), encoded and
+/// hashed with 128-bit XXH3.
+pub(crate) fn of_pod(pod: &Pod) -> Fingerprints {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => fingerprints(pod, &mut buf),
+        // Only reachable through re-entrancy, which serialization never does; stay correct anyway.
+        Err(_) => fingerprints(pod, &mut Vec::new()),
+    })
+}
+
+/// Fingerprints of `pod`, encoding into `buf`.
+pub(crate) fn fingerprints(pod: &Pod, buf: &mut Vec<u8>) -> Fingerprints {
+    let m = &pod.metadata;
+    buf.clear();
+    write(buf, &pod.spec);
+    write(buf, &m.labels);
+    write(buf, &m.deletion_timestamp);
+    write(buf, &m.deletion_grace_period_seconds);
+    for (k, v) in m.annotations.iter().flatten() {
+        if !LOCAL_ANNOTATIONS.contains(&k.as_str()) {
+            write(buf, k);
+            write(buf, v);
+        }
+    }
+    let semantic = xxh3_128(buf);
+    buf.clear();
+    write(buf, &pod.status);
+    Fingerprints {
+        semantic,
+        status: xxh3_128(buf),
+    }
+}
+
+/// The hash the mux files a UID under.
+pub(crate) fn uid_hash(uid: &str) -> u64 {
+    xxh3_64(uid.as_bytes())
+}
+
+/// A 64-bit hash of a pod's full name (name, namespace); equal names give equal keys.
+pub(crate) fn name_key(pod: &Pod) -> u64 {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let mut buf = Vec::with_capacity(name.len() + ns.len() + 8);
+    buf.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(ns.as_bytes());
+    xxh3_64(&buf)
+}
 
 /// The encoding buffer.
 pub(crate) struct Sink<'a>(pub(crate) &'a mut Vec<u8>);

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Toleration};
 use sha2::{Digest, Sha256};
 
-use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE};
+use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP};
 
 /// Largest manifest read, like the kubelet's `maxConfigLength`.
 pub const MAX_CONFIG_LENGTH: u64 = 10 * 1024 * 1024;
@@ -47,6 +47,17 @@ pub enum Error {
 }
 
 impl Error {
+    /// A short reason for the `reason` label of `swiftlet_config_errors_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Read { .. } => "read",
+            Error::TooLarge { .. } => "too_large",
+            Error::NotUtf8 { .. } => "not_utf8",
+            Error::Syntax { .. } => "syntax",
+            Error::Invalid { problem, .. } => problem.reason(),
+        }
+    }
+
     /// The manifest the error is about.
     pub fn path(&self) -> &Path {
         match self {
@@ -96,6 +107,23 @@ pub enum Problem {
     DuplicateContainerName { name: String },
 }
 
+impl Problem {
+    /// A short reason for the `reason` label of `swiftlet_config_errors_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Problem::NotAnObject | Problem::WrongKind { .. } => "wrong_kind",
+            Problem::WrongApiVersion { .. } => "wrong_api_version",
+            Problem::MissingName => "missing_name",
+            Problem::BadName { .. } => "bad_name",
+            Problem::EmptyNodeName => "empty_node_name",
+            Problem::NoContainers => "no_containers",
+            Problem::ContainerWithoutName { .. }
+            | Problem::ContainerWithoutImage { .. }
+            | Problem::DuplicateContainerName { .. } => "bad_container",
+        }
+    }
+}
+
 /// Reads and parses the manifest at `path`, checking its size before reading any of it.
 pub fn read(path: &Path, node_name: &str) -> Result<Pod> {
     let bytes = read_limited(path)?;
@@ -138,34 +166,156 @@ fn check_len(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Where a manifest came from: decides how errors name it, what the UID hash covers (`file:<path>`
+/// or `url:<url>`), the `config.source` annotation, and whether the file-only NoExecute toleration
+/// is added (kubelet `applyDefaults`).
+#[derive(Debug, Clone, Copy)]
+pub enum Origin<'a> {
+    File(&'a Path),
+    Url(&'a str),
+}
+
+impl Origin<'_> {
+    /// How errors name the manifest.
+    pub fn path(&self) -> PathBuf {
+        match self {
+            Origin::File(p) => p.to_path_buf(),
+            Origin::Url(u) => PathBuf::from(u),
+        }
+    }
+
+    fn source(&self) -> &'static str {
+        match self {
+            Origin::File(_) => FILE,
+            Origin::Url(_) => HTTP,
+        }
+    }
+}
+
 /// Parses one manifest's bytes into a static pod for `node_name`, with the kubelet's file-source
 /// defaults applied (see the module docs).
 pub fn parse(path: &Path, bytes: &[u8], node_name: &str) -> Result<Pod> {
+    let text = text(path, bytes, node_name)?;
+    parse_pod(Origin::File(path), path, text, node_name)
+}
+
+/// Parses what a manifest URL served: one Pod or a PodList (`kind: PodList`, items without
+/// `kind`/`apiVersion` accepted), YAML or JSON. The outer error rejects the whole body (unreadable,
+/// not a Pod or PodList); each item then parses (and fails) on its own, named `<url> items[i]`.
+pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<Pod>>> {
+    let path = PathBuf::from(url);
+    let text = text(&path, bytes, node_name)?;
+    let origin = Origin::Url(url);
+    let json = is_json(text);
+    let value: serde_json::Value = decode(&path, text, json)?;
+    let kind = value.get("kind").and_then(serde_json::Value::as_str);
+    if kind != Some("PodList") {
+        return Ok(vec![parse_pod(origin, &path, text, node_name)]);
+    }
     let invalid = |problem| Error::Invalid {
-        path: path.to_path_buf(),
+        path: path.clone(),
         problem,
     };
+    check_api_version(&value).map_err(invalid)?;
+    let items = match value.get("items") {
+        None | Some(serde_json::Value::Null) => return Ok(Vec::new()),
+        Some(serde_json::Value::Array(items)) => items,
+        Some(_) => {
+            return Err(Error::Syntax {
+                path,
+                format: if json { "JSON" } else { "YAML" },
+                line: None,
+                column: None,
+                message: "items is not a list".to_owned(),
+            });
+        }
+    };
+    Ok(items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let path = PathBuf::from(format!("{url} items[{i}]"));
+            parse_item(origin, &path, item, node_name)
+        })
+        .collect())
+}
+
+/// Size, UTF-8 and node-name checks shared by every entry point.
+fn text<'b>(path: &Path, bytes: &'b [u8], node_name: &str) -> Result<&'b str> {
     check_len(path, bytes)?;
     let text = std::str::from_utf8(bytes).map_err(|e| Error::NotUtf8 {
         path: path.to_path_buf(),
         offset: e.valid_up_to(),
     })?;
     if node_name.is_empty() {
-        return Err(invalid(Problem::EmptyNodeName));
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            problem: Problem::EmptyNodeName,
+        });
     }
+    Ok(text)
+}
 
-    // JSON goes to the JSON parser (YAML rejects some JSON whitespace, e.g. tabs); all else is YAML.
-    let json = text.trim_start().starts_with('{');
+/// JSON goes to the JSON parser (YAML rejects some JSON whitespace, e.g. tabs); all else is YAML.
+fn is_json(text: &str) -> bool {
+    text.trim_start().starts_with('{')
+}
+
+fn parse_pod(origin: Origin<'_>, path: &Path, text: &str, node_name: &str) -> Result<Pod> {
+    let json = is_json(text);
     let value: serde_json::Value = decode(path, text, json)?;
-    check_type(&value).map_err(invalid)?;
-    let mut pod: Pod = decode(path, text, json)?;
+    check_type(&value).map_err(|problem| Error::Invalid {
+        path: path.to_path_buf(),
+        problem,
+    })?;
+    let pod: Pod = decode(path, text, json)?;
+    finish(origin, path, pod, node_name)
+}
 
+/// One item of a PodList: `kind`/`apiVersion` may be absent, but not wrong.
+fn parse_item(
+    origin: Origin<'_>,
+    path: &Path,
+    item: &serde_json::Value,
+    node_name: &str,
+) -> Result<Pod> {
+    let invalid = |problem| Error::Invalid {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let obj = item
+        .as_object()
+        .ok_or(Problem::NotAnObject)
+        .map_err(invalid)?;
+    if let Some(kind) = obj.get("kind") {
+        if kind.as_str() != Some("Pod") {
+            let found = kind.as_str().map(str::to_owned);
+            return Err(invalid(Problem::WrongKind { found }));
+        }
+        check_api_version(item).map_err(invalid)?;
+    }
+    let pod: Pod = serde_json::from_value(item.clone()).map_err(|e| Error::Syntax {
+        path: path.to_path_buf(),
+        format: "JSON",
+        line: None,
+        column: None,
+        message: e.to_string(),
+    })?;
+    finish(origin, path, pod, node_name)
+}
+
+/// Validation and defaults of a decoded pod.
+fn finish(origin: Origin<'_>, path: &Path, mut pod: Pod, node_name: &str) -> Result<Pod> {
+    let invalid = |problem| Error::Invalid {
+        path: path.to_path_buf(),
+        problem,
+    };
     validate_before_defaults(&pod).map_err(invalid)?;
     let uid = match pod.metadata.uid.as_deref() {
         Some(uid) if !uid.is_empty() => uid.to_owned(),
-        _ => static_uid(&pod, node_name, path),
+        _ => static_uid(&pod, node_name, origin),
     };
-    apply_defaults(&mut pod, uid, node_name);
+    apply_defaults(&mut pod, uid, node_name, origin);
     validate_after_defaults(&pod).map_err(invalid)?;
     Ok(pod)
 }
@@ -200,9 +350,15 @@ fn check_type(value: &serde_json::Value) -> Result<(), Problem> {
     if kind.as_deref() != Some("Pod") {
         return Err(Problem::WrongKind { found: kind });
     }
-    let api_version = field("apiVersion");
-    if api_version.as_deref() != Some("v1") {
-        return Err(Problem::WrongApiVersion { found: api_version });
+    check_api_version(value)
+}
+
+fn check_api_version(value: &serde_json::Value) -> Result<(), Problem> {
+    let api_version = value.get("apiVersion").and_then(|v| v.as_str());
+    if api_version != Some("v1") {
+        return Err(Problem::WrongApiVersion {
+            found: api_version.map(str::to_owned),
+        });
     }
     Ok(())
 }
@@ -330,8 +486,9 @@ fn dns1123_subdomain(s: &str) -> Option<&'static str> {
 }
 
 /// Deterministic UID of a static pod: SHA-256 over (canonical JSON of the pod as parsed,
-/// `host:<node>`, `file:<path>`), truncated to 128 bits and written as 8-4-4-4-12 lower-case hex.
-fn static_uid(pod: &Pod, node_name: &str, path: &Path) -> String {
+/// `host:<node>`, `file:<path>`) or, for a URL, (canonical JSON, `url:<url>`), like the kubelet's
+/// inputs; truncated to 128 bits and written as 8-4-4-4-12 lower-case hex.
+fn static_uid(pod: &Pod, node_name: &str, origin: Origin<'_>) -> String {
     let mut h = Sha256::new();
     // Serialising a typed Pod cannot fail (string keys, no non-finite floats in the schema); an
     // error would only weaken the hash input, never panic.
@@ -339,11 +496,19 @@ fn static_uid(pod: &Pod, node_name: &str, path: &Path) -> String {
         h.update(&json);
     }
     h.update([0]);
-    h.update(b"host:");
-    h.update(node_name.as_bytes());
-    h.update([0]);
-    h.update(b"file:");
-    h.update(path.as_os_str().as_encoded_bytes());
+    match origin {
+        Origin::File(path) => {
+            h.update(b"host:");
+            h.update(node_name.as_bytes());
+            h.update([0]);
+            h.update(b"file:");
+            h.update(path.as_os_str().as_encoded_bytes());
+        }
+        Origin::Url(url) => {
+            h.update(b"url:");
+            h.update(url.as_bytes());
+        }
+    }
     let digest = h.finalize();
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     format!(
@@ -356,7 +521,7 @@ fn static_uid(pod: &Pod, node_name: &str, path: &Path) -> String {
     )
 }
 
-fn apply_defaults(pod: &mut Pod, uid: String, node_name: &str) {
+fn apply_defaults(pod: &mut Pod, uid: String, node_name: &str, origin: Origin<'_>) {
     let meta = &mut pod.metadata;
     let name = meta.name.take().unwrap_or_default();
     meta.name = Some(format!("{name}-{}", node_name.to_lowercase()));
@@ -365,7 +530,10 @@ fn apply_defaults(pod: &mut Pod, uid: String, node_name: &str) {
     }
     let annotations = meta.annotations.get_or_insert_with(Default::default);
     annotations.insert(CONFIG_HASH_ANNOTATION.to_owned(), uid.clone());
-    annotations.insert(CONFIG_SOURCE_ANNOTATION.to_owned(), FILE.to_owned());
+    annotations.insert(
+        CONFIG_SOURCE_ANNOTATION.to_owned(),
+        origin.source().to_owned(),
+    );
     meta.uid = Some(uid);
 
     let spec = pod.spec.get_or_insert_with(Default::default);
@@ -379,14 +547,16 @@ fn apply_defaults(pod: &mut Pod, uid: String, node_name: &str) {
     for c in init.chain(spec.containers.iter_mut()) {
         default_container(c);
     }
-    add_or_update_toleration(
-        spec.tolerations.get_or_insert_with(Vec::new),
-        Toleration {
-            operator: Some("Exists".to_owned()),
-            effect: Some("NoExecute".to_owned()),
-            ..Default::default()
-        },
-    );
+    if let Origin::File(_) = origin {
+        add_or_update_toleration(
+            spec.tolerations.get_or_insert_with(Vec::new),
+            Toleration {
+                operator: Some("Exists".to_owned()),
+                effect: Some("NoExecute".to_owned()),
+                ..Default::default()
+            },
+        );
+    }
 
     pod.status.get_or_insert_with(PodStatus::default).phase = Some("Pending".to_owned());
 }
@@ -744,6 +914,68 @@ mod tests {
             problem(&with_spec("spec: {containers: [{name: C_1, image: x}]}")),
             Problem::BadName { .. }
         ));
+    }
+
+    #[test]
+    fn url_pod_and_pod_list() {
+        let url = "http://127.0.0.1:1/pods";
+        let one = parse_url(url, yaml("web").as_bytes(), NODE).expect("body parses");
+        let pod = one.into_iter().next().expect("one pod").expect("valid");
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-node-a"));
+        let ann = pod.metadata.annotations.as_ref().expect("annotations");
+        assert_eq!(
+            ann.get(CONFIG_SOURCE_ANNOTATION).map(String::as_str),
+            Some("http")
+        );
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(
+            spec.tolerations, None,
+            "the NoExecute toleration is for file pods"
+        );
+        // The UID comes from the content and the URL.
+        let uid = |url: &str| {
+            let pods = parse_url(url, yaml("web").as_bytes(), NODE).expect("parses");
+            let pod = pods.into_iter().next().expect("one").expect("valid");
+            pod.metadata.uid.expect("uid")
+        };
+        assert_eq!(uid(url), uid(url));
+        assert_ne!(uid(url), uid("http://127.0.0.1:1/other"));
+        assert_ne!(uid(url), ok(&yaml("web")).metadata.uid.expect("uid"));
+
+        let list = r#"{"kind": "PodList", "apiVersion": "v1", "items": [
+            {"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
+            {"metadata": {"name": "b"}, "spec": {"containers": []}},
+            {"kind": "Service", "metadata": {"name": "c"}},
+            {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "d", "uid": "fixed"},
+             "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        ]}"#;
+        let items = parse_url(url, list.as_bytes(), NODE).expect("list parses");
+        assert_eq!(items.len(), 4);
+        assert_eq!(
+            items[0].as_ref().ok().and_then(|p| p.metadata.name.clone()),
+            Some("a-node-a".to_owned())
+        );
+        for (i, reason) in [(1, "no_containers"), (2, "wrong_kind")] {
+            let e = items[i].as_ref().expect_err("invalid item");
+            assert_eq!(e.reason(), reason);
+            let named = e.to_string();
+            assert!(named.contains(&format!("{url} items[{i}]")), "{named}");
+        }
+        let d = items[3].as_ref().expect("valid");
+        assert_eq!(d.metadata.uid.as_deref(), Some("fixed"));
+        // An empty list, a list in YAML, and bodies that are neither.
+        let empty = parse_url(url, b"kind: PodList\napiVersion: v1\nitems: []\n", NODE);
+        assert!(empty.expect("parses").is_empty());
+        let e = parse_url(url, b"kind: List\napiVersion: v1\n", NODE).expect("one result");
+        assert_eq!(
+            e[0].as_ref().expect_err("wrong kind").reason(),
+            "wrong_kind"
+        );
+        let e = parse_url(url, b"kind: PodList\napiVersion: v2\n", NODE).expect_err("bad");
+        assert_eq!(e.reason(), "wrong_api_version");
+        assert!(e.to_string().contains(url));
+        let e = parse_url(url, b"{\"kind\": \"PodList\", \"items\": 3", NODE).expect_err("bad");
+        assert_eq!(e.reason(), "syntax");
     }
 
     #[test]

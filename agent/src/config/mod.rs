@@ -8,12 +8,21 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
+use crate::metrics::ConfigErrorLabel;
+
+pub mod api;
+#[cfg(test)]
+mod api_test_server;
 pub mod file;
 mod fingerprint;
+pub mod http;
 pub mod manifest;
 mod mux;
 
+pub use fingerprint::Fingerprints;
 pub use mux::{Mux, SourcesReady};
 
 /// Source name of static pods read from files.
@@ -39,16 +48,147 @@ pub const LOCAL_ANNOTATIONS: [&str; 3] = [
     CONFIG_SEEN_ANNOTATION,
 ];
 
+/// Sends `update` to the mux unless `cancel` fires first; false when the source should stop
+/// (cancelled, or the mux is gone).
+pub(crate) async fn send(
+    tx: &tokio::sync::mpsc::Sender<SourceUpdate>,
+    update: SourceUpdate,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> bool {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => false,
+        sent = tx.send(update) => {
+            if sent.is_err() {
+                tracing::debug!("config mux gone; pod source stops");
+            }
+            sent.is_ok()
+        }
+    }
+}
+
+/// Counts rejected configuration for one source in `swiftlet_config_errors_total{source,reason}`.
+/// Cheap to clone; clones share the counts.
+#[derive(Clone, Debug)]
+pub struct ErrorCounter {
+    family: Family<ConfigErrorLabel, Counter>,
+    source: &'static str,
+    total: Counter,
+}
+
+impl ErrorCounter {
+    /// Counts into `family` under `source`.
+    pub fn new(family: Family<ConfigErrorLabel, Counter>, source: &'static str) -> Self {
+        ErrorCounter {
+            family,
+            source,
+            total: Counter::default(),
+        }
+    }
+
+    /// A counter not exported anywhere (tests, benches).
+    pub fn detached(source: &'static str) -> Self {
+        Self::new(Family::default(), source)
+    }
+
+    /// Counts one error with `reason`.
+    pub fn inc(&self, reason: &'static str) {
+        self.family
+            .get_or_create(&ConfigErrorLabel {
+                source: self.source,
+                reason,
+            })
+            .inc();
+        self.total.inc();
+    }
+
+    /// How many errors this handle (and its clones) counted, over all reasons.
+    pub fn total(&self) -> u64 {
+        self.total.get()
+    }
+
+    /// How many errors with `reason` were counted for this source.
+    pub fn get(&self, reason: &'static str) -> u64 {
+        self.family
+            .get_or_create(&ConfigErrorLabel {
+                source: self.source,
+                reason,
+            })
+            .get()
+    }
+}
+
+/// A pod as a source hands it to the mux: shared, with its fingerprints and full-name key computed
+/// once when the source ingested it. A source keeps the `StoredPod` of an unchanged pod and sends
+/// the same one again, so merging an unchanged pod costs a pointer or fingerprint comparison and one
+/// map lookup, never a walk over the pod.
+#[derive(Debug, Clone)]
+pub struct StoredPod {
+    pod: Arc<Pod>,
+    fp: Fingerprints,
+    /// Hash of (name, namespace), for the cheap duplicate-name pre-check.
+    name_key: u64,
+    /// Hash of the UID, so the mux looks the pod up without hashing its UID again.
+    uid_hash: u64,
+}
+
+impl StoredPod {
+    /// Takes ownership of `pod` and fingerprints it.
+    pub fn new(pod: Pod) -> Self {
+        let fp = fingerprint::of_pod(&pod);
+        let name_key = fingerprint::name_key(&pod);
+        let uid_hash = fingerprint::uid_hash(pod.metadata.uid.as_deref().unwrap_or_default());
+        StoredPod {
+            pod: Arc::new(pod),
+            fp,
+            name_key,
+            uid_hash,
+        }
+    }
+
+    /// The shared pod.
+    pub fn arc(&self) -> &Arc<Pod> {
+        &self.pod
+    }
+
+    /// The fingerprints computed at ingestion.
+    pub fn fingerprints(&self) -> Fingerprints {
+        self.fp
+    }
+
+    pub(crate) fn name_key(&self) -> u64 {
+        self.name_key
+    }
+
+    /// The UID (empty if unset).
+    pub fn uid(&self) -> &str {
+        self.pod.metadata.uid.as_deref().unwrap_or_default()
+    }
+}
+
+impl From<Pod> for StoredPod {
+    fn from(pod: Pod) -> Self {
+        StoredPod::new(pod)
+    }
+}
+
+impl std::ops::Deref for StoredPod {
+    type Target = Pod;
+    fn deref(&self) -> &Pod {
+        &self.pod
+    }
+}
+
 /// What a source sends to the mux. Only `Set` (the source's full state) and `Remove` are taken at
 /// face value: `Add`, `Update` and `Delete` are all handled alike, the pod's content deciding the
 /// outcome (kubelet trap: the op a source sends is not trusted).
 #[derive(Debug, Clone)]
 pub enum SourceUpdate {
-    Set(Vec<Pod>),
-    Add(Vec<Pod>),
-    Update(Vec<Pod>),
-    Remove(Vec<Pod>),
-    Delete(Vec<Pod>),
+    Set(Vec<StoredPod>),
+    Add(Vec<StoredPod>),
+    Update(Vec<StoredPod>),
+    Remove(Vec<StoredPod>),
+    Delete(Vec<StoredPod>),
 }
 
 /// The operation of a merged update sent to the sync loop.
@@ -72,4 +212,23 @@ pub struct PodUpdate {
     pub op: Op,
     pub pods: Vec<Arc<Pod>>,
     pub source: &'static str,
+}
+
+/// A minimal valid manifest (one container `c`), for tests.
+#[cfg(test)]
+pub(crate) fn test_manifest(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: {image}\n"
+    )
+}
+
+/// The sorted names of `pods`, for tests.
+#[cfg(test)]
+pub(crate) fn test_names(pods: &[StoredPod]) -> Vec<String> {
+    let mut v: Vec<String> = pods
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .collect();
+    v.sort();
+    v
 }

@@ -5,11 +5,14 @@
 //! only from a REMOVE or a UID missing from a SET, output in the order REMOVE, ADD, UPDATE, DELETE,
 //! (empty ADD on a source's first SET with nothing else), RECONCILE.
 //!
-//! Comparisons use two fingerprints per pod computed once when the pod arrives (a 128-bit XXH3
-//! over the serialized semantically relevant fields, and one over the status) instead of deep
-//! comparisons, so an unchanged pod costs one hash and one map lookup.
+//! Comparisons use two fingerprints per pod computed once when a source ingests the pod (a 128-bit
+//! XXH3 over the serialized semantically relevant fields, and one over the status, carried in a
+//! [`StoredPod`]) instead of deep comparisons. Sources re-send the same `StoredPod` for an unchanged
+//! pod, so an unchanged pod costs a pointer (or fingerprint) comparison and one map lookup.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+
+use hashbrown::HashTable;
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -18,12 +21,11 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use xxhash_rust::xxh3::{Xxh3DefaultBuilder, xxh3_128};
+use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
-use super::fingerprint;
 use super::{
-    CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LOCAL_ANNOTATIONS,
-    Op, PodUpdate, SourceUpdate,
+    CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Fingerprints, Op,
+    PodUpdate, SourceUpdate, StoredPod,
 };
 
 /// Capacity of the outbound channel, like the kubelet's.
@@ -36,29 +38,26 @@ pub struct Mux {
     inputs: Vec<(&'static str, mpsc::Receiver<SourceUpdate>)>,
     storage: HashMap<&'static str, SourceState>,
     ready: SourcesReady,
-    /// Reused buffer for fingerprinting.
-    scratch: Vec<u8>,
     generation: u64,
 }
 
 #[derive(Default)]
 struct SourceState {
-    pods: HashMap<String, Entry, Xxh3DefaultBuilder>,
+    /// Keyed by UID, filed under the UID hash computed at ingestion ([`StoredPod`]).
+    pods: HashTable<Entry>,
     sent_set: bool,
 }
 
 struct Entry {
+    uid: String,
+    uid_hash: u64,
+    /// The stored pod (local annotations stamped), shared with the sync loop.
     pod: Arc<Pod>,
     fp: Fingerprints,
+    /// The pod as the source last sent it, for the pointer check.
+    incoming: Arc<Pod>,
     /// The SET generation that last saw this UID.
     generation: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fingerprints {
-    /// Spec, labels, deletion timestamp and grace period, non-local annotations.
-    semantic: u128,
-    status: u128,
 }
 
 /// Tells whether every registered source has sent at least one SET (kubelet trap: an ADD alone
@@ -115,7 +114,6 @@ impl Mux {
             inputs: Vec::new(),
             storage: HashMap::new(),
             ready: SourcesReady::default(),
-            scratch: Vec::with_capacity(4096),
             generation: 0,
         }
     }
@@ -183,7 +181,6 @@ impl Mux {
         let Mux {
             storage,
             ready,
-            scratch,
             generation,
             ..
         } = self;
@@ -196,8 +193,8 @@ impl Mux {
                 ready.lock().seen.insert(source);
                 *generation += 1;
                 let current = *generation;
-                merge_pods(state, source, pods, current, scratch, &mut out);
-                state.pods.retain(|_, e| {
+                merge_pods(state, source, pods, current, &mut out);
+                state.pods.retain(|e| {
                     let keep = e.generation == current;
                     if !keep {
                         out.removes.push(e.pod.clone());
@@ -206,13 +203,13 @@ impl Mux {
                 });
             }
             SourceUpdate::Add(pods) | SourceUpdate::Update(pods) | SourceUpdate::Delete(pods) => {
-                merge_pods(state, source, pods, *generation, scratch, &mut out);
+                merge_pods(state, source, pods, *generation, &mut out);
             }
             SourceUpdate::Remove(pods) => {
                 for pod in pods {
-                    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-                    if let Some(e) = state.pods.remove(uid) {
-                        out.removes.push(e.pod);
+                    let uid = pod.uid();
+                    if let Ok(e) = state.pods.find_entry(pod.uid_hash, |e| e.uid == uid) {
+                        out.removes.push(e.remove().0.pod);
                     }
                 }
             }
@@ -281,24 +278,32 @@ fn poll_inputs(
 fn merge_pods(
     state: &mut SourceState,
     source: &'static str,
-    pods: Vec<Pod>,
+    pods: Vec<StoredPod>,
     generation: u64,
-    scratch: &mut Vec<u8>,
     out: &mut Outputs,
 ) {
     let keep = duplicates(&pods, source);
     let mut now: Option<String> = None;
-    for (i, pod) in pods.into_iter().enumerate() {
+    for (i, incoming) in pods.into_iter().enumerate() {
         if keep.as_ref().is_some_and(|k| !k[i]) {
             continue;
         }
-        let fp = fingerprints(&pod, scratch);
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        match state.pods.get_mut(uid) {
+        let uid = incoming.uid();
+        let hash = incoming.uid_hash;
+        // The very pod the source sent last time has that UID: no need to compare strings.
+        let found = state.pods.find_mut(hash, |e| {
+            Arc::ptr_eq(&e.incoming, incoming.arc()) || e.uid == uid
+        });
+        match found {
+            // The fast path: the same pod, or one with equal content.
+            Some(e) if Arc::ptr_eq(&e.incoming, incoming.arc()) || e.fp == incoming.fp => {
+                e.generation = generation;
+            }
             None => {
                 let uid = uid.to_owned();
-                let mut pod = pod;
+                let fp = incoming.fingerprints();
                 let seen = now.get_or_insert_with(timestamp).clone();
+                let mut pod = Pod::clone(&incoming);
                 let ann = pod
                     .metadata
                     .annotations
@@ -307,27 +312,32 @@ fn merge_pods(
                 ann.insert(CONFIG_SEEN_ANNOTATION.to_owned(), seen);
                 let pod = Arc::new(pod);
                 out.adds.push(pod.clone());
-                state.pods.insert(
-                    uid,
+                state.pods.insert_unique(
+                    hash,
                     Entry {
+                        uid,
+                        uid_hash: hash,
                         pod,
                         fp,
+                        incoming: incoming.arc().clone(),
                         generation,
                     },
+                    |e| e.uid_hash,
                 );
             }
             Some(e) => {
                 e.generation = generation;
+                let fp = incoming.fingerprints();
+                e.incoming = incoming.arc().clone();
                 if e.fp.semantic == fp.semantic {
-                    if e.fp.status != fp.status {
-                        Arc::make_mut(&mut e.pod).status = pod.status;
-                        e.fp.status = fp.status;
-                        out.reconciles.push(e.pod.clone());
-                    }
+                    // Status alone changed: a RECONCILE carrying the new status.
+                    Arc::make_mut(&mut e.pod).status = incoming.status.clone();
+                    e.fp.status = fp.status;
+                    out.reconciles.push(e.pod.clone());
                     continue;
                 }
-                let deleting = pod.metadata.deletion_timestamp.is_some();
-                e.pod = Arc::new(updated(&e.pod, pod, source));
+                let deleting = incoming.metadata.deletion_timestamp.is_some();
+                e.pod = Arc::new(updated(&e.pod, Pod::clone(&incoming), source));
                 e.fp = fp;
                 if deleting {
                     out.deletes.push(e.pod.clone());
@@ -384,8 +394,16 @@ fn updated(existing: &Pod, incoming: Pod, source: &'static str) -> Pod {
 }
 
 /// `None` when all full names are distinct, else which pods to keep (the first of each full name).
-fn duplicates(pods: &[Pod], source: &str) -> Option<Vec<bool>> {
+///
+/// The common case (no duplicates) is decided on the full-name keys computed at ingestion: sorted,
+/// no two equal means no two equal names. Only when keys repeat are the names compared.
+fn duplicates(pods: &[StoredPod], source: &str) -> Option<Vec<bool>> {
     if pods.len() < 2 {
+        return None;
+    }
+    let mut keys: Vec<u64> = pods.iter().map(StoredPod::name_key).collect();
+    keys.sort_unstable();
+    if keys.windows(2).all(|w| w[0] != w[1]) {
         return None;
     }
     let mut names: HashSet<(&str, &str), Xxh3DefaultBuilder> =
@@ -411,37 +429,19 @@ fn timestamp() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
 }
 
-/// Fingerprints of `pod`: the fields the kubelet compares, encoded into `buf` and hashed.
-fn fingerprints(pod: &Pod, buf: &mut Vec<u8>) -> Fingerprints {
-    let m = &pod.metadata;
-    buf.clear();
-    fingerprint::write(buf, &pod.spec);
-    fingerprint::write(buf, &m.labels);
-    fingerprint::write(buf, &m.deletion_timestamp);
-    fingerprint::write(buf, &m.deletion_grace_period_seconds);
-    for (k, v) in m.annotations.iter().flatten() {
-        if !LOCAL_ANNOTATIONS.contains(&k.as_str()) {
-            fingerprint::write(buf, k);
-            fingerprint::write(buf, v);
-        }
-    }
-    let semantic = xxh3_128(buf);
-    buf.clear();
-    fingerprint::write(buf, &pod.status);
-    Fingerprints {
-        semantic,
-        status: xxh3_128(buf),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::fingerprint::fingerprints;
     use crate::config::{API, FILE, HTTP};
     use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn pod(uid: &str, name: &str) -> Pod {
+    fn pod(uid: &str, name: &str) -> StoredPod {
+        raw(uid, name).into()
+    }
+
+    fn raw(uid: &str, name: &str) -> Pod {
         Pod {
             metadata: ObjectMeta {
                 uid: Some(uid.to_owned()),
@@ -461,16 +461,18 @@ mod tests {
         }
     }
 
-    fn with_image(mut p: Pod, image: &str) -> Pod {
+    fn with_image(p: StoredPod, image: &str) -> StoredPod {
+        let mut p = Pod::clone(&p);
         if let Some(s) = p.spec.as_mut() {
             s.containers[0].image = Some(image.to_owned());
         }
-        p
+        p.into()
     }
 
-    fn with_phase(mut p: Pod, phase: &str) -> Pod {
+    fn with_phase(p: StoredPod, phase: &str) -> StoredPod {
+        let mut p = Pod::clone(&p);
         p.status.get_or_insert_with(PodStatus::default).phase = Some(phase.to_owned());
-        p
+        p.into()
     }
 
     fn ann(p: &Pod, key: &str) -> Option<String> {
@@ -633,12 +635,12 @@ mod tests {
     fn label_and_annotation_changes_are_updates() {
         let mut m = mux();
         m.merge(FILE, SourceUpdate::Set(vec![pod("1", "a")]));
-        let mut p = pod("1", "a");
+        let mut p = raw("1", "a");
         p.metadata.labels = Some([("k".to_owned(), "v".to_owned())].into());
-        let out = m.merge(FILE, SourceUpdate::Set(vec![p.clone()]));
+        let out = m.merge(FILE, SourceUpdate::Set(vec![p.clone().into()]));
         assert_eq!(summary(&out), vec![(Op::Update, s(&["1"]))]);
         p.metadata.annotations = Some([("team".to_owned(), "x".to_owned())].into());
-        let out = m.merge(FILE, SourceUpdate::Set(vec![p]));
+        let out = m.merge(FILE, SourceUpdate::Set(vec![p.into()]));
         assert_eq!(summary(&out), vec![(Op::Update, s(&["1"]))]);
     }
 
@@ -647,7 +649,7 @@ mod tests {
         let mut m = mux();
         let first = m.merge(FILE, SourceUpdate::Set(vec![pod("1", "a")]));
         let seen = ann(&first[0].pods[0], CONFIG_SEEN_ANNOTATION);
-        let mut p = pod("1", "a");
+        let mut p = raw("1", "a");
         p.metadata.annotations = Some(
             [
                 (CONFIG_SOURCE_ANNOTATION.to_owned(), "http".to_owned()),
@@ -656,9 +658,12 @@ mod tests {
             ]
             .into(),
         );
-        assert!(m.merge(FILE, SourceUpdate::Set(vec![p.clone()])).is_empty());
+        assert!(
+            m.merge(FILE, SourceUpdate::Set(vec![p.clone().into()]))
+                .is_empty()
+        );
         // When an update happens, the stored local values win and the source is re-stamped.
-        p = with_image(p, "x:3");
+        let p = with_image(p.into(), "x:3");
         let out = m.merge(FILE, SourceUpdate::Set(vec![p]));
         let stored = &out[0].pods[0];
         assert_eq!(ann(stored, CONFIG_SEEN_ANNOTATION), seen);
@@ -700,10 +705,10 @@ mod tests {
     fn deletion_timestamp_is_delete_not_update() {
         let mut m = mux();
         m.merge(API, SourceUpdate::Set(vec![pod("1", "a")]));
-        let mut p = pod("1", "a");
+        let mut p = raw("1", "a");
         p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         p.metadata.deletion_grace_period_seconds = Some(30);
-        let out = m.merge(API, SourceUpdate::Update(vec![p.clone()]));
+        let out = m.merge(API, SourceUpdate::Update(vec![p.clone().into()]));
         assert_eq!(summary(&out), vec![(Op::Delete, s(&["1"]))]);
         assert_eq!(
             out[0].pods[0].metadata.deletion_grace_period_seconds,
@@ -711,7 +716,7 @@ mod tests {
         );
         // Grace period shortened: another DELETE.
         p.metadata.deletion_grace_period_seconds = Some(0);
-        let out = m.merge(API, SourceUpdate::Update(vec![p]));
+        let out = m.merge(API, SourceUpdate::Update(vec![p.into()]));
         assert_eq!(summary(&out), vec![(Op::Delete, s(&["1"]))]);
     }
 
@@ -724,10 +729,43 @@ mod tests {
         );
         assert_eq!(summary(&out), vec![(Op::Add, s(&["1", "3"]))]);
         // Same name in another namespace is a different full name.
-        let mut other = pod("4", "a");
+        let mut other = raw("4", "a");
         other.metadata.namespace = Some("kube-system".to_owned());
-        let out = m.merge(FILE, SourceUpdate::Add(vec![other]));
+        let out = m.merge(FILE, SourceUpdate::Add(vec![other.into()]));
         assert_eq!(summary(&out), vec![(Op::Add, s(&["4"]))]);
+    }
+
+    #[test]
+    fn duplicate_full_names_of_known_pods_are_still_caught() {
+        // Two UIDs with one full name, each added alone (no duplicate within either message)...
+        let mut m = mux();
+        m.merge(FILE, SourceUpdate::Add(vec![pod("1", "a")]));
+        m.merge(FILE, SourceUpdate::Add(vec![pod("2", "a")]));
+        // ...then re-sent unchanged in one SET: the later one is dropped, so it is removed.
+        let (a, b) = (pod("1", "a"), pod("2", "a"));
+        let out = m.merge(FILE, SourceUpdate::Set(vec![a.clone(), b.clone()]));
+        assert_eq!(
+            summary(&out),
+            vec![(Op::Remove, s(&["2"])), (Op::Add, vec![])]
+        );
+        // The same StoredPods again (the pointer fast path): still no second "a".
+        let out = m.merge(FILE, SourceUpdate::Set(vec![b, a]));
+        assert_eq!(
+            summary(&out),
+            vec![(Op::Remove, s(&["1"])), (Op::Add, s(&["2"]))]
+        );
+    }
+
+    #[test]
+    fn resent_stored_pod_is_unchanged_and_a_new_version_is_not() {
+        let mut m = mux();
+        let p = pod("1", "a");
+        m.merge(FILE, SourceUpdate::Set(vec![p.clone()]));
+        assert!(m.merge(FILE, SourceUpdate::Set(vec![p.clone()])).is_empty());
+        let changed = with_image(p, "x:2");
+        let out = m.merge(FILE, SourceUpdate::Set(vec![changed.clone()]));
+        assert_eq!(summary(&out), vec![(Op::Update, s(&["1"]))]);
+        assert!(m.merge(FILE, SourceUpdate::Set(vec![changed])).is_empty());
     }
 
     #[test]
@@ -742,13 +780,13 @@ mod tests {
                 pod("gone", "g"),
             ]),
         );
-        let mut del = pod("d", "d");
+        let mut del = raw("d", "d");
         del.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         let out = m.merge(
             FILE,
             SourceUpdate::Set(vec![
                 with_phase(pod("r", "r"), "Running"),
-                del,
+                del.into(),
                 with_image(pod("u", "u"), "new"),
                 pod("new", "n"),
             ]),
@@ -824,9 +862,9 @@ mod tests {
     #[test]
     fn fingerprints_cover_semantic_fields() {
         let mut buf = Vec::new();
-        let base = fingerprints(&pod("1", "a"), &mut buf);
-        assert_eq!(base, fingerprints(&pod("1", "a"), &mut buf));
-        let mut p = pod("1", "a");
+        let base = fingerprints(&raw("1", "a"), &mut buf);
+        assert_eq!(base, fingerprints(&raw("1", "a"), &mut buf));
+        let mut p = raw("1", "a");
         p.metadata.deletion_grace_period_seconds = Some(1);
         assert_ne!(base.semantic, fingerprints(&p, &mut buf).semantic);
         let p = with_phase(pod("1", "a"), "Running");
@@ -834,9 +872,9 @@ mod tests {
         assert_eq!(base.semantic, fp.semantic);
         assert_ne!(base.status, fp.status);
         // Annotation key/value boundaries are unambiguous.
-        let mut a = pod("1", "a");
+        let mut a = raw("1", "a");
         a.metadata.annotations = Some([("ab".to_owned(), "c".to_owned())].into());
-        let mut b = pod("1", "a");
+        let mut b = raw("1", "a");
         b.metadata.annotations = Some([("a".to_owned(), "bc".to_owned())].into());
         assert_ne!(
             fingerprints(&a, &mut buf).semantic,

@@ -1,0 +1,334 @@
+//! An in-process API server for tests of the API-server pod source: no kube-apiserver can be
+//! installed on the build machine, so this speaks the part of the protocol a pod watcher uses,
+//! the way the real server does:
+//!
+//! - `GET /api/v1/pods?fieldSelector=spec.nodeName=N`: a `PodList` whose `metadata.resourceVersion`
+//!   is the store's current version.
+//! - `GET /api/v1/pods?watch=true&resourceVersion=R[&allowWatchBookmarks=true]`: a stream of
+//!   newline-delimited `{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": ...}` events,
+//!   replaying every change after R from history, then live changes. Every change bumps one
+//!   global resourceVersion (changes to other nodes' pods too, which a filtered watch does not
+//!   see; bookmarks carry the version past them).
+//! - After [`ApiServer::compact`], a watch from a version older than the compaction answers with
+//!   an `ERROR` event holding a `Status` with code 410 (`Expired`), as etcd compaction does.
+//! - [`ApiServer::drop_watches`] ends every open watch response (a dropped connection).
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tokio::sync::{mpsc, watch};
+
+/// A pod named `name` with UID `uid`, bound to `node`, one container running `image`.
+pub(crate) fn pod(uid: &str, name: &str, node: &str, image: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("default".to_owned()),
+            uid: Some(uid.to_owned()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.to_owned()),
+            containers: vec![Container {
+                name: "c".to_owned(),
+                image: Some(image.to_owned()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[derive(Default)]
+struct Store {
+    rv: u64,
+    pods: BTreeMap<String, Pod>,
+    /// (resourceVersion, event type, object) of every change after `compacted`.
+    history: Vec<(u64, &'static str, Pod)>,
+    /// Watches from a version older than this get 410.
+    compacted: u64,
+    /// Bumped to end every open watch.
+    epoch: u64,
+    /// Bumped to ask open watches for a bookmark.
+    bookmark_seq: u64,
+    bookmarks_sent: usize,
+    /// New watch requests wait while this is set.
+    hold: bool,
+    lists: usize,
+    open_watches: usize,
+    requests: Vec<String>,
+}
+
+#[derive(Clone)]
+pub(crate) struct ApiServer {
+    store: Arc<Mutex<Store>>,
+    /// Pinged on every change to the store.
+    changed: Arc<watch::Sender<u64>>,
+    addr: std::net::SocketAddr,
+}
+
+impl ApiServer {
+    pub(crate) async fn start() -> ApiServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let server = ApiServer {
+            store: Arc::default(),
+            changed: Arc::new(watch::channel(0).0),
+            addr,
+        };
+        let app = axum::Router::new()
+            .route("/api/v1/pods", axum::routing::get(pods))
+            .with_state(server.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        server
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        self.store
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// A client of this server.
+    pub(crate) fn client(&self) -> kube::Client {
+        let url = format!("http://{}", self.addr).parse().expect("url");
+        kube::Client::try_from(kube::Config::new(url)).expect("client")
+    }
+
+    /// A kubeconfig naming this server.
+    pub(crate) fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: http://{}\n\
+             users:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
+             current-context: test\n",
+            self.addr
+        )
+    }
+
+    /// Creates or replaces a pod (ADDED or MODIFIED).
+    pub(crate) fn put(&self, mut pod: Pod) {
+        let mut s = self.lock();
+        s.rv += 1;
+        let rv = s.rv;
+        pod.metadata.resource_version = Some(rv.to_string());
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let kind = if s.pods.contains_key(&uid) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        s.pods.insert(uid, pod.clone());
+        s.history.push((rv, kind, pod));
+        drop(s);
+        self.notify();
+    }
+
+    /// Deletes a pod (DELETED, carrying the deletion's resourceVersion).
+    pub(crate) fn delete(&self, uid: &str) {
+        let mut s = self.lock();
+        let Some(mut pod) = s.pods.remove(uid) else {
+            return;
+        };
+        s.rv += 1;
+        pod.metadata.resource_version = Some(s.rv.to_string());
+        let rv = s.rv;
+        s.history.push((rv, "DELETED", pod));
+        drop(s);
+        self.notify();
+    }
+
+    /// Forgets all history: watches from older versions get 410 Gone.
+    pub(crate) fn compact(&self) {
+        let mut s = self.lock();
+        s.history.clear();
+        s.compacted = s.rv;
+    }
+
+    /// Ends every open watch response.
+    pub(crate) fn drop_watches(&self) {
+        self.lock().epoch += 1;
+        self.notify();
+    }
+
+    /// Ends every open watch and makes new watch requests wait until [`ApiServer::release`].
+    pub(crate) fn drop_watches_and_hold(&self) {
+        let mut s = self.lock();
+        s.hold = true;
+        s.epoch += 1;
+        drop(s);
+        self.notify();
+    }
+
+    pub(crate) fn release(&self) {
+        self.lock().hold = false;
+        self.notify();
+    }
+
+    /// Asks every open watch that allows bookmarks for one.
+    pub(crate) fn bookmark(&self) {
+        self.lock().bookmark_seq += 1;
+        self.notify();
+    }
+
+    pub(crate) fn lists(&self) -> usize {
+        self.lock().lists
+    }
+
+    pub(crate) fn requests(&self) -> Vec<String> {
+        self.lock().requests.clone()
+    }
+
+    async fn until(&self, what: &str, mut done: impl FnMut(&Store) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done(&self.lock()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "server never saw {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    pub(crate) async fn wait_watchers(&self, n: usize) {
+        self.until("the watchers", |s| s.open_watches >= n).await;
+    }
+
+    pub(crate) async fn wait_bookmarks_sent(&self, n: usize) {
+        self.until("the bookmarks sent", |s| s.bookmarks_sent >= n)
+            .await;
+    }
+}
+
+fn on_node(pod: &Pod, node: Option<&str>) -> bool {
+    node.is_none_or(|n| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n))
+}
+
+fn line(kind: &str, object: &impl serde::Serialize) -> Bytes {
+    let mut v = serde_json::to_vec(&serde_json::json!({ "type": kind, "object": object }))
+        .expect("event serializes");
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+async fn pods(
+    State(server): State<ApiServer>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let raw: Vec<String> = {
+        let mut pairs: Vec<_> = q.iter().collect();
+        pairs.sort();
+        pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.replace('=', "%3D")))
+            .collect()
+    };
+    server.lock().requests.push(raw.join("&"));
+    let node = q
+        .get("fieldSelector")
+        .and_then(|f| f.strip_prefix("spec.nodeName="))
+        .map(str::to_owned);
+    let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    if !watching {
+        let mut s = server.lock();
+        s.lists += 1;
+        let items: Vec<&Pod> = s
+            .pods
+            .values()
+            .filter(|p| on_node(p, node.as_deref()))
+            .collect();
+        let body = serde_json::json!({
+            "kind": "PodList", "apiVersion": "v1",
+            "metadata": { "resourceVersion": s.rv.to_string() },
+            "items": items,
+        });
+        return axum::Json(body).into_response();
+    }
+    let from: u64 = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+
+    // Held requests wait here (the client is "disconnected").
+    let mut changed = server.changed.subscribe();
+    while server.lock().hold {
+        if changed.changed().await.is_err() {
+            break;
+        }
+    }
+
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let (epoch, mut seen_bookmark) = {
+        let s = server.lock();
+        (s.epoch, s.bookmark_seq)
+    };
+    if from < server.lock().compacted {
+        let status = serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("too old resource version: {from}"), "reason": "Expired", "code": 410,
+        });
+        let _ = tx.send(line("ERROR", &status)).await;
+    } else {
+        server.lock().open_watches += 1;
+        let server = server.clone();
+        tokio::spawn(async move {
+            let mut sent = from;
+            loop {
+                let (events, bookmark, ended) = {
+                    let mut s = server.lock();
+                    let ended = s.epoch != epoch;
+                    let events: Vec<Bytes> = s
+                        .history
+                        .iter()
+                        .filter(|(rv, _, p)| *rv > sent && on_node(p, node.as_deref()))
+                        .map(|(_, kind, p)| line(kind, p))
+                        .collect();
+                    sent = sent.max(s.history.last().map_or(0, |(rv, _, _)| *rv));
+                    let bookmark = (bookmarks && s.bookmark_seq != seen_bookmark).then(|| {
+                        seen_bookmark = s.bookmark_seq;
+                        s.bookmarks_sent += 1;
+                        sent = s.rv;
+                        let mark = serde_json::json!({
+                            "kind": "Pod", "apiVersion": "v1",
+                            "metadata": { "resourceVersion": s.rv.to_string() },
+                        });
+                        line("BOOKMARK", &mark)
+                    });
+                    (events, bookmark, ended)
+                };
+                if ended {
+                    break;
+                }
+                for ev in events.into_iter().chain(bookmark) {
+                    if tx.send(ev).await.is_err() {
+                        break;
+                    }
+                }
+                if changed.changed().await.is_err() {
+                    break;
+                }
+            }
+            server.lock().open_watches -= 1;
+        });
+    }
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    axum::body::Body::from_stream(stream).into_response()
+}

@@ -1,0 +1,563 @@
+//! The HTTP pod source (`--manifest-url`): fetches one URL every `check_frequency` and sends the
+//! mux a SET of the pods it serves.
+//!
+//! Behaviour (kubelet `config/http.go`, with the differences noted):
+//! - The body is one Pod or a PodList, YAML or JSON, at most 10 MiB; pods get the static-pod
+//!   defaults, with a UID derived from the content and the URL when `metadata.uid` is not set.
+//! - A body identical to the last one fetched sends nothing.
+//! - An empty body sends an empty SET (so the source becomes seen) and is counted as an error.
+//! - A failed fetch (connection, timeout, non-2xx status, oversized body) or a body that is not a
+//!   Pod or PodList keeps the last good set: nothing is sent, the failure is logged with the URL
+//!   and counted. Until the first good fetch the source is not seen, as in the kubelet.
+//! - Unlike the kubelet, which rejects a whole PodList when one item is invalid, swiftlet rejects
+//!   only that item (logged as `<url> items[i]`, counted) and keeps the others; a later item with
+//!   a full name an earlier one already has is rejected the same way.
+//! - A pod whose content did not change since the last SET is re-sent as the same [`StoredPod`],
+//!   so the mux's merge of it is a pointer check.
+//!
+//! Only `http://` URLs are supported (the agent carries no TLS client yet).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty, Limited};
+use hyper::header::{HeaderName, HeaderValue};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use super::manifest::{self, MAX_CONFIG_LENGTH};
+use super::{ErrorCounter, SourceUpdate, StoredPod};
+
+/// The kubelet's default `--http-check-frequency`.
+pub const DEFAULT_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
+/// How long one fetch may take, like the kubelet's HTTP client timeout.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Configuration of the HTTP source.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The manifest URL (`http://` only).
+    pub url: String,
+    /// Extra request headers, in order (`--manifest-url-header`).
+    pub headers: Vec<(String, String)>,
+    /// The node name pods are bound to (also part of their names).
+    pub node_name: String,
+    /// Fetch period (kubelet default 20 s).
+    pub check_frequency: Duration,
+}
+
+/// Why a fetch failed. Every variant names the URL.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{url}: invalid URL: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: hyper::http::uri::InvalidUri,
+    },
+    #[error("{url}: only http:// manifest URLs are supported")]
+    Scheme { url: String },
+    #[error("{url}: invalid header {name:?}")]
+    Header { url: String, name: String },
+    #[error("{url}: building the request: {source}")]
+    Request {
+        url: String,
+        #[source]
+        source: hyper::http::Error,
+    },
+    #[error("{url}: fetch failed: {source}")]
+    Fetch {
+        url: String,
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    #[error("{url}: no answer within {timeout:?}")]
+    Timeout { url: String, timeout: Duration },
+    #[error("{url}: server answered {status}")]
+    Status {
+        url: String,
+        status: hyper::StatusCode,
+    },
+    #[error("{url}: reading the body: {message}")]
+    Body { url: String, message: String },
+    #[error("{url}: body is over the {max} byte limit")]
+    TooLarge { url: String, max: u64 },
+}
+
+impl Error {
+    /// The `reason` label of `swiftlet_config_errors_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::TooLarge { .. } => "too_large",
+            Error::Url { .. } | Error::Scheme { .. } | Error::Header { .. } => "bad_url",
+            Error::Request { .. }
+            | Error::Fetch { .. }
+            | Error::Timeout { .. }
+            | Error::Status { .. }
+            | Error::Body { .. } => "fetch",
+        }
+    }
+}
+
+/// The `reason` label of an empty body.
+pub const EMPTY_BODY: &str = "empty";
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+/// Runs the HTTP source until `cancel` fires or the mux's receiver is gone.
+pub async fn watch(
+    cfg: Config,
+    tx: mpsc::Sender<SourceUpdate>,
+    errors: ErrorCounter,
+    cancel: CancellationToken,
+) {
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let mut tick = tokio::time::interval(cfg.check_frequency.max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut source = Source {
+        cfg,
+        errors,
+        last_body: None,
+        last_fetch_error: None,
+        pods: HashMap::new(),
+    };
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let fetched = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            fetched = fetch(&client, &source.cfg) => fetched,
+        };
+        let Some(update) = source.ingest(fetched) else {
+            continue;
+        };
+        if !super::send(&tx, update, &cancel).await {
+            return;
+        }
+    }
+}
+
+/// One GET of the manifest URL, with the configured headers, a timeout and the size limit.
+async fn fetch(client: &HttpClient, cfg: &Config) -> Result<Bytes, Error> {
+    let url = || cfg.url.clone();
+    let uri: hyper::Uri = cfg
+        .url
+        .parse()
+        .map_err(|source| Error::Url { url: url(), source })?;
+    if uri.scheme_str() != Some("http") {
+        return Err(Error::Scheme { url: url() });
+    }
+    let mut req = hyper::Request::get(uri);
+    for (name, value) in &cfg.headers {
+        let bad = || Error::Header {
+            url: url(),
+            name: name.clone(),
+        };
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+        let value = HeaderValue::from_str(value).map_err(|_| bad())?;
+        req = req.header(name, value);
+    }
+    let req = req
+        .body(Empty::new())
+        .map_err(|source| Error::Request { url: url(), source })?;
+    let fetch = async {
+        let resp = client
+            .request(req)
+            .await
+            .map_err(|source| Error::Fetch { url: url(), source })?;
+        if !resp.status().is_success() {
+            return Err(Error::Status {
+                url: url(),
+                status: resp.status(),
+            });
+        }
+        let limit = usize::try_from(MAX_CONFIG_LENGTH).unwrap_or(usize::MAX);
+        match Limited::new(resp.into_body(), limit).collect().await {
+            Ok(body) => Ok(body.to_bytes()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Error::TooLarge {
+                url: url(),
+                max: MAX_CONFIG_LENGTH,
+            }),
+            Err(e) => Err(Error::Body {
+                url: url(),
+                message: e.to_string(),
+            }),
+        }
+    };
+    tokio::time::timeout(FETCH_TIMEOUT, fetch)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::Timeout {
+                url: url(),
+                timeout: FETCH_TIMEOUT,
+            })
+        })
+}
+
+struct Source {
+    cfg: Config,
+    errors: ErrorCounter,
+    /// SHA-256 of the last body fetched (good or bad), so an unchanged body is not re-parsed.
+    last_body: Option<[u8; 32]>,
+    /// The last fetch error logged, so a failing URL is logged when the failure changes.
+    last_fetch_error: Option<String>,
+    /// The pods of the last SET, by UID, re-sent as they are when unchanged.
+    pods: HashMap<String, StoredPod>,
+}
+
+impl Source {
+    /// Turns one fetch into the SET to send, if any.
+    fn ingest(&mut self, fetched: Result<Bytes, Error>) -> Option<SourceUpdate> {
+        let url = self.cfg.url.as_str();
+        let body = match fetched {
+            Ok(body) => {
+                if self.last_fetch_error.take().is_some() {
+                    tracing::info!(url, "manifest URL answers again");
+                }
+                body
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if self.last_fetch_error.as_ref() != Some(&msg) {
+                    tracing::warn!(url, reason = %msg, "fetching pod manifests failed; keeping the last good set");
+                } else {
+                    tracing::debug!(url, reason = %msg, "fetching pod manifests failed again");
+                }
+                self.errors.inc(e.reason());
+                self.last_fetch_error = Some(msg);
+                return None;
+            }
+        };
+        let digest: [u8; 32] = Sha256::digest(&body).into();
+        if self.last_body == Some(digest) {
+            return None;
+        }
+        self.last_body = Some(digest);
+        if body.is_empty() {
+            tracing::warn!(url, "manifest URL served an empty body; no pods from it");
+            self.errors.inc(EMPTY_BODY);
+            self.pods.clear();
+            return Some(SourceUpdate::Set(Vec::new()));
+        }
+        let items = match manifest::parse_url(url, &body, &self.cfg.node_name) {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::warn!(url, reason = %e, "rejected pod manifests from URL; keeping the last good set");
+                self.errors.inc(e.reason());
+                return None;
+            }
+        };
+        let mut names = HashSet::new();
+        let mut pods = HashMap::with_capacity(items.len());
+        let mut set = Vec::with_capacity(items.len());
+        for (i, item) in items.into_iter().enumerate() {
+            let pod = match item {
+                Ok(pod) => pod,
+                Err(e) => {
+                    tracing::warn!(url, reason = %e, "rejected pod manifest from URL");
+                    self.errors.inc(e.reason());
+                    continue;
+                }
+            };
+            let full = (
+                pod.metadata.namespace.clone().unwrap_or_default(),
+                pod.metadata.name.clone().unwrap_or_default(),
+            );
+            if !names.insert(full.clone()) {
+                tracing::warn!(url, item = i, pod = %format!("{}/{}", full.0, full.1), "rejected pod manifest from URL: duplicate pod name");
+                self.errors.inc(super::file::DUPLICATE_NAME);
+                continue;
+            }
+            let mut stored = StoredPod::new(pod);
+            if let Some(old) = self.pods.get(stored.uid())
+                && old.fingerprints() == stored.fingerprints()
+            {
+                stored = old.clone();
+            }
+            pods.insert(stored.uid().to_owned(), stored.clone());
+            set.push(stored);
+        }
+        self.pods = pods;
+        Some(SourceUpdate::Set(set))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    const NODE: &str = "node1";
+    const WAIT: Duration = Duration::from_secs(5);
+
+    use crate::config::test_manifest as pod_yaml;
+
+    fn list_json(items: &[(&str, &str)]) -> String {
+        let items: Vec<String> = items
+            .iter()
+            .map(|(name, image)| {
+                format!(
+                    r#"{{"metadata": {{"name": "{name}"}}, "spec": {{"containers": [{{"name": "c", "image": "{image}"}}]}}}}"#
+                )
+            })
+            .collect();
+        format!(
+            r#"{{"kind": "PodList", "apiVersion": "v1", "items": [{}]}}"#,
+            items.join(",")
+        )
+    }
+
+    /// What the loopback server answers, and the headers it saw.
+    #[derive(Default)]
+    struct Served {
+        status: u16,
+        body: String,
+        headers: Vec<(String, String)>,
+        requests: usize,
+    }
+
+    /// A loopback HTTP server answering every GET with the current `Served`.
+    async fn server(served: Arc<Mutex<Served>>) -> (String, CancellationToken) {
+        use axum::http::{HeaderMap, StatusCode};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let app = axum::Router::new().route(
+            "/pods",
+            axum::routing::get(move |headers: HeaderMap| {
+                let served = served.clone();
+                async move {
+                    let mut s = served.lock().expect("lock");
+                    s.requests += 1;
+                    for (k, v) in &headers {
+                        s.headers
+                            .push((k.to_string(), v.to_str().unwrap_or_default().to_owned()));
+                    }
+                    let status = StatusCode::from_u16(s.status).expect("status");
+                    (status, s.body.clone())
+                }
+            }),
+        );
+        let stop = CancellationToken::new();
+        let done = stop.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(done.cancelled_owned())
+                .await;
+        });
+        (format!("http://{addr}/pods"), stop)
+    }
+
+    struct Harness {
+        rx: mpsc::Receiver<SourceUpdate>,
+        served: Arc<Mutex<Served>>,
+        errors: ErrorCounter,
+        cancel: CancellationToken,
+        stop_server: CancellationToken,
+    }
+
+    impl Harness {
+        async fn start(status: u16, body: String) -> Harness {
+            let served = Arc::new(Mutex::new(Served {
+                status,
+                body,
+                ..Default::default()
+            }));
+            let (url, stop_server) = server(served.clone()).await;
+            let (tx, rx) = mpsc::channel(16);
+            let errors = ErrorCounter::detached(crate::config::HTTP);
+            let cancel = CancellationToken::new();
+            let cfg = Config {
+                url,
+                headers: vec![
+                    ("Authorization".to_owned(), "Bearer t0ken".to_owned()),
+                    ("X-Node".to_owned(), NODE.to_owned()),
+                ],
+                node_name: NODE.to_owned(),
+                check_frequency: Duration::from_millis(10),
+            };
+            tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
+            Harness {
+                rx,
+                served,
+                errors,
+                cancel,
+                stop_server,
+            }
+        }
+
+        fn serve(&self, status: u16, body: String) {
+            let mut s = self.served.lock().expect("lock");
+            s.status = status;
+            s.body = body;
+        }
+
+        async fn next(&mut self) -> Vec<StoredPod> {
+            match tokio::time::timeout(WAIT, self.rx.recv()).await {
+                Ok(Some(SourceUpdate::Set(pods))) => pods,
+                Ok(Some(other)) => panic!("http source sends only SETs, got {other:?}"),
+                Ok(None) => panic!("source stopped"),
+                Err(_) => panic!("no SET in time"),
+            }
+        }
+
+        /// Waits until the server has answered `n` more requests.
+        async fn requests(&self, n: usize) {
+            let start = self.served.lock().expect("lock").requests;
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while self.served.lock().expect("lock").requests < start + n {
+                assert!(tokio::time::Instant::now() < deadline, "no fetches");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+
+        fn stop(self) {
+            self.cancel.cancel();
+            self.stop_server.cancel();
+        }
+    }
+
+    use crate::config::test_names as names;
+
+    #[tokio::test]
+    async fn pod_list_fetched_with_headers_and_resent_only_on_change() {
+        let mut h = Harness::start(200, list_json(&[("a", "x:1"), ("b", "x:1")])).await;
+        let first = h.next().await;
+        assert_eq!(names(&first), ["a-node1", "b-node1"]);
+        {
+            let s = h.served.lock().expect("lock");
+            assert!(
+                s.headers
+                    .iter()
+                    .any(|(k, v)| k == "authorization" && v == "Bearer t0ken"),
+                "{:?}",
+                s.headers
+            );
+            assert!(s.headers.iter().any(|(k, v)| k == "x-node" && v == NODE));
+        }
+        // The same body, fetched again and again: no SET.
+        h.requests(3).await;
+        assert!(h.rx.try_recv().is_err(), "unchanged body sent a SET");
+
+        // b changes: a SET where a is the very same StoredPod (pointer) and b is new.
+        h.serve(200, list_json(&[("a", "x:1"), ("b", "x:2")]));
+        let second = h.next().await;
+        assert_eq!(names(&second), ["a-node1", "b-node1"]);
+        let find = |pods: &[StoredPod], name: &str| {
+            pods.iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name))
+                .cloned()
+                .expect("pod present")
+        };
+        assert!(Arc::ptr_eq(
+            find(&first, "a-node1").arc(),
+            find(&second, "a-node1").arc()
+        ));
+        assert!(!Arc::ptr_eq(
+            find(&first, "b-node1").arc(),
+            find(&second, "b-node1").arc()
+        ));
+        assert_eq!(h.errors.total(), 0);
+        h.stop();
+    }
+
+    #[tokio::test]
+    async fn failed_fetch_keeps_last_good_set_and_is_counted() {
+        let mut h = Harness::start(200, pod_yaml("web", "x:1")).await;
+        assert_eq!(names(&h.next().await), ["web-node1"]);
+        h.serve(500, "boom".to_owned());
+        h.requests(2).await;
+        assert!(
+            h.rx.try_recv().is_err(),
+            "a failed fetch must not send a SET"
+        );
+        assert!(h.errors.get("fetch") >= 1);
+        // Garbage: rejected as a whole, last good set kept, counted once per distinct body.
+        h.serve(200, "kind: Pod\nmetadata: [".to_owned());
+        h.requests(3).await;
+        assert!(h.rx.try_recv().is_err());
+        assert_eq!(h.errors.get("syntax"), 1);
+        // Recovery.
+        h.serve(200, pod_yaml("web", "x:2"));
+        assert_eq!(names(&h.next().await), ["web-node1"]);
+        h.stop();
+    }
+
+    #[tokio::test]
+    async fn bad_and_duplicate_items_rejected_alone_and_empty_body_is_an_empty_set() {
+        let body = list_json(&[("a", "x"), ("Bad_Name", "x"), ("a", "y"), ("c", "x")]);
+        let mut h = Harness::start(200, body).await;
+        assert_eq!(names(&h.next().await), ["a-node1", "c-node1"]);
+        assert_eq!(h.errors.get("bad_name"), 1);
+        assert_eq!(h.errors.get(crate::config::file::DUPLICATE_NAME), 1);
+        h.serve(200, String::new());
+        assert!(h.next().await.is_empty());
+        assert_eq!(h.errors.get(EMPTY_BODY), 1);
+        h.stop();
+    }
+
+    #[tokio::test]
+    async fn unreachable_url_sends_nothing_and_counts() {
+        // A port nothing listens on (bound, then closed).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}/pods", listener.local_addr().expect("addr"));
+        drop(listener);
+        let (tx, mut rx) = mpsc::channel(4);
+        let errors = ErrorCounter::detached(crate::config::HTTP);
+        let cancel = CancellationToken::new();
+        let cfg = Config {
+            url,
+            headers: Vec::new(),
+            node_name: NODE.to_owned(),
+            check_frequency: Duration::from_millis(5),
+        };
+        let task = tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while errors.get("fetch") < 2 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "failures not counted"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert!(rx.try_recv().is_err());
+        cancel.cancel();
+        tokio::time::timeout(WAIT, task)
+            .await
+            .expect("stops on cancel")
+            .expect("no panic");
+    }
+
+    #[tokio::test]
+    async fn https_and_bad_headers_are_errors_not_panics() {
+        let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+        let mut cfg = Config {
+            url: "https://127.0.0.1:1/pods".to_owned(),
+            headers: Vec::new(),
+            node_name: NODE.to_owned(),
+            check_frequency: DEFAULT_CHECK_FREQUENCY,
+        };
+        let e = fetch(&client, &cfg).await.expect_err("https");
+        assert_eq!(e.reason(), "bad_url");
+        cfg.url = "http://127.0.0.1:1/pods".to_owned();
+        cfg.headers = vec![("bad header".to_owned(), "v".to_owned())];
+        let e = fetch(&client, &cfg).await.expect_err("header");
+        assert!(matches!(e, Error::Header { .. }), "{e}");
+        cfg.url = "not a url".to_owned();
+        assert_eq!(
+            fetch(&client, &cfg).await.expect_err("url").reason(),
+            "bad_url"
+        );
+    }
+}
