@@ -2,7 +2,11 @@
 //! embedded in the agent.
 //!
 //! Probes: `cgroup:cgroup_mkdir` and `cgroup:cgroup_rmdir` tracepoints, each writing a
-//! [`CgroupEvent`] to the `EVENTS` ring buffer. An event that cannot be delivered bumps a per-CPU
+//! [`CgroupEvent`] to the `EVENTS` ring buffer; `sched:sched_process_exec` and
+//! `sched:sched_process_exit` writing a [`ProcessEvent`] for processes below the pod root cgroup
+//! (everything else is filtered out in the kernel with one helper call and one array lookup); and
+//! two uprobes on the agent's own `swiftlet_cri_begin`/`swiftlet_cri_end` markers writing a
+//! [`CriEvent`], so CRI calls land on the same clock as what the kernel saw. An event that cannot be delivered bumps a per-CPU
 //! counter in `LOST` (see `swiftlet_ebpf_common::lost`). Wake-ups of the reader are batched
 //! (see `wakeup_flag`).
 //!
@@ -18,14 +22,19 @@
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes},
-    macros::{map, tracepoint},
-    maps::{PerCpuArray, RingBuf},
-    programs::TracePointContext,
+    helpers::{
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf,
+    },
+    macros::{map, tracepoint, uprobe},
+    maps::{Array, PerCpuArray, RingBuf},
+    programs::{ProbeContext, TracePointContext},
 };
 use swiftlet_ebpf_common::{
-    CgroupEvent, EVENTS_RING_BYTES, EventHeader, KIND_CGROUP_MKDIR, KIND_CGROUP_RMDIR,
-    WAKEUP_THRESHOLD_BYTES, lost,
+    COMM_LEN, CRI_UID_MAX, CgroupEvent, CriEvent, EVENTS_RING_BYTES, EXIT_CODE_UNKNOWN,
+    EventHeader, KIND_CGROUP_MKDIR, KIND_CGROUP_RMDIR, KIND_CRI_BEGIN, KIND_CRI_END,
+    KIND_PROCESS_EXEC, KIND_PROCESS_EXIT, ProcessEvent, WAKEUP_THRESHOLD_BYTES, lost,
 };
 
 #[map]
@@ -44,6 +53,17 @@ static CGROUP_LEVEL_OFFSET: u32 = 12;
 static CGROUP_ID_OFFSET: u32 = 16;
 #[unsafe(no_mangle)]
 static CGROUP_PATH_OFFSET: u32 = 24;
+/// cgroup2 level of the pod root cgroup (see `POD_ROOT`).
+#[unsafe(no_mangle)]
+static POD_ROOT_LEVEL: u32 = 1;
+/// Offset of `exit_code` in `struct task_struct` (from the kernel's BTF); 0 = unknown.
+#[unsafe(no_mangle)]
+static TASK_EXIT_CODE_OFFSET: u32 = 0;
+
+/// Slot 0: the cgroup2 id of the cgroup every pod lives below, written by the agent once it
+/// exists; 0 lets nothing through.
+#[map]
+static POD_ROOT: Array<u64> = Array::with_max_entries(1, 0);
 
 #[inline(always)]
 fn global(value: &'static u32) -> usize {
@@ -155,6 +175,169 @@ unsafe fn fill_cgroup(
         core::ptr::addr_of_mut!((*event).path_len).write(path_len as u32);
         core::ptr::addr_of_mut!((*event)._pad).write(0);
     }
+    Ok(())
+}
+
+#[tracepoint(category = "sched", name = "sched_process_exec")]
+pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
+    if in_pod_cgroup()
+        && let Err(counter) = try_process(KIND_PROCESS_EXEC)
+    {
+        count_lost(counter);
+    }
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // Only a thread-group leader's exit is the process's exit; other threads are noise.
+    if pid_tgid >> 32 == pid_tgid & 0xffff_ffff
+        && in_pod_cgroup()
+        && let Err(counter) = try_process(KIND_PROCESS_EXIT)
+    {
+        count_lost(counter);
+    }
+    0
+}
+
+/// True when the current task's cgroup2 ancestor at `POD_ROOT_LEVEL` is the pod root.
+#[inline(always)]
+fn in_pod_cgroup() -> bool {
+    let Some(&root) = POD_ROOT.get(0) else {
+        return false;
+    };
+    if root == 0 {
+        return false;
+    }
+    // SAFETY: no preconditions; an out-of-range level returns 0.
+    let ancestor = unsafe { bpf_get_current_ancestor_cgroup_id(global(&POD_ROOT_LEVEL) as i32) };
+    ancestor == root
+}
+
+#[inline(always)]
+fn try_process(kind: u32) -> Result<(), u32> {
+    let Some(mut entry) = EVENTS.reserve::<ProcessEvent>(0) else {
+        return Err(lost::RINGBUF_FULL);
+    };
+    // SAFETY: no preconditions.
+    let (ktime_ns, pid_tgid, cgroup_id) = unsafe {
+        (
+            bpf_ktime_get_ns(),
+            bpf_get_current_pid_tgid(),
+            bpf_get_current_cgroup_id(),
+        )
+    };
+    let exit_code = if kind == KIND_PROCESS_EXIT {
+        read_exit_code()
+    } else {
+        0
+    };
+    let comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right size.
+    unsafe {
+        core::ptr::addr_of_mut!((*event).header).write(EventHeader {
+            kind,
+            len: core::mem::size_of::<ProcessEvent>() as u32,
+            ktime_ns,
+        });
+        core::ptr::addr_of_mut!((*event).pid).write(pid_tgid as u32);
+        core::ptr::addr_of_mut!((*event).tgid).write((pid_tgid >> 32) as u32);
+        core::ptr::addr_of_mut!((*event).cgroup_id).write(cgroup_id);
+        core::ptr::addr_of_mut!((*event).exit_code).write(exit_code);
+        core::ptr::addr_of_mut!((*event)._pad).write(0);
+        core::ptr::addr_of_mut!((*event).comm).write(comm);
+    }
+    entry.submit(wakeup_flag());
+    Ok(())
+}
+
+/// `current->exit_code`, at the offset the agent read from BTF.
+#[inline(always)]
+fn read_exit_code() -> u32 {
+    let offset = global(&TASK_EXIT_CODE_OFFSET);
+    if offset == 0 {
+        return EXIT_CODE_UNKNOWN;
+    }
+    // SAFETY: `bpf_get_current_task` has no preconditions; the read goes through
+    // `bpf_probe_read_kernel`, which fails cleanly on a bad address.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        bpf_probe_read_kernel(task.add(offset).cast::<i32>())
+            .map(|code| code as u32)
+            .unwrap_or(EXIT_CODE_UNKNOWN)
+    }
+}
+
+/// `swiftlet_cri_begin(method: u32, uid_ptr: *const u8, uid_len: usize)`.
+#[uprobe]
+pub fn cri_begin(ctx: ProbeContext) -> u32 {
+    if let Err(counter) = try_cri(&ctx, KIND_CRI_BEGIN) {
+        count_lost(counter);
+    }
+    0
+}
+
+/// `swiftlet_cri_end(method: u32, uid_ptr: *const u8, uid_len: usize, ok: u32)`.
+#[uprobe]
+pub fn cri_end(ctx: ProbeContext) -> u32 {
+    if let Err(counter) = try_cri(&ctx, KIND_CRI_END) {
+        count_lost(counter);
+    }
+    0
+}
+
+#[inline(always)]
+fn try_cri(ctx: &ProbeContext, kind: u32) -> Result<(), u32> {
+    let Some(mut entry) = EVENTS.reserve::<CriEvent>(0) else {
+        return Err(lost::RINGBUF_FULL);
+    };
+    // SAFETY: no preconditions.
+    let (ktime_ns, pid_tgid) = unsafe { (bpf_ktime_get_ns(), bpf_get_current_pid_tgid()) };
+    let method: u32 = ctx.arg(0).unwrap_or(u32::MAX);
+    let uid_ptr: u64 = ctx.arg(1).unwrap_or(0);
+    let uid_len: u64 = ctx.arg(2).unwrap_or(0);
+    let ok: u32 = if kind == KIND_CRI_END {
+        ctx.arg(3).unwrap_or(0)
+    } else {
+        0
+    };
+    let event = entry.as_mut_ptr();
+    // Longer UIDs are cut (the agent never passes one); the mask keeps the verifier's bound.
+    let len = if uid_len > CRI_UID_MAX as u64 {
+        CRI_UID_MAX
+    } else {
+        uid_len as usize
+    };
+    // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right size;
+    // the UID is read with `bpf_probe_read_user`, which fails cleanly on a bad pointer.
+    let read = unsafe {
+        let uid = &mut *core::ptr::addr_of_mut!((*event).uid);
+        match uid.get_mut(..len & (2 * CRI_UID_MAX - 1)) {
+            Some(dst) if !dst.is_empty() && uid_ptr != 0 => {
+                bpf_probe_read_user_buf(uid_ptr as *const u8, dst).is_ok()
+            }
+            _ => true,
+        }
+    };
+    if !read {
+        entry.discard(0);
+        return Err(lost::READ_FAILED);
+    }
+    // SAFETY: as above.
+    unsafe {
+        core::ptr::addr_of_mut!((*event).header).write(EventHeader {
+            kind,
+            len: core::mem::size_of::<CriEvent>() as u32,
+            ktime_ns,
+        });
+        core::ptr::addr_of_mut!((*event).method).write(method);
+        core::ptr::addr_of_mut!((*event).ok).write(ok);
+        core::ptr::addr_of_mut!((*event).pid).write(pid_tgid as u32);
+        core::ptr::addr_of_mut!((*event).uid_len).write(len as u32);
+    }
+    entry.submit(wakeup_flag());
     Ok(())
 }
 

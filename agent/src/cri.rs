@@ -1,6 +1,7 @@
 //! The one client through which the agent talks to the container runtime. Every call is timed: a
 //! tracing span, the `swiftlet_runtime_operations_duration_seconds{operation}` histogram and an
-//! error counter. No other code holds a CRI client.
+//! error counter, plus a pair of marker calls ([`swiftlet_cri_begin`]/[`swiftlet_cri_end`]) on which
+//! the eBPF uprobes record the call on the kernel's clock. No other code holds a CRI client.
 use crate::metrics::{Metrics, OperationLabel};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
@@ -37,6 +38,23 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Uprobe target: a CRI call is about to be sent. `method` indexes
+/// `swiftlet_ebpf_common::CRI_METHODS`; `uid_ptr`/`uid_len` name the pod UID (empty when the call
+/// is not about one pod). Does nothing; `#[inline(never)]` and `no_mangle` keep the symbol for the
+/// probe to find, `black_box` keeps the arguments in their registers at the call.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn swiftlet_cri_begin(method: u32, uid_ptr: *const u8, uid_len: usize) {
+    std::hint::black_box((method, uid_ptr, uid_len));
+}
+
+/// Uprobe target: a CRI call returned; `ok` is 1 on success. See [`swiftlet_cri_begin`].
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn swiftlet_cri_end(method: u32, uid_ptr: *const u8, uid_len: usize, ok: u32) {
+    std::hint::black_box((method, uid_ptr, uid_len, ok));
+}
 
 /// Parses `unix:///path` (or a bare absolute path) into the socket path.
 pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
@@ -86,14 +104,18 @@ impl Cri {
         })
     }
 
-    /// Times one call and records its outcome. `method` is the CRI method name.
-    async fn timed<T, F>(&self, method: &'static str, fut: F) -> Result<T>
+    /// Times one call and records its outcome. `method` is the CRI method name, `uid` the pod
+    /// the call is about (empty when none).
+    async fn timed<T, F>(&self, method: &'static str, uid: &str, fut: F) -> Result<T>
     where
         F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let span = tracing::debug_span!("cri", method);
+        let index = swiftlet_ebpf_common::cri_method_index(method);
+        swiftlet_cri_begin(index, uid.as_ptr(), uid.len());
         let start = Instant::now();
         let res = fut.instrument(span).await;
+        swiftlet_cri_end(index, uid.as_ptr(), uid.len(), u32::from(res.is_ok()));
         let label = OperationLabel { operation: method };
         self.metrics
             .runtime_operations_duration_seconds
@@ -113,18 +135,23 @@ impl Cri {
 
     pub async fn version(&self) -> Result<cri::VersionResponse> {
         let mut c = self.runtime.clone();
-        self.timed("Version", c.version(cri::VersionRequest::default()))
+        self.timed("Version", "", c.version(cri::VersionRequest::default()))
             .await
     }
 
     pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String> {
         let mut c = self.runtime.clone();
+        let uid = config
+            .metadata
+            .as_ref()
+            .map(|m| m.uid.clone())
+            .unwrap_or_default();
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
             runtime_handler: String::new(),
         };
         Ok(self
-            .timed("RunPodSandbox", c.run_pod_sandbox(req))
+            .timed("RunPodSandbox", &uid, c.run_pod_sandbox(req))
             .await?
             .pod_sandbox_id)
     }
@@ -134,7 +161,7 @@ impl Cri {
         let req = cri::StopPodSandboxRequest {
             pod_sandbox_id: id.to_owned(),
         };
-        self.timed("StopPodSandbox", c.stop_pod_sandbox(req))
+        self.timed("StopPodSandbox", "", c.stop_pod_sandbox(req))
             .await
             .map(drop)
     }
@@ -144,7 +171,7 @@ impl Cri {
         let req = cri::RemovePodSandboxRequest {
             pod_sandbox_id: id.to_owned(),
         };
-        self.timed("RemovePodSandbox", c.remove_pod_sandbox(req))
+        self.timed("RemovePodSandbox", "", c.remove_pod_sandbox(req))
             .await
             .map(drop)
     }
@@ -156,7 +183,7 @@ impl Cri {
             verbose: false,
         };
         Ok(self
-            .timed("PodSandboxStatus", c.pod_sandbox_status(req))
+            .timed("PodSandboxStatus", "", c.pod_sandbox_status(req))
             .await?
             .status)
     }
@@ -168,7 +195,7 @@ impl Cri {
         let mut c = self.runtime.clone();
         let req = cri::ListPodSandboxRequest { filter };
         Ok(self
-            .timed("ListPodSandbox", c.list_pod_sandbox(req))
+            .timed("ListPodSandbox", "", c.list_pod_sandbox(req))
             .await?
             .items)
     }
@@ -180,23 +207,29 @@ impl Cri {
         sandbox_config: cri::PodSandboxConfig,
     ) -> Result<String> {
         let mut c = self.runtime.clone();
+        let uid = sandbox_config
+            .metadata
+            .as_ref()
+            .map(|m| m.uid.clone())
+            .unwrap_or_default();
         let req = cri::CreateContainerRequest {
             pod_sandbox_id: sandbox_id.to_owned(),
             config: Some(config),
             sandbox_config: Some(sandbox_config),
         };
         Ok(self
-            .timed("CreateContainer", c.create_container(req))
+            .timed("CreateContainer", &uid, c.create_container(req))
             .await?
             .container_id)
     }
 
-    pub async fn start_container(&self, id: &str) -> Result<()> {
+    /// Starts container `id` of the pod with UID `pod_uid` (the UID only labels the trace marker).
+    pub async fn start_container(&self, id: &str, pod_uid: &str) -> Result<()> {
         let mut c = self.runtime.clone();
         let req = cri::StartContainerRequest {
             container_id: id.to_owned(),
         };
-        self.timed("StartContainer", c.start_container(req))
+        self.timed("StartContainer", pod_uid, c.start_container(req))
             .await
             .map(drop)
     }
@@ -207,7 +240,7 @@ impl Cri {
             container_id: id.to_owned(),
             timeout: timeout_secs,
         };
-        self.timed("StopContainer", c.stop_container(req))
+        self.timed("StopContainer", "", c.stop_container(req))
             .await
             .map(drop)
     }
@@ -217,7 +250,7 @@ impl Cri {
         let req = cri::RemoveContainerRequest {
             container_id: id.to_owned(),
         };
-        self.timed("RemoveContainer", c.remove_container(req))
+        self.timed("RemoveContainer", "", c.remove_container(req))
             .await
             .map(drop)
     }
@@ -229,7 +262,7 @@ impl Cri {
         let mut c = self.runtime.clone();
         let req = cri::ListContainersRequest { filter };
         Ok(self
-            .timed("ListContainers", c.list_containers(req))
+            .timed("ListContainers", "", c.list_containers(req))
             .await?
             .containers)
     }
@@ -241,7 +274,7 @@ impl Cri {
             verbose: false,
         };
         Ok(self
-            .timed("ContainerStatus", c.container_status(req))
+            .timed("ContainerStatus", "", c.container_status(req))
             .await?
             .status)
     }
@@ -252,7 +285,10 @@ impl Cri {
             image: Some(image_spec(image)),
             verbose: false,
         };
-        Ok(self.timed("ImageStatus", c.image_status(req)).await?.image)
+        Ok(self
+            .timed("ImageStatus", "", c.image_status(req))
+            .await?
+            .image)
     }
 
     pub async fn pull_image(&self, image: &str) -> Result<String> {
@@ -262,7 +298,10 @@ impl Cri {
             auth: None,
             sandbox_config: None,
         };
-        Ok(self.timed("PullImage", c.pull_image(req)).await?.image_ref)
+        Ok(self
+            .timed("PullImage", "", c.pull_image(req))
+            .await?
+            .image_ref)
     }
 }
 

@@ -25,6 +25,7 @@ pub struct SyncLoop {
     pub workers: PodWorkers,
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
+    pub tracer: crate::trace::Tracer,
 }
 
 fn uid_of(pod: &Pod) -> Option<String> {
@@ -89,6 +90,7 @@ impl SyncLoop {
                     let Some(uid) = uid_of(&pod) else { continue };
                     pods.insert(uid.clone(), pod.clone());
                     self.status.set_pod(&uid, pod.clone());
+                    self.tracer.pod_admitted(&uid, &pod);
                     self.workers
                         .update_pod(&uid, work(UpdateType::Create, pod, None));
                 }

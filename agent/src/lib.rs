@@ -17,3 +17,4 @@ pub mod pod_workers;
 pub mod runtime;
 pub mod server;
 pub mod status;
+pub mod trace;

@@ -81,6 +81,7 @@ pub struct WorkerContext {
     pub runtime: Manager,
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
+    pub tracer: crate::trace::Tracer,
 }
 
 pub struct PodWorkers {
@@ -197,6 +198,10 @@ impl Worker {
                 }
             };
             let started = Instant::now();
+            if work.kind != UpdateType::Kill {
+                // Only the first one counts.
+                self.ctx.tracer.worker_started(&self.uid);
+            }
             if work.kind == UpdateType::Kill {
                 self.slot.terminating.store(true, Ordering::Release);
                 self.terminate(&work).await;
@@ -246,7 +251,11 @@ impl Worker {
             }
         };
         match self.ctx.runtime.pod_state(&self.uid).await {
-            Ok(state) => self.ctx.status.update(&self.uid, &state, &waiting),
+            Ok(state) => {
+                if self.ctx.status.update(&self.uid, &state, &waiting) {
+                    self.ctx.tracer.running_observed(&self.uid);
+                }
+            }
             Err(e) => tracing::warn!(pod = %name, error = %e, "reading pod state"),
         }
         delay

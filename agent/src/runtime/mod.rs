@@ -434,7 +434,7 @@ impl Manager {
             .await
             .map_err(Self::cri_err(name))?;
         self.cri
-            .start_container(&id)
+            .start_container(&id, uid)
             .await
             .map_err(Self::cri_err(name))?;
         tracing::info!(pod = %name, container = %container.name, id = %id, restart_count, "container started");
