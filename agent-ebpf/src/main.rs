@@ -27,9 +27,9 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
         bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf,
     },
-    macros::{map, tracepoint, uprobe},
+    macros::{map, raw_tracepoint, tracepoint, uprobe},
     maps::{Array, PerCpuArray, RingBuf},
-    programs::{ProbeContext, TracePointContext},
+    programs::{ProbeContext, RawTracePointContext, TracePointContext},
 };
 use swiftlet_ebpf_common::{
     COMM_LEN, CRI_UID_MAX, CgroupEvent, CriEvent, EVENTS_RING_BYTES, EXIT_CODE_UNKNOWN,
@@ -53,6 +53,21 @@ static CGROUP_LEVEL_OFFSET: u32 = 12;
 static CGROUP_ID_OFFSET: u32 = 16;
 #[unsafe(no_mangle)]
 static CGROUP_PATH_OFFSET: u32 = 24;
+// Offsets into kernel structs for the raw-tracepoint cgroup probes, read by the agent from the
+// kernel's BTF (`struct cgroup`: level, kn, root; `struct kernfs_node`: id; `struct cgroup_root`:
+// hierarchy_id). The raw tracepoint hands the program `(struct cgroup *, const char *path)`
+// without the kernel first assembling a trace record (which copies the path once more).
+#[unsafe(no_mangle)]
+static CGRP_LEVEL_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static CGRP_KN_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static CGRP_ROOT_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static KN_ID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static ROOT_HIERARCHY_ID_OFFSET: u32 = 0;
+
 /// cgroup2 level of the pod root cgroup (see `POD_ROOT`).
 #[unsafe(no_mangle)]
 static POD_ROOT_LEVEL: u32 = 1;
@@ -79,6 +94,103 @@ pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
 #[tracepoint(category = "cgroup", name = "cgroup_rmdir")]
 pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
     handle_cgroup(&ctx, KIND_CGROUP_RMDIR)
+}
+
+#[raw_tracepoint(tracepoint = "cgroup_mkdir")]
+pub fn cg_mkdir_raw(ctx: RawTracePointContext) -> i32 {
+    if let Err(counter) = try_cgroup_raw(&ctx, KIND_CGROUP_MKDIR) {
+        count_lost(counter);
+    }
+    0
+}
+
+#[raw_tracepoint(tracepoint = "cgroup_rmdir")]
+pub fn cg_rmdir_raw(ctx: RawTracePointContext) -> i32 {
+    if let Err(counter) = try_cgroup_raw(&ctx, KIND_CGROUP_RMDIR) {
+        count_lost(counter);
+    }
+    0
+}
+
+/// Reads a `T` at `base + offset` in kernel memory.
+///
+/// # Safety
+/// None beyond the helper's: `bpf_probe_read_kernel` fails cleanly on a bad address.
+#[inline(always)]
+unsafe fn read_field<T>(base: u64, offset: &'static u32) -> Result<T, u32> {
+    let at = base.wrapping_add(global(offset) as u64);
+    // SAFETY: see the function's contract.
+    unsafe { bpf_probe_read_kernel(at as *const T) }.map_err(|_| lost::READ_FAILED)
+}
+
+#[inline(always)]
+fn try_cgroup_raw(ctx: &RawTracePointContext, kind: u32) -> Result<(), u32> {
+    let Some(mut entry) = EVENTS.reserve::<CgroupEvent>(0) else {
+        return Err(lost::RINGBUF_FULL);
+    };
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right size.
+    match unsafe { fill_cgroup_raw(ctx, kind, event) } {
+        Ok(()) => {
+            entry.submit(wakeup_flag());
+            Ok(())
+        }
+        Err(counter) => {
+            entry.discard(0);
+            Err(counter)
+        }
+    }
+}
+
+/// # Safety
+/// `event` must point at writable memory the size of a `CgroupEvent`.
+#[inline(always)]
+unsafe fn fill_cgroup_raw(
+    ctx: &RawTracePointContext,
+    kind: u32,
+    event: *mut CgroupEvent,
+) -> Result<(), u32> {
+    // SAFETY: no preconditions; the helper only reads the clock.
+    let ktime_ns = unsafe { bpf_ktime_get_ns() };
+    let cgrp: u64 = ctx.arg(0);
+    let path: u64 = ctx.arg(1);
+    // SAFETY (all reads): kernel pointers from the tracepoint's arguments, offsets from BTF,
+    // every access through `bpf_probe_read_kernel`.
+    let (level, kn, root) = unsafe {
+        (
+            read_field::<i32>(cgrp, &CGRP_LEVEL_OFFSET)?,
+            read_field::<u64>(cgrp, &CGRP_KN_OFFSET)?,
+            read_field::<u64>(cgrp, &CGRP_ROOT_OFFSET)?,
+        )
+    };
+    // SAFETY: as above.
+    let (id, hierarchy_id) = unsafe {
+        (
+            read_field::<u64>(kn, &KN_ID_OFFSET)?,
+            read_field::<i32>(root, &ROOT_HIERARCHY_ID_OFFSET)?,
+        )
+    };
+    // SAFETY: `event` is valid for writes (caller contract); the path buffer is plain bytes.
+    let path_len = unsafe {
+        let buf = &mut *core::ptr::addr_of_mut!((*event).path);
+        bpf_probe_read_kernel_str_bytes(path as *const u8, buf)
+            .map_err(|_| lost::READ_FAILED)?
+            .len()
+    };
+    // SAFETY: as above.
+    unsafe {
+        core::ptr::addr_of_mut!((*event).header).write(EventHeader {
+            kind,
+            len: core::mem::size_of::<CgroupEvent>() as u32,
+            ktime_ns,
+        });
+        core::ptr::addr_of_mut!((*event).level).write(level as u32);
+        core::ptr::addr_of_mut!((*event).hierarchy_id).write(hierarchy_id as u32);
+        core::ptr::addr_of_mut!((*event).cgroup_id).write(id);
+        core::ptr::addr_of_mut!((*event).path_len).write(path_len as u32);
+        core::ptr::addr_of_mut!((*event)._pad).write(0);
+    }
+    Ok(())
 }
 
 /// The safe fallback around [`try_cgroup`]: a failure is counted, never propagated (a tracepoint

@@ -80,6 +80,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             pod_root: Some(pod_root),
             events: Some(kernel_tx),
             cri_markers: true,
+            classic_cgroup_tracepoints: false,
         },
         cancel.clone(),
     )?;

@@ -124,6 +124,13 @@ pub mod globals {
     /// Byte offset of `exit_code` in `struct task_struct`, read from the kernel's BTF; 0 when
     /// unknown (the exit probe then reports no exit code).
     pub const TASK_EXIT_CODE_OFFSET: &str = "TASK_EXIT_CODE_OFFSET";
+    /// Offsets for the raw-tracepoint cgroup probes, from BTF: `cgroup::level`, `cgroup::kn`,
+    /// `cgroup::root`, `kernfs_node::id`, `cgroup_root::hierarchy_id`.
+    pub const CGRP_LEVEL_OFFSET: &str = "CGRP_LEVEL_OFFSET";
+    pub const CGRP_KN_OFFSET: &str = "CGRP_KN_OFFSET";
+    pub const CGRP_ROOT_OFFSET: &str = "CGRP_ROOT_OFFSET";
+    pub const KN_ID_OFFSET: &str = "KN_ID_OFFSET";
+    pub const ROOT_HIERARCHY_ID_OFFSET: &str = "ROOT_HIERARCHY_ID_OFFSET";
 }
 
 /// The header every event starts with.

@@ -45,11 +45,21 @@ pub enum Error {
 
 /// Byte offset of `member` in `struct name` according to the BTF file at `path`.
 pub fn member_offset(path: &Path, name: &str, member: &str) -> Result<u32, Error> {
+    member_offsets(path, &[(name, member)]).map(|v| v.first().copied().unwrap_or(0))
+}
+
+/// Byte offsets of several `(struct, member)` pairs, reading the file once.
+pub fn member_offsets(path: &Path, queries: &[(&str, &str)]) -> Result<Vec<u32>, Error> {
     let data = std::fs::read(path).map_err(|source| Error::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    parse_member_offset(&data, name, member).map_err(|e| e.at(path, name, member))
+    queries
+        .iter()
+        .map(|&(name, member)| {
+            parse_member_offset(&data, name, member).map_err(|e| e.at(path, name, member))
+        })
+        .collect()
 }
 
 /// Errors of [`parse_member_offset`], before the path is known.

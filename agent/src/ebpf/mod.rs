@@ -35,7 +35,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, MapError, PerCpuArray, RingBuf},
-    programs::{ProgramError, TracePoint, UProbe, uprobe::UProbeScope},
+    programs::{ProgramError, RawTracePoint, TracePoint, UProbe, uprobe::UProbeScope},
 };
 use std::path::{Path, PathBuf};
 use swiftlet_ebpf_common as common;
@@ -63,6 +63,28 @@ fn probe_object() -> &'static [u8] {
 
 /// The tracepoints the probes attach to; the program names equal the tracepoint names.
 const CGROUP_TRACEPOINTS: [&str; 2] = ["cgroup_mkdir", "cgroup_rmdir"];
+/// The same probes as raw tracepoints (program, tracepoint): used when the kernel's BTF gives the
+/// struct offsets they need; they skip the trace record the kernel assembles for the others.
+const CGROUP_RAW_TRACEPOINTS: [(&str, &str); 2] = [
+    ("cg_mkdir_raw", "cgroup_mkdir"),
+    ("cg_rmdir_raw", "cgroup_rmdir"),
+];
+/// `(struct, member)` offsets the raw cgroup probes read, in the order of
+/// [`RAW_CGROUP_GLOBALS`].
+const RAW_CGROUP_FIELDS: [(&str, &str); 5] = [
+    ("cgroup", "level"),
+    ("cgroup", "kn"),
+    ("cgroup", "root"),
+    ("kernfs_node", "id"),
+    ("cgroup_root", "hierarchy_id"),
+];
+const RAW_CGROUP_GLOBALS: [&str; 5] = [
+    common::globals::CGRP_LEVEL_OFFSET,
+    common::globals::CGRP_KN_OFFSET,
+    common::globals::CGRP_ROOT_OFFSET,
+    common::globals::KN_ID_OFFSET,
+    common::globals::ROOT_HIERARCHY_ID_OFFSET,
+];
 const SCHED_TRACEPOINTS: [&str; 2] = ["sched_process_exec", "sched_process_exit"];
 /// Uprobe programs and the agent symbols they attach to.
 const CRI_UPROBES: [(&str, &str); 2] = [
@@ -81,6 +103,9 @@ pub struct Config {
     /// Attach the uprobes on this binary's `swiftlet_cri_begin`/`_end` markers (a binary that
     /// never calls them, such as a test, may not contain them).
     pub cri_markers: bool,
+    /// Use the classic `cgroup:*` tracepoints even when BTF allows the cheaper raw ones (for
+    /// comparing the two).
+    pub classic_cgroup_tracepoints: bool,
 }
 
 /// A process in a pod cgroup ran `execve` or exited.
@@ -473,8 +498,22 @@ impl Monitor {
                 }
             };
         let root_level = pod_root.as_ref().map_or(0, |r| r.level);
+        let raw_offsets = match btf::member_offsets(Path::new(btf::VMLINUX), &RAW_CGROUP_FIELDS) {
+            Ok(_) if config.classic_cgroup_tracepoints => None,
+            Ok(offsets) => Some(offsets),
+            Err(error) => {
+                tracing::info!(%error, "cgroup probes use classic tracepoints");
+                None
+            }
+        };
 
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        if let Some(offsets) = &raw_offsets {
+            for (name, offset) in RAW_CGROUP_GLOBALS.iter().zip(offsets) {
+                loader.override_global(name, offset, true);
+            }
+        }
+        let mut ebpf = loader
             .override_global(common::globals::CGROUP_ROOT_OFFSET, &layout.root, true)
             .override_global(common::globals::CGROUP_LEVEL_OFFSET, &layout.level, true)
             .override_global(common::globals::CGROUP_ID_OFFSET, &layout.id, true)
@@ -487,8 +526,14 @@ impl Monitor {
             )
             .load(probe_object())
             .map_err(Error::Load)?;
-        for name in CGROUP_TRACEPOINTS {
-            attach_tracepoint(&mut ebpf, "cgroup", name)?;
+        if raw_offsets.is_some() {
+            for (name, tracepoint) in CGROUP_RAW_TRACEPOINTS {
+                attach_raw_tracepoint(&mut ebpf, name, tracepoint)?;
+            }
+        } else {
+            for name in CGROUP_TRACEPOINTS {
+                attach_tracepoint(&mut ebpf, "cgroup", name)?;
+            }
         }
         if let Some(root) = &pod_root {
             let mut map: Array<_, u64> = Array::try_from(
@@ -537,7 +582,7 @@ impl Monitor {
         let shared = Arc::new(Shared::new(config.events));
         runtime.spawn(read_events(events, ebpf, Arc::clone(&shared), cancel));
         tracing::info!(
-            tracepoints = ?CGROUP_TRACEPOINTS,
+            raw_cgroup_tracepoints = raw_offsets.is_some(),
             process_probes = pod_root.is_some(),
             pod_root = ?pod_root,
             exit_code_offset,
@@ -563,6 +608,25 @@ fn attach_tracepoint(ebpf: &mut Ebpf, category: &str, name: &'static str) -> Res
         .map_err(|source| Error::Program { name, source })?;
     program
         .attach(category, name)
+        .map_err(|source| Error::Program { name, source })?;
+    Ok(())
+}
+
+fn attach_raw_tracepoint(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    tracepoint: &str,
+) -> Result<(), Error> {
+    let program: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(Error::MissingProgram { name })?
+        .try_into()
+        .map_err(|source| Error::Program { name, source })?;
+    program
+        .load()
+        .map_err(|source| Error::Program { name, source })?;
+    program
+        .attach(tracepoint)
         .map_err(|source| Error::Program { name, source })?;
     Ok(())
 }

@@ -211,13 +211,31 @@ async fn wait_for(
     found.unwrap_or_else(|_| panic!("no {kind} event for {path} within 5 s"))
 }
 
+/// The raw-tracepoint probes (offsets from BTF).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sees_cgroup_mkdir_and_rmdir() {
     if !have_root("sees_cgroup_mkdir_and_rmdir") {
         return;
     }
+    cgroup_mkdir_and_rmdir(false).await;
+}
+
+/// The classic-tracepoint probes (offsets from the tracepoint format).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sees_cgroup_mkdir_and_rmdir_with_classic_tracepoints() {
+    if !have_root("sees_cgroup_mkdir_and_rmdir_with_classic_tracepoints") {
+        return;
+    }
+    cgroup_mkdir_and_rmdir(true).await;
+}
+
+async fn cgroup_mkdir_and_rmdir(classic: bool) {
     let cancel = CancellationToken::new();
-    let monitor = Monitor::start(Mode::On, Config::default(), cancel.clone())
+    let config = Config {
+        classic_cgroup_tracepoints: classic,
+        ..Config::default()
+    };
+    let monitor = Monitor::start(Mode::On, config, cancel.clone())
         .expect("probes load as root")
         .expect("Mode::On returns a monitor");
     let mut rx = monitor.subscribe();
@@ -295,7 +313,10 @@ async fn burst_of_cgroups_loses_nothing() {
     if stats.is_ok() {
         let (mut runs, mut time) = (0u64, Duration::ZERO);
         for info in aya::programs::loaded_programs().flatten() {
-            if matches!(info.name_as_str(), Some("cgroup_mkdir" | "cgroup_rmdir")) {
+            if matches!(
+                info.name_as_str(),
+                Some("cgroup_mkdir" | "cgroup_rmdir" | "cg_mkdir_raw" | "cg_rmdir_raw")
+            ) {
                 runs += info.run_count();
                 time += info.run_time();
             }
@@ -362,6 +383,7 @@ async fn sees_pod_process_exec_exit_and_cri_markers() {
             pod_root: Some(pod_root.clone()),
             events: Some(tx),
             cri_markers: true,
+            classic_cgroup_tracepoints: false,
         },
         cancel.clone(),
     )
