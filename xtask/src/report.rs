@@ -654,8 +654,10 @@ fn run_with_runtime(
     let view = progress.step(&format!("start {} pods", opts.pods), || {
         start_pods(&mut agent, &work, &names, opts.timeout)
     });
+    let mut events_seen = 0;
     let report = view.and_then(|view| {
         let suffix = format!("-{node}");
+        events_seen = view["events_seen"].as_u64().unwrap_or(0);
         build_report(&view, |n| n.ends_with(&suffix))
     });
     let _ = progress.step("remove the pods, stop swiftlet", || {
@@ -671,6 +673,10 @@ fn run_with_runtime(
     std::fs::write(&json_path, json).map_err(io_err("writing", &json_path))?;
     let (svg, png) = progress.step("waterfall chart", || waterfall(&report, &opts.out))?;
     println!("\n{}", phase_table(&report));
+    println!(
+        "eBPF events delivered while the pods started: {events_seen} ({:.0} a pod)",
+        events_seen as f64 / report.pods.len().max(1) as f64
+    );
     println!(
         "wrote {}, {}, {}",
         json_path.display(),

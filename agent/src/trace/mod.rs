@@ -152,6 +152,10 @@ impl Tracer {
         self.shared.monitor.get().map_or(0, Monitor::events_lost)
     }
 
+    pub fn events_seen(&self) -> u64 {
+        self.shared.monitor.get().map_or(0, Monitor::events_seen)
+    }
+
     fn with_pod(&self, uid: &str, f: impl FnOnce(&mut PodRecord)) {
         let mut state = self
             .shared
@@ -436,6 +440,7 @@ pub struct PhaseView {
 #[derive(Debug, serde::Serialize)]
 pub struct TraceView {
     pub probes_loaded: bool,
+    pub events_seen: u64,
     pub events_lost: u64,
     pub pods: Vec<PodView>,
 }
@@ -445,6 +450,7 @@ impl Tracer {
         let kernel = self.probes_loaded();
         TraceView {
             probes_loaded: kernel,
+            events_seen: self.events_seen(),
             events_lost: self.events_lost(),
             pods: self
                 .pods()
