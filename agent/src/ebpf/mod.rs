@@ -484,11 +484,15 @@ impl Monitor {
             });
         }
 
-        let pod_root = config
-            .pod_root
-            .as_deref()
-            .map(pod_root_cgroup)
-            .transpose()?;
+        // Without a cgroup2 hierarchy (a pure cgroup v1 host) the process probes cannot tell pod
+        // processes apart: the cgroup and CRI probes still load.
+        let pod_root = match config.pod_root.as_deref().map(pod_root_cgroup).transpose() {
+            Ok(root) => root,
+            Err(error) => {
+                tracing::warn!(%error, "process exec/exit probes off");
+                None
+            }
+        };
         let exit_code_offset =
             match btf::member_offset(Path::new(btf::VMLINUX), "task_struct", "exit_code") {
                 Ok(offset) => offset,
