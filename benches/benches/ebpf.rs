@@ -96,6 +96,10 @@ fn bench(c: &mut Criterion) {
         }
     };
     for (state, classic) in [("on_classic", true), ("on", false)] {
+        let before: Vec<u32> = aya::programs::loaded_programs()
+            .flatten()
+            .map(|p| p.id())
+            .collect();
         let cancel = CancellationToken::new();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let started = rt.block_on(async {
@@ -119,7 +123,23 @@ fn bench(c: &mut Criterion) {
         };
         // Drain the sink so the channel does not grow.
         rt.spawn(async move { while rx.recv().await.is_some() {} });
+        // In-kernel run time of each of our programs (the ones loaded since `before`).
+        let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime);
         run(c, state);
+        if stats.is_ok() {
+            for info in aya::programs::loaded_programs().flatten() {
+                if before.contains(&info.id()) || info.run_count() == 0 {
+                    continue;
+                }
+                eprintln!(
+                    "ebpf bench ({state}): program {:<14} {:>9} runs, {:>6} ns a run in the kernel",
+                    info.name_as_str().unwrap_or("?"),
+                    info.run_count(),
+                    info.run_time().as_nanos() / u128::from(info.run_count())
+                );
+            }
+        }
+        drop(stats);
         eprintln!(
             "ebpf bench ({state}): events seen {}, lost {}",
             monitor.events_seen(),
@@ -127,7 +147,7 @@ fn bench(c: &mut Criterion) {
         );
         cancel.cancel();
         // Let the reader task drop the object (detaching the probes) before the next round.
-        rt.block_on(tokio::time::sleep(std::time::Duration::from_millis(200)));
+        rt.block_on(async { tokio::time::sleep(std::time::Duration::from_millis(200)).await });
     }
     drop(rt);
     for dir in [
