@@ -5,10 +5,10 @@
 //! [`CgroupEvent`] to the `EVENTS` ring buffer; `sched:sched_process_exec` and
 //! `sched:sched_process_exit` writing a [`ProcessEvent`] for processes below the pod root cgroup
 //! (everything else is filtered out in the kernel with one helper call and one array lookup); and
-//! two uprobes on the agent's own `swiftlet_cri_begin`/`swiftlet_cri_end` markers writing a
-//! [`CriEvent`], so CRI calls land on the same clock as what the kernel saw. An event that cannot be delivered bumps a per-CPU
-//! counter in `LOST` (see `swiftlet_ebpf_common::lost`). Wake-ups of the reader are batched
-//! (see `wakeup_flag`).
+//! two uprobes on the agent's own `swiftlet_cri_call_begin`/`_end` markers writing a
+//! [`CriEvent`], so CRI calls land on the same clock as what the kernel saw. An event that cannot
+//! be delivered bumps a per-CPU counter in `LOST` (see `swiftlet_ebpf_common::lost`). Wake-ups
+//! of the reader are batched (see `wakeup_flag`).
 //!
 //! Field offsets of the tracepoint record: the agent reads them from the tracepoint's `format` file
 //! in tracefs and writes them into the read-only globals below before loading (aya
@@ -382,7 +382,7 @@ fn read_exit_code() -> u32 {
     }
 }
 
-/// `swiftlet_cri_begin(method: u32, uid_ptr: *const u8, uid_len: usize)`.
+/// `swiftlet_cri_call_begin(method: u32, uid_ptr: *const u8, uid_len: usize)`.
 #[uprobe]
 pub fn cri_begin(ctx: ProbeContext) -> u32 {
     if let Err(counter) = try_cri(&ctx, KIND_CRI_BEGIN) {
@@ -391,7 +391,7 @@ pub fn cri_begin(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// `swiftlet_cri_end(method: u32, uid_ptr: *const u8, uid_len: usize, ok: u32)`.
+/// `swiftlet_cri_call_end(method: u32, uid_ptr: *const u8, uid_len: usize, ok: u32)`.
 #[uprobe]
 pub fn cri_end(ctx: ProbeContext) -> u32 {
     if let Err(counter) = try_cri(&ctx, KIND_CRI_END) {

@@ -1,7 +1,23 @@
 //! The one client through which the agent talks to the container runtime. Every call is timed: a
 //! tracing span, the `swiftlet_runtime_operations_duration_seconds{operation}` histogram and an
-//! error counter, plus a pair of marker calls ([`swiftlet_cri_begin`]/[`swiftlet_cri_end`]) on which
-//! the eBPF uprobes record the call on the kernel's clock. No other code holds a CRI client.
+//! error counter. No other code holds a CRI client.
+//!
+//! # Trace markers (for eBPF uprobes)
+//!
+//! Every call is bracketed by two exported no-op functions that uprobes attach to by symbol name
+//! (they are `#[no_mangle] extern "C"`, `#[inline(never)]`, and their arguments pass through
+//! `black_box`, so they survive optimisation with the C calling convention):
+//!
+//! * `swiftlet_cri_call_begin(method: u32, pod_uid: *const u8, pod_uid_len: usize)`
+//! * `swiftlet_cri_call_end(method: u32, pod_uid: *const u8, pod_uid_len: usize, ok: u32)`
+//!
+//! `method` is the index of the method in [`METHODS`] (0 = `Version`, 1 = `RunPodSandbox`, ...;
+//! append only, never renumber). `pod_uid` points at the UTF-8 UID of the pod the call is made for
+//! (not NUL-terminated), or is null with length 0 when the call is not for one pod (relists). The
+//! pointer is valid only during the call. The pod comes from [`with_pod`], which the runtime
+//! manager wraps around each pod's sync and kill. On x86-64 the arguments are in rdi, rsi, rdx
+//! (and rcx); the same pid/tid sees begin then end, so a uprobe pair times the call from the
+//! agent's side.
 use crate::metrics::{Metrics, OperationLabel};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
@@ -39,21 +55,76 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Uprobe target: a CRI call is about to be sent. `method` indexes
-/// `swiftlet_ebpf_common::CRI_METHODS`; `uid_ptr`/`uid_len` name the pod UID (empty when the call
-/// is not about one pod). Does nothing; `#[inline(never)]` and `no_mangle` keep the symbol for the
-/// probe to find, `black_box` keeps the arguments in their registers at the call.
-#[unsafe(no_mangle)]
-#[inline(never)]
-pub extern "C" fn swiftlet_cri_begin(method: u32, uid_ptr: *const u8, uid_len: usize) {
-    std::hint::black_box((method, uid_ptr, uid_len));
+/// CRI method names by trace-marker id (the index). Append only.
+pub const METHODS: &[&str] = &[
+    "Version",
+    "RunPodSandbox",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+    "PodSandboxStatus",
+    "ListPodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "StopContainer",
+    "RemoveContainer",
+    "ListContainers",
+    "ContainerStatus",
+    "ImageStatus",
+    "PullImage",
+    "ExecSync",
+];
+
+/// The trace-marker id of a method name (`u32::MAX` for a name not in [`METHODS`]).
+pub fn method_id(method: &str) -> u32 {
+    METHODS
+        .iter()
+        .position(|m| *m == method)
+        .and_then(|i| u32::try_from(i).ok())
+        .unwrap_or(u32::MAX)
 }
 
-/// Uprobe target: a CRI call returned; `ok` is 1 on success. See [`swiftlet_cri_begin`].
+/// Trace marker: a CRI call begins. See the module documentation.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn swiftlet_cri_end(method: u32, uid_ptr: *const u8, uid_len: usize, ok: u32) {
-    std::hint::black_box((method, uid_ptr, uid_len, ok));
+pub extern "C" fn swiftlet_cri_call_begin(method: u32, pod_uid: *const u8, pod_uid_len: usize) {
+    std::hint::black_box((method, pod_uid, pod_uid_len));
+}
+
+/// Trace marker: a CRI call ended (`ok` = 1 on success, 0 on error). See the module documentation.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn swiftlet_cri_call_end(
+    method: u32,
+    pod_uid: *const u8,
+    pod_uid_len: usize,
+    ok: u32,
+) {
+    std::hint::black_box((method, pod_uid, pod_uid_len, ok));
+}
+
+tokio::task_local! {
+    static POD_UID: std::sync::Arc<str>;
+}
+
+/// Runs `fut` with `uid` as the pod its CRI calls are made for (what the trace markers report).
+pub async fn with_pod<F: Future>(uid: &str, fut: F) -> F::Output {
+    POD_UID.scope(std::sync::Arc::from(uid), fut).await
+}
+
+/// The pod set by [`with_pod`] for the current task, if any.
+pub fn current_pod() -> Option<std::sync::Arc<str>> {
+    POD_UID.try_with(|u| u.clone()).ok()
+}
+
+fn marker(method: &'static str, end: Option<bool>) {
+    let id = method_id(method);
+    let fire = |ptr: *const u8, len: usize| match end {
+        None => swiftlet_cri_call_begin(id, ptr, len),
+        Some(ok) => swiftlet_cri_call_end(id, ptr, len, u32::from(ok)),
+    };
+    if POD_UID.try_with(|u| fire(u.as_ptr(), u.len())).is_err() {
+        fire(std::ptr::null(), 0);
+    }
 }
 
 /// Parses `unix:///path` (or a bare absolute path) into the socket path.
@@ -104,18 +175,16 @@ impl Cri {
         })
     }
 
-    /// Times one call and records its outcome. `method` is the CRI method name, `uid` the pod
-    /// the call is about (empty when none).
-    async fn timed<T, F>(&self, method: &'static str, uid: &str, fut: F) -> Result<T>
+    /// Times one call and records its outcome. `method` is the CRI method name.
+    async fn timed<T, F>(&self, method: &'static str, fut: F) -> Result<T>
     where
         F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let span = tracing::debug_span!("cri", method);
-        let index = swiftlet_ebpf_common::cri_method_index(method);
-        swiftlet_cri_begin(index, uid.as_ptr(), uid.len());
+        marker(method, None);
         let start = Instant::now();
         let res = fut.instrument(span).await;
-        swiftlet_cri_end(index, uid.as_ptr(), uid.len(), u32::from(res.is_ok()));
+        marker(method, Some(res.is_ok()));
         let label = OperationLabel { operation: method };
         self.metrics
             .runtime_operations_duration_seconds
@@ -135,23 +204,18 @@ impl Cri {
 
     pub async fn version(&self) -> Result<cri::VersionResponse> {
         let mut c = self.runtime.clone();
-        self.timed("Version", "", c.version(cri::VersionRequest::default()))
+        self.timed("Version", c.version(cri::VersionRequest::default()))
             .await
     }
 
     pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String> {
         let mut c = self.runtime.clone();
-        let uid = config
-            .metadata
-            .as_ref()
-            .map(|m| m.uid.clone())
-            .unwrap_or_default();
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
             runtime_handler: String::new(),
         };
         Ok(self
-            .timed("RunPodSandbox", &uid, c.run_pod_sandbox(req))
+            .timed("RunPodSandbox", c.run_pod_sandbox(req))
             .await?
             .pod_sandbox_id)
     }
@@ -161,7 +225,7 @@ impl Cri {
         let req = cri::StopPodSandboxRequest {
             pod_sandbox_id: id.to_owned(),
         };
-        self.timed("StopPodSandbox", "", c.stop_pod_sandbox(req))
+        self.timed("StopPodSandbox", c.stop_pod_sandbox(req))
             .await
             .map(drop)
     }
@@ -171,7 +235,7 @@ impl Cri {
         let req = cri::RemovePodSandboxRequest {
             pod_sandbox_id: id.to_owned(),
         };
-        self.timed("RemovePodSandbox", "", c.remove_pod_sandbox(req))
+        self.timed("RemovePodSandbox", c.remove_pod_sandbox(req))
             .await
             .map(drop)
     }
@@ -183,7 +247,7 @@ impl Cri {
             verbose: false,
         };
         Ok(self
-            .timed("PodSandboxStatus", "", c.pod_sandbox_status(req))
+            .timed("PodSandboxStatus", c.pod_sandbox_status(req))
             .await?
             .status)
     }
@@ -195,7 +259,7 @@ impl Cri {
         let mut c = self.runtime.clone();
         let req = cri::ListPodSandboxRequest { filter };
         Ok(self
-            .timed("ListPodSandbox", "", c.list_pod_sandbox(req))
+            .timed("ListPodSandbox", c.list_pod_sandbox(req))
             .await?
             .items)
     }
@@ -207,29 +271,23 @@ impl Cri {
         sandbox_config: cri::PodSandboxConfig,
     ) -> Result<String> {
         let mut c = self.runtime.clone();
-        let uid = sandbox_config
-            .metadata
-            .as_ref()
-            .map(|m| m.uid.clone())
-            .unwrap_or_default();
         let req = cri::CreateContainerRequest {
             pod_sandbox_id: sandbox_id.to_owned(),
             config: Some(config),
             sandbox_config: Some(sandbox_config),
         };
         Ok(self
-            .timed("CreateContainer", &uid, c.create_container(req))
+            .timed("CreateContainer", c.create_container(req))
             .await?
             .container_id)
     }
 
-    /// Starts container `id` of the pod with UID `pod_uid` (the UID only labels the trace marker).
-    pub async fn start_container(&self, id: &str, pod_uid: &str) -> Result<()> {
+    pub async fn start_container(&self, id: &str) -> Result<()> {
         let mut c = self.runtime.clone();
         let req = cri::StartContainerRequest {
             container_id: id.to_owned(),
         };
-        self.timed("StartContainer", pod_uid, c.start_container(req))
+        self.timed("StartContainer", c.start_container(req))
             .await
             .map(drop)
     }
@@ -240,7 +298,7 @@ impl Cri {
             container_id: id.to_owned(),
             timeout: timeout_secs,
         };
-        self.timed("StopContainer", "", c.stop_container(req))
+        self.timed("StopContainer", c.stop_container(req))
             .await
             .map(drop)
     }
@@ -250,7 +308,7 @@ impl Cri {
         let req = cri::RemoveContainerRequest {
             container_id: id.to_owned(),
         };
-        self.timed("RemoveContainer", "", c.remove_container(req))
+        self.timed("RemoveContainer", c.remove_container(req))
             .await
             .map(drop)
     }
@@ -262,7 +320,7 @@ impl Cri {
         let mut c = self.runtime.clone();
         let req = cri::ListContainersRequest { filter };
         Ok(self
-            .timed("ListContainers", "", c.list_containers(req))
+            .timed("ListContainers", c.list_containers(req))
             .await?
             .containers)
     }
@@ -274,9 +332,25 @@ impl Cri {
             verbose: false,
         };
         Ok(self
-            .timed("ContainerStatus", "", c.container_status(req))
+            .timed("ContainerStatus", c.container_status(req))
             .await?
             .status)
+    }
+
+    /// Runs `cmd` in a container and waits for it, at most `timeout_secs` (0: no limit).
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_secs: i64,
+    ) -> Result<cri::ExecSyncResponse> {
+        let mut c = self.runtime.clone();
+        let req = cri::ExecSyncRequest {
+            container_id: id.to_owned(),
+            cmd,
+            timeout: timeout_secs,
+        };
+        self.timed("ExecSync", c.exec_sync(req)).await
     }
 
     pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>> {
@@ -285,10 +359,7 @@ impl Cri {
             image: Some(image_spec(image)),
             verbose: false,
         };
-        Ok(self
-            .timed("ImageStatus", "", c.image_status(req))
-            .await?
-            .image)
+        Ok(self.timed("ImageStatus", c.image_status(req)).await?.image)
     }
 
     pub async fn pull_image(&self, image: &str) -> Result<String> {
@@ -298,10 +369,7 @@ impl Cri {
             auth: None,
             sandbox_config: None,
         };
-        Ok(self
-            .timed("PullImage", "", c.pull_image(req))
-            .await?
-            .image_ref)
+        Ok(self.timed("PullImage", c.pull_image(req)).await?.image_ref)
     }
 }
 
@@ -330,5 +398,22 @@ mod tests {
             socket_path("tcp://1.2.3.4:1"),
             Err(Error::UnsupportedEndpoint { .. })
         ));
+    }
+
+    #[test]
+    fn method_ids_are_stable() {
+        // Uprobe consumers decode these numbers: they must never move.
+        assert_eq!(method_id("Version"), 0);
+        assert_eq!(method_id("RunPodSandbox"), 1);
+        assert_eq!(method_id("StartContainer"), 7);
+        assert_eq!(method_id("ExecSync"), 14);
+        assert_eq!(method_id("NoSuchMethod"), u32::MAX);
+    }
+
+    #[tokio::test]
+    async fn pod_scope_is_visible_to_calls() {
+        assert!(current_pod().is_none());
+        let seen = with_pod("uid-1", async { current_pod() }).await;
+        assert_eq!(seen.as_deref(), Some("uid-1"));
     }
 }

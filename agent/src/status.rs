@@ -1,10 +1,11 @@
 //! Status manager: the pods the agent was asked to run and the status it computed for each, as a
 //! snapshot readers (the `/pods` endpoint) can take without waiting on any task.
+use crate::runtime::actions::is_sidecar;
 use crate::runtime::{PodState, labels};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -171,7 +172,106 @@ fn host_ip() -> Option<IpAddr> {
     sock.local_addr().ok().map(|a| a.ip())
 }
 
-/// Builds a PodStatus (phase, conditions, container statuses) from the spec and runtime state.
+fn terminated(n: &api::ContainerStatus) -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: n.exit_code,
+            reason: Some(if n.reason.is_empty() {
+                if n.exit_code == 0 {
+                    "Completed".into()
+                } else {
+                    "Error".into()
+                }
+            } else {
+                n.reason.clone()
+            }),
+            message: (!n.message.is_empty()).then(|| n.message.clone()),
+            started_at: ts(n.started_at),
+            finished_at: ts(n.finished_at),
+            container_id: Some(format!("containerd://{}", n.id)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The status of one spec container from its two newest runtime instances: its state (a waiting
+/// reason from `waiting` wins over an exited instance: that one is then the last state), the last
+/// state (the previous instance's end), restart count, readiness.
+fn container_status(
+    c: &Container,
+    uid: Option<&String>,
+    state: &PodState,
+    waiting: &HashMap<String, (String, String)>,
+    default_reason: &str,
+) -> ContainerStatus {
+    let mut instances = state.containers.iter().filter(|s| {
+        s.metadata.as_ref().is_some_and(|m| m.name == c.name)
+            && s.labels.get(labels::POD_UID) == uid
+    });
+    let newest = instances.next();
+    let previous = instances.next();
+    let exited = |n: &api::ContainerStatus| n.state == api::ContainerState::ContainerExited as i32;
+    let restart_count = newest
+        .and_then(|n| n.annotations.get(labels::CONTAINER_RESTART_COUNT))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut st = ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        image_id: newest.map(|n| n.image_ref.clone()).unwrap_or_default(),
+        container_id: newest.map(|n| format!("containerd://{}", n.id)),
+        restart_count,
+        ready: false,
+        started: Some(false),
+        ..Default::default()
+    };
+    let waiting_state = |reason: &str, message: Option<String>| ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.to_owned()),
+            message,
+        }),
+        ..Default::default()
+    };
+    let reason = waiting.get(&c.name);
+    let (now, last) = match newest {
+        Some(n) if n.state == api::ContainerState::ContainerRunning as i32 => {
+            st.ready = true;
+            st.started = Some(true);
+            let running = ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: ts(n.started_at),
+                }),
+                ..Default::default()
+            };
+            (running, previous.filter(|p| exited(p)))
+        }
+        Some(n) if exited(n) && reason.is_none() => (terminated(n), previous.filter(|p| exited(p))),
+        Some(n) => {
+            let w = match reason {
+                Some((r, m)) => waiting_state(r, Some(m.clone())),
+                None => waiting_state(default_reason, None),
+            };
+            // Waiting to restart: the instance that ended is the last state.
+            (
+                w,
+                Some(n)
+                    .filter(|n| exited(n))
+                    .or(previous.filter(|p| exited(p))),
+            )
+        }
+        None => match reason {
+            Some((r, m)) => (waiting_state(r, Some(m.clone())), None),
+            None => (waiting_state(default_reason, None), None),
+        },
+    };
+    st.state = Some(now);
+    st.last_state = last.map(terminated);
+    st
+}
+
+/// Builds a PodStatus (phase, conditions, init and app container statuses) from the spec and
+/// runtime state.
 pub fn generate(
     pod: &Pod,
     state: &PodState,
@@ -180,106 +280,89 @@ pub fn generate(
     host_ip: Option<IpAddr>,
 ) -> PodStatus {
     let now = Time(Timestamp::now());
-    let spec_containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
+    let spec = pod.spec.as_ref();
+    let spec_containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+    let inits = spec
+        .and_then(|s| s.init_containers.as_deref())
         .unwrap_or_default();
+    let policy = spec
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
+    let uid = pod.metadata.uid.as_ref();
     let sandbox_id = state.ready_sandbox().map(|s| s.id.clone());
-    let mut statuses = Vec::new();
+
+    // Init containers: regular ones must have succeeded, sidecars must run.
+    let mut init_statuses = Vec::with_capacity(inits.len());
+    let (mut inits_done, mut init_failed) = (true, false);
+    for c in inits {
+        let st = container_status(c, uid, state, waiting, "PodInitializing");
+        let term = st.state.as_ref().and_then(|s| s.terminated.as_ref());
+        let exited_code = term.map(|t| t.exit_code).or_else(|| {
+            st.last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .filter(|_| st.state.as_ref().is_some_and(|s| s.waiting.is_some()))
+                .map(|t| t.exit_code)
+        });
+        if is_sidecar(c) {
+            inits_done &= st.started == Some(true);
+        } else {
+            match exited_code {
+                Some(0) if term.is_some() => {}
+                Some(code) if code != 0 => {
+                    init_failed = true;
+                    inits_done = false;
+                }
+                _ => inits_done = false,
+            }
+        }
+        init_statuses.push(st);
+    }
+    // Any app container that ever started means the pod went past initialisation.
+    let apps_started = spec_containers.iter().any(|c| {
+        state.containers.iter().any(|s| {
+            s.metadata.as_ref().is_some_and(|m| m.name == c.name)
+                && s.labels.get(labels::POD_UID) == uid
+        })
+    });
+    let initialized = inits_done || apps_started;
+    let app_default = if initialized {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+
+    let mut statuses = Vec::with_capacity(spec_containers.len());
     let (mut running, mut waiting_n, mut succeeded) = (0, 0, 0);
     for c in spec_containers {
-        let newest = state.containers.iter().find(|s| {
-            s.metadata.as_ref().is_some_and(|m| m.name == c.name)
-                && s.labels.get(labels::POD_UID) == pod.metadata.uid.as_ref()
-        });
-        let restart_count = newest
-            .and_then(|n| n.annotations.get(labels::CONTAINER_RESTART_COUNT))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let mut st = ContainerStatus {
-            name: c.name.clone(),
-            image: c.image.clone().unwrap_or_default(),
-            image_id: newest.map(|n| n.image_ref.clone()).unwrap_or_default(),
-            container_id: newest.map(|n| format!("containerd://{}", n.id)),
-            restart_count,
-            ready: false,
-            started: Some(false),
-            ..Default::default()
-        };
-        let waiting_state = |reason: &str, message: Option<String>| ContainerState {
-            waiting: Some(ContainerStateWaiting {
-                reason: Some(reason.to_owned()),
-                message,
-            }),
-            ..Default::default()
-        };
-        let in_backoff = waiting.get(&c.name);
-        st.state = Some(match newest {
-            Some(n) if n.state == api::ContainerState::ContainerRunning as i32 => {
-                running += 1;
-                st.ready = true;
-                st.started = Some(true);
-                ContainerState {
-                    running: Some(ContainerStateRunning {
-                        started_at: ts(n.started_at),
-                    }),
-                    ..Default::default()
-                }
-            }
-            Some(n)
-                if n.state == api::ContainerState::ContainerExited as i32
-                    && in_backoff.is_none() =>
-            {
-                if n.exit_code == 0 {
-                    succeeded += 1
-                }
-                ContainerState {
-                    terminated: Some(ContainerStateTerminated {
-                        exit_code: n.exit_code,
-                        reason: Some(if n.reason.is_empty() {
-                            if n.exit_code == 0 {
-                                "Completed".into()
-                            } else {
-                                "Error".into()
-                            }
-                        } else {
-                            n.reason.clone()
-                        }),
-                        message: (!n.message.is_empty()).then(|| n.message.clone()),
-                        started_at: ts(n.started_at),
-                        finished_at: ts(n.finished_at),
-                        container_id: Some(format!("containerd://{}", n.id)),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }
-            }
-            _ => {
-                match newest {
-                    Some(n) if n.state == api::ContainerState::ContainerExited as i32 => {
-                        if n.exit_code == 0 {
-                            succeeded += 1
-                        }
-                    }
-                    _ => waiting_n += 1,
-                }
-                match in_backoff {
-                    Some((reason, message)) => waiting_state(reason, Some(message.clone())),
-                    None => waiting_state("ContainerCreating", None),
-                }
-            }
-        });
+        let st = container_status(c, uid, state, waiting, app_default);
+        let s = st.state.as_ref();
+        if s.is_some_and(|s| s.running.is_some()) {
+            running += 1;
+        } else if let Some(t) = s.and_then(|s| s.terminated.as_ref()) {
+            succeeded += usize::from(t.exit_code == 0);
+        } else if let Some(t) = st.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
+            // Waiting to restart after a run: counts as that run's end for the phase.
+            succeeded += usize::from(t.exit_code == 0);
+        } else {
+            waiting_n += 1;
+        }
         statuses.push(st);
     }
     let total = spec_containers.len();
-    let policy = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always");
-    let phase = pod_phase(total, waiting_n, running, succeeded, policy);
-    let all_ready = total > 0 && statuses.iter().all(|s| s.ready);
+    let phase = if init_failed && policy == "Never" {
+        "Failed"
+    } else if !initialized {
+        "Pending"
+    } else {
+        pod_phase(total, waiting_n, running, succeeded, policy)
+    };
+    let all_ready = total > 0
+        && statuses.iter().all(|s| s.ready)
+        && inits
+            .iter()
+            .zip(&init_statuses)
+            .all(|(c, s)| !is_sidecar(c) || s.ready);
     let pod_ip = state
         .sandbox_status
         .as_ref()
@@ -309,7 +392,7 @@ pub fn generate(
                 prev,
                 &now,
             ),
-            condition("Initialized", true, prev, &now),
+            condition("Initialized", initialized, prev, &now),
             condition("Ready", all_ready, prev, &now),
             condition("ContainersReady", all_ready, prev, &now),
             condition("PodScheduled", true, prev, &now),
@@ -320,6 +403,7 @@ pub fn generate(
         qos_class: crate::cm::pod_qos(pod).ok().map(|q| q.as_str().to_owned()),
         start_time,
         container_statuses: Some(statuses),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         ..Default::default()
     }
 }
@@ -361,5 +445,164 @@ mod tests {
         assert_eq!(pod_phase(1, 0, 0, 0, "OnFailure"), "Running");
         assert_eq!(pod_phase(1, 0, 0, 1, "OnFailure"), "Succeeded");
         assert_eq!(pod_phase(0, 0, 0, 0, "Always"), "Pending");
+    }
+
+    fn spec(name: &str, sidecar: bool) -> Container {
+        Container {
+            name: name.into(),
+            restart_policy: sidecar.then(|| "Always".into()),
+            ..Default::default()
+        }
+    }
+
+    fn pod(policy: &str, inits: Vec<Container>, apps: Vec<Container>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some("u".into());
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            restart_policy: Some(policy.into()),
+            init_containers: Some(inits),
+            containers: apps,
+            ..Default::default()
+        });
+        p
+    }
+
+    /// A runtime container `name` (restart `n`) in state `st`; newest first in the state.
+    fn inst(name: &str, n: u32, st: api::ContainerState, exit: i32) -> api::ContainerStatus {
+        api::ContainerStatus {
+            id: format!("{name}-{n}"),
+            metadata: Some(api::ContainerMetadata {
+                name: name.into(),
+                attempt: n,
+            }),
+            state: st as i32,
+            exit_code: exit,
+            labels: [(labels::POD_UID.to_owned(), "u".to_owned())].into(),
+            annotations: [(labels::CONTAINER_RESTART_COUNT.to_owned(), n.to_string())].into(),
+            ..Default::default()
+        }
+    }
+
+    fn state(containers: Vec<api::ContainerStatus>) -> PodState {
+        PodState {
+            containers,
+            ..Default::default()
+        }
+    }
+
+    use api::ContainerState::{ContainerExited as EXITED, ContainerRunning as RUNNING};
+
+    fn gen_state(p: &Pod, s: &PodState) -> PodStatus {
+        generate(p, s, &HashMap::new(), None, None)
+    }
+
+    fn status_of(p: &Pod, containers: Vec<api::ContainerStatus>) -> PodStatus {
+        gen_state(p, &state(containers))
+    }
+
+    fn cond(s: &PodStatus, kind: &str) -> String {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == kind)
+            .map(|c| c.status.clone())
+            .unwrap_or_default()
+    }
+
+    fn waiting_reason(s: &ContainerStatus) -> Option<&str> {
+        s.state.as_ref()?.waiting.as_ref()?.reason.as_deref()
+    }
+
+    #[test]
+    fn init_container_running_keeps_pod_pending_and_apps_initializing() {
+        let p = pod("Always", vec![spec("i", false)], vec![spec("a", false)]);
+        let st = status_of(&p, vec![inst("i", 0, RUNNING, 0)]);
+        assert_eq!(st.phase.as_deref(), Some("Pending"));
+        assert_eq!(cond(&st, "Initialized"), "False");
+        let inits = st.init_container_statuses.unwrap_or_default();
+        assert!(inits[0].state.as_ref().is_some_and(|s| s.running.is_some()));
+        let apps = st.container_statuses.unwrap_or_default();
+        assert_eq!(waiting_reason(&apps[0]), Some("PodInitializing"));
+    }
+
+    #[test]
+    fn init_done_then_app_running() {
+        let p = pod("Always", vec![spec("i", false)], vec![spec("a", false)]);
+        let s = state(vec![inst("a", 0, RUNNING, 0), inst("i", 0, EXITED, 0)]);
+        let st = gen_state(&p, &s);
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&st, "Initialized"), "True");
+        let inits = st.init_container_statuses.unwrap_or_default();
+        let t = inits[0].state.as_ref().and_then(|s| s.terminated.as_ref());
+        assert_eq!(t.and_then(|t| t.reason.as_deref()), Some("Completed"));
+    }
+
+    #[test]
+    fn failed_init_under_never_fails_the_pod() {
+        let p = pod("Never", vec![spec("i", false)], vec![spec("a", false)]);
+        let st = status_of(&p, vec![inst("i", 0, EXITED, 3)]);
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        let p = pod("Always", vec![spec("i", false)], vec![spec("a", false)]);
+        let st = status_of(&p, vec![inst("i", 0, EXITED, 3)]);
+        assert_eq!(st.phase.as_deref(), Some("Pending"));
+    }
+
+    #[test]
+    fn crash_loop_shows_waiting_reason_and_last_state() {
+        let p = pod("Always", vec![], vec![spec("a", false)]);
+        let s = state(vec![inst("a", 2, EXITED, 1), inst("a", 1, EXITED, 1)]);
+        let waiting = HashMap::from([(
+            "a".to_owned(),
+            ("CrashLoopBackOff".to_owned(), "back-off 20s".to_owned()),
+        )]);
+        let st = generate(&p, &s, &waiting, None, None);
+        let c = &st.container_statuses.unwrap_or_default()[0];
+        assert_eq!(waiting_reason(c), Some("CrashLoopBackOff"));
+        assert_eq!(c.restart_count, 2);
+        let last = c.last_state.as_ref().and_then(|l| l.terminated.as_ref());
+        assert_eq!(last.map(|t| t.exit_code), Some(1));
+        assert_eq!(
+            last.and_then(|t| t.container_id.as_deref()),
+            Some("containerd://a-2")
+        );
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        // Running again: the last state is the previous run.
+        let s = state(vec![inst("a", 3, RUNNING, 0), inst("a", 2, EXITED, 1)]);
+        let st = gen_state(&p, &s);
+        let c = &st.container_statuses.unwrap_or_default()[0];
+        let last = c.last_state.as_ref().and_then(|l| l.terminated.as_ref());
+        assert_eq!(
+            last.and_then(|t| t.container_id.as_deref()),
+            Some("containerd://a-2")
+        );
+    }
+
+    #[test]
+    fn running_sidecar_counts_as_initialized_and_ready() {
+        let p = pod("Always", vec![spec("s", true)], vec![spec("a", false)]);
+        let s = state(vec![inst("a", 0, RUNNING, 0), inst("s", 0, RUNNING, 0)]);
+        let st = gen_state(&p, &s);
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&st, "Ready"), "True");
+        let s = state(vec![inst("a", 0, RUNNING, 0), inst("s", 0, EXITED, 1)]);
+        let st = gen_state(&p, &s);
+        assert_eq!(
+            cond(&st, "Ready"),
+            "False",
+            "a stopped sidecar is not ready"
+        );
+    }
+
+    #[test]
+    fn image_pull_errors_are_the_waiting_reason() {
+        let p = pod("Always", vec![], vec![spec("a", false)]);
+        let waiting = HashMap::from([(
+            "a".to_owned(),
+            ("ImagePullBackOff".to_owned(), "back-off".to_owned()),
+        )]);
+        let st = generate(&p, &PodState::default(), &waiting, None, None);
+        let c = &st.container_statuses.unwrap_or_default()[0];
+        assert_eq!(waiting_reason(c), Some("ImagePullBackOff"));
+        assert_eq!(st.phase.as_deref(), Some("Pending"));
     }
 }

@@ -7,7 +7,7 @@
 //! - `process/spawn_outside_pods`: fork + exec + exit of `/bin/true` outside the pod root: the
 //!   exec/exit probes fire and filter it out in the kernel.
 //! - `process/spawn_in_pod`: the same inside a cgroup below the pod root: exec + exit reported.
-//! - `cri/marker_pair`: `swiftlet_cri_begin` + `swiftlet_cri_end` (two uprobes).
+//! - `cri/marker_pair`: `swiftlet_cri_call_begin` + `swiftlet_cri_call_end` (two uprobes).
 //!
 //! `cargo bench -p swiftlet-benches --bench ebpf -- --warm-up-time 1 --measurement-time 5`
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -45,8 +45,8 @@ fn spawn_true(cgroup_procs: Option<&Path>) {
 
 fn marker_pair() {
     let uid = "0b5f1c6e-1111-2222-3333-444455556666";
-    swiftlet::cri::swiftlet_cri_begin(7, uid.as_ptr(), uid.len());
-    swiftlet::cri::swiftlet_cri_end(7, uid.as_ptr(), uid.len(), 1);
+    swiftlet::cri::swiftlet_cri_call_begin(7, uid.as_ptr(), uid.len());
+    swiftlet::cri::swiftlet_cri_call_end(7, uid.as_ptr(), uid.len(), 1);
 }
 
 fn bench(c: &mut Criterion) {

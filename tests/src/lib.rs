@@ -326,6 +326,10 @@ pub struct AgentOptions {
     pub file_check_frequency: String,
     /// More flags.
     pub extra_args: Vec<String>,
+    /// The agent binary; `None`: the debug build from [`agent_binary`].
+    pub binary: Option<PathBuf>,
+    /// `-v`; 4 (debug logs) unless a bench wants the agent quiet.
+    pub verbosity: u8,
 }
 
 impl AgentOptions {
@@ -335,6 +339,8 @@ impl AgentOptions {
             name: name.to_owned(),
             file_check_frequency: "1s".to_owned(),
             extra_args: Vec::new(),
+            binary: None,
+            verbosity: 4,
         }
     }
 }
@@ -402,6 +408,7 @@ fn unique_node_name(test: &str) -> String {
 /// its node name and removes its cgroup root, so nothing leaks between tests.
 pub struct Agent {
     child: Option<Child>,
+    opts: AgentOptions,
     node: String,
     endpoint: String,
     cgroup_root: String,
@@ -432,7 +439,6 @@ impl Agent {
     /// When the build fails, the agent exits, or it does not become healthy in time (the log
     /// path and its tail are in the message).
     pub fn start(runtime: &Runtime, opts: AgentOptions) -> Agent {
-        let binary = agent_binary();
         let node = unique_node_name(&opts.name);
         let cgroup_root = format!("/swiftlet-test-{node}");
         let manifest_dir = tempfile::Builder::new()
@@ -454,34 +460,9 @@ impl Agent {
             .unwrap_or_else(|e| panic!("opening {}: {e}", log_path.display()));
         let healthz_port = free_port();
         let read_only_port = free_port();
-        let child = Command::new(binary)
-            .arg("--pod-manifest-path")
-            .arg(manifest_dir.path())
-            .arg("--container-runtime-endpoint")
-            .arg(&runtime.endpoint)
-            .arg("--root-dir")
-            .arg(root_dir.path())
-            .arg("--pod-logs-dir")
-            .arg(root_dir.path().join("pod-logs"))
-            .arg("--hostname-override")
-            .arg(&node)
-            .arg("--cgroup-root")
-            .arg(&cgroup_root)
-            .arg("--healthz-port")
-            .arg(healthz_port.to_string())
-            .arg("--read-only-port")
-            .arg(read_only_port.to_string())
-            .arg("--file-check-frequency")
-            .arg(&opts.file_check_frequency)
-            .args(["-v", "4"])
-            .args(&opts.extra_args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
         let mut agent = Agent {
-            child: Some(child),
+            child: None,
+            opts,
             node,
             endpoint: runtime.endpoint.clone(),
             cgroup_root,
@@ -491,8 +472,61 @@ impl Agent {
             read_only: SocketAddr::from(([127, 0, 0, 1], read_only_port)),
             healthz: SocketAddr::from(([127, 0, 0, 1], healthz_port)),
         };
+        agent.child = Some(agent.spawn(log, log_err));
         agent.wait_healthy();
         agent
+    }
+
+    fn spawn(&self, log: std::fs::File, log_err: std::fs::File) -> Child {
+        let binary = self
+            .opts
+            .binary
+            .as_deref()
+            .unwrap_or_else(|| agent_binary());
+        Command::new(binary)
+            .arg("--pod-manifest-path")
+            .arg(self.manifest_dir.path())
+            .arg("--container-runtime-endpoint")
+            .arg(&self.endpoint)
+            .arg("--root-dir")
+            .arg(self._root_dir.path())
+            .arg("--pod-logs-dir")
+            .arg(self._root_dir.path().join("pod-logs"))
+            .arg("--hostname-override")
+            .arg(&self.node)
+            .arg("--cgroup-root")
+            .arg(&self.cgroup_root)
+            .arg("--healthz-port")
+            .arg(self.healthz.port().to_string())
+            .arg("--read-only-port")
+            .arg(self.read_only.port().to_string())
+            .arg("--file-check-frequency")
+            .arg(&self.opts.file_check_frequency)
+            .args(["-v", &self.opts.verbosity.to_string()])
+            .args(&self.opts.extra_args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()))
+    }
+
+    /// Kills the agent with SIGKILL (no clean-up of its own) and starts it again with the same
+    /// node name, directories and ports, appending to the same log; waits for `/healthz`.
+    pub fn restart_after_sigkill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let open = || {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&self.log_path)
+                .unwrap_or_else(|e| panic!("opening {}: {e}", self.log_path.display()))
+        };
+        let (log, log_err) = (open(), open());
+        self.child = Some(self.spawn(log, log_err));
+        self.wait_healthy();
     }
 
     fn wait_healthy(&mut self) {
@@ -522,6 +556,11 @@ impl Agent {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The agent's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The node name (`--hostname-override`).

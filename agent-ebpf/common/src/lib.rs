@@ -22,9 +22,9 @@ pub const KIND_PROCESS_EXEC: u32 = 3;
 /// `kind` of a [`ProcessEvent`] from `sched:sched_process_exit` (a thread-group leader in a pod
 /// cgroup exited).
 pub const KIND_PROCESS_EXIT: u32 = 4;
-/// `kind` of a [`CriEvent`]: the agent entered its `swiftlet_cri_begin` marker (uprobe).
+/// `kind` of a [`CriEvent`]: the agent entered its `swiftlet_cri_call_begin` marker (uprobe).
 pub const KIND_CRI_BEGIN: u32 = 5;
-/// `kind` of a [`CriEvent`]: the agent entered its `swiftlet_cri_end` marker (uprobe).
+/// `kind` of a [`CriEvent`]: the agent entered its `swiftlet_cri_call_end` marker (uprobe).
 pub const KIND_CRI_END: u32 = 6;
 
 /// Capacity of [`ProcessEvent::comm`] (the kernel's `TASK_COMM_LEN`).
@@ -33,8 +33,9 @@ pub const COMM_LEN: usize = 16;
 pub const CRI_UID_MAX: usize = 64;
 
 /// CRI methods the agent's markers name, by index (the `method` argument of the markers and
-/// [`CriEvent::method`]). Append only: the index is the wire value.
-pub const CRI_METHODS: [&str; 16] = [
+/// [`CriEvent::method`]): the same table as `swiftlet::cri::METHODS` (a test there keeps them
+/// equal). Append only: the index is the wire value.
+pub const CRI_METHODS: [&str; 15] = [
     "Version",
     "RunPodSandbox",
     "StopPodSandbox",
@@ -49,11 +50,13 @@ pub const CRI_METHODS: [&str; 16] = [
     "ContainerStatus",
     "ImageStatus",
     "PullImage",
-    "ImageFsInfo",
-    "Other",
+    "ExecSync",
 ];
 
-/// The index of `name` in [`CRI_METHODS`] (the last entry, `Other`, when unknown).
+/// What [`cri_method_name`] says for an index outside [`CRI_METHODS`].
+pub const CRI_METHOD_OTHER: &str = "Other";
+
+/// The index of `name` in [`CRI_METHODS`] (`u32::MAX` when unknown, as the agent's markers pass).
 pub fn cri_method_index(name: &str) -> u32 {
     let mut i = 0;
     while i < CRI_METHODS.len() {
@@ -62,21 +65,21 @@ pub fn cri_method_index(name: &str) -> u32 {
         }
         i += 1;
     }
-    (CRI_METHODS.len() - 1) as u32
+    u32::MAX
 }
 
-/// The name of CRI method `index` (`Other` when out of range).
+/// The name of CRI method `index` ([`CRI_METHOD_OTHER`] when out of range).
 pub fn cri_method_name(index: u32) -> &'static str {
     CRI_METHODS
         .get(index as usize)
         .copied()
-        .unwrap_or(CRI_METHODS[CRI_METHODS.len() - 1])
+        .unwrap_or(CRI_METHOD_OTHER)
 }
 
 /// Names of the uprobe target symbols in the agent binary.
-pub const CRI_BEGIN_SYMBOL: &str = "swiftlet_cri_begin";
+pub const CRI_BEGIN_SYMBOL: &str = "swiftlet_cri_call_begin";
 /// See [`CRI_BEGIN_SYMBOL`].
-pub const CRI_END_SYMBOL: &str = "swiftlet_cri_end";
+pub const CRI_END_SYMBOL: &str = "swiftlet_cri_call_end";
 /// Name of the one-entry `u64` array holding the cgroup2 id of the cgroup every pod lives below
 /// (`<cgroup-root>/kubepods`); 0 means "not known yet" and lets no process event through.
 pub const MAP_POD_ROOT: &str = "POD_ROOT";
@@ -219,9 +222,9 @@ pub enum Event<'a> {
     Exec(ProcessRecord<'a>),
     /// `sched:sched_process_exit`.
     Exit(ProcessRecord<'a>),
-    /// `swiftlet_cri_begin`.
+    /// `swiftlet_cri_call_begin`.
     CriBegin(CriRecord<'a>),
-    /// `swiftlet_cri_end`.
+    /// `swiftlet_cri_call_end`.
     CriEnd(CriRecord<'a>),
 }
 
@@ -635,6 +638,7 @@ mod tests {
         for (i, name) in CRI_METHODS.iter().enumerate() {
             assert_eq!(cri_method_index(name), i as u32);
         }
+        assert_eq!(cri_method_index("NoSuchCall"), u32::MAX);
         assert_eq!(cri_method_name(cri_method_index("NoSuchCall")), "Other");
         assert_eq!(cri_method_name(1000), "Other");
     }

@@ -100,7 +100,7 @@ pub struct Config {
     pub pod_root: Option<String>,
     /// Receives every decoded event (cgroup, process, CRI marker) in ring-buffer order.
     pub events: Option<mpsc::UnboundedSender<KernelEvent>>,
-    /// Attach the uprobes on this binary's `swiftlet_cri_begin`/`_end` markers (a binary that
+    /// Attach the uprobes on this binary's `swiftlet_cri_call_begin`/`_end` markers (a binary that
     /// never calls them, such as a test, may not contain them).
     pub cri_markers: bool,
     /// Use the classic `cgroup:*` tracepoints even when BTF allows the cheaper raw ones (for

@@ -433,8 +433,8 @@ async fn sees_pod_process_exec_exit_and_cri_markers() {
 
     let uid = "0b5f1c6e-1111-2222-3333-444455556666";
     let method = common::cri_method_index("StartContainer");
-    crate::cri::swiftlet_cri_begin(method, uid.as_ptr(), uid.len());
-    crate::cri::swiftlet_cri_end(method, uid.as_ptr(), uid.len(), 1);
+    crate::cri::swiftlet_cri_call_begin(method, uid.as_ptr(), uid.len());
+    crate::cri::swiftlet_cri_call_end(method, uid.as_ptr(), uid.len(), 1);
     let begin = wait_kernel(
         &mut rx,
         "CRI begin marker",
@@ -459,6 +459,11 @@ async fn sees_pod_process_exec_exit_and_cri_markers() {
 
     cancel.cancel();
     drop((container, pod, kubepods, top));
+}
+
+#[test]
+fn probe_method_table_is_the_cri_clients() {
+    assert_eq!(&common::CRI_METHODS[..], crate::cri::METHODS);
 }
 
 #[test]

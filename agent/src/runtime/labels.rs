@@ -12,3 +12,8 @@ pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
 pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
 pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+/// The container's preStop handler (`LifecycleHandler` as JSON), so a kill without the spec
+/// (orphans, after an agent restart) still runs it.
+pub const PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
+/// `init`, `sidecar` or `app`: the container's turn when the pod is killed.
+pub const CONTAINER_TYPE: &str = "swiftlet.io/container-type";

@@ -1,15 +1,18 @@
 //! Runtime manager: turns a pod spec into CRI calls (`sync_pod`), stops pods (`kill_pod`) and reads
 //! back what the runtime holds (`pod_state`, `relist`). Every call goes through [`crate::cri::Cri`].
+pub mod actions;
+pub mod backoff;
 pub mod hash;
 pub mod labels;
 
 use crate::cm::{self, ContainerManager};
 use crate::cri::{self, Cri};
 use k8s_cri::v1 as api;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -35,6 +38,16 @@ pub enum Error {
         container: String,
         image: String,
     },
+    #[error(
+        "pod {pod} container {container}: back-off pulling image {image:?} ({}s left)",
+        left.as_secs()
+    )]
+    ImagePullBackOff {
+        pod: String,
+        container: String,
+        image: String,
+        left: Duration,
+    },
     #[error("pod {pod} container {container}: pulling image {image:?}: {source}")]
     ImagePull {
         pod: String,
@@ -53,13 +66,78 @@ impl Error {
         match self {
             Error::ImageNeverPull { .. } => "ErrImageNeverPull",
             Error::ImagePull { .. } => "ErrImagePull",
+            Error::ImagePullBackOff { .. } => "ImagePullBackOff",
             Error::Unsupported { .. } => "CreateContainerConfigError",
             _ => "CreateContainerError",
         }
     }
 }
 
+impl Error {
+    /// When to try again after this error stopped a container from starting.
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            Error::ImagePullBackOff { left, .. } => *left,
+            // Look again soon, so the status shows the back-off that follows.
+            Error::ImagePull { .. } => Duration::from_secs(1),
+            _ => CRASH_BACKOFF_INITIAL,
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What part a container plays in its pod (stored on it, so a kill knows its turn without the
+/// spec: app and init containers first, sidecars after them in reverse start order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    Init,
+    Sidecar,
+    App,
+}
+
+impl ContainerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerKind::Init => "init",
+            ContainerKind::Sidecar => "sidecar",
+            ContainerKind::App => "app",
+        }
+    }
+}
+
+/// Everything needed to start containers in one pod's sandbox during one sync.
+struct StartTarget<'a> {
+    pod: &'a Pod,
+    name: &'a str,
+    uid: &'a str,
+    state: &'a PodState,
+    sandbox_id: &'a str,
+    sandbox_config: &'a api::PodSandboxConfig,
+}
+
+/// Crash-loop and image-pull back-offs, per pod and container (or image).
+#[derive(Debug)]
+struct Backoffs {
+    crash: backoff::Backoff,
+    image: backoff::Backoff,
+}
+
+impl Backoffs {
+    fn forget_prefix(&mut self, prefix: &str) {
+        self.crash.forget_prefix(prefix);
+        self.image.forget_prefix(prefix);
+    }
+}
+
+impl Default for Backoffs {
+    fn default() -> Self {
+        Self {
+            crash: backoff::Backoff::new(CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX),
+            image: backoff::Backoff::new(CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX),
+        }
+    }
+}
 
 /// What the runtime holds for one pod, with details.
 #[derive(Debug, Clone, Default)]
@@ -106,6 +184,24 @@ pub struct SyncOutcome {
     pub requeue_after: Option<Duration>,
     /// Per container name: why it is waiting (image errors, back-off), for the status.
     pub waiting: HashMap<String, (String, String)>,
+    /// Every container finished and none will run again (phase Succeeded or Failed): the pod
+    /// needs no more syncs.
+    pub terminal: bool,
+    /// What this sync decided.
+    pub actions: actions::PodActions,
+}
+
+impl SyncOutcome {
+    /// Records why container `name` waits, and to look again within `retry`.
+    fn wait(&mut self, name: &str, reason: &str, message: String, retry: Duration) {
+        self.waiting
+            .insert(name.to_owned(), (reason.to_owned(), message));
+        self.requeue(retry);
+    }
+
+    fn requeue(&mut self, after: Duration) {
+        self.requeue_after = Some(self.requeue_after.map_or(after, |d| d.min(after)));
+    }
 }
 
 #[derive(Clone)]
@@ -113,6 +209,7 @@ pub struct Manager {
     cri: Cri,
     cm: ContainerManager,
     cfg: Config,
+    backoff: Arc<Mutex<Backoffs>>,
 }
 
 const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
@@ -148,7 +245,12 @@ pub fn grace_period_secs(pod: &Pod) -> i64 {
 
 impl Manager {
     pub fn new(cri: Cri, cm: ContainerManager, cfg: Config) -> Self {
-        Self { cri, cm, cfg }
+        Self {
+            cri,
+            cm,
+            cfg,
+            backoff: Arc::default(),
+        }
     }
 
     pub fn cri(&self) -> &Cri {
@@ -248,68 +350,73 @@ impl Manager {
         })
     }
 
-    /// Brings the runtime in line with the pod spec: sandbox, then containers
-    /// (a minimal `compute_pod_actions`; init containers are not supported yet).
+    /// Brings the runtime in line with the pod spec: [`actions::compute_pod_actions`], then the
+    /// kills, the sandbox, init containers and app containers (kubelet-behaviour.md §1.6 SyncPod).
     pub async fn sync_pod(&self, pod: &Pod) -> Result<SyncOutcome> {
-        let name = full_name(pod);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        cri::with_pod(&uid, self.sync_pod_traced(pod, &uid)).await
+    }
+
+    async fn sync_pod_traced(&self, pod: &Pod, uid: &str) -> Result<SyncOutcome> {
+        let name = full_name(pod);
         let spec = pod
             .spec
             .as_ref()
             .ok_or_else(|| Error::NoSpec(name.clone()))?;
-        if spec.init_containers.as_ref().is_some_and(|v| !v.is_empty()) {
-            return Err(Error::Unsupported {
-                pod: name,
-                what: "initContainers".into(),
-            });
-        }
         if spec.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
             return Err(Error::Unsupported {
                 pod: name,
                 what: "volumes".into(),
             });
         }
-        let state = self.pod_state(&uid).await.map_err(Self::cri_err(&name))?;
-        let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-        let mut outcome = SyncOutcome::default();
+        let state = self.pod_state(uid).await.map_err(Self::cri_err(&name))?;
+        let actions = actions::compute_pod_actions(pod, &state);
+        tracing::debug!(pod = %name, ?actions, "computed pod actions");
+        let mut outcome = SyncOutcome {
+            terminal: actions.terminal,
+            ..Default::default()
+        };
 
-        let (sandbox_id, sandbox_config) = match state.ready_sandbox() {
-            Some(s) => {
-                let attempt = s.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
-                let cgroup =
-                    self.cm
-                        .ensure_pod_cgroup(pod, &uid)
-                        .map_err(|source| Error::Cgroup {
-                            pod: name.clone(),
-                            source,
-                        })?;
-                (
-                    s.id.clone(),
-                    self.sandbox_config(pod, &uid, attempt, &cgroup),
-                )
+        if actions.kill_pod {
+            if actions.create_sandbox && actions.sandbox_id.is_some() {
+                tracing::info!(pod = %name, attempt = actions.attempt, "sandbox changed, killing the pod to recreate it");
+            } else if actions.terminal {
+                tracing::info!(pod = %name, "pod finished: stopping what is left");
             }
-            None => {
-                let attempt = state
-                    .sandboxes
-                    .first()
-                    .and_then(|s| s.metadata.as_ref())
-                    .map(|m| m.attempt + 1)
-                    .unwrap_or(0);
-                if restart_policy == "Never" && attempt > 0 && !state.containers.is_empty() {
-                    // The pod ran and its sandbox is gone: it does not start again.
-                    return Ok(outcome);
+            self.stop_runtime_pod(&name, &state, grace_period_secs(pod), false)
+                .await?;
+        } else {
+            let started = Instant::now();
+            for k in &actions.containers_to_kill {
+                tracing::info!(pod = %name, container = %k.name, reason = k.reason, message = %k.message, "killing container");
+                if let Some(st) = state.containers.iter().find(|c| c.id == k.id) {
+                    self.kill_container(&name, st, grace_period_secs(pod), started)
+                        .await?;
                 }
-                if !state.sandboxes.is_empty() {
-                    self.kill_runtime_pod(&name, &state, MIN_GRACE_SECS).await?;
-                }
-                let cgroup =
-                    self.cm
-                        .ensure_pod_cgroup(pod, &uid)
-                        .map_err(|source| Error::Cgroup {
-                            pod: name.clone(),
-                            source,
-                        })?;
-                let config = self.sandbox_config(pod, &uid, attempt, &cgroup);
+            }
+        }
+        if !actions.create_sandbox
+            && actions.init_to_start.is_empty()
+            && actions.containers_to_start.is_empty()
+        {
+            outcome.actions = actions;
+            return Ok(outcome);
+        }
+
+        let cgroup = self
+            .cm
+            .ensure_pod_cgroup(pod, uid)
+            .map_err(|source| Error::Cgroup {
+                pod: name.clone(),
+                source,
+            })?;
+        let (sandbox_id, sandbox_config) = match (&actions.sandbox_id, actions.create_sandbox) {
+            (Some(id), false) => (
+                id.clone(),
+                self.sandbox_config(pod, uid, actions.attempt, &cgroup),
+            ),
+            _ => {
+                let config = self.sandbox_config(pod, uid, actions.attempt, &cgroup);
                 let log_dir = PathBuf::from(&config.log_directory);
                 if let Err(e) = std::fs::create_dir_all(&log_dir) {
                     tracing::warn!(pod = %name, dir = %log_dir.display(), %e, "creating pod log directory");
@@ -319,129 +426,135 @@ impl Manager {
                     .run_pod_sandbox(config.clone())
                     .await
                     .map_err(Self::cri_err(&name))?;
-                tracing::info!(pod = %name, sandbox = %id, attempt, "sandbox started");
+                tracing::info!(pod = %name, sandbox = %id, attempt = actions.attempt, "sandbox started");
                 (id, config)
             }
         };
-        let fresh_sandbox =
-            state.ready_sandbox().map(|s| s.id.as_str()) != Some(sandbox_id.as_str());
+        let target = StartTarget {
+            pod,
+            name: &name,
+            uid,
+            state: &state,
+            sandbox_id: &sandbox_id,
+            sandbox_config: &sandbox_config,
+        };
 
-        for container in &spec.containers {
-            // Containers of an older sandbox do not count.
-            let prev = if fresh_sandbox {
-                None
+        let inits = spec.init_containers.as_deref().unwrap_or_default();
+        let mut sidecar_started = false;
+        for &i in &actions.init_to_start {
+            let Some(c) = inits.get(i) else { continue };
+            let kind = if actions::is_sidecar(c) {
+                ContainerKind::Sidecar
             } else {
-                state.containers.iter().find(|c| {
-                    c.metadata
-                        .as_ref()
-                        .is_some_and(|m| m.name == container.name)
-                })
+                ContainerKind::Init
             };
-            let hash = hash::container_hash(container);
-            let mut restart_count = 0;
-            if let Some(prev) = prev {
-                restart_count = prev.metadata.as_ref().map(|m| m.attempt + 1).unwrap_or(0);
-                let running = prev.state == api::ContainerState::ContainerRunning as i32;
-                let prev_hash = hash::parse_label(prev.annotations.get(labels::CONTAINER_HASH));
-                if running && prev_hash == Some(hash) {
-                    continue;
-                }
-                if running {
-                    tracing::info!(pod = %name, container = %container.name, "container definition changed, restarting");
-                    self.stop_container(&name, &prev.id, grace_period_secs(pod))
-                        .await?;
-                } else if prev.state == api::ContainerState::ContainerExited as i32 {
-                    let wants = match restart_policy {
-                        "Never" => false,
-                        "OnFailure" => prev.exit_code != 0,
-                        _ => true,
-                    };
-                    if !wants && prev_hash == Some(hash) {
-                        continue;
-                    }
-                    let delay =
-                        backoff_delay(prev.metadata.as_ref().map(|m| m.attempt).unwrap_or(0));
-                    let since =
-                        Duration::from_nanos((now_nanos() - prev.finished_at).max(0) as u64);
-                    if since < delay {
-                        let left = delay - since;
-                        outcome.requeue_after =
-                            Some(outcome.requeue_after.map_or(left, |d| d.min(left)));
-                        outcome.waiting.insert(
-                            container.name.clone(),
-                            (
-                                "CrashLoopBackOff".into(),
-                                format!(
-                                    "back-off {}s restarting failed container={} pod={}",
-                                    delay.as_secs(),
-                                    container.name,
-                                    name
-                                ),
-                            ),
-                        );
-                        continue;
-                    }
-                }
-            }
             match self
-                .start_container(
-                    pod,
-                    &name,
-                    &uid,
-                    container,
-                    &sandbox_id,
-                    &sandbox_config,
-                    restart_count,
-                    hash,
-                )
+                .start_with_backoff(&target, c, kind, &mut outcome)
                 .await
             {
-                Ok(()) => {}
-                Err(e) => {
-                    tracing::warn!(pod = %name, container = %container.name, error = %e, "starting container");
-                    outcome
-                        .waiting
-                        .insert(container.name.clone(), (e.reason().into(), e.to_string()));
-                    outcome.requeue_after = Some(
-                        outcome
-                            .requeue_after
-                            .map_or(CRASH_BACKOFF_INITIAL, |d| d.min(CRASH_BACKOFF_INITIAL)),
-                    );
-                }
+                Ok(started) => sidecar_started |= started && kind == ContainerKind::Sidecar,
+                // A sidecar that fails to start does not stop the next; a regular init does.
+                Err(()) if kind == ContainerKind::Sidecar => {}
+                Err(()) => break,
             }
         }
+        if sidecar_started && actions.containers_to_start.is_empty() {
+            // The next init container may go as soon as this sidecar runs: look again at once.
+            outcome.requeue(Duration::ZERO);
+        }
+        for &i in &actions.containers_to_start {
+            if let Some(c) = spec.containers.get(i) {
+                // Failures are recorded in the outcome; the other containers still start.
+                let _ = self
+                    .start_with_backoff(&target, c, ContainerKind::App, &mut outcome)
+                    .await;
+            }
+        }
+        outcome.actions = actions;
         Ok(outcome)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Starts one container unless it is in crash-loop back-off. `Ok(true)` when started,
+    /// `Ok(false)` when backing off; `Err` when starting failed (recorded in `outcome`).
+    async fn start_with_backoff(
+        &self,
+        t: &StartTarget<'_>,
+        c: &Container,
+        kind: ContainerKind,
+        outcome: &mut SyncOutcome,
+    ) -> std::result::Result<bool, ()> {
+        let hash = hash::container_hash(c);
+        let prev = t.state.newest(&c.name);
+        if let Some(prev) = prev.filter(|p| p.state == api::ContainerState::ContainerExited as i32)
+        {
+            let key = format!("{}_{}_{}", t.uid, c.name, hash::hash_label(hash));
+            let now = now_nanos();
+            let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(left) = backoffs.crash.remaining(&key, prev.finished_at, now) {
+                let delay = backoffs.crash.delay(&key).unwrap_or(left);
+                drop(backoffs);
+                outcome.wait(
+                    &c.name,
+                    "CrashLoopBackOff",
+                    format!(
+                        "back-off {}s restarting failed container={} pod={}",
+                        delay.as_secs(),
+                        c.name,
+                        t.name
+                    ),
+                    left,
+                );
+                return Ok(false);
+            }
+            backoffs.crash.next(&key, prev.finished_at, now);
+        }
+        let restart_count = prev
+            .and_then(|p| p.metadata.as_ref())
+            .map_or(0, |m| m.attempt + 1);
+        match self.start_container(t, c, kind, restart_count, hash).await {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                tracing::warn!(pod = %t.name, container = %c.name, error = %e, "starting container");
+                let retry = e.retry_after();
+                outcome.wait(&c.name, e.reason(), e.to_string(), retry);
+                Err(())
+            }
+        }
+    }
+
     async fn start_container(
         &self,
-        pod: &Pod,
-        name: &str,
-        uid: &str,
+        t: &StartTarget<'_>,
         container: &Container,
-        sandbox_id: &str,
-        sandbox_config: &api::PodSandboxConfig,
+        kind: ContainerKind,
         restart_count: u32,
         hash: u64,
     ) -> Result<()> {
         let image = container.image.clone().unwrap_or_default();
-        self.ensure_image(name, container, &image).await?;
-        let config = self.container_config(pod, uid, container, restart_count, hash, &image)?;
+        self.ensure_image(t.name, t.uid, container, &image).await?;
+        let config = self.container_config(t.pod, t.uid, container, kind, restart_count, hash)?;
         let id = self
             .cri
-            .create_container(sandbox_id, config, sandbox_config.clone())
+            .create_container(t.sandbox_id, config, t.sandbox_config.clone())
             .await
-            .map_err(Self::cri_err(name))?;
+            .map_err(Self::cri_err(t.name))?;
         self.cri
-            .start_container(&id, uid)
+            .start_container(&id)
             .await
-            .map_err(Self::cri_err(name))?;
-        tracing::info!(pod = %name, container = %container.name, id = %id, restart_count, "container started");
+            .map_err(Self::cri_err(t.name))?;
+        tracing::info!(pod = %t.name, container = %container.name, id = %id, restart_count, kind = kind.as_str(), "container started");
         Ok(())
     }
 
-    async fn ensure_image(&self, pod: &str, container: &Container, image: &str) -> Result<()> {
+    /// Makes the image present as the pull policy says (default IfNotPresent). A failed pull
+    /// backs off per pod and image (10 s doubling to 300 s): ErrImagePull, then ImagePullBackOff.
+    async fn ensure_image(
+        &self,
+        pod: &str,
+        uid: &str,
+        container: &Container,
+        image: &str,
+    ) -> Result<()> {
         let policy = container
             .image_pull_policy
             .as_deref()
@@ -455,15 +568,36 @@ impl Manager {
         };
         let pull = policy == "Always" || (policy != "Never" && !present().await?);
         if pull {
-            self.cri
-                .pull_image(image)
-                .await
-                .map_err(|source| Error::ImagePull {
+            let key = format!("{uid}_{image}");
+            let now = now_nanos();
+            let left = self
+                .backoff
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .image
+                .remaining_since_update(&key, now);
+            if let Some(left) = left {
+                return Err(Error::ImagePullBackOff {
                     pod: pod.to_owned(),
                     container: container.name.clone(),
                     image: image.to_owned(),
-                    source,
-                })?;
+                    left,
+                });
+            }
+            let res = self.cri.pull_image(image).await;
+            let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+            match res {
+                Ok(_) => backoffs.image.forget(&key),
+                Err(source) => {
+                    backoffs.image.next(&key, now, now_nanos());
+                    return Err(Error::ImagePull {
+                        pod: pod.to_owned(),
+                        container: container.name.clone(),
+                        image: image.to_owned(),
+                        source,
+                    });
+                }
+            }
         } else if policy == "Never" && !present().await? {
             return Err(Error::ImageNeverPull {
                 pod: pod.to_owned(),
@@ -620,9 +754,9 @@ impl Manager {
         pod: &Pod,
         uid: &str,
         c: &Container,
+        kind: ContainerKind,
         restart_count: u32,
         hash: u64,
-        image: &str,
     ) -> Result<api::ContainerConfig> {
         let name = full_name(pod);
         let unsupported = |what: &str| Error::Unsupported {
@@ -644,7 +778,8 @@ impl Manager {
         }
         let mut labels = self.pod_labels(pod, uid);
         labels.insert(labels::CONTAINER_NAME.to_owned(), c.name.clone());
-        let annotations = HashMap::from([
+        let mut annotations = HashMap::from([
+            (labels::CONTAINER_TYPE.to_owned(), kind.as_str().to_owned()),
             (labels::CONTAINER_HASH.to_owned(), hash::hash_label(hash)),
             (
                 labels::CONTAINER_RESTART_COUNT.to_owned(),
@@ -661,6 +796,11 @@ impl Manager {
                     .unwrap_or_else(|| "/dev/termination-log".into()),
             ),
         ]);
+        if let Some(pre_stop) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+            && let Ok(json) = serde_json::to_string(pre_stop)
+        {
+            annotations.insert(labels::PRE_STOP_HANDLER.to_owned(), json);
+        }
         let resources = container_resources(c).map_err(|source| Error::Cgroup {
             pod: name.clone(),
             source,
@@ -671,7 +811,7 @@ impl Manager {
                 name: c.name.clone(),
                 attempt: restart_count,
             }),
-            image: Some(cri::image_spec(image)),
+            image: Some(cri::image_spec(c.image.as_deref().unwrap_or_default())),
             command: c.command.clone().unwrap_or_default(),
             args: c.args.clone().unwrap_or_default(),
             working_dir: c.working_dir.clone().unwrap_or_default(),
@@ -710,17 +850,112 @@ impl Manager {
         }
     }
 
-    /// Stops every container (in parallel, within the grace period), then stops and removes every
-    /// sandbox of the pod.
-    async fn kill_runtime_pod(&self, name: &str, state: &PodState, grace: i64) -> Result<()> {
-        let mut stops = tokio::task::JoinSet::new();
-        for c in &state.containers {
-            if c.state == api::ContainerState::ContainerRunning as i32
-                || c.state == api::ContainerState::ContainerCreated as i32
-            {
-                let (this, name, id) = (self.clone(), name.to_owned(), c.id.clone());
-                stops.spawn(async move { this.stop_container(&name, &id, grace).await });
+    /// Stops one container within what is left of `grace` seconds counted from `since`: its
+    /// preStop hook (from the container's annotation) first, then StopContainer with the whole
+    /// seconds that remain (at least 2).
+    async fn kill_container(
+        &self,
+        pod: &str,
+        st: &api::ContainerStatus,
+        grace: i64,
+        since: Instant,
+    ) -> Result<()> {
+        let name = st.metadata.as_ref().map_or("", |m| m.name.as_str());
+        let left = |since: Instant| {
+            Duration::from_secs(grace.max(0).unsigned_abs()).saturating_sub(since.elapsed())
+        };
+        if st.state == api::ContainerState::ContainerRunning as i32
+            && let Some(handler) = st
+                .annotations
+                .get(labels::PRE_STOP_HANDLER)
+                .and_then(|j| serde_json::from_str::<LifecycleHandler>(j).ok())
+            && !left(since).is_zero()
+        {
+            self.pre_stop(pod, name, &st.id, &handler, left(since))
+                .await;
+        }
+        // Whole seconds elapsed are taken off the grace period, as the kubelet does.
+        let remaining = grace - i64::try_from(since.elapsed().as_secs()).unwrap_or(i64::MAX);
+        tracing::debug!(pod, container = name, remaining, "stopping container");
+        self.stop_container(pod, &st.id, remaining).await
+    }
+
+    /// Runs a preStop hook, waiting at most `budget`. Failures are logged: the container is
+    /// stopped anyway.
+    async fn pre_stop(
+        &self,
+        pod: &str,
+        container: &str,
+        id: &str,
+        handler: &LifecycleHandler,
+        budget: Duration,
+    ) {
+        let started = Instant::now();
+        if let Some(cmd) = handler.exec.as_ref().and_then(|e| e.command.clone()) {
+            let timeout = i64::try_from(budget.as_secs().max(1)).unwrap_or(i64::MAX);
+            match tokio::time::timeout(budget, self.cri.exec_sync(id, cmd, timeout)).await {
+                Ok(Ok(r)) if r.exit_code == 0 => {}
+                Ok(Ok(r)) => {
+                    tracing::warn!(pod, container, exit_code = r.exit_code, stderr = %String::from_utf8_lossy(&r.stderr), "preStop hook failed")
+                }
+                Ok(Err(e)) => tracing::warn!(pod, container, error = %e, "preStop hook failed"),
+                Err(_) => tracing::warn!(
+                    pod,
+                    container,
+                    ?budget,
+                    "preStop hook did not finish within the grace period"
+                ),
             }
+        } else if let Some(sleep) = &handler.sleep {
+            let d = Duration::from_secs(sleep.seconds.max(0).unsigned_abs()).min(budget);
+            tokio::time::sleep(d).await;
+        } else {
+            tracing::warn!(
+                pod,
+                container,
+                "preStop hook: only exec and sleep handlers are supported yet"
+            );
+        }
+        tracing::info!(pod, container, elapsed = ?started.elapsed(), "preStop hook done");
+    }
+
+    /// Stops every live container within the grace period (app and init containers in parallel,
+    /// then sidecars one at a time in reverse start order), then the sandboxes: the ready ones, or
+    /// with `remove` every one, removed as well.
+    async fn stop_runtime_pod(
+        &self,
+        name: &str,
+        state: &PodState,
+        grace: i64,
+        remove: bool,
+    ) -> Result<()> {
+        let since = Instant::now();
+        let live = |c: &&api::ContainerStatus| {
+            c.state == api::ContainerState::ContainerRunning as i32
+                || c.state == api::ContainerState::ContainerCreated as i32
+        };
+        let is_sidecar = |c: &&api::ContainerStatus| {
+            c.annotations
+                .get(labels::CONTAINER_TYPE)
+                .map(String::as_str)
+                == Some(ContainerKind::Sidecar.as_str())
+        };
+        let uid = cri::current_pod();
+        let mut stops = tokio::task::JoinSet::new();
+        for c in state
+            .containers
+            .iter()
+            .filter(live)
+            .filter(|c| !is_sidecar(c))
+        {
+            let (this, name, st, uid) = (self.clone(), name.to_owned(), c.clone(), uid.clone());
+            stops.spawn(async move {
+                let kill = this.kill_container(&name, &st, grace, since);
+                match uid {
+                    Some(uid) => cri::with_pod(&uid, kill).await,
+                    None => kill.await,
+                }
+            });
         }
         let mut first_err = None;
         while let Some(res) = stops.join_next().await {
@@ -731,26 +966,65 @@ impl Manager {
         if let Some(e) = first_err {
             return Err(e);
         }
+        let mut sidecars: Vec<&api::ContainerStatus> = state
+            .containers
+            .iter()
+            .filter(live)
+            .filter(is_sidecar)
+            .collect();
+        sidecars.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        for c in sidecars {
+            self.kill_container(name, c, grace, since).await?;
+        }
         for s in &state.sandboxes {
-            for r in [
-                self.cri.stop_pod_sandbox(&s.id).await,
-                self.cri.remove_pod_sandbox(&s.id).await,
-            ] {
-                if let Err(e) = r
-                    && !e.is_not_found()
-                {
-                    return Err(Self::cri_err(name)(e));
-                }
+            let ready = s.state == api::PodSandboxState::SandboxReady as i32;
+            if ready || remove {
+                self.ignore_not_found(name, self.cri.stop_pod_sandbox(&s.id).await)?;
+            }
+            if remove {
+                self.ignore_not_found(name, self.cri.remove_pod_sandbox(&s.id).await)?;
             }
         }
         Ok(())
     }
 
-    /// Terminates a pod: containers within `grace` seconds, then its sandboxes, then its cgroup and
-    /// log directory. Works from the UID alone, so orphans (no spec) can be killed too.
+    fn ignore_not_found(&self, pod: &str, r: cri::Result<()>) -> Result<()> {
+        match r {
+            Err(e) if !e.is_not_found() => Err(Self::cri_err(pod)(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Terminates a pod: containers within `grace` seconds (preStop hooks inside it, sidecars
+    /// last), then its sandboxes (stopped and removed), then its cgroup and log directory, and
+    /// forgets its back-offs. Works from the UID alone (hooks and order come from the containers'
+    /// annotations), so orphans can be killed too.
     pub async fn kill_pod(&self, name: &str, uid: &str, grace: i64) -> Result<()> {
+        cri::with_pod(uid, self.kill_pod_traced(name, uid, grace)).await
+    }
+
+    /// Forgets back-off entries untouched for ten minutes (for housekeeping; a killed pod's
+    /// entries are forgotten by `kill_pod` already).
+    pub fn gc_backoffs(&self) {
+        let now = now_nanos();
+        let mut b = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        b.crash.gc(now);
+        b.image.gc(now);
+    }
+
+    /// [`Manager::kill_pod`] for a known pod: the grace period is `grace_override`, else the pod's
+    /// deletion grace period, else its `terminationGracePeriodSeconds`, else 30 s (at least 2 s).
+    pub async fn kill_pod_for(&self, pod: &Pod, grace_override: Option<i64>) -> Result<()> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let grace = grace_override
+            .unwrap_or_else(|| grace_period_secs(pod))
+            .max(MIN_GRACE_SECS);
+        self.kill_pod(&full_name(pod), &uid, grace).await
+    }
+
+    async fn kill_pod_traced(&self, name: &str, uid: &str, grace: i64) -> Result<()> {
         let state = self.pod_state(uid).await.map_err(Self::cri_err(name))?;
-        self.kill_runtime_pod(name, &state, grace).await?;
+        self.stop_runtime_pod(name, &state, grace, true).await?;
         // Without the spec (orphans) the QoS class is unknown: try the pod's place under each.
         for qos in [
             cm::QosClass::Guaranteed,
@@ -778,15 +1052,12 @@ impl Manager {
                 }
             }
         }
+        self.backoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget_prefix(&format!("{uid}_"));
         Ok(())
     }
-}
-
-/// Crash-loop back-off before restart number `attempt + 1`: 10 s doubling to 300 s.
-fn backoff_delay(attempt: u32) -> Duration {
-    CRASH_BACKOFF_INITIAL
-        .saturating_mul(1u32.checked_shl(attempt).unwrap_or(u32::MAX))
-        .min(CRASH_BACKOFF_MAX)
 }
 
 /// The container's own cgroup limits (CPU shares, CFS quota, memory limit).
@@ -819,18 +1090,4 @@ fn container_resources(c: &Container) -> cm::Result<api::LinuxContainerResources
         memory_limit_in_bytes: lim_mem.unwrap_or(0) as i64,
         ..Default::default()
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_to_cap() {
-        assert_eq!(backoff_delay(0), Duration::from_secs(10));
-        assert_eq!(backoff_delay(1), Duration::from_secs(20));
-        assert_eq!(backoff_delay(4), Duration::from_secs(160));
-        assert_eq!(backoff_delay(5), Duration::from_secs(300));
-        assert_eq!(backoff_delay(40), Duration::from_secs(300));
-    }
 }

@@ -3,7 +3,7 @@
 //! The [`Tracer`] joins three observers:
 //! - the agent's own marks: source seen (from the `kubernetes.io/config.seen` annotation),
 //!   admitted (handed to a worker), worker started, Running observed;
-//! - the CRI calls, from the uprobes on the `swiftlet_cri_begin`/`_end` markers ([`crate::cri`]);
+//! - the CRI calls, from the uprobes on the `swiftlet_cri_call_begin`/`_end` markers ([`crate::cri`]);
 //! - what the kernel saw: pod cgroup created/removed, each container's first exec and its exit.
 //!
 //! Kernel events arrive through the [`crate::ebpf::Config::events`] sink and are consumed by
@@ -62,8 +62,9 @@ fn seen_monotonic(pod: &Pod, now_mono: u64) -> Option<u64> {
 #[derive(Default)]
 struct State {
     pods: HashMap<String, PodRecord>,
-    /// cgroup2 id of a container cgroup -> pod UID (from `cgroup_mkdir` on the cgroup2 hierarchy).
-    cgroup_owner: HashMap<u64, String>,
+    /// cgroup2 id of a container cgroup -> (pod UID, when it was created), from `cgroup_mkdir`
+    /// on the cgroup2 hierarchy.
+    cgroup_owner: HashMap<u64, (String, u64)>,
 }
 
 impl State {
@@ -78,7 +79,7 @@ impl State {
                 return;
             };
             self.pods.remove(&oldest);
-            self.cgroup_owner.retain(|_, uid| *uid != oldest);
+            self.cgroup_owner.retain(|_, (uid, _)| *uid != oldest);
         }
     }
 }
@@ -261,7 +262,7 @@ impl Tracer {
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner);
                         if state.pods.contains_key(&uid) {
-                            state.cgroup_owner.insert(e.cgroup_id, uid);
+                            state.cgroup_owner.insert(e.cgroup_id, (uid, e.ktime_ns));
                         }
                     }
                     (CgroupEventKind::Rmdir, Some(_)) if e.hierarchy_id == CGROUP2_HIERARCHY => {
@@ -276,13 +277,14 @@ impl Tracer {
                 }
             }
             KernelEvent::Exec(e) => {
-                let Some(uid) = self.owner(e.cgroup_id) else {
+                let Some((uid, created_ns)) = self.owner(e.cgroup_id) else {
                     return;
                 };
                 self.with_pod(&uid, |p| {
                     if !p.execs.iter().any(|x| x.cgroup_id == e.cgroup_id) {
                         p.execs.push(timeline::ExecCgroup {
                             cgroup_id: e.cgroup_id,
+                            created_ns: Some(created_ns),
                             first_exec_ns: e.ktime_ns,
                             pid: e.tgid,
                             comm: e.comm.clone(),
@@ -292,7 +294,7 @@ impl Tracer {
                 });
             }
             KernelEvent::Exit(e) => {
-                let Some(uid) = self.owner(e.cgroup_id) else {
+                let Some((uid, _)) = self.owner(e.cgroup_id) else {
                     return;
                 };
                 self.with_pod(&uid, |p| {
@@ -332,7 +334,7 @@ impl Tracer {
         }
     }
 
-    fn owner(&self, cgroup_id: u64) -> Option<String> {
+    fn owner(&self, cgroup_id: u64) -> Option<(String, u64)> {
         let state = self
             .shared
             .state

@@ -59,6 +59,9 @@ pub struct CriSpan {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecCgroup {
     pub cgroup_id: u64,
+    /// When the cgroup was created (`cgroup_mkdir`), when seen: the sandbox's during
+    /// RunPodSandbox, a container's during its StartContainer (the runtime creates the task then).
+    pub created_ns: Option<u64>,
     pub first_exec_ns: u64,
     pub pid: u32,
     pub comm: String,
@@ -140,26 +143,29 @@ impl PodRecord {
         self.cri.iter().filter(move |s| s.method == method)
     }
 
-    /// Assigns exec cgroups: the ones whose first exec precedes the first StartContainer belong
-    /// to the sandbox; then container `k` gets the first unassigned cgroup that exec'd after its
-    /// StartContainer began. Returns (sandbox exec, per-container exec).
+    /// Assigns exec cgroups by when each cgroup was created (its first exec when the creation was
+    /// not seen; an exec can land after the CRI call that caused it returned, a creation cannot):
+    /// the one created before the first StartContainer is the sandbox's; container `k` gets the
+    /// first unassigned cgroup created after its StartContainer began. Returns (sandbox exec,
+    /// per-container exec).
     fn assign_execs(&self) -> (Option<&ExecCgroup>, Vec<Option<&ExecCgroup>>) {
         let starts: Vec<&CriSpan> = self
             .first_calls("StartContainer")
             .take(self.containers.len().max(1))
             .collect();
         let first_start = starts.first().map(|s| s.begin_ns);
+        let born = |e: &ExecCgroup| e.created_ns.unwrap_or(e.first_exec_ns);
         let sandbox = self
             .execs
             .iter()
-            .find(|e| first_start.is_none_or(|t| e.first_exec_ns < t));
+            .find(|e| first_start.is_none_or(|t| born(e) < t));
         let mut used: Vec<u64> = sandbox.iter().map(|e| e.cgroup_id).collect();
         let mut per_container = Vec::new();
         for start in &starts {
             let found = self
                 .execs
                 .iter()
-                .find(|e| e.first_exec_ns >= start.begin_ns && !used.contains(&e.cgroup_id));
+                .find(|e| born(e) >= start.begin_ns && !used.contains(&e.cgroup_id));
             if let Some(e) = found {
                 used.push(e.cgroup_id);
             }
@@ -405,6 +411,7 @@ mod tests {
     fn exec(cgroup_id: u64, at: u64) -> ExecCgroup {
         ExecCgroup {
             cgroup_id,
+            created_ns: None,
             first_exec_ns: at * MS,
             pid: cgroup_id as u32,
             comm: "x".into(),
@@ -527,5 +534,31 @@ mod tests {
         let marks = pod.marks();
         assert!(marks.iter().any(|m| m.name == "first_exec/sandbox"));
         assert!(marks.iter().any(|m| m.name == "first_exec/b"));
+    }
+
+    /// The pause process may exec after StartContainer began (runc start does not wait for the
+    /// exec); its cgroup was still created during RunPodSandbox, so it stays the sandbox's.
+    #[test]
+    fn a_late_sandbox_exec_is_still_the_sandbox() {
+        let mut pod = full();
+        pod.execs = vec![
+            ExecCgroup {
+                created_ns: Some(130 * MS),
+                ..exec(7, 170)
+            },
+            ExecCgroup {
+                created_ns: Some(165 * MS),
+                ..exec(8, 195)
+            },
+        ];
+        let (sandbox, execs) = pod.assign_execs();
+        assert_eq!(sandbox.map(|e| e.cgroup_id), Some(7));
+        assert_eq!(execs[0].map(|e| e.cgroup_id), Some(8));
+        // Without the creation times the late pause exec would be taken for the container's.
+        for e in &mut pod.execs {
+            e.created_ns = None;
+        }
+        let (_, execs) = pod.assign_execs();
+        assert_eq!(execs[0].map(|e| e.cgroup_id), Some(7));
     }
 }

@@ -1,0 +1,686 @@
+//! `compute_pod_actions`: what the runtime must do to bring a pod in line with its spec
+//! (kubelet-behaviour.md §1.6). A pure function of the pod and what the runtime holds; `sync_pod`
+//! carries the actions out (and applies crash-loop back-off when it starts a container).
+//!
+//! Rules, in the order they apply:
+//! * A new sandbox (attempt = latest + 1, or 0 when there is none) is needed when there is none,
+//!   when more than one is ready, when the newest is not ready, when its network mode no longer
+//!   matches `hostNetwork`, or when a pod-network sandbox has no IP. The pod is killed first. A
+//!   `restartPolicy: Never` pod that already ran is not restarted: it is only killed (terminal).
+//! * Init containers run one at a time, in order, each to completion, before any app container; a
+//!   failed one follows the pod's restart policy (`Never`: the pod fails). Restartable init
+//!   containers (`restartPolicy: Always` on an init container: sidecars) start in order, keep
+//!   running (restarted when they exit or their spec changes) and do not block the next one once
+//!   running.
+//! * An app container that is absent or not running is started when the restart policy allows it
+//!   (`Always`; `OnFailure` after a non-zero exit code; never under `Never`); one in Unknown state
+//!   is killed first. A running one whose spec hash changed is killed and restarted whatever the
+//!   policy.
+//! * When nothing runs and nothing is to start, the pod is killed (sidecars included) and is
+//!   terminal.
+use super::{PodState, hash, labels};
+use k8s_cri::v1 as api;
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+/// A running (or unknown) container to stop, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToKill {
+    pub id: String,
+    pub name: String,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodActions {
+    /// Stop every container and the sandbox before anything else.
+    pub kill_pod: bool,
+    /// Create a new sandbox (after the kill).
+    pub create_sandbox: bool,
+    /// The newest sandbox, when there is one.
+    pub sandbox_id: Option<String>,
+    /// Attempt number of the sandbox to create (or of the current one).
+    pub attempt: u32,
+    /// Indices into `spec.initContainers` to start, in order.
+    pub init_to_start: Vec<usize>,
+    /// Indices into `spec.containers` to start.
+    pub containers_to_start: Vec<usize>,
+    /// Containers to stop first (changed spec, unknown state).
+    pub containers_to_kill: Vec<ToKill>,
+    /// Every container has finished and none will run again: the pod is Succeeded or Failed.
+    pub terminal: bool,
+}
+
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+fn state_of(s: &api::ContainerStatus) -> api::ContainerState {
+    api::ContainerState::try_from(s.state).unwrap_or(api::ContainerState::ContainerUnknown)
+}
+
+fn hash_changed(c: &Container, s: &api::ContainerStatus) -> bool {
+    hash::parse_label(s.annotations.get(labels::CONTAINER_HASH)) != Some(hash::container_hash(c))
+}
+
+/// The kubelet's `ShouldContainerBeRestarted`, for a container that is not running.
+fn should_restart(policy: &str, deleting: bool, st: Option<&api::ContainerStatus>) -> bool {
+    use api::ContainerState as S;
+    if deleting {
+        return false;
+    }
+    let Some(st) = st else { return true };
+    match state_of(st) {
+        S::ContainerRunning => false,
+        S::ContainerCreated | S::ContainerUnknown => true,
+        S::ContainerExited => match policy {
+            "Never" => false,
+            "OnFailure" => st.exit_code != 0,
+            _ => true,
+        },
+    }
+}
+
+/// Whether the sandbox must be (re)created, with the attempt number and the newest sandbox's id.
+fn sandbox_changed(pod: &Pod, state: &PodState) -> (bool, u32, Option<String>) {
+    let Some(latest) = state.sandboxes.first() else {
+        return (true, 0, None);
+    };
+    let attempt = latest.metadata.as_ref().map_or(0, |m| m.attempt);
+    let id = Some(latest.id.clone());
+    let ready = |s: &api::PodSandbox| s.state == api::PodSandboxState::SandboxReady as i32;
+    if state.sandboxes.iter().filter(|s| ready(s)).count() > 1 || !ready(latest) {
+        return (true, attempt + 1, id);
+    }
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    if let Some(st) = state.sandbox_status.as_ref().filter(|s| s.id == latest.id) {
+        let mode = st
+            .linux
+            .as_ref()
+            .and_then(|l| l.namespaces.as_ref())
+            .and_then(|n| n.options.as_ref())
+            .map(|o| o.network);
+        if let Some(mode) = mode
+            && (mode == api::NamespaceMode::Node as i32) != host_network
+        {
+            return (true, attempt + 1, id);
+        }
+        let has_ip = st.network.as_ref().is_some_and(|n| !n.ip.is_empty());
+        if !host_network && !has_ip {
+            return (true, attempt + 1, id);
+        }
+    }
+    (false, attempt, id)
+}
+
+fn kill(s: &api::ContainerStatus, name: &str, reason: &'static str, message: String) -> ToKill {
+    ToKill {
+        id: s.id.clone(),
+        name: name.to_owned(),
+        reason,
+        message,
+    }
+}
+
+/// What to do for `pod` given `state` (see the module documentation for the rules).
+pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
+    let Some(spec) = pod.spec.as_ref() else {
+        return PodActions {
+            kill_pod: true,
+            ..Default::default()
+        };
+    };
+    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let deleting = pod.metadata.deletion_timestamp.is_some();
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    let newest = |name: &str| state.newest(name);
+    let (create, attempt, sandbox_id) = sandbox_changed(pod, state);
+    let mut a = PodActions {
+        kill_pod: create,
+        create_sandbox: create,
+        sandbox_id,
+        attempt,
+        ..Default::default()
+    };
+
+    if create {
+        if deleting {
+            a.create_sandbox = false;
+            return a;
+        }
+        if policy == "Never" && attempt != 0 && !state.containers.is_empty() {
+            // It ran, its sandbox is gone: it does not run again.
+            a.create_sandbox = false;
+            a.terminal = true;
+            return a;
+        }
+        let to_start: Vec<usize> = spec
+            .containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                !(policy == "OnFailure"
+                    && newest(&c.name).is_some_and(|s| {
+                        state_of(s) == api::ContainerState::ContainerExited && s.exit_code == 0
+                    }))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if to_start.is_empty() {
+            a.create_sandbox = false;
+            a.terminal = true;
+        } else if !inits.is_empty() {
+            a.init_to_start = vec![0];
+        } else {
+            a.containers_to_start = to_start;
+        }
+        return a;
+    }
+
+    // Init containers. Any app container created or running means the pod is initialised (exited
+    // ones do not count: the sandbox may have been recreated since).
+    let mut initialized = spec.containers.iter().any(|c| {
+        newest(&c.name).is_some_and(|s| {
+            matches!(
+                state_of(s),
+                api::ContainerState::ContainerCreated | api::ContainerState::ContainerRunning
+            )
+        })
+    });
+    if !initialized && !deleting {
+        initialized = true;
+        for (i, ic) in inits.iter().enumerate() {
+            let st = newest(&ic.name);
+            let next = match st.map(state_of) {
+                None => Some(i),
+                Some(api::ContainerState::ContainerRunning) => {
+                    if is_sidecar(ic) {
+                        // Started; the next one may go. Spec changes are handled below.
+                        continue;
+                    }
+                    None // Wait for it to finish.
+                }
+                Some(api::ContainerState::ContainerExited) => {
+                    let Some(st) = st else { continue };
+                    if !is_sidecar(ic) && st.exit_code == 0 {
+                        continue;
+                    }
+                    if !is_sidecar(ic) && policy == "Never" {
+                        a.kill_pod = true;
+                        a.terminal = true;
+                        return a;
+                    }
+                    Some(i)
+                }
+                Some(_) => {
+                    if let Some(st) = st
+                        && state_of(st) == api::ContainerState::ContainerUnknown
+                    {
+                        a.containers_to_kill.push(kill(
+                            st,
+                            &ic.name,
+                            "Unknown",
+                            format!("init container {} is in unknown state", ic.name),
+                        ));
+                    }
+                    Some(i)
+                }
+            };
+            a.init_to_start.extend(next);
+            initialized = false;
+            break;
+        }
+    }
+    if initialized && !deleting {
+        // Sidecars keep running: restart the ones that exited or whose spec changed.
+        for (i, ic) in inits.iter().enumerate().filter(|(_, c)| is_sidecar(c)) {
+            match newest(&ic.name) {
+                Some(s) if state_of(s) == api::ContainerState::ContainerRunning => {
+                    if hash_changed(ic, s) {
+                        a.containers_to_kill.push(kill(
+                            s,
+                            &ic.name,
+                            "Changed",
+                            format!(
+                                "Init container {} definition changed, will be restarted",
+                                ic.name
+                            ),
+                        ));
+                        a.init_to_start.push(i);
+                    }
+                }
+                _ => a.init_to_start.push(i),
+            }
+        }
+    }
+    if !initialized {
+        return a;
+    }
+
+    // App containers.
+    let mut keep = 0;
+    for (i, c) in spec.containers.iter().enumerate() {
+        let st = newest(&c.name);
+        match st {
+            Some(s) if state_of(s) == api::ContainerState::ContainerRunning => {
+                if hash_changed(c, s) && !deleting {
+                    a.containers_to_kill.push(kill(
+                        s,
+                        &c.name,
+                        "Changed",
+                        format!("Container {} definition changed, will be restarted", c.name),
+                    ));
+                    a.containers_to_start.push(i);
+                } else {
+                    keep += 1;
+                }
+            }
+            _ => {
+                if should_restart(policy, deleting, st) {
+                    if let Some(s) =
+                        st.filter(|s| state_of(s) == api::ContainerState::ContainerUnknown)
+                    {
+                        a.containers_to_kill.push(kill(
+                            s,
+                            &c.name,
+                            "Unknown",
+                            format!(
+                                "Container {} is in unknown state, try killing it before restart",
+                                c.name
+                            ),
+                        ));
+                    }
+                    a.containers_to_start.push(i);
+                }
+            }
+        }
+    }
+    if keep == 0 && a.containers_to_start.is_empty() {
+        // Nothing runs and nothing will: stop the rest (sidecars cannot keep the pod alive).
+        a.kill_pod = true;
+        a.init_to_start.clear();
+        a.terminal = !deleting;
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    const NODE_NS: i32 = api::NamespaceMode::Node as i32;
+    const POD_NS: i32 = api::NamespaceMode::Pod as i32;
+
+    fn container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("img".into()),
+            ..Default::default()
+        }
+    }
+
+    fn sidecar(name: &str) -> Container {
+        Container {
+            restart_policy: Some("Always".into()),
+            ..container(name)
+        }
+    }
+
+    fn pod(policy: &str, inits: Vec<Container>, apps: Vec<Container>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some("u".into());
+        p.spec = Some(PodSpec {
+            restart_policy: Some(policy.into()),
+            init_containers: (!inits.is_empty()).then_some(inits),
+            containers: apps,
+            ..Default::default()
+        });
+        p
+    }
+
+    fn sandbox(id: &str, ready: bool, attempt: u32, created: i64) -> api::PodSandbox {
+        api::PodSandbox {
+            id: id.into(),
+            state: if ready {
+                api::PodSandboxState::SandboxReady
+            } else {
+                api::PodSandboxState::SandboxNotready
+            } as i32,
+            created_at: created,
+            metadata: Some(api::PodSandboxMetadata {
+                attempt,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn sandbox_status(id: &str, net: i32, ip: &str) -> api::PodSandboxStatus {
+        api::PodSandboxStatus {
+            id: id.into(),
+            network: Some(api::PodSandboxNetworkStatus {
+                ip: ip.into(),
+                ..Default::default()
+            }),
+            linux: Some(api::LinuxPodSandboxStatus {
+                namespaces: Some(api::Namespace {
+                    options: Some(api::NamespaceOption {
+                        network: net,
+                        ..Default::default()
+                    }),
+                }),
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A state with one ready pod-network sandbox "sb" holding `containers` (newest first).
+    fn ready(containers: Vec<api::ContainerStatus>) -> PodState {
+        PodState {
+            sandboxes: vec![sandbox("sb", true, 0, 1)],
+            sandbox_status: Some(sandbox_status("sb", POD_NS, "10.0.0.2")),
+            containers,
+        }
+    }
+
+    fn status(spec: &Container, st: api::ContainerState, exit: i32) -> api::ContainerStatus {
+        api::ContainerStatus {
+            id: format!("{}-id", spec.name),
+            metadata: Some(api::ContainerMetadata {
+                name: spec.name.clone(),
+                attempt: 0,
+            }),
+            state: st as i32,
+            exit_code: exit,
+            annotations: [(
+                labels::CONTAINER_HASH.to_owned(),
+                hash::hash_label(hash::container_hash(spec)),
+            )]
+            .into(),
+            ..Default::default()
+        }
+    }
+
+    use api::ContainerState::{ContainerExited as EXITED, ContainerRunning as RUNNING};
+
+    #[test]
+    fn new_pod_creates_sandbox_and_starts_all() {
+        let p = pod("Always", vec![], vec![container("a"), container("b")]);
+        let a = compute_pod_actions(&p, &PodState::default());
+        assert_eq!(
+            a,
+            PodActions {
+                kill_pod: true,
+                create_sandbox: true,
+                attempt: 0,
+                containers_to_start: vec![0, 1],
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn steady_pod_does_nothing() {
+        let (c1, c2) = (container("a"), container("b"));
+        let p = pod("Always", vec![], vec![c1.clone(), c2.clone()]);
+        let s = ready(vec![status(&c1, RUNNING, 0), status(&c2, RUNNING, 0)]);
+        let a = compute_pod_actions(&p, &s);
+        assert_eq!(
+            a,
+            PodActions {
+                sandbox_id: Some("sb".into()),
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn sandbox_not_ready_is_recreated_with_next_attempt() {
+        let c = container("a");
+        let p = pod("Always", vec![], vec![c.clone()]);
+        let mut s = ready(vec![status(&c, EXITED, 137)]);
+        s.sandboxes = vec![sandbox("sb", false, 3, 1)];
+        let a = compute_pod_actions(&p, &s);
+        assert!(a.kill_pod && a.create_sandbox);
+        assert_eq!(a.attempt, 4);
+        assert_eq!(a.containers_to_start, [0]);
+    }
+
+    #[test]
+    fn two_ready_sandboxes_are_replaced() {
+        let c = container("a");
+        let p = pod("Always", vec![], vec![c.clone()]);
+        let mut s = ready(vec![status(&c, RUNNING, 0)]);
+        s.sandboxes = vec![sandbox("sb", true, 1, 2), sandbox("old", true, 0, 1)];
+        let a = compute_pod_actions(&p, &s);
+        assert!(a.create_sandbox);
+        assert_eq!(a.attempt, 2);
+    }
+
+    #[test]
+    fn network_mode_change_or_missing_ip_recreates_sandbox() {
+        let c = container("a");
+        let mut p = pod("Always", vec![], vec![c.clone()]);
+        let mut s = ready(vec![status(&c, RUNNING, 0)]);
+        s.sandbox_status = Some(sandbox_status("sb", POD_NS, ""));
+        assert!(compute_pod_actions(&p, &s).create_sandbox, "no IP");
+        if let Some(spec) = p.spec.as_mut() {
+            spec.host_network = Some(true);
+        }
+        s.sandbox_status = Some(sandbox_status("sb", POD_NS, "10.0.0.2"));
+        assert!(
+            compute_pod_actions(&p, &s).create_sandbox,
+            "now hostNetwork"
+        );
+        s.sandbox_status = Some(sandbox_status("sb", NODE_NS, ""));
+        assert!(
+            !compute_pod_actions(&p, &s).create_sandbox,
+            "host network needs no IP"
+        );
+    }
+
+    #[test]
+    fn never_pod_that_ran_is_not_recreated() {
+        let c = container("a");
+        let p = pod("Never", vec![], vec![c.clone()]);
+        let mut s = ready(vec![status(&c, EXITED, 0)]);
+        s.sandboxes = vec![sandbox("sb", false, 0, 1)];
+        let a = compute_pod_actions(&p, &s);
+        assert!(a.kill_pod && !a.create_sandbox && a.terminal);
+        assert!(a.containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn on_failure_recreation_skips_succeeded_containers() {
+        let (c1, c2) = (container("a"), container("b"));
+        let p = pod("OnFailure", vec![], vec![c1.clone(), c2.clone()]);
+        let mut s = ready(vec![status(&c1, EXITED, 0), status(&c2, EXITED, 1)]);
+        s.sandboxes = vec![sandbox("sb", false, 0, 1)];
+        let a = compute_pod_actions(&p, &s);
+        assert!(a.create_sandbox);
+        assert_eq!(a.containers_to_start, [1]);
+    }
+
+    #[test]
+    fn restart_policy_by_exit_code() {
+        let c = container("a");
+        for (policy, exit, restart) in [
+            ("Always", 0, true),
+            ("Always", 1, true),
+            ("OnFailure", 0, false),
+            ("OnFailure", 2, true),
+            ("Never", 0, false),
+            ("Never", 1, false),
+        ] {
+            let p = pod(policy, vec![], vec![c.clone()]);
+            let a = compute_pod_actions(&p, &ready(vec![status(&c, EXITED, exit)]));
+            assert_eq!(
+                a.containers_to_start.len(),
+                usize::from(restart),
+                "{policy} exit {exit}"
+            );
+            // A pod with nothing left to run is killed and terminal.
+            assert_eq!(a.kill_pod, !restart, "{policy} exit {exit}");
+            assert_eq!(a.terminal, !restart, "{policy} exit {exit}");
+        }
+    }
+
+    #[test]
+    fn changed_hash_restarts_whatever_the_policy() {
+        let c = container("a");
+        let mut changed = c.clone();
+        changed.image = Some("img:2".into());
+        let p = pod("Never", vec![], vec![changed]);
+        let a = compute_pod_actions(&p, &ready(vec![status(&c, RUNNING, 0)]));
+        assert_eq!(a.containers_to_start, [0]);
+        assert_eq!(a.containers_to_kill.len(), 1);
+        assert_eq!(a.containers_to_kill[0].id, "a-id");
+        assert!(!a.kill_pod);
+    }
+
+    #[test]
+    fn resources_or_labels_do_not_restart() {
+        let c = container("a");
+        let mut resized = c.clone();
+        resized.resources = Some(Default::default());
+        let mut p = pod("Always", vec![], vec![resized]);
+        p.metadata.labels = Some([("new".to_owned(), "label".to_owned())].into());
+        let a = compute_pod_actions(&p, &ready(vec![status(&c, RUNNING, 0)]));
+        assert!(a.containers_to_kill.is_empty() && a.containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn unknown_container_is_killed_before_restart() {
+        let c = container("a");
+        let p = pod("Never", vec![], vec![c.clone()]);
+        let a = compute_pod_actions(
+            &p,
+            &ready(vec![status(&c, api::ContainerState::ContainerUnknown, 0)]),
+        );
+        assert_eq!(a.containers_to_start, [0]);
+        assert_eq!(a.containers_to_kill[0].reason, "Unknown");
+    }
+
+    #[test]
+    fn new_pod_with_init_containers_starts_only_the_first() {
+        let p = pod(
+            "Always",
+            vec![container("i1"), container("i2")],
+            vec![container("a")],
+        );
+        let a = compute_pod_actions(&p, &PodState::default());
+        assert!(a.create_sandbox);
+        assert_eq!(a.init_to_start, [0]);
+        assert!(a.containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn init_containers_run_one_at_a_time_in_order() {
+        let (i1, i2, app) = (container("i1"), container("i2"), container("a"));
+        let p = pod("Always", vec![i1.clone(), i2.clone()], vec![app.clone()]);
+        // i1 running: wait.
+        let a = compute_pod_actions(&p, &ready(vec![status(&i1, RUNNING, 0)]));
+        assert!(a.init_to_start.is_empty() && a.containers_to_start.is_empty());
+        assert!(!a.kill_pod);
+        // i1 done: i2.
+        let a = compute_pod_actions(&p, &ready(vec![status(&i1, EXITED, 0)]));
+        assert_eq!(a.init_to_start, [1]);
+        assert!(a.containers_to_start.is_empty());
+        // Both done: the app containers.
+        let a = compute_pod_actions(
+            &p,
+            &ready(vec![status(&i2, EXITED, 0), status(&i1, EXITED, 0)]),
+        );
+        assert!(a.init_to_start.is_empty());
+        assert_eq!(a.containers_to_start, [0]);
+        // App running: init is never rerun even when its record is gone.
+        let a = compute_pod_actions(&p, &ready(vec![status(&app, RUNNING, 0)]));
+        assert!(a.init_to_start.is_empty() && a.containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn failed_init_container_follows_the_restart_policy() {
+        let (i1, app) = (container("i1"), container("a"));
+        for policy in ["Always", "OnFailure"] {
+            let p = pod(policy, vec![i1.clone()], vec![app.clone()]);
+            let a = compute_pod_actions(&p, &ready(vec![status(&i1, EXITED, 1)]));
+            assert_eq!(a.init_to_start, [0], "{policy}");
+            assert!(!a.kill_pod && a.containers_to_start.is_empty());
+        }
+        let p = pod("Never", vec![i1.clone()], vec![app]);
+        let a = compute_pod_actions(&p, &ready(vec![status(&i1, EXITED, 1)]));
+        assert!(a.kill_pod && a.terminal);
+        assert!(a.init_to_start.is_empty() && a.containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn sidecars_start_in_order_and_do_not_block() {
+        let (s1, i2, app) = (sidecar("s1"), container("i2"), container("a"));
+        let p = pod("Always", vec![s1.clone(), i2.clone()], vec![app.clone()]);
+        // The sidecar runs: the next init container starts while it keeps running.
+        let a = compute_pod_actions(&p, &ready(vec![status(&s1, RUNNING, 0)]));
+        assert_eq!(a.init_to_start, [1]);
+        // Regular init done, sidecar running: app containers start; the sidecar is left alone.
+        let a = compute_pod_actions(
+            &p,
+            &ready(vec![status(&i2, EXITED, 0), status(&s1, RUNNING, 0)]),
+        );
+        assert!(a.init_to_start.is_empty());
+        assert_eq!(a.containers_to_start, [0]);
+        // Running pod whose sidecar exited: it is restarted, apps untouched.
+        let a = compute_pod_actions(
+            &p,
+            &ready(vec![
+                status(&app, RUNNING, 0),
+                status(&i2, EXITED, 0),
+                status(&s1, EXITED, 1),
+            ]),
+        );
+        assert_eq!(a.init_to_start, [0]);
+        assert!(a.containers_to_start.is_empty() && !a.kill_pod);
+    }
+
+    #[test]
+    fn sidecars_do_not_keep_a_finished_pod_alive() {
+        let (s1, app) = (sidecar("s1"), container("a"));
+        let p = pod("Never", vec![s1.clone()], vec![app.clone()]);
+        let a = compute_pod_actions(
+            &p,
+            &ready(vec![status(&app, EXITED, 0), status(&s1, RUNNING, 0)]),
+        );
+        assert!(a.kill_pod && a.terminal);
+        assert!(a.init_to_start.is_empty());
+    }
+
+    #[test]
+    fn changed_sidecar_is_restarted() {
+        let (s1, app) = (sidecar("s1"), container("a"));
+        let mut s1b = s1.clone();
+        s1b.args = Some(vec!["x".into()]);
+        let p = pod("Always", vec![s1b], vec![app.clone()]);
+        let a = compute_pod_actions(
+            &p,
+            &ready(vec![status(&app, RUNNING, 0), status(&s1, RUNNING, 0)]),
+        );
+        assert_eq!(a.init_to_start, [0]);
+        assert_eq!(a.containers_to_kill[0].id, "s1-id");
+    }
+
+    #[test]
+    fn deleting_pod_starts_nothing() {
+        let c = container("a");
+        let mut p = pod("Always", vec![], vec![c.clone()]);
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        let a = compute_pod_actions(&p, &ready(vec![status(&c, EXITED, 1)]));
+        assert!(a.containers_to_start.is_empty() && !a.create_sandbox);
+        let a = compute_pod_actions(&p, &PodState::default());
+        assert!(!a.create_sandbox);
+    }
+}

@@ -1,0 +1,563 @@
+//! `cargo bench --bench pod_startup`: pod-startup latency of swiftlet side by side with the limit it
+//! cannot beat, the container runtime itself, measured in one run on one private containerd.
+//!
+//! For each N (default 1, 10, 50) and each repetition:
+//! 1. **CRI floor**: the CRI calls on swiftlet's start path (ImageStatus, RunPodSandbox,
+//!    CreateContainer, StartContainer) for N host-network pods, issued directly, all N at once
+//!    (swiftlet runs one worker per pod, so its concurrency is N too). Per pod: from the first call
+//!    to StartContainer returning.
+//! 2. **swiftlet**: N manifests written into the agent's manifest directory; per pod: from its
+//!    manifest written to the pod first seen `Running` on `/pods` (polled every 10 ms, so about
+//!    5 ms of the difference is the poll itself).
+//! 3. **podman** `kube play` of the same pods, where podman is installed.
+//!
+//! Then the agent's own cost: RSS and CPU time idle and with 100 pods running (from
+//! `/proc/<pid>/status` VmRSS and `/proc/<pid>/stat` utime+stime).
+//!
+//! Options (after `--`): `--pods 1,10,50`, `--reps 3`, `--no-cost`, `--cost-secs 60`,
+//! `--cost-pods 100`. Without root or containerd it says so and exits 0, unless
+//! `SWIFTLET_REQUIRE_RUNTIME=1`, where it fails.
+use hdrhistogram::Histogram;
+use k8s_cri::v1 as api;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+use swiftlet::cri::Cri;
+use swiftlet::metrics::Metrics;
+use swiftlet_tests::{Agent, AgentOptions, Runtime};
+
+const IMAGE: &str = "localhost/swiftlet/busybox:v1";
+/// A container that exits at once on SIGTERM (so tear-down is quick).
+const COMMAND: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
+const FLOOR_NODE: &str = "bench-floor";
+const FLOOR_CGROUP_ROOT: &str = "/swiftlet-bench-floor";
+const POLL: Duration = Duration::from_millis(10);
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+struct Opts {
+    pods: Vec<usize>,
+    reps: usize,
+    cost: bool,
+    cost_secs: u64,
+    cost_pods: usize,
+}
+
+fn parse_opts() -> Result<Opts, String> {
+    let mut o = Opts {
+        pods: vec![1, 10, 50],
+        reps: 3,
+        cost: true,
+        cost_secs: 60,
+        cost_pods: 100,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--pods" => {
+                o.pods = value("--pods")?
+                    .split(',')
+                    .map(|n| {
+                        n.trim()
+                            .parse()
+                            .map_err(|_| format!("--pods: bad number {n:?}"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--reps" => o.reps = value("--reps")?.parse().map_err(|_| "--reps: bad number")?,
+            "--cost-secs" => {
+                o.cost_secs = value("--cost-secs")?
+                    .parse()
+                    .map_err(|_| "--cost-secs: bad number")?
+            }
+            "--cost-pods" => {
+                o.cost_pods = value("--cost-pods")?
+                    .parse()
+                    .map_err(|_| "--cost-pods: bad number")?
+            }
+            "--no-cost" => o.cost = false,
+            // cargo bench passes --bench; criterion-style filters are ignored too.
+            _ => {}
+        }
+    }
+    if o.pods.is_empty() || o.reps == 0 {
+        return Err("--pods and --reps must be non-empty / positive".into());
+    }
+    Ok(o)
+}
+
+/// Per-pod latencies and the batch wall time of one run.
+struct Sample {
+    per_pod: Vec<Duration>,
+    wall: Duration,
+}
+
+fn progress(msg: &str) {
+    eprint!("{msg}");
+    let _ = std::io::stderr().flush();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. The CRI floor.
+
+fn floor_sandbox(i: usize, uid: &str) -> api::PodSandboxConfig {
+    let labels = HashMap::from([
+        ("swiftlet.io/node-name".to_owned(), FLOOR_NODE.to_owned()),
+        ("io.kubernetes.pod.uid".to_owned(), uid.to_owned()),
+        ("io.kubernetes.pod.name".to_owned(), format!("floor-{i}")),
+        (
+            "io.kubernetes.pod.namespace".to_owned(),
+            "default".to_owned(),
+        ),
+    ]);
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: format!("floor-{i}"),
+            uid: uid.to_owned(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        log_directory: format!("/tmp/swiftlet-bench-floor/{uid}"),
+        labels,
+        linux: Some(api::LinuxPodSandboxConfig {
+            cgroup_parent: format!("{FLOOR_CGROUP_ROOT}/kubepods/besteffort/pod{uid}"),
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespaces()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn namespaces() -> api::NamespaceOption {
+    api::NamespaceOption {
+        network: api::NamespaceMode::Node as i32,
+        pid: api::NamespaceMode::Container as i32,
+        ipc: api::NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+fn floor_container(sandbox: &api::PodSandboxConfig) -> api::ContainerConfig {
+    let mut labels = sandbox.labels.clone();
+    labels.insert("io.kubernetes.container.name".into(), "main".into());
+    api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata {
+            name: "main".into(),
+            attempt: 0,
+        }),
+        image: Some(swiftlet::cri::image_spec(IMAGE)),
+        command: vec!["sh".into(), "-c".into(), COMMAND.into()],
+        labels,
+        log_path: "main/0.log".into(),
+        linux: Some(api::LinuxContainerConfig {
+            security_context: Some(api::LinuxContainerSecurityContext {
+                namespace_options: Some(namespaces()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn floor_one(cri: Cri, i: usize, run: usize) -> Result<Duration, swiftlet::cri::Error> {
+    let uid = format!("floor-{run}-{i}");
+    let config = floor_sandbox(i, &uid);
+    let _ = std::fs::create_dir_all(&config.log_directory);
+    let start = Instant::now();
+    cri.image_status(IMAGE).await?;
+    let sandbox = cri.run_pod_sandbox(config.clone()).await?;
+    let id = cri
+        .create_container(&sandbox, floor_container(&config), config)
+        .await?;
+    cri.start_container(&id).await?;
+    Ok(start.elapsed())
+}
+
+async fn floor(cri: &Cri, n: usize, run: usize) -> Result<Sample, swiftlet::cri::Error> {
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        set.spawn(floor_one(cri.clone(), i, run));
+    }
+    let mut per_pod = Vec::with_capacity(n);
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(r) => per_pod.push(r?),
+            Err(e) => panic!("floor task: {e}"),
+        }
+    }
+    Ok(Sample {
+        per_pod,
+        wall: start.elapsed(),
+    })
+}
+
+async fn floor_cleanup(cri: &Cri) -> Result<(), swiftlet::cri::Error> {
+    let sandboxes = cri
+        .list_pod_sandbox(Some(api::PodSandboxFilter {
+            label_selector: HashMap::from([("swiftlet.io/node-name".into(), FLOOR_NODE.into())]),
+            ..Default::default()
+        }))
+        .await?;
+    for s in sandboxes {
+        cri.stop_pod_sandbox(&s.id).await?;
+        cri.remove_pod_sandbox(&s.id).await?;
+    }
+    xtask::runtime::remove_cgroup_root(FLOOR_CGROUP_ROOT);
+    let _ = std::fs::remove_dir_all("/tmp/swiftlet-bench-floor");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. swiftlet.
+
+fn manifest(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
+         terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {IMAGE}\n    \
+         imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"{COMMAND}\"]\n"
+    )
+}
+
+fn swiftlet_run(agent: &Agent, n: usize, run: usize) -> Sample {
+    let names: Vec<String> = (0..n).map(|i| format!("s{run}-{i}")).collect();
+    let pods: Vec<String> = names.iter().map(|m| agent.static_pod_name(m)).collect();
+    let start = Instant::now();
+    let mut written = Vec::with_capacity(n);
+    for m in &names {
+        written.push(Instant::now());
+        agent.write_manifest(&format!("{m}.yaml"), &manifest(m));
+    }
+    let mut running: Vec<Option<Instant>> = vec![None; n];
+    let deadline = start + TIMEOUT;
+    while running.iter().any(Option::is_none) {
+        assert!(
+            Instant::now() < deadline,
+            "pods not Running within {TIMEOUT:?}"
+        );
+        let list = agent.pods();
+        let now = Instant::now();
+        for (i, p) in pods.iter().enumerate() {
+            if running[i].is_none() && list.is_running(p) {
+                running[i] = Some(now);
+            }
+        }
+        std::thread::sleep(POLL);
+    }
+    let last = running.iter().flatten().max().copied().unwrap_or(start);
+    let per_pod = running
+        .iter()
+        .zip(&written)
+        .map(|(r, w)| r.unwrap_or(*w).duration_since(*w))
+        .collect();
+    for m in &names {
+        agent.remove_manifest(&format!("{m}.yaml"));
+    }
+    agent.wait_for(|l| l.items.is_empty(), TIMEOUT);
+    Sample {
+        per_pod,
+        wall: last.duration_since(start),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. podman.
+
+/// The containers.conf podman 4.3 needs here: rlimits no higher than this machine's hard limits
+/// (ENVIRONMENT.md).
+const PODMAN_CONF: &str =
+    "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=4096:4096\"]\n";
+
+struct Podman {
+    dir: tempfile::TempDir,
+}
+
+impl Podman {
+    fn command(&self) -> Command {
+        let mut c = Command::new("podman");
+        c.env("CONTAINERS_CONF", self.dir.path().join("containers.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Result<(), String> {
+        let out = self
+            .command()
+            .args(args)
+            .output()
+            .map_err(|e| format!("podman {args:?}: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "podman {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+
+    /// Podman with the test image loaded from the archive `cargo xtask images` wrote; None (with
+    /// the reason printed) when podman is missing or cannot run here.
+    fn setup(rt: &Runtime) -> Option<Podman> {
+        let installed = Command::new("podman")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed {
+            println!("podman: not installed (apt-get install podman): skipped");
+            return None;
+        }
+        let dir = tempfile::tempdir().ok()?;
+        std::fs::write(dir.path().join("containers.conf"), PODMAN_CONF).ok()?;
+        let p = Podman { dir };
+        if p.run(&["image", "exists", IMAGE]).is_err() {
+            let archive = rt.layout.images_dir.join("swiftlet-busybox-v1.tar");
+            if let Err(e) = p.run(&["load", "-i", &archive.to_string_lossy()]) {
+                println!("podman: cannot load the test image: {e}: skipped");
+                return None;
+            }
+        }
+        Some(p)
+    }
+
+    /// `podman kube play` of n pods: the wall time until it returns (every container started).
+    fn play(&self, n: usize, run: usize) -> Result<Duration, String> {
+        let docs: Vec<String> = (0..n).map(|i| manifest(&format!("p{run}-{i}"))).collect();
+        let file = self.dir.path().join(format!("play-{run}.yaml"));
+        std::fs::write(&file, docs.join("---\n")).map_err(|e| e.to_string())?;
+        let file = file.to_string_lossy().into_owned();
+        let start = Instant::now();
+        let played = self.run(&["kube", "play", &file]);
+        let wall = start.elapsed();
+        self.run(&["kube", "down", &file])?;
+        played.map(|()| wall)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reporting.
+
+fn histogram(samples: &[Sample]) -> Histogram<u64> {
+    let mut h =
+        Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds");
+    for s in samples {
+        for d in &s.per_pod {
+            let _ = h.record((d.as_micros() as u64).max(1));
+        }
+    }
+    h
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+fn mean_wall(samples: &[Sample]) -> Duration {
+    let total: Duration = samples.iter().map(|s| s.wall).sum();
+    total / samples.len().max(1) as u32
+}
+
+fn row(what: &str, h: &Histogram<u64>, wall: Duration) {
+    println!(
+        "  {what:<10} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>10.1}",
+        ms(h.value_at_quantile(0.5)),
+        ms(h.value_at_quantile(0.9)),
+        ms(h.value_at_quantile(0.99)),
+        ms(h.max()),
+        wall.as_secs_f64() * 1000.0
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent's own cost.
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// utime + stime in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
+/// (RSS MiB at the end, CPU % of one core over the window).
+fn measure_cost(pid: u32, window: Duration) -> Option<(f64, f64)> {
+    let t0 = cpu_ticks(pid)?;
+    std::thread::sleep(window);
+    let t1 = cpu_ticks(pid)?;
+    let cpu = (t1 - t0) as f64 / ticks_per_sec() / window.as_secs_f64() * 100.0;
+    Some((rss_kib(pid)? as f64 / 1024.0, cpu))
+}
+
+fn cost(agent: &Agent, opts: &Opts) {
+    let Some(pid) = agent.pid() else { return };
+    println!(
+        "\nagent cost (pid {pid}; VmRSS from /proc/{pid}/status, utime+stime from /proc/{pid}/stat)"
+    );
+    if let Some((rss, cpu)) = measure_cost(pid, Duration::from_secs(10)) {
+        println!("  idle, no pods, over 10 s: RSS {rss:.1} MiB, CPU {cpu:.2} % of a core");
+    }
+    progress(&format!("  starting {} pods ...", opts.cost_pods));
+    let names: Vec<String> = (0..opts.cost_pods).map(|i| format!("cost-{i}")).collect();
+    for m in &names {
+        agent.write_manifest(&format!("{m}.yaml"), &manifest(m));
+    }
+    let pods: Vec<String> = names.iter().map(|m| agent.static_pod_name(m)).collect();
+    agent.wait_for(|l| pods.iter().all(|p| l.is_running(p)), TIMEOUT);
+    eprintln!(" running");
+    let window = Duration::from_secs(opts.cost_secs);
+    if let Some((rss, cpu)) = measure_cost(pid, window) {
+        println!(
+            "  {} pods running, over {} s: RSS {rss:.1} MiB, CPU {cpu:.2} % of a core",
+            opts.cost_pods, opts.cost_secs
+        );
+    }
+    for m in &names {
+        agent.remove_manifest(&format!("{m}.yaml"));
+    }
+    agent.wait_for(|l| l.items.is_empty(), TIMEOUT);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn release_agent() -> PathBuf {
+    progress("building the agent (release) ...");
+    let status = Command::new(xtask::cargo_bin())
+        .current_dir(xtask::workspace_root())
+        .args(["build", "--release", "-p", "swiftlet", "--bin", "swiftlet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    assert!(
+        status.as_ref().is_ok_and(|s| s.success()),
+        "cargo build --release -p swiftlet failed: {status:?}"
+    );
+    eprintln!(" done");
+    xtask::target_dir().join("release/swiftlet")
+}
+
+fn main() -> ExitCode {
+    let opts = match parse_opts() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("pod_startup: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Runtime::shared prints `SKIPPED: why` (or panics when SWIFTLET_REQUIRE_RUNTIME=1).
+    let Some(rt) = Runtime::shared() else {
+        eprintln!("pod_startup: skipped (needs root and containerd; see the SKIPPED line above)");
+        return ExitCode::SUCCESS;
+    };
+    let binary = release_agent();
+    let mut agent_opts = AgentOptions::new("bench");
+    agent_opts.binary = Some(binary);
+    agent_opts.verbosity = 0;
+    agent_opts.file_check_frequency = "20s".into();
+    let agent = Agent::start(rt, agent_opts);
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let cri = tokio
+        .block_on(async { Cri::new(&rt.endpoint, Metrics::new()) })
+        .expect("CRI client");
+    let podman = Podman::setup(rt);
+
+    println!(
+        "pod_startup: host-network pods, one container each; {} repetition(s) per N",
+        opts.reps
+    );
+    println!(
+        "machine: {} cores; runtime {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        rt.endpoint
+    );
+    let mut ratios = Vec::new();
+    for &n in &opts.pods {
+        let (mut floors, mut swift, mut pods_play) = (Vec::new(), Vec::new(), Vec::new());
+        for rep in 0..opts.reps {
+            progress(&format!("N={n} rep {}/{}: floor", rep + 1, opts.reps));
+            let run = n * 1000 + rep;
+            let s = tokio.block_on(floor(&cri, n, run)).expect("CRI floor run");
+            tokio
+                .block_on(floor_cleanup(&cri))
+                .expect("cleaning up the floor pods");
+            floors.push(s);
+            progress(", swiftlet");
+            swift.push(swiftlet_run(&agent, n, run));
+            if let Some(p) = &podman {
+                progress(", podman");
+                match p.play(n, run) {
+                    Ok(w) => pods_play.push(w),
+                    Err(e) => eprintln!("\n  podman kube play failed: {e}"),
+                }
+            }
+            eprintln!(" done");
+        }
+        let (hf, hs) = (histogram(&floors), histogram(&swift));
+        let (wf, ws) = (mean_wall(&floors), mean_wall(&swift));
+        println!(
+            "\nN = {n}: per-pod latency (ms) and batch wall time (ms, mean of {} runs)",
+            opts.reps
+        );
+        println!(
+            "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10}",
+            "", "p50", "p90", "p99", "max", "wall"
+        );
+        row("CRI floor", &hf, wf);
+        row("swiftlet", &hs, ws);
+        if !pods_play.is_empty() {
+            let wall: Duration = pods_play.iter().sum::<Duration>() / pods_play.len() as u32;
+            println!(
+                "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10.1}   (kube play returns once, for the batch)",
+                "podman",
+                "-",
+                "-",
+                "-",
+                "-",
+                wall.as_secs_f64() * 1000.0
+            );
+        }
+        let ratio = ws.as_secs_f64() / wf.as_secs_f64().max(1e-9);
+        ratios.push((n, ratio));
+        println!(
+            "  swiftlet / floor (wall): {ratio:.2}x; agent-added per pod (swiftlet - floor): p50 {:+.1} ms, p99 {:+.1} ms",
+            ms(hs.value_at_quantile(0.5)) - ms(hf.value_at_quantile(0.5)),
+            ms(hs.value_at_quantile(0.99)) - ms(hf.value_at_quantile(0.99)),
+        );
+    }
+    println!("\nsummary (swiftlet wall / CRI floor wall):");
+    for (n, r) in &ratios {
+        println!("  N={n:<4} {r:.2}x");
+    }
+    if opts.cost {
+        cost(&agent, &opts);
+    }
+    ExitCode::SUCCESS
+}

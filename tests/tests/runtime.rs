@@ -1,0 +1,550 @@
+//! The runtime manager against a real containerd: restart policies by exit code, crash-loop
+//! back-off growth, spec changes (restart) versus label changes (none), init and sidecar
+//! containers in order, image pull errors, termination with a grace period and a preStop hook, and
+//! adoption of running pods after the agent is killed with SIGKILL.
+//! Each test runs its own agent (own node name, ports, manifest dir and cgroup root).
+
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::ContainerStatus;
+use swiftlet_tests::{
+    Agent, AgentOptions, BUSYBOX_IMAGE, POD_UID_LABEL, PodList, Runtime, block_on,
+    containers_with_labels, pod_cri_objects, runtime_client,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+fn start(name: &str) -> Option<Agent> {
+    let rt = Runtime::shared()?;
+    Some(Agent::start(rt, AgentOptions::new(name)))
+}
+
+/// A pod manifest with an explicit UID (so edits keep the same pod), one app container running
+/// `script`, and optional extra spec lines (already indented by two spaces).
+fn manifest(agent: &Agent, name: &str, policy: &str, script: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, uid: {name}-{node}}}
+spec:
+  restartPolicy: {policy}
+  terminationGracePeriodSeconds: 5
+{extra}  containers:
+  - name: main
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", {script:?}]
+"#,
+        node = agent.node_name(),
+    )
+}
+
+fn status<'a>(list: &'a PodList, pod: &str, container: &str) -> Option<&'a ContainerStatus> {
+    list.get(pod)?
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)
+}
+
+fn init_status<'a>(list: &'a PodList, pod: &str, container: &str) -> Option<&'a ContainerStatus> {
+    list.get(pod)?
+        .status
+        .as_ref()?
+        .init_container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)
+}
+
+fn waiting_reason(c: &ContainerStatus) -> Option<&str> {
+    c.state.as_ref()?.waiting.as_ref()?.reason.as_deref()
+}
+
+fn exit_code(c: &ContainerStatus) -> Option<i32> {
+    c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)
+}
+
+/// Full CRI statuses of every container of pod `uid`, oldest first.
+fn cri_statuses(endpoint: &str, uid: &str) -> Vec<cri::ContainerStatus> {
+    let (endpoint, owned_uid) = (endpoint.to_owned(), uid.to_owned());
+    let res = block_on(async move {
+        let uid = owned_uid;
+        let mut client = runtime_client(&endpoint)?;
+        let listed = containers_with_labels(&mut client, &[(POD_UID_LABEL, &uid)]).await?;
+        let mut out = Vec::new();
+        for c in listed {
+            let req = cri::ContainerStatusRequest {
+                container_id: c.id,
+                verbose: false,
+            };
+            if let Ok(r) = client.container_status(req).await
+                && let Some(s) = r.into_inner().status
+            {
+                out.push(s);
+            }
+        }
+        out.sort_by_key(|s| s.created_at);
+        Ok::<_, swiftlet_tests::Error>(out)
+    });
+    match res {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) | Err(e) => panic!("reading container statuses of {uid}: {e}"),
+    }
+}
+
+fn named<'a>(all: &'a [cri::ContainerStatus], name: &str) -> Vec<&'a cri::ContainerStatus> {
+    all.iter()
+        .filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == name))
+        .collect()
+}
+
+fn secs(nanos: i64) -> f64 {
+    nanos as f64 / 1e9
+}
+
+#[test]
+fn restart_policies_follow_exit_codes() {
+    let Some(agent) = start("restart-policies") else {
+        return;
+    };
+    let cases = [
+        ("always-ok", "Always", "exit 0"),
+        ("onfailure-ok", "OnFailure", "exit 0"),
+        ("onfailure-fail", "OnFailure", "sleep 1; exit 1"),
+        ("never-fail", "Never", "exit 3"),
+    ];
+    for (name, policy, script) in cases {
+        agent.write_manifest(
+            &format!("{name}.yaml"),
+            &manifest(&agent, name, policy, script, ""),
+        );
+    }
+    // A failing init container under Never fails the pod; its app container never starts.
+    let init_fail = format!(
+        "  initContainers:\n  - name: setup\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"exit 2\"]\n"
+    );
+    agent.write_manifest(
+        "init-fail.yaml",
+        &manifest(&agent, "init-fail", "Never", "sleep 1000", &init_fail),
+    );
+    let pod = |n: &str| agent.static_pod_name(n);
+    let list = agent.wait_for(
+        |l| {
+            let restarted =
+                |n: &str| status(l, &pod(n), "main").is_some_and(|c| c.restart_count >= 1);
+            restarted("always-ok")
+                && restarted("onfailure-fail")
+                && l.phase(&pod("onfailure-ok")) == Some("Succeeded")
+                && l.phase(&pod("never-fail")) == Some("Failed")
+                && l.phase(&pod("init-fail")) == Some("Failed")
+        },
+        TIMEOUT,
+    );
+    // The finished pods were not restarted and show how their container ended.
+    let ok = status(&list, &pod("onfailure-ok"), "main").expect("status");
+    assert_eq!(ok.restart_count, 0);
+    assert_eq!(exit_code(ok), Some(0));
+    let failed = status(&list, &pod("never-fail"), "main").expect("status");
+    assert_eq!(failed.restart_count, 0);
+    assert_eq!(exit_code(failed), Some(3));
+    for n in ["onfailure-ok", "never-fail"] {
+        let uid = list.uid(&pod(n)).expect("uid");
+        let all = cri_statuses(agent.endpoint(), uid);
+        assert_eq!(all.len(), 1, "{n}: exactly one container ever: {all:?}");
+    }
+    let setup = init_status(&list, &pod("init-fail"), "setup").expect("init status");
+    assert_eq!(exit_code(setup), Some(2));
+    let uid = list.uid(&pod("init-fail")).expect("uid");
+    let all = cri_statuses(agent.endpoint(), uid);
+    assert!(
+        named(&all, "main").is_empty(),
+        "the app container never ran: {all:?}"
+    );
+    // A restarted container remembers how the previous run ended.
+    let restarted = status(&list, &pod("onfailure-fail"), "main").expect("status");
+    let last = restarted
+        .last_state
+        .as_ref()
+        .and_then(|l| l.terminated.as_ref());
+    assert_eq!(last.map(|t| t.exit_code), Some(1), "{restarted:?}");
+}
+
+#[test]
+fn crash_loop_back_off_grows() {
+    let Some(agent) = start("crash-loop") else {
+        return;
+    };
+    agent.write_manifest(
+        "crash.yaml",
+        &manifest(&agent, "crash", "Always", "exit 1", ""),
+    );
+    let pod = agent.static_pod_name("crash");
+    let mut saw_backoff = false;
+    let list = agent.wait_for(
+        |l| {
+            let c = status(l, &pod, "main");
+            saw_backoff |= c.and_then(waiting_reason) == Some("CrashLoopBackOff");
+            c.is_some_and(|c| c.restart_count >= 3)
+        },
+        TIMEOUT,
+    );
+    assert!(saw_backoff, "CrashLoopBackOff was never the waiting reason");
+    let uid = list.uid(&pod).expect("uid");
+    let all = cri_statuses(agent.endpoint(), uid);
+    let runs = named(&all, "main");
+    assert!(runs.len() >= 4, "{runs:?}");
+    // The gap between one run's end and the next run's start: the first restart is immediate,
+    // then 10 s, then 20 s (kubelet-behaviour.md §1.6 doBackOff).
+    let gap = |i: usize| secs(runs[i + 1].started_at - runs[i].finished_at);
+    let gaps: Vec<f64> = (0..3).map(gap).collect();
+    assert!(gaps[0] < 9.0, "first restart should not wait: {gaps:?}");
+    assert!(gaps[1] >= 9.5, "second restart waits 10 s: {gaps:?}");
+    assert!(gaps[2] >= 19.5, "third restart waits 20 s: {gaps:?}");
+    assert!(gaps[2] > gaps[1], "{gaps:?}");
+}
+
+#[test]
+fn spec_change_restarts_and_label_change_does_not() {
+    let Some(agent) = start("spec-change") else {
+        return;
+    };
+    let loop_script = "trap 'exit 0' TERM; while true; do sleep 1; done";
+    agent.write_manifest(
+        "web.yaml",
+        &manifest(&agent, "web", "Always", loop_script, ""),
+    );
+    let pod = agent.static_pod_name("web");
+    let running = |l: &PodList| {
+        status(l, &pod, "main")
+            .is_some_and(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+    };
+    let list = agent.wait_for(running, TIMEOUT);
+    let uid = list.uid(&pod).expect("uid").to_owned();
+    let updates = |agent: &Agent| -> u64 {
+        let (_, body) = agent.get("/metrics");
+        body.lines()
+            .find(|l| {
+                l.starts_with("swiftlet_pod_worker_duration_seconds_count")
+                    && l.contains("operation=\"update\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let before = updates(&agent);
+
+    // A label change: synced, but the container keeps running.
+    let labelled = manifest(&agent, "web", "Always", loop_script, "").replace(
+        "namespace: default,",
+        "namespace: default, labels: {tier: front},",
+    );
+    assert!(labelled.contains("tier: front"));
+    agent.write_manifest("web.yaml", &labelled);
+    let deadline = Instant::now() + TIMEOUT;
+    while updates(&agent) <= before {
+        assert!(
+            Instant::now() < deadline,
+            "the label change was never synced"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let all = cri_statuses(agent.endpoint(), &uid);
+    assert_eq!(all.len(), 1, "a label change must not restart: {all:?}");
+    assert_eq!(all[0].state, cri::ContainerState::ContainerRunning as i32);
+
+    // A command change: the container is replaced.
+    let changed = labelled.replace(
+        "while true; do sleep 1; done",
+        "while true; do sleep 2; done",
+    );
+    agent.write_manifest("web.yaml", &changed);
+    let list = agent.wait_for(
+        |l| running(l) && status(l, &pod, "main").is_some_and(|c| c.restart_count == 1),
+        TIMEOUT,
+    );
+    assert_eq!(list.uid(&pod), Some(uid.as_str()), "same pod");
+    let all = cri_statuses(agent.endpoint(), &uid);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[0].state, cri::ContainerState::ContainerExited as i32);
+    assert_eq!(all[1].state, cri::ContainerState::ContainerRunning as i32);
+}
+
+#[test]
+fn init_containers_run_in_order_before_app_containers() {
+    let Some(agent) = start("init-order") else {
+        return;
+    };
+    let node = agent.node_name().to_owned();
+    let text = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: init
+  namespace: default
+  uid: init-{node}
+spec:
+  terminationGracePeriodSeconds: 5
+  initContainers:
+  - name: first
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "sleep 1"]
+  - name: side
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    restartPolicy: Always
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+  - name: second
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "sleep 1"]
+  containers:
+  - name: main
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+"#
+    );
+    agent.write_manifest("init.yaml", &text);
+    let pod = agent.static_pod_name("init");
+    let mut saw_pending = false;
+    let list = agent.wait_for(
+        |l| {
+            saw_pending |= l.phase(&pod) == Some("Pending");
+            l.is_running(&pod)
+                && status(l, &pod, "main").is_some_and(|c| c.ready)
+                && init_status(l, &pod, "side").is_some_and(|c| c.ready)
+        },
+        TIMEOUT,
+    );
+    assert!(saw_pending, "the pod is Pending while it initialises");
+    for n in ["first", "second"] {
+        let c = init_status(&list, &pod, n).expect("init status");
+        assert_eq!(exit_code(c), Some(0), "{n}: {c:?}");
+    }
+    let uid = list.uid(&pod).expect("uid");
+    let all = cri_statuses(agent.endpoint(), uid);
+    let one = |n: &str| {
+        let v = named(&all, n);
+        assert_eq!(v.len(), 1, "{n} ran once: {all:?}");
+        v[0].clone()
+    };
+    let (first, side, second, main) = (one("first"), one("side"), one("second"), one("main"));
+    assert!(
+        first.finished_at <= side.created_at,
+        "first ends before side starts"
+    );
+    assert!(
+        side.started_at <= second.created_at,
+        "side runs before second starts"
+    );
+    assert!(
+        second.finished_at <= main.created_at,
+        "second ends before main starts"
+    );
+    assert_eq!(
+        side.state,
+        cri::ContainerState::ContainerRunning as i32,
+        "the sidecar keeps running"
+    );
+
+    // Termination stops the app container before the sidecar.
+    agent.remove_manifest("init.yaml");
+    let deadline = Instant::now() + TIMEOUT;
+    while pod_cri_objects(agent.endpoint(), uid)
+        .map(|(s, c)| s.len() + c.len())
+        .unwrap_or(1)
+        > 0
+    {
+        assert!(Instant::now() < deadline, "the pod never went away");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = agent.log();
+    let stop_line = |name: &str| {
+        log.lines().position(|l| {
+            // The log may be coloured: match the quoted value, not `key=value`.
+            l.contains("stopping container") && l.contains(&format!("\"{name}\""))
+        })
+    };
+    let (main_at, side_at) = (stop_line("main"), stop_line("side"));
+    assert!(
+        main_at.is_some() && side_at.is_some(),
+        "no stop lines in {}",
+        agent.log_path().display()
+    );
+    assert!(
+        main_at < side_at,
+        "main must stop before the sidecar: {main_at:?} {side_at:?}"
+    );
+}
+
+#[test]
+fn missing_image_gives_err_image_pull_then_back_off() {
+    let Some(agent) = start("missing-image") else {
+        return;
+    };
+    let text = manifest(&agent, "ghost", "Always", "sleep 1000", "")
+        .replace(BUSYBOX_IMAGE, "localhost:1/swiftlet/no-such-image:v1")
+        .replace("imagePullPolicy: Never", "imagePullPolicy: IfNotPresent");
+    agent.write_manifest("ghost.yaml", &text);
+    let pod = agent.static_pod_name("ghost");
+    let mut reasons = Vec::<String>::new();
+    agent.wait_for(
+        |l| {
+            if let Some(r) = status(l, &pod, "main").and_then(waiting_reason)
+                && reasons.last().map(String::as_str) != Some(r)
+            {
+                reasons.push(r.to_owned());
+            }
+            reasons.iter().any(|r| r == "ImagePullBackOff")
+        },
+        TIMEOUT,
+    );
+    let list = agent.pods();
+    assert_eq!(list.phase(&pod), Some("Pending"), "{reasons:?}");
+    assert!(
+        reasons.iter().all(
+            |r| ["ContainerCreating", "ErrImagePull", "ImagePullBackOff"].contains(&r.as_str())
+        ),
+        "{reasons:?}"
+    );
+    let uid = list.uid(&pod).expect("uid");
+    assert!(
+        cri_statuses(agent.endpoint(), uid).is_empty(),
+        "no container was created"
+    );
+}
+
+#[test]
+fn termination_honours_grace_period_and_pre_stop_hook() {
+    let Some(agent) = start("grace") else {
+        return;
+    };
+    // Ignores SIGTERM: only SIGKILL at the end of the 3 s grace period stops it.
+    let stubborn = manifest(
+        &agent,
+        "stubborn",
+        "Always",
+        "trap '' TERM; while true; do sleep 1; done",
+        "",
+    )
+    .replace(
+        "terminationGracePeriodSeconds: 5",
+        "terminationGracePeriodSeconds: 3",
+    );
+    // Ignores SIGTERM too, but its preStop hook makes it exit long before its 60 s grace period.
+    let hooked = manifest(
+        &agent,
+        "hooked",
+        "Always",
+        "trap '' TERM; while [ ! -f /tmp/stop ]; do sleep 0.2; done",
+        "",
+    )
+    .replace(
+        "terminationGracePeriodSeconds: 5",
+        "terminationGracePeriodSeconds: 60",
+    ) + "    lifecycle:\n      preStop:\n        exec:\n          command: [\"touch\", \"/tmp/stop\"]\n";
+    agent.write_manifest("stubborn.yaml", &stubborn);
+    agent.write_manifest("hooked.yaml", &hooked);
+    let pods = [
+        agent.static_pod_name("stubborn"),
+        agent.static_pod_name("hooked"),
+    ];
+    let list = agent.wait_for(|l| pods.iter().all(|p| l.is_running(p)), TIMEOUT);
+    let uids: Vec<String> = pods
+        .iter()
+        .map(|p| list.uid(p).expect("uid").to_owned())
+        .collect();
+
+    let gone_after = |file: &str, uid: &str| {
+        let t0 = Instant::now();
+        agent.remove_manifest(file);
+        loop {
+            let (sandboxes, containers) = pod_cri_objects(agent.endpoint(), uid).expect("CRI");
+            if sandboxes.is_empty() && containers.is_empty() {
+                return t0.elapsed();
+            }
+            assert!(t0.elapsed() < TIMEOUT, "{file}: pod never went away");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let stubborn_took = gone_after("stubborn.yaml", &uids[0]);
+    assert!(
+        stubborn_took >= Duration::from_millis(2900),
+        "a container ignoring SIGTERM is stopped only after its 3 s grace: {stubborn_took:?}"
+    );
+    let hooked_took = gone_after("hooked.yaml", &uids[1]);
+    assert!(
+        hooked_took < Duration::from_secs(30),
+        "the preStop hook should have made it exit well inside its 60 s grace: {hooked_took:?}"
+    );
+    assert!(
+        agent.log().contains("preStop hook done"),
+        "no preStop in the log"
+    );
+}
+
+#[test]
+fn sigkilled_agent_adopts_running_pods_without_restarts() {
+    let Some(mut agent) = start("adoption") else {
+        return;
+    };
+    let loop_script = "trap 'exit 0' TERM; while true; do sleep 1; done";
+    for n in ["keep-a", "keep-b"] {
+        agent.write_manifest(
+            &format!("{n}.yaml"),
+            &manifest(&agent, n, "Always", loop_script, ""),
+        );
+    }
+    let pods = [
+        agent.static_pod_name("keep-a"),
+        agent.static_pod_name("keep-b"),
+    ];
+    let list = agent.wait_for(|l| pods.iter().all(|p| l.is_running(p)), TIMEOUT);
+    let before: Vec<_> = pods
+        .iter()
+        .map(|p| {
+            let uid = list.uid(p).expect("uid").to_owned();
+            let objs = pod_cri_objects(agent.endpoint(), &uid).expect("CRI");
+            (uid, objs)
+        })
+        .collect();
+
+    agent.restart_after_sigkill();
+    agent.wait_for(
+        |l| {
+            pods.iter()
+                .all(|p| l.is_running(p) && status(l, p, "main").is_some_and(|c| c.ready))
+        },
+        TIMEOUT,
+    );
+    for (uid, (sandboxes, containers)) in &before {
+        let (sb_after, c_after) = pod_cri_objects(agent.endpoint(), uid).expect("CRI");
+        let ids = |v: &[cri::PodSandbox]| v.iter().map(|s| s.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&sb_after), ids(sandboxes), "no new sandbox for {uid}");
+        let cids = |v: &[cri::Container]| v.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            cids(&c_after),
+            cids(containers),
+            "no restarted container for {uid}"
+        );
+        assert!(
+            c_after
+                .iter()
+                .all(|c| c.state == cri::ContainerState::ContainerRunning as i32),
+            "{c_after:?}"
+        );
+    }
+    let list = agent.pods();
+    for p in &pods {
+        assert_eq!(
+            status(&list, p, "main").map(|c| c.restart_count),
+            Some(0),
+            "{p}"
+        );
+    }
+}
