@@ -125,20 +125,16 @@ unsafe fn read_field<T>(base: u64, offset: &'static u32) -> Result<T, u32> {
 
 #[inline(always)]
 fn try_cgroup_raw(ctx: &RawTracePointContext, kind: u32) -> Result<(), u32> {
-    let Some(mut entry) = EVENTS.reserve::<CgroupEvent>(0) else {
-        return Err(lost::RINGBUF_FULL);
-    };
-    let event = entry.as_mut_ptr();
-    // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right size.
-    match unsafe { fill_cgroup_raw(ctx, kind, event) } {
-        Ok(()) => {
-            entry.submit(wakeup_flag());
-            Ok(())
-        }
-        Err(counter) => {
-            entry.discard(0);
-            Err(counter)
-        }
+    // SAFETY: `submit_with` hands `fill_cgroup_raw` a reserved entry of the right size.
+    submit_with(|event| unsafe { fill_cgroup_raw(ctx, kind, event) })
+}
+
+#[inline(always)]
+fn cgroup_header(kind: u32, ktime_ns: u64) -> EventHeader {
+    EventHeader {
+        kind,
+        len: core::mem::size_of::<CgroupEvent>() as u32,
+        ktime_ns,
     }
 }
 
@@ -179,17 +175,15 @@ unsafe fn fill_cgroup_raw(
     };
     // SAFETY: as above.
     unsafe {
-        core::ptr::addr_of_mut!((*event).header).write(EventHeader {
-            kind,
-            len: core::mem::size_of::<CgroupEvent>() as u32,
-            ktime_ns,
-        });
-        core::ptr::addr_of_mut!((*event).level).write(level as u32);
-        core::ptr::addr_of_mut!((*event).hierarchy_id).write(hierarchy_id as u32);
-        core::ptr::addr_of_mut!((*event).cgroup_id).write(id);
-        core::ptr::addr_of_mut!((*event).path_len).write(path_len as u32);
-        core::ptr::addr_of_mut!((*event)._pad).write(0);
-    }
+        write_cgroup(
+            event,
+            cgroup_header(kind, ktime_ns),
+            level,
+            hierarchy_id,
+            id,
+            path_len,
+        )
+    };
     Ok(())
 }
 
@@ -215,12 +209,18 @@ fn count_lost(counter: u32) {
 /// Fills a ring-buffer entry in place (no 300-byte copy through the 512-byte stack).
 #[inline(always)]
 fn try_cgroup(ctx: &TracePointContext, kind: u32) -> Result<(), u32> {
-    let Some(mut entry) = EVENTS.reserve::<CgroupEvent>(0) else {
+    // SAFETY: `submit_with` hands `fill_cgroup` a reserved entry of the right size.
+    submit_with(|event| unsafe { fill_cgroup(ctx, kind, event) })
+}
+
+/// Reserves a `T` on the ring buffer, lets `fill` write it in place, then submits it, or discards
+/// it when `fill` fails.
+#[inline(always)]
+fn submit_with<T: 'static>(fill: impl FnOnce(*mut T) -> Result<(), u32>) -> Result<(), u32> {
+    let Some(mut entry) = EVENTS.reserve::<T>(0) else {
         return Err(lost::RINGBUF_FULL);
     };
-    let event = entry.as_mut_ptr();
-    // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right size.
-    match unsafe { fill_cgroup(ctx, kind, event) } {
+    match fill(entry.as_mut_ptr()) {
         Ok(()) => {
             entry.submit(wakeup_flag());
             Ok(())
@@ -229,6 +229,30 @@ fn try_cgroup(ctx: &TracePointContext, kind: u32) -> Result<(), u32> {
             entry.discard(0);
             Err(counter)
         }
+    }
+}
+
+/// Writes every field of a cgroup event but the path (already in place).
+///
+/// # Safety
+/// `event` must point at writable memory the size of a `CgroupEvent`.
+#[inline(always)]
+unsafe fn write_cgroup(
+    event: *mut CgroupEvent,
+    header: EventHeader,
+    level: i32,
+    hierarchy_id: i32,
+    cgroup_id: u64,
+    path_len: usize,
+) {
+    // SAFETY: see the function's contract.
+    unsafe {
+        core::ptr::addr_of_mut!((*event).header).write(header);
+        core::ptr::addr_of_mut!((*event).level).write(level as u32);
+        core::ptr::addr_of_mut!((*event).hierarchy_id).write(hierarchy_id as u32);
+        core::ptr::addr_of_mut!((*event).cgroup_id).write(cgroup_id);
+        core::ptr::addr_of_mut!((*event).path_len).write(path_len as u32);
+        core::ptr::addr_of_mut!((*event)._pad).write(0);
     }
 }
 
@@ -276,17 +300,15 @@ unsafe fn fill_cgroup(
             .len()
     };
     unsafe {
-        core::ptr::addr_of_mut!((*event).header).write(EventHeader {
-            kind,
-            len: core::mem::size_of::<CgroupEvent>() as u32,
-            ktime_ns,
-        });
-        core::ptr::addr_of_mut!((*event).level).write(level as u32);
-        core::ptr::addr_of_mut!((*event).hierarchy_id).write(root as u32);
-        core::ptr::addr_of_mut!((*event).cgroup_id).write(id);
-        core::ptr::addr_of_mut!((*event).path_len).write(path_len as u32);
-        core::ptr::addr_of_mut!((*event)._pad).write(0);
-    }
+        write_cgroup(
+            event,
+            cgroup_header(kind, ktime_ns),
+            level,
+            root,
+            id,
+            path_len,
+        )
+    };
     Ok(())
 }
 
@@ -329,40 +351,37 @@ fn in_pod_cgroup() -> bool {
 
 #[inline(always)]
 fn try_process(kind: u32) -> Result<(), u32> {
-    let Some(mut entry) = EVENTS.reserve::<ProcessEvent>(0) else {
-        return Err(lost::RINGBUF_FULL);
-    };
-    // SAFETY: no preconditions.
-    let (ktime_ns, pid_tgid, cgroup_id) = unsafe {
-        (
-            bpf_ktime_get_ns(),
-            bpf_get_current_pid_tgid(),
-            bpf_get_current_cgroup_id(),
-        )
-    };
-    let exit_code = if kind == KIND_PROCESS_EXIT {
-        read_exit_code()
-    } else {
-        0
-    };
-    let comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
-    let event = entry.as_mut_ptr();
-    // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right size.
-    unsafe {
-        core::ptr::addr_of_mut!((*event).header).write(EventHeader {
-            kind,
-            len: core::mem::size_of::<ProcessEvent>() as u32,
-            ktime_ns,
-        });
-        core::ptr::addr_of_mut!((*event).pid).write(pid_tgid as u32);
-        core::ptr::addr_of_mut!((*event).tgid).write((pid_tgid >> 32) as u32);
-        core::ptr::addr_of_mut!((*event).cgroup_id).write(cgroup_id);
-        core::ptr::addr_of_mut!((*event).exit_code).write(exit_code);
-        core::ptr::addr_of_mut!((*event)._pad).write(0);
-        core::ptr::addr_of_mut!((*event).comm).write(comm);
-    }
-    entry.submit(wakeup_flag());
-    Ok(())
+    submit_with(|event: *mut ProcessEvent| {
+        // SAFETY: no preconditions.
+        let (ktime_ns, pid_tgid, cgroup_id) = unsafe {
+            (
+                bpf_ktime_get_ns(),
+                bpf_get_current_pid_tgid(),
+                bpf_get_current_cgroup_id(),
+            )
+        };
+        let exit_code = if kind == KIND_PROCESS_EXIT {
+            read_exit_code()
+        } else {
+            0
+        };
+        let comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right size.
+        unsafe {
+            core::ptr::addr_of_mut!((*event).header).write(EventHeader {
+                kind,
+                len: core::mem::size_of::<ProcessEvent>() as u32,
+                ktime_ns,
+            });
+            core::ptr::addr_of_mut!((*event).pid).write(pid_tgid as u32);
+            core::ptr::addr_of_mut!((*event).tgid).write((pid_tgid >> 32) as u32);
+            core::ptr::addr_of_mut!((*event).cgroup_id).write(cgroup_id);
+            core::ptr::addr_of_mut!((*event).exit_code).write(exit_code);
+            core::ptr::addr_of_mut!((*event)._pad).write(0);
+            core::ptr::addr_of_mut!((*event).comm).write(comm);
+        }
+        Ok(())
+    })
 }
 
 /// `current->exit_code`, at the offset the agent read from BTF.
@@ -402,55 +421,46 @@ pub fn cri_end(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn try_cri(ctx: &ProbeContext, kind: u32) -> Result<(), u32> {
-    let Some(mut entry) = EVENTS.reserve::<CriEvent>(0) else {
-        return Err(lost::RINGBUF_FULL);
-    };
-    // SAFETY: no preconditions.
-    let (ktime_ns, pid_tgid) = unsafe { (bpf_ktime_get_ns(), bpf_get_current_pid_tgid()) };
-    let method: u32 = ctx.arg(0).unwrap_or(u32::MAX);
-    let uid_ptr: u64 = ctx.arg(1).unwrap_or(0);
-    let uid_len: u64 = ctx.arg(2).unwrap_or(0);
-    let ok: u32 = if kind == KIND_CRI_END {
-        ctx.arg(3).unwrap_or(0)
-    } else {
-        0
-    };
-    let event = entry.as_mut_ptr();
-    // Longer UIDs are cut (the agent never passes one); the mask keeps the verifier's bound.
-    let len = if uid_len > CRI_UID_MAX as u64 {
-        CRI_UID_MAX
-    } else {
-        uid_len as usize
-    };
-    // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right size;
-    // the UID is read with `bpf_probe_read_user`, which fails cleanly on a bad pointer.
-    let read = unsafe {
-        let uid = &mut *core::ptr::addr_of_mut!((*event).uid);
-        match uid.get_mut(..len & (2 * CRI_UID_MAX - 1)) {
-            Some(dst) if !dst.is_empty() && uid_ptr != 0 => {
-                bpf_probe_read_user_buf(uid_ptr as *const u8, dst).is_ok()
+    submit_with(|event: *mut CriEvent| {
+        // SAFETY: no preconditions.
+        let (ktime_ns, pid_tgid) = unsafe { (bpf_ktime_get_ns(), bpf_get_current_pid_tgid()) };
+        let method: u32 = ctx.arg(0).unwrap_or(u32::MAX);
+        let uid_ptr: u64 = ctx.arg(1).unwrap_or(0);
+        let uid_len: u64 = ctx.arg(2).unwrap_or(0);
+        let ok: u32 = if kind == KIND_CRI_END {
+            ctx.arg(3).unwrap_or(0)
+        } else {
+            0
+        };
+        // Longer UIDs are cut (the agent never passes one); the mask keeps the verifier's bound.
+        let len = if uid_len > CRI_UID_MAX as u64 {
+            CRI_UID_MAX
+        } else {
+            uid_len as usize
+        };
+        // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right
+        // size; the UID is read with `bpf_probe_read_user`, which fails cleanly on a bad pointer.
+        unsafe {
+            let uid = &mut *core::ptr::addr_of_mut!((*event).uid);
+            if let Some(dst) = uid.get_mut(..len & (2 * CRI_UID_MAX - 1))
+                && !dst.is_empty()
+                && uid_ptr != 0
+            {
+                bpf_probe_read_user_buf(uid_ptr as *const u8, dst)
+                    .map_err(|_| lost::READ_FAILED)?;
             }
-            _ => true,
+            core::ptr::addr_of_mut!((*event).header).write(EventHeader {
+                kind,
+                len: core::mem::size_of::<CriEvent>() as u32,
+                ktime_ns,
+            });
+            core::ptr::addr_of_mut!((*event).method).write(method);
+            core::ptr::addr_of_mut!((*event).ok).write(ok);
+            core::ptr::addr_of_mut!((*event).pid).write(pid_tgid as u32);
+            core::ptr::addr_of_mut!((*event).uid_len).write(len as u32);
         }
-    };
-    if !read {
-        entry.discard(0);
-        return Err(lost::READ_FAILED);
-    }
-    // SAFETY: as above.
-    unsafe {
-        core::ptr::addr_of_mut!((*event).header).write(EventHeader {
-            kind,
-            len: core::mem::size_of::<CriEvent>() as u32,
-            ktime_ns,
-        });
-        core::ptr::addr_of_mut!((*event).method).write(method);
-        core::ptr::addr_of_mut!((*event).ok).write(ok);
-        core::ptr::addr_of_mut!((*event).pid).write(pid_tgid as u32);
-        core::ptr::addr_of_mut!((*event).uid_len).write(len as u32);
-    }
-    entry.submit(wakeup_flag());
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(not(test))]

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -43,11 +43,6 @@ pub enum Error {
         path: PathBuf,
         #[source]
         source: std::io::Error,
-    },
-    #[error("swiftlet exited ({status}); log {log}", log = log.display())]
-    AgentExited {
-        status: std::process::ExitStatus,
-        log: PathBuf,
     },
     #[error("timed out after {timeout:?} waiting for {what}; agent log {log}", log = log.display())]
     Timeout {
@@ -435,8 +430,7 @@ fn free_port() -> Result<u16, Error> {
 }
 
 struct Agent {
-    child: Child,
-    log: PathBuf,
+    process: crate::demo::RunningAgent,
     read_only: SocketAddr,
 }
 
@@ -449,31 +443,11 @@ impl Agent {
     }
 
     fn exited(&mut self) -> Option<Error> {
-        match self.child.try_wait() {
-            Ok(Some(status)) => Some(Error::AgentExited {
-                status,
-                log: self.log.clone(),
-            }),
-            _ => None,
-        }
+        self.process.exited().map(Error::from)
     }
 
     fn stop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            // SAFETY: kill(2) on our own child's pid; no memory is involved.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.stop();
     }
 }
 
@@ -507,8 +481,10 @@ fn start_agent(binary: &Path, work: &Path, node: &str) -> Result<Agent, Error> {
         .spawn()
         .map_err(io_err("starting", binary))?;
     let mut agent = Agent {
-        child,
-        log: log.clone(),
+        process: crate::demo::RunningAgent {
+            child,
+            log: log.clone(),
+        },
         read_only: SocketAddr::from(([127, 0, 0, 1], read_only)),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -587,7 +563,7 @@ fn start_pods(
             return Err(Error::Timeout {
                 what: format!("{total} pods Running with complete timelines"),
                 timeout,
-                log: agent.log.clone(),
+                log: agent.process.log.clone(),
             });
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -33,8 +33,7 @@ pub const COMM_LEN: usize = 16;
 pub const CRI_UID_MAX: usize = 64;
 
 /// CRI methods the agent's markers name, by index (the `method` argument of the markers and
-/// [`CriEvent::method`]): the same table as `swiftlet::cri::METHODS` (a test there keeps them
-/// equal). Append only: the index is the wire value.
+/// [`CriEvent::method`]), and `swiftlet::cri::METHODS`. Append only: the index is the wire value.
 pub const CRI_METHODS: [&str; 15] = [
     "Version",
     "RunPodSandbox",

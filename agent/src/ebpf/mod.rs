@@ -601,18 +601,22 @@ impl Monitor {
     }
 }
 
-fn attach_tracepoint(ebpf: &mut Ebpf, category: &str, name: &'static str) -> Result<(), Error> {
-    let program: &mut TracePoint = ebpf
-        .program_mut(name)
+/// The loaded-or-not program `name` as a `P` (tracepoint, raw tracepoint, ...).
+fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, Error>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
         .ok_or(Error::MissingProgram { name })?
         .try_into()
-        .map_err(|source| Error::Program { name, source })?;
-    program
-        .load()
-        .map_err(|source| Error::Program { name, source })?;
-    program
-        .attach(category, name)
-        .map_err(|source| Error::Program { name, source })?;
+        .map_err(|source| Error::Program { name, source })
+}
+
+fn attach_tracepoint(ebpf: &mut Ebpf, category: &str, name: &'static str) -> Result<(), Error> {
+    let program: &mut TracePoint = program(ebpf, name)?;
+    let err = |source| Error::Program { name, source };
+    program.load().map_err(err)?;
+    program.attach(category, name).map_err(err)?;
     Ok(())
 }
 
@@ -621,17 +625,10 @@ fn attach_raw_tracepoint(
     name: &'static str,
     tracepoint: &str,
 ) -> Result<(), Error> {
-    let program: &mut RawTracePoint = ebpf
-        .program_mut(name)
-        .ok_or(Error::MissingProgram { name })?
-        .try_into()
-        .map_err(|source| Error::Program { name, source })?;
-    program
-        .load()
-        .map_err(|source| Error::Program { name, source })?;
-    program
-        .attach(tracepoint)
-        .map_err(|source| Error::Program { name, source })?;
+    let program: &mut RawTracePoint = program(ebpf, name)?;
+    let err = |source| Error::Program { name, source };
+    program.load().map_err(err)?;
+    program.attach(tracepoint).map_err(err)?;
     Ok(())
 }
 

@@ -462,11 +462,6 @@ async fn sees_pod_process_exec_exit_and_cri_markers() {
 }
 
 #[test]
-fn probe_method_table_is_the_cri_clients() {
-    assert_eq!(&common::CRI_METHODS[..], crate::cri::METHODS);
-}
-
-#[test]
 fn exit_codes_follow_the_container_convention() {
     assert_eq!(exit_code(3 << 8), Some(3));
     assert_eq!(exit_code(0), Some(0));
