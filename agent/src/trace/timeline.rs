@@ -4,8 +4,10 @@
 //! Every time is CLOCK_MONOTONIC nanoseconds, the clock of `bpf_ktime_get_ns`, so the agent's own
 //! marks, the CRI calls (uprobes) and what the kernel saw (tracepoints) line up.
 //!
-//! The breakdown runs from "source seen" to "Running observed". It is built from milestones sorted
-//! by time; **each phase is named after the milestone that ends it**:
+//! The breakdown runs from "source seen" to "Running observed", or to a container's first exec when
+//! that comes later (the runtime reports a container running once its init process runs, which
+//! can precede the user process's `execve`). It is built from milestones sorted by time; **each
+//! phase is named after the milestone that ends it**:
 //!
 //! | phase | ends when | observer |
 //! |---|---|---|
@@ -299,7 +301,8 @@ impl PodRecord {
         phases
     }
 
-    /// Source seen to Running observed, in milliseconds.
+    /// Source seen to the end of the breakdown (Running observed or a later first exec), in ms,
+    /// once Running was observed.
     pub fn e2e_ms(&self) -> Option<f64> {
         let phases = self.breakdown();
         let (first, last) = (phases.first()?, phases.last()?);
@@ -480,6 +483,17 @@ mod tests {
         );
         assert_eq!(exec.ms(), 5.0);
         assert!(pod.complete(true));
+    }
+
+    #[test]
+    fn an_exec_after_running_observed_ends_the_breakdown() {
+        let mut pod = full();
+        pod.execs[1].first_exec_ns = 205 * MS;
+        let phases = pod.breakdown();
+        assert_eq!(phases.last().map(|p| p.name.as_str()), Some("exec/app"));
+        assert_eq!(pod.e2e_ms(), Some(105.0));
+        let sum: f64 = phases.iter().map(Phase::ms).sum();
+        assert!((sum - 105.0).abs() < 1e-9);
     }
 
     #[test]
