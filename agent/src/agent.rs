@@ -134,11 +134,13 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // PLEG.
     let (pleg_tx, pleg_rx) = tokio::sync::mpsc::channel(1000);
     let runtime_pods = pleg::RuntimePods::default();
+    let runtime_state = kubelet::RuntimeState::default();
     tracker.spawn(pleg::run(
         runtime.clone(),
         PLEG_PERIOD,
         pleg_tx,
         runtime_pods.clone(),
+        runtime_state.clone(),
         cancel.clone(),
     ));
 
@@ -171,6 +173,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         pleg_rx,
         done_rx,
         runtime_pods,
+        runtime_state,
         workers,
         status,
         metrics,

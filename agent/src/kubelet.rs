@@ -1,28 +1,84 @@
 //! The sync loop: one task that owns the desired pods and hands work to pod workers
-//! (kubelet-behaviour.md §1.3). It selects over config updates, PLEG events, finished workers and
-//! 2 s housekeeping.
+//! (kubelet-behaviour.md §1.3). It selects over config updates, PLEG events, finished workers, a
+//! 1 s tick that hands out due work (resyncs and retries from the work queue) and 2 s
+//! housekeeping (only once every source has reported). While the runtime reports an error it
+//! backs off, 100 ms doubling to 5 s, before each iteration.
 use crate::config::{Op, PodUpdate, SourcesReady};
 use crate::pleg::RuntimePods;
-use crate::pod_workers::{PodWorkers, UpdateType, Work};
+use crate::pod_workers::{PodSyncer, PodWorkers, UpdateType, Work, WorkerContext};
 use crate::status::StatusManager;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+const SYNC_TICK: Duration = Duration::from_secs(1);
 const HOUSEKEEPING: Duration = Duration::from_secs(2);
-/// Grace period for runtime pods no source knows (the kubelet uses 1 s).
-const ORPHAN_GRACE: i64 = 1;
+const HOUSEKEEPING_WARNING: Duration = Duration::from_secs(1);
+const BACKOFF_BASE: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long a finished pod's UID is not taken for an orphan: the PLEG's runtime snapshot (1 s
+/// relist) can still show the pod its worker has just removed.
+const ORPHAN_SETTLE: Duration = Duration::from_secs(3);
 
-pub struct SyncLoop {
+/// Pods whose workers finished lately, by UID, with when.
+type Finished = HashMap<String, tokio::time::Instant>;
+
+/// The runtime's health as the PLEG last saw it (the kubelet's `runtimeState`). Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeState {
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl RuntimeState {
+    /// Records the runtime's latest error, or `None` once it answers again.
+    pub fn set(&self, error: Option<String>) {
+        *self.error.lock().unwrap_or_else(PoisonError::into_inner) = error;
+    }
+
+    pub fn error(&self) -> Option<String> {
+        self.error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Exponential back-off of the sync loop while the runtime is failing: 100 ms doubling to 5 s.
+#[derive(Debug)]
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { next: BACKOFF_BASE }
+    }
+}
+
+impl Backoff {
+    /// The delay to wait now; the next one is twice as long, up to the maximum.
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        d
+    }
+
+    pub fn reset(&mut self) {
+        self.next = BACKOFF_BASE;
+    }
+}
+
+pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub config_rx: mpsc::Receiver<PodUpdate>,
     pub sources_ready: SourcesReady,
     pub pleg_rx: mpsc::Receiver<String>,
     pub done_rx: mpsc::UnboundedReceiver<String>,
     pub runtime_pods: RuntimePods,
-    pub workers: PodWorkers,
+    pub runtime_state: RuntimeState,
+    pub workers: PodWorkers<S>,
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
     pub tracer: crate::trace::Tracer,
@@ -32,21 +88,26 @@ fn uid_of(pod: &Pod) -> Option<String> {
     pod.metadata.uid.clone().filter(|u| !u.is_empty())
 }
 
-fn work(kind: UpdateType, pod: Arc<Pod>, grace: Option<i64>) -> Work {
-    Work {
-        kind,
-        pod,
-        grace,
-        received: Instant::now(),
-    }
-}
-
-impl SyncLoop {
+impl<S: PodSyncer> SyncLoop<S> {
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut pods: HashMap<String, Arc<Pod>> = HashMap::new();
+        let mut finished = Finished::new();
+        let mut sync_tick = tokio::time::interval(SYNC_TICK);
+        sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut backoff = Backoff::default();
         loop {
+            if let Some(error) = self.runtime_state.error() {
+                let delay = backoff.next_delay();
+                tracing::warn!(%error, ?delay, "container runtime is failing; sync loop backing off");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                continue;
+            }
+            backoff.reset();
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 update = self.config_rx.recv() => match update {
@@ -55,18 +116,21 @@ impl SyncLoop {
                 },
                 Some(uid) = self.pleg_rx.recv() => {
                     if let Some(pod) = pods.get(&uid) {
-                        self.workers.update_pod(&uid, work(UpdateType::Sync, pod.clone(), None));
+                        self.workers.update_pod(&uid, Work::new(UpdateType::Sync, pod.clone()));
                     }
                 }
                 Some(uid) = self.done_rx.recv() => {
-                    self.workers.remove(&uid);
-                    match pods.get(&uid) {
-                        // Wanted again while it was terminating: start it anew.
-                        Some(pod) => self.workers.update_pod(&uid, work(UpdateType::Create, pod.clone(), None)),
-                        None => self.status.remove_pod(&uid),
+                    let purged = self.workers.on_finished(&uid, &pods);
+                    self.handle_purged(&pods, purged, &mut finished);
+                }
+                _ = sync_tick.tick() => {
+                    for uid in self.workers.queue().get_work() {
+                        if let Some(pod) = pods.get(&uid) {
+                            self.workers.update_pod(&uid, Work::new(UpdateType::Sync, pod.clone()));
+                        }
                     }
                 }
-                _ = housekeeping.tick() => self.housekeeping(&pods),
+                _ = housekeeping.tick() => self.housekeeping(&pods, &mut finished),
             }
             self.metrics
                 .running_pods
@@ -92,7 +156,7 @@ impl SyncLoop {
                     self.status.set_pod(&uid, pod.clone());
                     self.tracer.pod_admitted(&uid, &pod);
                     self.workers
-                        .update_pod(&uid, work(UpdateType::Create, pod, None));
+                        .update_pod(&uid, Work::new(UpdateType::Create, pod));
                 }
             }
             Op::Update | Op::Delete => {
@@ -100,14 +164,9 @@ impl SyncLoop {
                     let Some(uid) = uid_of(&pod) else { continue };
                     pods.insert(uid.clone(), pod.clone());
                     self.status.set_pod(&uid, pod.clone());
-                    if pod.metadata.deletion_timestamp.is_some() {
-                        let grace = pod.metadata.deletion_grace_period_seconds;
-                        self.workers
-                            .update_pod(&uid, work(UpdateType::Kill, pod, grace));
-                    } else {
-                        self.workers
-                            .update_pod(&uid, work(UpdateType::Update, pod, None));
-                    }
+                    // A deletion timestamp moves the worker to terminating by itself.
+                    self.workers
+                        .update_pod(&uid, Work::new(UpdateType::Update, pod));
                 }
             }
             Op::Remove => {
@@ -118,8 +177,7 @@ impl SyncLoop {
                         // Housekeeping kills it once every source has reported (§4 trap 2).
                         continue;
                     }
-                    self.workers
-                        .update_pod(&uid, work(UpdateType::Kill, pod, None));
+                    self.workers.update_pod(&uid, Work::kill(pod, None));
                 }
             }
             Op::Reconcile => {
@@ -133,28 +191,183 @@ impl SyncLoop {
         }
     }
 
-    /// Kills runtime pods that no source knows and no worker owns, once all sources are seen.
-    fn housekeeping(&mut self, pods: &HashMap<String, Arc<Pod>>) {
+    /// Purged workers: forget the status of pods gone from every source, create afresh the ones
+    /// that were asked to start again while terminating.
+    fn handle_purged(
+        &mut self,
+        pods: &HashMap<String, Arc<Pod>>,
+        purged: Vec<crate::pod_workers::Purged>,
+        finished: &mut Finished,
+    ) {
+        let now = tokio::time::Instant::now();
+        for p in purged {
+            match pods.get(&p.uid) {
+                Some(pod) if p.restart_requested => {
+                    tracing::debug!(uid = %p.uid, "restarting a pod that was wanted again while terminating");
+                    self.workers
+                        .update_pod(&p.uid, Work::new(UpdateType::Create, pod.clone()));
+                }
+                Some(_) => {}
+                None => {
+                    self.status.remove_pod(&p.uid);
+                    finished.insert(p.uid, now);
+                }
+            }
+        }
+    }
+
+    /// kubelet `HandlePodCleanups`, once every source has reported: purge workers, drive workers of
+    /// pods no source wants to termination, and kill runtime pods no worker knows.
+    fn housekeeping(&mut self, pods: &HashMap<String, Arc<Pod>>, finished: &mut Finished) {
         if !self.sources_ready.all_ready() {
             return;
         }
+        let start = tokio::time::Instant::now();
+        let purged = self.workers.sync_known_pods(pods);
+        self.workers.runtime_housekeeping();
+        self.handle_purged(pods, purged, finished);
+        finished.retain(|_, at| start.duration_since(*at) < ORPHAN_SETTLE);
         let orphans: Vec<String> = match self.runtime_pods.read() {
             Ok(r) => r
                 .iter()
-                .filter(|uid| !pods.contains_key(*uid) && !self.workers.is_known(uid))
+                .filter(|uid| {
+                    !pods.contains_key(*uid)
+                        && !self.workers.is_known(uid)
+                        && !finished.contains_key(*uid)
+                })
                 .cloned()
                 .collect(),
-            Err(_) => return,
+            Err(_) => Vec::new(),
         };
         for uid in orphans {
             tracing::info!(uid = %uid, "killing runtime pod that no source knows");
-            let mut pod = Pod::default();
-            pod.metadata.uid = Some(uid.clone());
-            pod.metadata.name = Some(format!("orphan-{uid}"));
-            self.workers.update_pod(
-                &uid,
-                work(UpdateType::Kill, Arc::new(pod), Some(ORPHAN_GRACE)),
-            );
+            self.workers.update_pod(&uid, Work::orphan_kill(&uid));
         }
+        let took = start.elapsed();
+        if took > HOUSEKEEPING_WARNING {
+            tracing::warn!(?took, "housekeeping took too long");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod_workers::tests::{Fake, Inner, pod};
+    use tokio_util::task::TaskTracker;
+
+    struct Running {
+        config_tx: mpsc::Sender<PodUpdate>,
+        runtime_state: RuntimeState,
+        runtime_pods: RuntimePods,
+        fake: Fake,
+        _cancel: tokio_util::sync::DropGuard,
+    }
+
+    fn start(inner: Inner) -> Running {
+        let fake = Fake(Arc::new(inner));
+        let (config_tx, config_rx) = mpsc::channel(50);
+        let (_pleg_tx, pleg_rx) = mpsc::channel(1);
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let cancel = CancellationToken::new();
+        let metrics = crate::metrics::Metrics::new();
+        let runtime_state = RuntimeState::default();
+        let runtime_pods = RuntimePods::default();
+        let sync_loop = SyncLoop {
+            config_rx,
+            sources_ready: SourcesReady::default(),
+            pleg_rx,
+            done_rx,
+            runtime_pods: runtime_pods.clone(),
+            runtime_state: runtime_state.clone(),
+            workers: PodWorkers::new(fake.clone(), done_tx, TaskTracker::new(), cancel.clone()),
+            status: StatusManager::new(metrics.clone()),
+            tracer: crate::trace::Tracer::new(metrics.clone()),
+            metrics,
+        };
+        tokio::spawn(sync_loop.run(cancel.clone()));
+        Running {
+            config_tx,
+            runtime_state,
+            runtime_pods,
+            fake,
+            _cancel: cancel.drop_guard(),
+        }
+    }
+
+    fn add(p: Arc<Pod>) -> PodUpdate {
+        PodUpdate {
+            op: Op::Add,
+            pods: vec![p],
+            source: crate::config::FILE,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_one_second_tick_hands_out_due_resyncs() {
+        let r = start(Inner {
+            requeue_after: Some(Duration::from_millis(2500)),
+            ..Default::default()
+        });
+        r.config_tx.send(add(pod("u1", "web"))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(r.fake.syncs_of("u1").len(), 1);
+        // Due at 2.5 s, handed out by the tick at 3 s; then due at 5.5 s, handed out at 6 s.
+        tokio::time::sleep(Duration::from_millis(2800)).await;
+        assert_eq!(r.fake.syncs_of("u1").len(), 1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(r.fake.syncs_of("u1").len(), 2);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(r.fake.syncs_of("u1").len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_runtime_holds_the_loop_with_growing_back_off() {
+        let r = start(Inner::default());
+        r.runtime_state.set(Some("relist failed".into()));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        r.config_tx.send(add(pod("u1", "web"))).await.unwrap();
+        // Back-off sleeps of 0.1+0.2+0.4+0.8+1.6+3.2 s = 6.3 s pass; nothing is dispatched.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(r.fake.calls().is_empty());
+        r.runtime_state.set(None);
+        // The loop wakes at the end of its current back-off (5 s at most) and catches up.
+        let cleared = tokio::time::Instant::now();
+        while r.fake.calls().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let waited = cleared.elapsed();
+        assert!(waited <= Duration::from_secs(5), "{waited:?}");
+        assert_eq!(r.fake.syncs_of("u1").len(), 1);
+    }
+
+    #[test]
+    fn backoff_doubles_to_five_seconds_and_resets() {
+        let mut b = Backoff::default();
+        let got: Vec<u64> = (0..8).map(|_| b.next_delay().as_millis() as u64).collect();
+        assert_eq!(got, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_just_finished_is_not_killed_again_as_an_orphan() {
+        let r = start(Inner::default());
+        let p = pod("u1", "web");
+        r.config_tx.send(add(p.clone())).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let remove = PodUpdate {
+            op: Op::Remove,
+            pods: vec![p],
+            source: crate::config::FILE,
+        };
+        r.config_tx.send(remove).await.unwrap();
+        // The PLEG's snapshot still shows the pod its worker has just stopped and removed.
+        r.runtime_pods.write().unwrap().insert("u1".into());
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(r.fake.graces_of("u1"), [30], "killed again as an orphan");
+        // Still in the runtime well after: then it is an orphan.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(r.fake.graces_of("u1"), [30, 1]);
     }
 }

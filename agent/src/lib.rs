@@ -18,3 +18,4 @@ pub mod runtime;
 pub mod server;
 pub mod status;
 pub mod trace;
+pub mod work_queue;

@@ -31,6 +31,7 @@ pub async fn run(
     period: Duration,
     tx: mpsc::Sender<String>,
     pods: RuntimePods,
+    health: crate::kubelet::RuntimeState,
     cancel: CancellationToken,
 ) {
     let mut old: HashMap<String, RelistEntry> = HashMap::new();
@@ -46,9 +47,11 @@ pub async fn run(
             Err(e) => {
                 // Keep the old snapshot: events are regenerated on the next good relist.
                 tracing::warn!(error = %e, "relist failed");
+                health.set(Some(e.to_string()));
                 continue;
             }
         };
+        health.set(None);
         for uid in changed(&old, &new) {
             if tx.try_send(uid).is_err() {
                 tracing::debug!("PLEG channel full; the next relist will report again");

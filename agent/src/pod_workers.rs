@@ -1,20 +1,32 @@
-//! Pod workers: one task per pod UID, each with a single pending slot (kubelet-behaviour.md §1.4).
+//! Pod workers: one task per pod UID with a single pending slot (kubelet-behaviour.md §1.4).
 //!
-//! * The newest update replaces the pending one (coalescing): a burst of edits costs one sync.
-//! * A kill is never overwritten by a later non-kill update; of two kills the shorter grace period
-//!   wins (never below 1 s).
-//! * A kill cancels a sync in progress.
-//! * Once a worker has started terminating, it finishes; the sync loop restarts the pod afterwards if
-//!   it is still wanted.
+//! * [`PodWorkers::update_pod`] puts the newest update into the pod's pending slot, replacing the
+//!   one waiting there (coalescing: a burst of edits costs at most one more sync).
+//! * A pod's lifecycle is sync -> terminating -> terminated. What a worker does next is derived from
+//!   that state, not from the kind of the update that woke it, so a later Update or Sync can never
+//!   undo a kill. A move to terminating (a kill, a deletion, a terminal phase) cancels a sync in
+//!   progress at its next safe point (CRI calls already sent finish first, as in the kubelet) and
+//!   a kill in progress when the grace period shrinks. The grace period only shrinks and never
+//!   goes below 1 s.
+//! * A terminated UID does not start again: a Create for it only sets `restart_requested`;
+//!   housekeeping ([`PodWorkers::sync_known_pods`]) purges finished workers and tells the sync loop
+//!   which ones to create afresh. Finished workers are removed.
+//! * Static pods with the same full name run one at a time, first come first served. Unlike the
+//!   kubelet (which retries a waiting static pod after a jittered 10 s back-off), the next one
+//!   starts as soon as the previous one has finished.
+//! * Runtime pods that no source knows are killed with a 1 s grace period (`Work::orphan_kill`).
 //!
-//! The worker is the only place that changes a pod's runtime state.
+//! Each worker marks its pod's timeline ([`Marks`]) for the eBPF report, readable through
+//! [`Timelines`]. Runtime calls go through [`PodSyncer`], so the state machine is tested without
+//! containerd. The worker is the only place that changes a pod's runtime state.
 use crate::runtime::{self, Manager};
 use crate::status::StatusManager;
+use crate::work_queue::WorkQueue;
 use k8s_openapi::api::core::v1::Pod;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -38,44 +50,171 @@ impl UpdateType {
     }
 }
 
+/// What a worker does with its pod, derived from the pod's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkType {
+    Sync,
+    Terminating,
+    Terminated,
+}
+
+/// One update for a pod worker.
 #[derive(Debug, Clone)]
 pub struct Work {
     pub kind: UpdateType,
     pub pod: Arc<Pod>,
     /// Kill only: grace period override in seconds.
     pub grace: Option<i64>,
-    pub received: Instant,
+    /// Kill only: the pod is known only from the runtime (`pod` is a placeholder with its UID
+    /// and name).
+    pub runtime_only: bool,
+    /// When the update was made ([`monotonic_ns`]).
+    pub received: u64,
 }
 
-/// Minimum grace period a pod worker applies to a kill.
-const MIN_GRACE: i64 = 1;
-/// Periodic resync of a healthy pod (the kubelet's syncFrequency).
-const RESYNC: Duration = Duration::from_secs(60);
-/// Retry delay after a failed sync.
-const ERROR_BACKOFF: Duration = Duration::from_secs(2);
-
-/// Puts `new` into the pending slot with the kill-priority rules.
-pub fn coalesce(pending: &mut Option<Work>, new: Work) {
-    match pending {
-        Some(p) if p.kind == UpdateType::Kill && new.kind != UpdateType::Kill => {}
-        Some(p) if p.kind == UpdateType::Kill => {
-            p.grace = match (p.grace, new.grace) {
-                (Some(a), Some(b)) => Some(a.min(b).max(MIN_GRACE)),
-                (a, b) => a.or(b).map(|g| g.max(MIN_GRACE)),
-            };
+impl Work {
+    pub fn new(kind: UpdateType, pod: Arc<Pod>) -> Self {
+        Self {
+            kind,
+            pod,
+            grace: None,
+            runtime_only: false,
+            received: monotonic_ns(),
         }
-        _ => *pending = Some(new),
+    }
+
+    /// A kill with an optional grace-period override.
+    pub fn kill(pod: Arc<Pod>, grace: Option<i64>) -> Self {
+        Self {
+            grace,
+            ..Self::new(UpdateType::Kill, pod)
+        }
+    }
+
+    /// A kill of a pod only the runtime knows, with the kubelet's 1 s grace period.
+    pub fn orphan_kill(uid: &str) -> Self {
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some(uid.to_owned());
+        pod.metadata.name = Some(format!("orphan-{uid}"));
+        Self {
+            grace: Some(ORPHAN_GRACE),
+            runtime_only: true,
+            ..Self::new(UpdateType::Kill, Arc::new(pod))
+        }
     }
 }
 
-struct Slot {
-    pending: Mutex<Option<Work>>,
-    notify: Notify,
-    sync_cancel: Mutex<CancellationToken>,
-    terminating: AtomicBool,
+/// Nanoseconds of CLOCK_MONOTONIC: the clock eBPF's `bpf_ktime_get_ns` reads, so marks line up
+/// with kernel events.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own; CLOCK_MONOTONIC always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
-/// Everything a worker needs.
+/// A pod's timeline as its worker saw it, in [`monotonic_ns`] (0 = not yet).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Marks {
+    pub first_update_received: u64,
+    pub update_received: u64,
+    pub first_sync_started: u64,
+    pub sync_started: u64,
+    pub first_sync_finished: u64,
+    pub sync_finished: u64,
+    /// Updates handed to the worker, and pieces of work it ran.
+    pub updates: u64,
+    pub syncs: u64,
+}
+
+impl Marks {
+    fn update_received(&mut self, t: u64) {
+        if self.first_update_received == 0 {
+            self.first_update_received = t;
+        }
+        self.update_received = t;
+        self.updates += 1;
+    }
+
+    fn sync_started(&mut self, t: u64) {
+        if self.first_sync_started == 0 {
+            self.first_sync_started = t;
+        }
+        self.sync_started = t;
+        self.syncs += 1;
+    }
+
+    fn sync_finished(&mut self, t: u64) {
+        if self.first_sync_finished == 0 {
+            self.first_sync_finished = t;
+        }
+        self.sync_finished = t;
+    }
+}
+
+/// Minimum grace period a pod worker applies to a kill.
+pub const MIN_GRACE: i64 = 1;
+/// Grace period for runtime pods no source knows.
+pub const ORPHAN_GRACE: i64 = 1;
+/// Periodic resync of a healthy pod (the kubelet's syncFrequency), jittered by up to 50 %.
+pub const RESYNC: Duration = Duration::from_secs(60);
+/// Retry delay after a failed piece of work, jittered by up to 50 %. The kubelet waits 10 s;
+/// swiftlet retries sooner because a failed start is what its users wait on.
+pub const ERROR_BACKOFF: Duration = Duration::from_secs(2);
+const JITTER: f64 = 0.5;
+/// Quick in-worker retries of a failed kill: 100 ms doubling while <= 800 ms (1.5 s in all).
+const KILL_RETRY_BASE: Duration = Duration::from_millis(100);
+const KILL_RETRY_MAX: Duration = Duration::from_millis(800);
+
+/// What a successful sync found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Synced {
+    /// The pod reached Succeeded or Failed: it is terminated and never synced again.
+    pub terminal: bool,
+    /// Look again this soon (for example when a crash-loop back-off ends).
+    pub requeue_after: Option<Duration>,
+}
+
+/// The runtime calls a worker makes. [`WorkerContext`] is the real one; tests use a fake.
+pub trait PodSyncer: Send + Sync + 'static {
+    /// Brings the runtime in line with the pod and refreshes its status. `cancel` fires when the
+    /// pod starts terminating: the sync should stop at its next safe point. CRI calls already sent
+    /// must be let finish (as the kubelet runs the runtime's SyncPod without cancellation): a
+    /// RunPodSandbox cut off mid-way leaves runc's cgroups behind.
+    fn sync_pod(
+        &self,
+        uid: &str,
+        pod: &Pod,
+        cancel: &CancellationToken,
+    ) -> impl Future<Output = Result<Synced, runtime::Error>> + Send;
+    /// Stops everything the pod runs within `grace` seconds.
+    fn sync_terminating_pod(
+        &self,
+        uid: &str,
+        pod: &Pod,
+        grace: i64,
+    ) -> impl Future<Output = Result<(), runtime::Error>> + Send;
+    /// Last step once nothing runs.
+    fn sync_terminated_pod(
+        &self,
+        uid: &str,
+        pod: &Pod,
+    ) -> impl Future<Output = Result<(), runtime::Error>> + Send;
+    /// One piece of work done, `secs` after its update was received.
+    fn observe(&self, _op: UpdateType, _secs: f64) {}
+    /// Housekeeping's share of the runtime's bookkeeping (back-off tables).
+    fn housekeeping(&self) {}
+}
+
+/// The real runtime calls.
 #[derive(Clone)]
 pub struct WorkerContext {
     pub runtime: Manager,
@@ -84,39 +223,402 @@ pub struct WorkerContext {
     pub tracer: crate::trace::Tracer,
 }
 
-pub struct PodWorkers {
-    workers: HashMap<String, Arc<Slot>>,
-    ctx: WorkerContext,
+impl PodSyncer for WorkerContext {
+    async fn sync_pod(
+        &self,
+        uid: &str,
+        pod: &Pod,
+        _cancel: &CancellationToken,
+    ) -> Result<Synced, runtime::Error> {
+        // `Manager::sync_pod` has no safe points yet: it runs to its end (see the trait).
+        let name = runtime::full_name(pod);
+        // The pod's timeline: only the first sync counts.
+        self.tracer.worker_started(uid);
+        let result = self.runtime.sync_pod(pod).await;
+        let waiting = match &result {
+            Ok(outcome) => outcome.waiting.clone(),
+            Err(e) => {
+                let reason = (e.reason().to_owned(), e.to_string());
+                pod.spec
+                    .iter()
+                    .flat_map(|s| &s.containers)
+                    .map(|c| (c.name.clone(), reason.clone()))
+                    .collect()
+            }
+        };
+        match self.runtime.pod_state(uid).await {
+            Ok(state) => {
+                if self.status.update(uid, &state, &waiting) {
+                    self.tracer.running_observed(uid);
+                }
+            }
+            Err(e) => tracing::warn!(pod = %name, error = %e, "reading pod state"),
+        }
+        let outcome = result?;
+        Ok(Synced {
+            terminal: outcome.terminal || self.status.is_terminal(uid),
+            requeue_after: outcome.requeue_after,
+        })
+    }
+
+    async fn sync_terminating_pod(
+        &self,
+        uid: &str,
+        pod: &Pod,
+        grace: i64,
+    ) -> Result<(), runtime::Error> {
+        let name = runtime::full_name(pod);
+        if self.status.is_terminal(uid) && pod.metadata.deletion_timestamp.is_none() {
+            // Finished but still wanted: stop, keep the containers for status and logs.
+            self.runtime.stop_pod(&name, uid, grace).await?;
+            tracing::info!(pod = %name, grace, "finished pod stopped");
+            return Ok(());
+        }
+        self.runtime.kill_pod(&name, uid, grace).await?;
+        tracing::info!(pod = %name, grace, "pod terminated");
+        Ok(())
+    }
+
+    async fn sync_terminated_pod(&self, _uid: &str, _pod: &Pod) -> Result<(), runtime::Error> {
+        // kill_pod already removed the pod cgroup and its logs directory; the status keeps the
+        // last phase it showed.
+        Ok(())
+    }
+
+    fn housekeeping(&self) {
+        self.runtime.gc_backoffs();
+    }
+
+    fn observe(&self, op: UpdateType, secs: f64) {
+        self.metrics
+            .pod_worker_duration_seconds
+            .get_or_create(&crate::metrics::OperationLabel {
+                operation: op.as_str(),
+            })
+            .observe(secs);
+    }
+}
+
+/// Per-UID state (the kubelet's `podSyncStatus`), shared by the sync loop and the pod's worker.
+#[derive(Debug, Default)]
+struct PodStatus {
+    full_name: String,
+    /// The newest update not yet taken by the worker.
+    pending: Option<Work>,
+    /// The pod of the last update handed to a sync function.
+    active: Option<Arc<Pod>>,
+    /// The worker task exists (static pods wait for their turn before it is spawned).
+    spawned: bool,
+    /// The worker has run work for this pod.
+    started: bool,
+    terminating: bool,
+    terminated: bool,
+    /// Effective grace period in seconds once terminating (0 = not computed yet).
+    grace: i64,
+    finished: bool,
+    restart_requested: bool,
+    runtime_only: bool,
+    /// Cancels the work in progress.
+    cancel: Option<CancellationToken>,
+    marks: Marks,
+}
+
+impl PodStatus {
+    fn work_type(&self) -> WorkType {
+        if self.terminated {
+            WorkType::Terminated
+        } else if self.terminating {
+            WorkType::Terminating
+        } else {
+            WorkType::Sync
+        }
+    }
+
+    /// Re-queues the last update so the worker runs the next step of the lifecycle.
+    fn requeue_last(&mut self) {
+        if self.pending.is_none()
+            && let Some(pod) = &self.active
+        {
+            let mut w = Work::new(UpdateType::Sync, pod.clone());
+            w.runtime_only = self.runtime_only;
+            self.pending = Some(w);
+        }
+    }
+}
+
+struct Slot {
+    state: Mutex<PodStatus>,
+    notify: Notify,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, PodStatus> {
+        // Every update leaves the state consistent; a poisoned lock still holds valid data.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The effective grace period (kubelet `calculateEffectiveGracePeriod`): it only shrinks, never
+/// below [`MIN_GRACE`]. Returns `(grace, shortened)`.
+pub fn effective_grace(current: i64, pod: &Pod, over: Option<i64>) -> (i64, bool) {
+    let mut gp = current;
+    let mut overridden = false;
+    for candidate in [pod.metadata.deletion_grace_period_seconds, over]
+        .into_iter()
+        .flatten()
+    {
+        if gp == 0 || candidate < gp {
+            gp = candidate;
+            overridden = true;
+        }
+    }
+    if !overridden && gp == 0 {
+        gp = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
+    }
+    let gp = gp.max(MIN_GRACE);
+    (gp, current != 0 && gp != current)
+}
+
+fn phase_is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn is_static(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::config::CONFIG_SOURCE_ANNOTATION))
+        .is_some_and(|s| s != crate::config::API)
+}
+
+/// What `accept` did with an update.
+#[derive(Debug, PartialEq, Eq)]
+enum Accepted {
+    Ignored,
+    /// Queued; cancel the work in progress (a move to terminating, or a shorter grace period).
+    Queued {
+        cancel: bool,
+    },
+}
+
+/// `UpdatePod` steps 3-10 on one pod's state (kubelet-behaviour.md §1.4).
+fn accept(st: &mut PodStatus, mut work: Work, first: bool) -> Accepted {
+    if work.runtime_only {
+        // A pod a source gave us is a better description than the runtime's placeholder.
+        let known = st
+            .pending
+            .as_ref()
+            .filter(|w| !w.runtime_only)
+            .map(|w| w.pod.clone())
+            .or_else(|| st.active.clone().filter(|_| !st.runtime_only));
+        if let Some(pod) = known {
+            work.pod = pod;
+            work.runtime_only = false;
+        }
+    } else {
+        st.runtime_only = false;
+    }
+    if !first && st.terminating && work.kind == UpdateType::Create {
+        st.restart_requested = true;
+        return Accepted::Ignored;
+    }
+    if st.finished {
+        return Accepted::Ignored;
+    }
+    // Runtime-only pods, deleted pods, terminal pods and kills all start terminating.
+    let became_terminating = !st.terminating
+        && (work.runtime_only
+            || work.pod.metadata.deletion_timestamp.is_some()
+            || phase_is_terminal(&work.pod)
+            || work.kind == UpdateType::Kill);
+    st.terminating |= became_terminating;
+    let mut shortened = false;
+    if st.terminated {
+        if work.runtime_only {
+            return Accepted::Ignored;
+        }
+    } else if st.terminating {
+        let over = if work.kind == UpdateType::Kill {
+            work.grace
+        } else {
+            None
+        };
+        let (gp, s) = effective_grace(st.grace, &work.pod, over);
+        st.grace = gp;
+        shortened = s;
+    }
+    st.marks.update_received(work.received);
+    if let Some(p) = &st.pending {
+        // Keep the earliest receipt time for latency accounting.
+        work.received = work.received.min(p.received);
+    }
+    st.pending = Some(work);
+    Accepted::Queued {
+        cancel: became_terminating || shortened,
+    }
+}
+
+/// A finished or purged worker, as [`PodWorkers::sync_known_pods`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Purged {
+    pub uid: String,
+    /// A Create arrived while it was terminating: the sync loop creates it afresh if still wanted.
+    pub restart_requested: bool,
+}
+
+/// Reads pod timelines from any task.
+#[derive(Clone, Default)]
+pub struct Timelines {
+    slots: Arc<RwLock<HashMap<String, Arc<Slot>>>>,
+}
+
+impl Timelines {
+    /// The marks of the pod with this UID, while its worker exists.
+    pub fn get(&self, uid: &str) -> Option<Marks> {
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        slots.get(uid).map(|s| s.lock().marks)
+    }
+
+    /// Every pod's marks.
+    pub fn all(&self) -> Vec<(String, Marks)> {
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        slots
+            .iter()
+            .map(|(uid, s)| (uid.clone(), s.lock().marks))
+            .collect()
+    }
+}
+
+/// Hashes pod UIDs for the workers map: a multiply-rotate over 8-byte words with a per-process
+/// random seed. SipHash (the std default) costs about 20 ns for a 36-byte UID; UIDs are UUIDs or
+/// content hashes, so the cheaper hash suffices (the seed keeps collisions unpredictable).
+#[derive(Clone, Copy, Debug)]
+pub struct UidHash {
+    seed: u64,
+}
+
+impl Default for UidHash {
+    fn default() -> Self {
+        let seed = monotonic_ns() ^ u64::from(std::process::id()).rotate_left(32);
+        Self { seed: seed | 1 }
+    }
+}
+
+impl std::hash::BuildHasher for UidHash {
+    type Hasher = UidHasher;
+    fn build_hasher(&self) -> UidHasher {
+        UidHasher(self.seed)
+    }
+}
+
+/// The hasher of [`UidHash`].
+#[derive(Debug)]
+pub struct UidHasher(u64);
+
+impl UidHasher {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::K);
+    }
+}
+
+impl std::hash::Hasher for UidHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn finish(&self) -> u64 {
+        // Final avalanche so the low bits the table uses depend on every input bit.
+        let mut z = self.0;
+        z = (z ^ (z >> 33)).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        z ^ (z >> 33)
+    }
+}
+
+/// Owned by the sync loop.
+pub struct PodWorkers<S: PodSyncer = WorkerContext> {
+    workers: HashMap<String, Arc<Slot>, UidHash>,
+    syncer: Arc<S>,
+    queue: WorkQueue,
     done_tx: mpsc::UnboundedSender<String>,
     tracker: TaskTracker,
     cancel: CancellationToken,
+    /// Static pods: the one started per full name, and the ones waiting (FIFO).
+    started_static: HashMap<String, String>,
+    waiting_static: HashMap<String, VecDeque<String>>,
+    timelines: Timelines,
 }
 
-impl PodWorkers {
-    /// `done_tx` receives the UID of each worker that finished terminating its pod.
+impl<S: PodSyncer> PodWorkers<S> {
+    /// Lets the runtime side do its periodic bookkeeping (called from housekeeping).
+    pub fn runtime_housekeeping(&self) {
+        self.syncer.housekeeping();
+    }
+
+    /// `done_tx` receives the UID of each worker that finished its pod (terminated).
     pub fn new(
-        ctx: WorkerContext,
+        syncer: S,
         done_tx: mpsc::UnboundedSender<String>,
         tracker: TaskTracker,
         cancel: CancellationToken,
     ) -> Self {
         Self {
-            workers: HashMap::new(),
-            ctx,
+            workers: HashMap::default(),
+            syncer: Arc::new(syncer),
+            queue: WorkQueue::new(),
             done_tx,
             tracker,
             cancel,
+            started_static: HashMap::new(),
+            waiting_static: HashMap::new(),
+            timelines: Timelines::default(),
         }
+    }
+
+    /// The queue of resyncs and retries; the sync loop's 1 s tick drains it.
+    pub fn queue(&self) -> &WorkQueue {
+        &self.queue
+    }
+
+    pub fn timelines(&self) -> Timelines {
+        self.timelines.clone()
     }
 
     pub fn is_known(&self, uid: &str) -> bool {
         self.workers.contains_key(uid)
     }
 
+    /// Termination was requested (kubelet `IsPodTerminationRequested`).
     pub fn is_terminating(&self, uid: &str) -> bool {
-        self.workers
-            .get(uid)
-            .is_some_and(|s| s.terminating.load(Ordering::Acquire))
+        self.workers.get(uid).is_some_and(|s| s.lock().terminating)
+    }
+
+    /// The pod's worker has finished it (kubelet `ShouldPodBeFinished` for a known UID).
+    pub fn is_finished(&self, uid: &str) -> bool {
+        self.workers.get(uid).is_some_and(|s| s.lock().finished)
     }
 
     pub fn len(&self) -> usize {
@@ -127,205 +629,405 @@ impl PodWorkers {
         self.workers.is_empty()
     }
 
-    /// Hands an update to the pod's worker, starting one if needed.
+    /// Hands an update to the pod's worker, creating the worker if needed (kubelet `UpdatePod`).
     pub fn update_pod(&mut self, uid: &str, work: Work) {
         if let Some(slot) = self.workers.get(uid) {
-            if slot.terminating.load(Ordering::Acquire) {
-                // Terminating workers finish; the sync loop restarts the pod afterwards.
+            let mut st = slot.lock();
+            let Accepted::Queued { cancel } = accept(&mut st, work, false) else {
+                return;
+            };
+            if !st.spawned {
+                if st.terminating {
+                    // A static pod killed before its turn: it never starts.
+                    drop(st);
+                    self.cleanup_unstarted(uid);
+                }
                 return;
             }
-            let is_kill = work.kind == UpdateType::Kill;
-            if let Ok(mut p) = slot.pending.lock() {
-                coalesce(&mut p, work);
-            }
-            if is_kill && let Ok(t) = slot.sync_cancel.lock() {
+            if cancel && let Some(t) = &st.cancel {
                 t.cancel();
             }
+            drop(st);
             slot.notify.notify_one();
             return;
         }
+        if work.runtime_only && work.kind != UpdateType::Kill {
+            return;
+        }
+        let is_static = !work.runtime_only && is_static(&work.pod);
+        let mut st = PodStatus {
+            full_name: runtime::full_name(&work.pod),
+            runtime_only: work.runtime_only,
+            ..Default::default()
+        };
+        if accept(&mut st, work, true) == Accepted::Ignored {
+            return;
+        }
+        let full_name = st.full_name.clone();
+        let terminating = st.terminating;
         let slot = Arc::new(Slot {
-            pending: Mutex::new(Some(work)),
+            state: Mutex::new(st),
             notify: Notify::new(),
-            sync_cancel: Mutex::new(CancellationToken::new()),
-            terminating: AtomicBool::new(false),
         });
         self.workers.insert(uid.to_owned(), slot.clone());
+        self.timelines
+            .slots
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid.to_owned(), slot);
+        if is_static {
+            self.waiting_static
+                .entry(full_name.clone())
+                .or_default()
+                .push_back(uid.to_owned());
+            if terminating {
+                // Terminal or killed before it ever started: it never starts.
+                self.cleanup_unstarted(uid);
+            } else {
+                self.start_next_static(&full_name);
+            }
+        } else {
+            self.spawn(uid);
+        }
+    }
+
+    fn spawn(&mut self, uid: &str) {
+        let Some(slot) = self.workers.get(uid) else {
+            return;
+        };
+        slot.lock().spawned = true;
         let worker = Worker {
             uid: uid.to_owned(),
-            slot,
-            ctx: self.ctx.clone(),
+            slot: slot.clone(),
+            syncer: self.syncer.clone(),
+            queue: self.queue.clone(),
             done_tx: self.done_tx.clone(),
             cancel: self.cancel.clone(),
         };
         self.tracker.spawn(worker.run());
     }
 
-    /// Forgets a finished worker.
-    pub fn remove(&mut self, uid: &str) {
-        self.workers.remove(uid);
+    /// Starts the first live static pod waiting for `full_name`, unless one is started.
+    fn start_next_static(&mut self, full_name: &str) {
+        if self.started_static.contains_key(full_name) {
+            return;
+        }
+        loop {
+            let Some(uid) = self
+                .waiting_static
+                .get_mut(full_name)
+                .and_then(VecDeque::pop_front)
+            else {
+                self.waiting_static.remove(full_name);
+                return;
+            };
+            let live = self
+                .workers
+                .get(&uid)
+                .is_some_and(|s| !s.lock().terminating);
+            if live {
+                self.started_static
+                    .insert(full_name.to_owned(), uid.clone());
+                self.spawn(&uid);
+                return;
+            }
+        }
+    }
+
+    /// A pod whose termination was requested before it ever started: finished without syncing.
+    fn cleanup_unstarted(&mut self, uid: &str) {
+        let Some(slot) = self.workers.get(uid) else {
+            return;
+        };
+        let full_name = {
+            let mut st = slot.lock();
+            st.terminated = true;
+            st.finished = true;
+            st.pending = None;
+            st.full_name.clone()
+        };
+        if let Some(q) = self.waiting_static.get_mut(&full_name) {
+            q.retain(|u| u != uid);
+        }
+        let _ = self.done_tx.send(uid.to_owned());
+    }
+
+    fn release_static(&mut self, uid: &str, full_name: &str) {
+        if self.started_static.get(full_name).is_some_and(|u| u == uid) {
+            self.started_static.remove(full_name);
+        }
+        if let Some(q) = self.waiting_static.get_mut(full_name) {
+            q.retain(|u| u != uid);
+        }
+        self.start_next_static(full_name);
+    }
+
+    /// Housekeeping's purge (kubelet `SyncKnownPods`): drives workers of pods no longer desired to
+    /// termination, removes finished workers that are orphans or asked to restart, and returns
+    /// those removed.
+    pub fn sync_known_pods<V>(&mut self, desired: &HashMap<String, V>) -> Vec<Purged> {
+        self.purge(desired, None)
+    }
+
+    /// A worker reported its pod finished: its static slot goes to the next pod with that name,
+    /// and the worker is purged at once if no longer desired or asked to restart.
+    pub fn on_finished<V>(&mut self, uid: &str, desired: &HashMap<String, V>) -> Vec<Purged> {
+        let Some(slot) = self.workers.get(uid) else {
+            return Vec::new();
+        };
+        let (full_name, finished) = {
+            let st = slot.lock();
+            (st.full_name.clone(), st.finished)
+        };
+        if !finished {
+            // A late report about a worker purged and created afresh since.
+            return Vec::new();
+        }
+        self.release_static(uid, &full_name);
+        self.purge(desired, Some(uid))
+    }
+
+    fn purge<V>(&mut self, desired: &HashMap<String, V>, only: Option<&str>) -> Vec<Purged> {
+        let mut purged = Vec::new();
+        let mut wake = Vec::new();
+        let one = only.and_then(|u| self.workers.get_key_value(u));
+        let all: Box<dyn Iterator<Item = (&String, &Arc<Slot>)>> = match (only, one) {
+            (Some(_), Some(kv)) => Box::new(std::iter::once(kv)),
+            (Some(_), None) => Box::new(std::iter::empty()),
+            (None, _) => Box::new(self.workers.iter()),
+        };
+        for (uid, slot) in all {
+            let orphan = !desired.contains_key(uid);
+            let mut st = slot.lock();
+            if !(st.restart_requested || orphan) {
+                continue;
+            }
+            if st.finished {
+                purged.push(Purged {
+                    uid: uid.clone(),
+                    restart_requested: st.restart_requested,
+                });
+                continue;
+            }
+            if !orphan {
+                continue;
+            }
+            if !st.spawned || (!st.started && !st.terminating) {
+                // Never started: nothing to stop.
+                st.finished = true;
+                st.terminated = true;
+                st.pending = None;
+                purged.push(Purged {
+                    uid: uid.clone(),
+                    restart_requested: st.restart_requested,
+                });
+                wake.push(slot.clone());
+                continue;
+            }
+            if !st.terminating {
+                st.terminating = true;
+                let pod = st
+                    .active
+                    .clone()
+                    .or_else(|| st.pending.as_ref().map(|w| w.pod.clone()));
+                st.grace = pod.map_or(MIN_GRACE, |p| effective_grace(0, &p, None).0);
+                if let Some(t) = &st.cancel {
+                    t.cancel();
+                }
+            }
+            st.requeue_last();
+            wake.push(slot.clone());
+        }
+        for slot in wake {
+            slot.notify.notify_one();
+        }
+        for p in &purged {
+            self.remove(&p.uid);
+        }
+        purged
+    }
+
+    /// Forgets a worker (its task has ended or is ending).
+    fn remove(&mut self, uid: &str) {
+        if let Some(slot) = self.workers.remove(uid) {
+            let full_name = slot.lock().full_name.clone();
+            self.release_static(uid, &full_name);
+        }
+        self.timelines
+            .slots
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+        self.queue.forget(uid);
     }
 }
 
-struct Worker {
+struct Worker<S> {
     uid: String,
     slot: Arc<Slot>,
-    ctx: WorkerContext,
+    syncer: Arc<S>,
+    queue: WorkQueue,
     done_tx: mpsc::UnboundedSender<String>,
     cancel: CancellationToken,
 }
 
-impl Worker {
-    fn take(&self) -> Option<Work> {
-        self.slot.pending.lock().ok().and_then(|mut p| p.take())
+/// One piece of work taken from the pending slot.
+struct Step {
+    work_type: WorkType,
+    kind: UpdateType,
+    pod: Arc<Pod>,
+    grace: i64,
+    received: u64,
+    token: CancellationToken,
+}
+
+enum Outcome {
+    Cancelled,
+    Failed(runtime::Error),
+    Synced(Synced),
+    Done,
+}
+
+impl<S: PodSyncer> Worker<S> {
+    /// kubelet `startPodSync`: takes the pending update, or None when there is nothing to do.
+    fn start(&self) -> Option<Step> {
+        let mut st = self.slot.lock();
+        if st.finished {
+            return None;
+        }
+        let work = st.pending.take()?;
+        if !(work.runtime_only && st.active.is_some()) {
+            st.active = Some(work.pod.clone());
+        }
+        st.started = true;
+        let token = self.cancel.child_token();
+        st.cancel = Some(token.clone());
+        st.marks.sync_started(monotonic_ns());
+        Some(Step {
+            work_type: st.work_type(),
+            kind: work.kind,
+            pod: st.active.clone().unwrap_or(work.pod),
+            grace: st.grace.max(MIN_GRACE),
+            received: work.received,
+            token,
+        })
     }
 
     async fn run(self) {
-        let mut last_pod: Option<Arc<Pod>> = None;
-        let mut next_resync = tokio::time::Instant::now() + RESYNC;
         loop {
-            let work = match self.take() {
-                Some(w) => w,
-                None => {
-                    tokio::select! {
-                        _ = self.cancel.cancelled() => return,
-                        _ = self.slot.notify.notified() => continue,
-                        _ = tokio::time::sleep_until(next_resync) => match &last_pod {
-                            Some(pod) => Work { kind: UpdateType::Sync, pod: pod.clone(), grace: None, received: Instant::now() },
-                            None => { next_resync += RESYNC; continue }
-                        },
-                    }
-                }
-            };
-            let started = Instant::now();
-            if work.kind != UpdateType::Kill {
-                // Only the first one counts.
-                self.ctx.tracer.worker_started(&self.uid);
-            }
-            if work.kind == UpdateType::Kill {
-                self.slot.terminating.store(true, Ordering::Release);
-                self.terminate(&work).await;
-                self.observe(&work, started);
-                let _ = self.done_tx.send(self.uid.clone());
-                return;
-            }
-            let token = self.cancel.child_token();
-            if let Ok(mut t) = self.slot.sync_cancel.lock() {
-                *t = token.clone();
-            }
-            let delay = tokio::select! {
-                _ = token.cancelled() => continue,
-                d = self.sync(&work.pod) => d,
-            };
-            self.observe(&work, started);
-            last_pod = Some(work.pod);
-            next_resync = tokio::time::Instant::now() + delay;
-        }
-    }
-
-    fn observe(&self, work: &Work, _started: Instant) {
-        self.ctx
-            .metrics
-            .pod_worker_duration_seconds
-            .get_or_create(&crate::metrics::OperationLabel {
-                operation: work.kind.as_str(),
-            })
-            .observe(work.received.elapsed().as_secs_f64());
-    }
-
-    /// One sync: runtime actions, then a fresh status. Returns when to sync again unprompted.
-    async fn sync(&self, pod: &Pod) -> Duration {
-        let name = runtime::full_name(pod);
-        let (waiting, delay) = match self.ctx.runtime.sync_pod(pod).await {
-            Ok(outcome) => (outcome.waiting, outcome.requeue_after.unwrap_or(RESYNC)),
-            Err(e) => {
-                tracing::warn!(pod = %name, error = %e, "sync failed");
-                let reason = (e.reason().to_owned(), e.to_string());
-                let waiting = pod
-                    .spec
-                    .iter()
-                    .flat_map(|s| &s.containers)
-                    .map(|c| (c.name.clone(), reason.clone()))
-                    .collect();
-                (waiting, ERROR_BACKOFF)
-            }
-        };
-        match self.ctx.runtime.pod_state(&self.uid).await {
-            Ok(state) => {
-                if self.ctx.status.update(&self.uid, &state, &waiting) {
-                    self.ctx.tracer.running_observed(&self.uid);
-                }
-            }
-            Err(e) => tracing::warn!(pod = %name, error = %e, "reading pod state"),
-        }
-        delay
-    }
-
-    /// Stops the pod, retrying until it is gone or the agent shuts down.
-    async fn terminate(&self, work: &Work) {
-        let name = runtime::full_name(&work.pod);
-        let grace = work
-            .grace
-            .unwrap_or_else(|| runtime::grace_period_secs(&work.pod))
-            .max(MIN_GRACE);
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match self.ctx.runtime.kill_pod(&name, &self.uid, grace).await {
-                Ok(()) => {
-                    tracing::info!(pod = %name, grace, "pod terminated");
+            while let Some(step) = self.start() {
+                let outcome = self.execute(&step).await;
+                if self.complete(&step, outcome) {
+                    let _ = self.done_tx.send(self.uid.clone());
                     return;
                 }
-                Err(e) => tracing::warn!(pod = %name, error = %e, "terminating pod; retrying"),
+            }
+            if self.slot.lock().finished {
+                return;
             }
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = self.slot.notify.notified() => {}
             }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
         }
+    }
+
+    async fn execute(&self, step: &Step) -> Outcome {
+        let uid = self.uid.as_str();
+        let pod = step.pod.as_ref();
+        let result = match step.work_type {
+            WorkType::Sync => {
+                let r = self.syncer.sync_pod(uid, pod, &step.token).await;
+                if step.token.is_cancelled() {
+                    return Outcome::Cancelled;
+                }
+                r.map(Outcome::Synced)
+            }
+            WorkType::Terminating => {
+                // A cancelled sync can leave a CRI call in flight, and containerd refuses to
+                // remove a container that is still starting: retry the kill quickly a few times
+                // before leaving it to the work queue's slower back-off.
+                let mut retry = KILL_RETRY_BASE;
+                loop {
+                    let r = tokio::select! {
+                        _ = step.token.cancelled() => return Outcome::Cancelled,
+                        r = self.syncer.sync_terminating_pod(uid, pod, step.grace) => r,
+                    };
+                    match r {
+                        Err(e) if retry <= KILL_RETRY_MAX => {
+                            tracing::debug!(pod = uid, error = %e, ?retry, "killing pod; retrying");
+                            tokio::select! {
+                                _ = step.token.cancelled() => return Outcome::Cancelled,
+                                _ = tokio::time::sleep(retry) => {}
+                            }
+                            retry *= 2;
+                        }
+                        r => break r.map(|()| Outcome::Done),
+                    }
+                }
+            }
+            WorkType::Terminated => self
+                .syncer
+                .sync_terminated_pod(uid, pod)
+                .await
+                .map(|()| Outcome::Done),
+        };
+        result.unwrap_or_else(Outcome::Failed)
+    }
+
+    /// Records the outcome (kubelet `completeWork` and friends); true when the worker is done.
+    fn complete(&self, step: &Step, outcome: Outcome) -> bool {
+        let now = monotonic_ns();
+        self.syncer
+            .observe(step.kind, now.saturating_sub(step.received) as f64 / 1e9);
+        let mut st = self.slot.lock();
+        st.cancel = None;
+        st.marks.sync_finished(now);
+        let delay = match (step.work_type, outcome) {
+            (_, Outcome::Cancelled) => None,
+            (_, Outcome::Failed(e)) => {
+                // The sync loop's tick retries a desired pod; housekeeping retries an orphan.
+                tracing::warn!(pod = %st.full_name, work = ?step.work_type, error = %e, "pod work failed; will retry");
+                Some(self.queue.jitter(ERROR_BACKOFF, JITTER))
+            }
+            (WorkType::Terminated, _) => {
+                st.finished = true;
+                return true;
+            }
+            (WorkType::Terminating, _) if st.runtime_only => {
+                st.terminated = true;
+                st.finished = true;
+                return true;
+            }
+            (WorkType::Terminating, _) => {
+                st.terminated = true;
+                st.requeue_last();
+                None
+            }
+            (WorkType::Sync, Outcome::Synced(s)) if s.terminal => {
+                st.terminating = true;
+                if st.grace == 0 {
+                    st.grace = st
+                        .active
+                        .as_ref()
+                        .map_or(MIN_GRACE, |p| effective_grace(0, p, None).0);
+                }
+                st.requeue_last();
+                None
+            }
+            (WorkType::Sync, Outcome::Synced(s)) => Some(
+                s.requeue_after
+                    .unwrap_or_else(|| self.queue.jitter(RESYNC, JITTER)),
+            ),
+            (WorkType::Sync, Outcome::Done) => Some(self.queue.jitter(RESYNC, JITTER)),
+        };
+        drop(st);
+        if let Some(d) = delay {
+            self.queue.enqueue(&self.uid, d);
+        }
+        false
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn work(kind: UpdateType, grace: Option<i64>, name: &str) -> Work {
-        let mut pod = Pod::default();
-        pod.metadata.name = Some(name.into());
-        Work {
-            kind,
-            pod: Arc::new(pod),
-            grace,
-            received: Instant::now(),
-        }
-    }
-
-    fn name(w: &Option<Work>) -> Option<&str> {
-        w.as_ref().and_then(|w| w.pod.metadata.name.as_deref())
-    }
-
-    #[test]
-    fn newest_update_wins() {
-        let mut p = None;
-        coalesce(&mut p, work(UpdateType::Create, None, "a"));
-        coalesce(&mut p, work(UpdateType::Update, None, "b"));
-        coalesce(&mut p, work(UpdateType::Sync, None, "c"));
-        assert_eq!(name(&p), Some("c"));
-    }
-
-    #[test]
-    fn kill_is_never_overwritten_and_grace_only_shrinks() {
-        let mut p = None;
-        coalesce(&mut p, work(UpdateType::Create, None, "a"));
-        coalesce(&mut p, work(UpdateType::Kill, Some(30), "k"));
-        coalesce(&mut p, work(UpdateType::Update, None, "b"));
-        assert_eq!(p.as_ref().map(|w| w.kind), Some(UpdateType::Kill));
-        coalesce(&mut p, work(UpdateType::Kill, Some(5), "k2"));
-        assert_eq!(p.as_ref().and_then(|w| w.grace), Some(5));
-        coalesce(&mut p, work(UpdateType::Kill, Some(20), "k3"));
-        assert_eq!(p.as_ref().and_then(|w| w.grace), Some(5));
-        coalesce(&mut p, work(UpdateType::Kill, Some(0), "k4"));
-        assert_eq!(p.as_ref().and_then(|w| w.grace), Some(MIN_GRACE));
-    }
-}
+pub(crate) mod tests;

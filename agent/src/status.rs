@@ -153,6 +153,14 @@ impl StatusManager {
             .collect()
     }
 
+    /// Whether the pod's last computed phase is Succeeded or Failed.
+    pub fn is_terminal(&self, uid: &str) -> bool {
+        self.inner.read().is_ok_and(|m| {
+            m.get(uid)
+                .is_some_and(|e| matches!(e.status.phase.as_deref(), Some("Succeeded" | "Failed")))
+        })
+    }
+
     pub fn running_count(&self) -> usize {
         self.inner
             .read()

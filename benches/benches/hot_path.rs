@@ -1,9 +1,6 @@
 //! criterion benches of the agent's hot path. Budgets are in DESIGN.md; results in BENCHMARKS.md.
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar, Pod};
-use std::sync::Arc;
-use std::time::Instant;
-use swiftlet::pod_workers::{UpdateType, Work, coalesce};
 use swiftlet::runtime::hash::container_hash;
 
 fn typical_container() -> Container {
@@ -65,22 +62,6 @@ fn hash(c: &mut Criterion) {
     group.finish();
 }
 
-fn dispatch(c: &mut Criterion) {
-    let pod = Arc::new(Pod::default());
-    let mut pending = None;
-    c.bench_function("dispatch/coalesce_one_pod", |b| {
-        b.iter(|| {
-            let w = Work {
-                kind: UpdateType::Update,
-                pod: pod.clone(),
-                grace: None,
-                received: Instant::now(),
-            };
-            coalesce(black_box(&mut pending), w);
-        })
-    });
-}
-
 /// A SET of 10,000 unchanged static pods (the merge budget: <= 1 ms, <= 100 ns a pod).
 fn merge(c: &mut Criterion) {
     use swiftlet::config::{FILE, Mux, SourceUpdate, manifest};
@@ -108,5 +89,5 @@ fn merge(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, hash, dispatch, merge);
+criterion_group!(benches, hash, merge);
 criterion_main!(benches);

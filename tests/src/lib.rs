@@ -5,7 +5,7 @@
 //! the tests skip loudly (`SKIPPED: <why>` on stderr), or fail naming it when
 //! `SWIFTLET_REQUIRE_RUNTIME=1` (CI sets it through `cargo xtask test`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -726,4 +726,72 @@ impl Drop for Agent {
         }
         xtask::runtime::remove_cgroup_root(&self.cgroup_root);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manifests and cgroups
+
+/// The shared runtime and a fresh agent for the test called `name`; `None` (skipped) when the
+/// runtime cannot run here.
+pub fn start_agent(name: &str) -> Option<Agent> {
+    let rt = Runtime::shared()?;
+    Some(Agent::start(rt, AgentOptions::new(name)))
+}
+
+/// A static pod manifest whose one container loops until SIGTERM (so it stops at once), with a
+/// 5 s grace period and the labels `app: <name>` plus `labels`.
+pub fn looping_pod_manifest(name: &str, labels: &[(&str, &str)]) -> String {
+    let extra: String = labels
+        .iter()
+        .map(|(k, v)| format!("    {k}: {v:?}\n"))
+        .collect();
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+  labels:
+    app: {name}
+{extra}spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: main
+    image: localhost/swiftlet/busybox:v1
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+"#
+    )
+}
+
+/// The UIDs of every `pod<uid>` cgroup directory below `<hierarchy>/<cgroup_root>`, in any cgroup
+/// hierarchy (including the ones runc populated itself).
+pub fn pod_cgroup_uids(cgroup_root: &str) -> BTreeSet<String> {
+    fn walk(dir: &Path, out: &mut BTreeSet<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if let Some(uid) = e.file_name().to_str().and_then(|n| n.strip_prefix("pod")) {
+                    out.insert(uid.to_owned());
+                }
+                walk(&e.path(), out);
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    for h in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if h.file_type().is_ok_and(|t| t.is_dir()) {
+            walk(
+                &h.path().join(cgroup_root.trim_start_matches('/')),
+                &mut out,
+            );
+        }
+    }
+    out
 }

@@ -5,74 +5,19 @@ use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
 use swiftlet_tests::{
-    Agent, AgentOptions, CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL,
-    Runtime, pod_cri_objects,
+    Agent, CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL,
+    looping_pod_manifest, pod_cgroup_uids, pod_cri_objects, start_agent,
 };
 
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(90);
 const GONE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A pod whose one container loops until SIGTERM (so it stops at once).
 fn manifest(name: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-  labels:
-    app: {name}
-spec:
-  terminationGracePeriodSeconds: 5
-  containers:
-  - name: main
-    image: localhost/swiftlet/busybox:v1
-    imagePullPolicy: Never
-    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
-"#
-    )
-}
-
-fn start(name: &str) -> Option<Agent> {
-    let rt = Runtime::shared()?;
-    Some(Agent::start(rt, AgentOptions::new(name)))
+    looping_pod_manifest(name, &[])
 }
 
 fn wait_all_running(agent: &Agent, pods: &[String]) -> swiftlet_tests::PodList {
     agent.wait_for(|l| pods.iter().all(|p| l.is_running(p)), RUNNING_TIMEOUT)
-}
-
-/// Every directory named `pod<uid>` below `<hierarchy>/<cgroup_root>` in any cgroup hierarchy.
-fn pod_cgroup_dirs(cgroup_root: &str, uid: &str) -> Vec<std::path::PathBuf> {
-    fn walk(dir: &std::path::Path, name: &str, out: &mut Vec<std::path::PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                if e.file_name().to_str() == Some(name) {
-                    out.push(e.path());
-                }
-                walk(&e.path(), name, out);
-            }
-        }
-    }
-    let name = format!("pod{uid}");
-    let mut out = Vec::new();
-    for h in std::fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if h.file_type().is_ok_and(|t| t.is_dir()) {
-            walk(
-                &h.path().join(cgroup_root.trim_start_matches('/')),
-                &name,
-                &mut out,
-            );
-        }
-    }
-    out
 }
 
 fn label<'a>(labels: &'a std::collections::HashMap<String, String>, key: &str) -> &'a str {
@@ -81,7 +26,7 @@ fn label<'a>(labels: &'a std::collections::HashMap<String, String>, key: &str) -
 
 #[test]
 fn three_manifests_become_three_running_pods() {
-    let Some(agent) = start("three-pods") else {
+    let Some(agent) = start_agent("three-pods") else {
         return;
     };
     let names = ["alpha", "beta", "gamma"];
@@ -117,7 +62,7 @@ fn three_manifests_become_three_running_pods() {
 
 #[test]
 fn deleting_a_manifest_removes_only_its_pod() {
-    let Some(agent) = start("delete-one") else {
+    let Some(agent) = start_agent("delete-one") else {
         return;
     };
     let names = ["keep-a", "doomed", "keep-b"];
@@ -150,8 +95,11 @@ fn deleting_a_manifest_removes_only_its_pod() {
     }
 
     // Its pod cgroup is gone from every hierarchy, including the ones runc populated itself.
-    let leftover = pod_cgroup_dirs(agent.cgroup_root(), &uids[1]);
-    assert!(leftover.is_empty(), "pod cgroup left behind: {leftover:?}");
+    let leftover = pod_cgroup_uids(agent.cgroup_root());
+    assert!(
+        !leftover.contains(&uids[1]),
+        "pod cgroup left behind: {leftover:?}"
+    );
 
     // The others are untouched: still listed Running, same sandbox READY, container RUNNING.
     let now = agent.pods();
@@ -174,7 +122,7 @@ fn deleting_a_manifest_removes_only_its_pod() {
 
 #[test]
 fn a_malformed_manifest_is_reported_and_the_good_ones_run() {
-    let Some(agent) = start("malformed") else {
+    let Some(agent) = start_agent("malformed") else {
         return;
     };
     agent.write_manifest("good-one.yaml", &manifest("good-one"));
@@ -237,7 +185,7 @@ fn a_malformed_manifest_is_reported_and_the_good_ones_run() {
 
 #[test]
 fn ebpf_probe_sees_the_pod_cgroup_created() {
-    let Some(agent) = start("ebpf-cgroup") else {
+    let Some(agent) = start_agent("ebpf-cgroup") else {
         return;
     };
     agent.write_manifest("traced.yaml", &manifest("traced"));

@@ -1003,6 +1003,14 @@ impl Manager {
         cri::with_pod(uid, self.kill_pod_traced(name, uid, grace)).await
     }
 
+    /// Stops a pod that finished (Succeeded or Failed) without removing anything: its containers
+    /// stay for their status and logs, as the kubelet leaves them to container GC. Removal comes
+    /// with `kill_pod` once no source wants the pod.
+    pub async fn stop_pod(&self, name: &str, uid: &str, grace: i64) -> Result<()> {
+        let state = self.pod_state(uid).await.map_err(Self::cri_err(name))?;
+        self.stop_runtime_pod(name, &state, grace, false).await
+    }
+
     /// Forgets back-off entries untouched for ten minutes (for housekeeping; a killed pod's
     /// entries are forgotten by `kill_pod` already).
     pub fn gc_backoffs(&self) {
