@@ -2,9 +2,13 @@
 //! embedded in the agent.
 //!
 //! Probes: `cgroup:cgroup_mkdir` and `cgroup:cgroup_rmdir` tracepoints, each writing a
-//! [`CgroupEvent`] to the `EVENTS` ring buffer. An event that cannot be delivered bumps a per-CPU
-//! counter in `LOST` (see `swiftlet_ebpf_common::lost`). Wake-ups of the reader are batched
-//! (see `wakeup_flag`).
+//! [`CgroupEvent`] to the `EVENTS` ring buffer; `sched:sched_process_exec` and
+//! `sched:sched_process_exit` writing a [`ProcessEvent`] for processes below the pod root cgroup
+//! (everything else is filtered out in the kernel with one helper call and one array lookup); and
+//! two uprobes on the agent's own `swiftlet_cri_call_begin`/`_end` markers writing a
+//! [`CriEvent`], so CRI calls land on the same clock as what the kernel saw. An event that cannot
+//! be delivered bumps a per-CPU counter in `LOST` (see `swiftlet_ebpf_common::lost`). Wake-ups
+//! of the reader are batched (see `wakeup_flag`).
 //!
 //! Field offsets of the tracepoint record: the agent reads them from the tracepoint's `format` file
 //! in tracefs and writes them into the read-only globals below before loading (aya
@@ -18,14 +22,19 @@
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes},
-    macros::{map, tracepoint},
-    maps::{PerCpuArray, RingBuf},
-    programs::TracePointContext,
+    helpers::{
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf,
+    },
+    macros::{map, raw_tracepoint, tracepoint, uprobe},
+    maps::{Array, PerCpuArray, RingBuf},
+    programs::{ProbeContext, RawTracePointContext, TracePointContext},
 };
 use swiftlet_ebpf_common::{
-    CgroupEvent, EVENTS_RING_BYTES, EventHeader, KIND_CGROUP_MKDIR, KIND_CGROUP_RMDIR,
-    WAKEUP_THRESHOLD_BYTES, lost,
+    COMM_LEN, CRI_UID_MAX, CgroupEvent, CriEvent, EVENTS_RING_BYTES, EXIT_CODE_UNKNOWN,
+    EventHeader, KIND_CGROUP_MKDIR, KIND_CGROUP_RMDIR, KIND_CRI_BEGIN, KIND_CRI_END,
+    KIND_PROCESS_EXEC, KIND_PROCESS_EXIT, ProcessEvent, WAKEUP_THRESHOLD_BYTES, lost,
 };
 
 #[map]
@@ -44,6 +53,32 @@ static CGROUP_LEVEL_OFFSET: u32 = 12;
 static CGROUP_ID_OFFSET: u32 = 16;
 #[unsafe(no_mangle)]
 static CGROUP_PATH_OFFSET: u32 = 24;
+// Offsets into kernel structs for the raw-tracepoint cgroup probes, read by the agent from the
+// kernel's BTF (`struct cgroup`: level, kn, root; `struct kernfs_node`: id; `struct cgroup_root`:
+// hierarchy_id). The raw tracepoint hands the program `(struct cgroup *, const char *path)`
+// without the kernel first assembling a trace record (which copies the path once more).
+#[unsafe(no_mangle)]
+static CGRP_LEVEL_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static CGRP_KN_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static CGRP_ROOT_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static KN_ID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static ROOT_HIERARCHY_ID_OFFSET: u32 = 0;
+
+/// cgroup2 level of the pod root cgroup (see `POD_ROOT`).
+#[unsafe(no_mangle)]
+static POD_ROOT_LEVEL: u32 = 1;
+/// Offset of `exit_code` in `struct task_struct` (from the kernel's BTF); 0 = unknown.
+#[unsafe(no_mangle)]
+static TASK_EXIT_CODE_OFFSET: u32 = 0;
+
+/// Slot 0: the cgroup2 id of the cgroup every pod lives below, written by the agent once it
+/// exists; 0 lets nothing through.
+#[map]
+static POD_ROOT: Array<u64> = Array::with_max_entries(1, 0);
 
 #[inline(always)]
 fn global(value: &'static u32) -> usize {
@@ -59,6 +94,97 @@ pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
 #[tracepoint(category = "cgroup", name = "cgroup_rmdir")]
 pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
     handle_cgroup(&ctx, KIND_CGROUP_RMDIR)
+}
+
+#[raw_tracepoint(tracepoint = "cgroup_mkdir")]
+pub fn cg_mkdir_raw(ctx: RawTracePointContext) -> i32 {
+    if let Err(counter) = try_cgroup_raw(&ctx, KIND_CGROUP_MKDIR) {
+        count_lost(counter);
+    }
+    0
+}
+
+#[raw_tracepoint(tracepoint = "cgroup_rmdir")]
+pub fn cg_rmdir_raw(ctx: RawTracePointContext) -> i32 {
+    if let Err(counter) = try_cgroup_raw(&ctx, KIND_CGROUP_RMDIR) {
+        count_lost(counter);
+    }
+    0
+}
+
+/// Reads a `T` at `base + offset` in kernel memory.
+///
+/// # Safety
+/// None beyond the helper's: `bpf_probe_read_kernel` fails cleanly on a bad address.
+#[inline(always)]
+unsafe fn read_field<T>(base: u64, offset: &'static u32) -> Result<T, u32> {
+    let at = base.wrapping_add(global(offset) as u64);
+    // SAFETY: see the function's contract.
+    unsafe { bpf_probe_read_kernel(at as *const T) }.map_err(|_| lost::READ_FAILED)
+}
+
+#[inline(always)]
+fn try_cgroup_raw(ctx: &RawTracePointContext, kind: u32) -> Result<(), u32> {
+    // SAFETY: `submit_with` hands `fill_cgroup_raw` a reserved entry of the right size.
+    submit_with(|event| unsafe { fill_cgroup_raw(ctx, kind, event) })
+}
+
+#[inline(always)]
+fn cgroup_header(kind: u32, ktime_ns: u64) -> EventHeader {
+    EventHeader {
+        kind,
+        len: core::mem::size_of::<CgroupEvent>() as u32,
+        ktime_ns,
+    }
+}
+
+/// # Safety
+/// `event` must point at writable memory the size of a `CgroupEvent`.
+#[inline(always)]
+unsafe fn fill_cgroup_raw(
+    ctx: &RawTracePointContext,
+    kind: u32,
+    event: *mut CgroupEvent,
+) -> Result<(), u32> {
+    // SAFETY: no preconditions; the helper only reads the clock.
+    let ktime_ns = unsafe { bpf_ktime_get_ns() };
+    let cgrp: u64 = ctx.arg(0);
+    let path: u64 = ctx.arg(1);
+    // SAFETY (all reads): kernel pointers from the tracepoint's arguments, offsets from BTF,
+    // every access through `bpf_probe_read_kernel`.
+    let (level, kn, root) = unsafe {
+        (
+            read_field::<i32>(cgrp, &CGRP_LEVEL_OFFSET)?,
+            read_field::<u64>(cgrp, &CGRP_KN_OFFSET)?,
+            read_field::<u64>(cgrp, &CGRP_ROOT_OFFSET)?,
+        )
+    };
+    // SAFETY: as above.
+    let (id, hierarchy_id) = unsafe {
+        (
+            read_field::<u64>(kn, &KN_ID_OFFSET)?,
+            read_field::<i32>(root, &ROOT_HIERARCHY_ID_OFFSET)?,
+        )
+    };
+    // SAFETY: `event` is valid for writes (caller contract); the path buffer is plain bytes.
+    let path_len = unsafe {
+        let buf = &mut *core::ptr::addr_of_mut!((*event).path);
+        bpf_probe_read_kernel_str_bytes(path as *const u8, buf)
+            .map_err(|_| lost::READ_FAILED)?
+            .len()
+    };
+    // SAFETY: as above.
+    unsafe {
+        write_cgroup(
+            event,
+            cgroup_header(kind, ktime_ns),
+            level,
+            hierarchy_id,
+            id,
+            path_len,
+        )
+    };
+    Ok(())
 }
 
 /// The safe fallback around [`try_cgroup`]: a failure is counted, never propagated (a tracepoint
@@ -83,12 +209,18 @@ fn count_lost(counter: u32) {
 /// Fills a ring-buffer entry in place (no 300-byte copy through the 512-byte stack).
 #[inline(always)]
 fn try_cgroup(ctx: &TracePointContext, kind: u32) -> Result<(), u32> {
-    let Some(mut entry) = EVENTS.reserve::<CgroupEvent>(0) else {
+    // SAFETY: `submit_with` hands `fill_cgroup` a reserved entry of the right size.
+    submit_with(|event| unsafe { fill_cgroup(ctx, kind, event) })
+}
+
+/// Reserves a `T` on the ring buffer, lets `fill` write it in place, then submits it, or discards
+/// it when `fill` fails.
+#[inline(always)]
+fn submit_with<T: 'static>(fill: impl FnOnce(*mut T) -> Result<(), u32>) -> Result<(), u32> {
+    let Some(mut entry) = EVENTS.reserve::<T>(0) else {
         return Err(lost::RINGBUF_FULL);
     };
-    let event = entry.as_mut_ptr();
-    // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right size.
-    match unsafe { fill_cgroup(ctx, kind, event) } {
+    match fill(entry.as_mut_ptr()) {
         Ok(()) => {
             entry.submit(wakeup_flag());
             Ok(())
@@ -97,6 +229,30 @@ fn try_cgroup(ctx: &TracePointContext, kind: u32) -> Result<(), u32> {
             entry.discard(0);
             Err(counter)
         }
+    }
+}
+
+/// Writes every field of a cgroup event but the path (already in place).
+///
+/// # Safety
+/// `event` must point at writable memory the size of a `CgroupEvent`.
+#[inline(always)]
+unsafe fn write_cgroup(
+    event: *mut CgroupEvent,
+    header: EventHeader,
+    level: i32,
+    hierarchy_id: i32,
+    cgroup_id: u64,
+    path_len: usize,
+) {
+    // SAFETY: see the function's contract.
+    unsafe {
+        core::ptr::addr_of_mut!((*event).header).write(header);
+        core::ptr::addr_of_mut!((*event).level).write(level as u32);
+        core::ptr::addr_of_mut!((*event).hierarchy_id).write(hierarchy_id as u32);
+        core::ptr::addr_of_mut!((*event).cgroup_id).write(cgroup_id);
+        core::ptr::addr_of_mut!((*event).path_len).write(path_len as u32);
+        core::ptr::addr_of_mut!((*event)._pad).write(0);
     }
 }
 
@@ -144,18 +300,167 @@ unsafe fn fill_cgroup(
             .len()
     };
     unsafe {
-        core::ptr::addr_of_mut!((*event).header).write(EventHeader {
-            kind,
-            len: core::mem::size_of::<CgroupEvent>() as u32,
-            ktime_ns,
-        });
-        core::ptr::addr_of_mut!((*event).level).write(level as u32);
-        core::ptr::addr_of_mut!((*event).hierarchy_id).write(root as u32);
-        core::ptr::addr_of_mut!((*event).cgroup_id).write(id);
-        core::ptr::addr_of_mut!((*event).path_len).write(path_len as u32);
-        core::ptr::addr_of_mut!((*event)._pad).write(0);
-    }
+        write_cgroup(
+            event,
+            cgroup_header(kind, ktime_ns),
+            level,
+            root,
+            id,
+            path_len,
+        )
+    };
     Ok(())
+}
+
+#[tracepoint(category = "sched", name = "sched_process_exec")]
+pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
+    if in_pod_cgroup()
+        && let Err(counter) = try_process(KIND_PROCESS_EXEC)
+    {
+        count_lost(counter);
+    }
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // Only a thread-group leader's exit is the process's exit; other threads are noise.
+    if pid_tgid >> 32 == pid_tgid & 0xffff_ffff
+        && in_pod_cgroup()
+        && let Err(counter) = try_process(KIND_PROCESS_EXIT)
+    {
+        count_lost(counter);
+    }
+    0
+}
+
+/// True when the current task's cgroup2 ancestor at `POD_ROOT_LEVEL` is the pod root.
+#[inline(always)]
+fn in_pod_cgroup() -> bool {
+    let Some(&root) = POD_ROOT.get(0) else {
+        return false;
+    };
+    if root == 0 {
+        return false;
+    }
+    // SAFETY: no preconditions; an out-of-range level returns 0.
+    let ancestor = unsafe { bpf_get_current_ancestor_cgroup_id(global(&POD_ROOT_LEVEL) as i32) };
+    ancestor == root
+}
+
+#[inline(always)]
+fn try_process(kind: u32) -> Result<(), u32> {
+    submit_with(|event: *mut ProcessEvent| {
+        // SAFETY: no preconditions.
+        let (ktime_ns, pid_tgid, cgroup_id) = unsafe {
+            (
+                bpf_ktime_get_ns(),
+                bpf_get_current_pid_tgid(),
+                bpf_get_current_cgroup_id(),
+            )
+        };
+        let exit_code = if kind == KIND_PROCESS_EXIT {
+            read_exit_code()
+        } else {
+            0
+        };
+        let comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right size.
+        unsafe {
+            core::ptr::addr_of_mut!((*event).header).write(EventHeader {
+                kind,
+                len: core::mem::size_of::<ProcessEvent>() as u32,
+                ktime_ns,
+            });
+            core::ptr::addr_of_mut!((*event).pid).write(pid_tgid as u32);
+            core::ptr::addr_of_mut!((*event).tgid).write((pid_tgid >> 32) as u32);
+            core::ptr::addr_of_mut!((*event).cgroup_id).write(cgroup_id);
+            core::ptr::addr_of_mut!((*event).exit_code).write(exit_code);
+            core::ptr::addr_of_mut!((*event)._pad).write(0);
+            core::ptr::addr_of_mut!((*event).comm).write(comm);
+        }
+        Ok(())
+    })
+}
+
+/// `current->exit_code`, at the offset the agent read from BTF.
+#[inline(always)]
+fn read_exit_code() -> u32 {
+    let offset = global(&TASK_EXIT_CODE_OFFSET);
+    if offset == 0 {
+        return EXIT_CODE_UNKNOWN;
+    }
+    // SAFETY: `bpf_get_current_task` has no preconditions; the read goes through
+    // `bpf_probe_read_kernel`, which fails cleanly on a bad address.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        bpf_probe_read_kernel(task.add(offset).cast::<i32>())
+            .map(|code| code as u32)
+            .unwrap_or(EXIT_CODE_UNKNOWN)
+    }
+}
+
+/// `swiftlet_cri_call_begin(method: u32, uid_ptr: *const u8, uid_len: usize)`.
+#[uprobe]
+pub fn cri_begin(ctx: ProbeContext) -> u32 {
+    if let Err(counter) = try_cri(&ctx, KIND_CRI_BEGIN) {
+        count_lost(counter);
+    }
+    0
+}
+
+/// `swiftlet_cri_call_end(method: u32, uid_ptr: *const u8, uid_len: usize, ok: u32)`.
+#[uprobe]
+pub fn cri_end(ctx: ProbeContext) -> u32 {
+    if let Err(counter) = try_cri(&ctx, KIND_CRI_END) {
+        count_lost(counter);
+    }
+    0
+}
+
+#[inline(always)]
+fn try_cri(ctx: &ProbeContext, kind: u32) -> Result<(), u32> {
+    submit_with(|event: *mut CriEvent| {
+        // SAFETY: no preconditions.
+        let (ktime_ns, pid_tgid) = unsafe { (bpf_ktime_get_ns(), bpf_get_current_pid_tgid()) };
+        let method: u32 = ctx.arg(0).unwrap_or(u32::MAX);
+        let uid_ptr: u64 = ctx.arg(1).unwrap_or(0);
+        let uid_len: u64 = ctx.arg(2).unwrap_or(0);
+        let ok: u32 = if kind == KIND_CRI_END {
+            ctx.arg(3).unwrap_or(0)
+        } else {
+            0
+        };
+        // Longer UIDs are cut (the agent never passes one); the mask keeps the verifier's bound.
+        let len = if uid_len > CRI_UID_MAX as u64 {
+            CRI_UID_MAX
+        } else {
+            uid_len as usize
+        };
+        // SAFETY: `event` points at a reserved, writable, 8-byte aligned entry of the right
+        // size; the UID is read with `bpf_probe_read_user`, which fails cleanly on a bad pointer.
+        unsafe {
+            let uid = &mut *core::ptr::addr_of_mut!((*event).uid);
+            if let Some(dst) = uid.get_mut(..len & (2 * CRI_UID_MAX - 1))
+                && !dst.is_empty()
+                && uid_ptr != 0
+            {
+                bpf_probe_read_user_buf(uid_ptr as *const u8, dst)
+                    .map_err(|_| lost::READ_FAILED)?;
+            }
+            core::ptr::addr_of_mut!((*event).header).write(EventHeader {
+                kind,
+                len: core::mem::size_of::<CriEvent>() as u32,
+                ktime_ns,
+            });
+            core::ptr::addr_of_mut!((*event).method).write(method);
+            core::ptr::addr_of_mut!((*event).ok).write(ok);
+            core::ptr::addr_of_mut!((*event).pid).write(pid_tgid as u32);
+            core::ptr::addr_of_mut!((*event).uid_len).write(len as u32);
+        }
+        Ok(())
+    })
 }
 
 #[cfg(not(test))]

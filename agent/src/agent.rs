@@ -6,7 +6,7 @@ use crate::metrics::Metrics;
 use crate::pod_workers::{PodWorkers, WorkerContext};
 use crate::runtime::Manager;
 use crate::status::StatusManager;
-use crate::{cm, ebpf, kubelet, pleg, runtime, server};
+use crate::{cm, ebpf, kubelet, pleg, runtime, server, trace};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +28,8 @@ pub enum Error {
     Ebpf(#[from] ebpf::Error),
     #[error(transparent)]
     Server(#[from] server::Error),
+    #[error(transparent)]
+    Trace(#[from] trace::server::Error),
     #[error("creating {path}: {source}")]
     Dir {
         path: std::path::PathBuf,
@@ -63,7 +65,35 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     });
     cm.start()?;
 
-    let monitor = ebpf::Monitor::start(cfg.ebpf, cancel.clone())?;
+    // Pod startup timelines: agent marks + CRI uprobes + kernel events on one clock.
+    let tracer = trace::Tracer::new(metrics.clone());
+    let (kernel_tx, kernel_rx) = tokio::sync::mpsc::unbounded_channel();
+    let root = cfg.cgroup_root.trim_end_matches('/');
+    let pod_root = if cfg.cgroups_per_qos {
+        format!("{root}/kubepods")
+    } else {
+        format!("{root}/")
+    };
+    let monitor = ebpf::Monitor::start(
+        cfg.ebpf,
+        ebpf::Config {
+            pod_root: Some(pod_root),
+            events: Some(kernel_tx),
+            cri_markers: true,
+            classic_cgroup_tracepoints: false,
+        },
+        cancel.clone(),
+    )?;
+    if let Some(m) = &monitor {
+        tracer.set_monitor(m.clone());
+    }
+    tracker.spawn(tracer.clone().run(kernel_rx, cancel.clone()));
+    trace::server::start(
+        &trace::server::socket_path(&cfg.root_dir),
+        tracer.clone(),
+        &tracker,
+        cancel.clone(),
+    )?;
 
     let runtime = Manager::new(
         cri,
@@ -139,6 +169,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         metrics: metrics.clone(),
         rejections,
         ebpf: monitor,
+        tracer: tracer.clone(),
     };
     server::start(healthz, read_only, state, &tracker, cancel.clone()).await?;
 
@@ -148,6 +179,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         runtime,
         status: status.clone(),
         metrics: metrics.clone(),
+        tracer: tracer.clone(),
     };
     let workers = PodWorkers::new(ctx, done_tx, tracker.clone(), cancel.clone());
     let sync_loop = kubelet::SyncLoop {
@@ -160,6 +192,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         workers,
         status,
         metrics,
+        tracer,
     };
     tracker.spawn(sync_loop.run(cancel.clone()));
     tracing::info!(node = %cfg.node_name, "swiftlet started");

@@ -55,24 +55,9 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// CRI method names by trace-marker id (the index). Append only.
-pub const METHODS: &[&str] = &[
-    "Version",
-    "RunPodSandbox",
-    "StopPodSandbox",
-    "RemovePodSandbox",
-    "PodSandboxStatus",
-    "ListPodSandbox",
-    "CreateContainer",
-    "StartContainer",
-    "StopContainer",
-    "RemoveContainer",
-    "ListContainers",
-    "ContainerStatus",
-    "ImageStatus",
-    "PullImage",
-    "ExecSync",
-];
+/// CRI method names by trace-marker id (the index). Append only. The table lives beside the eBPF
+/// probes' event types, which decode the id.
+pub const METHODS: &[&str] = &swiftlet_ebpf_common::CRI_METHODS;
 
 /// The trace-marker id of a method name (`u32::MAX` for a name not in [`METHODS`]).
 pub fn method_id(method: &str) -> u32 {

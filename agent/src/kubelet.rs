@@ -81,6 +81,7 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub workers: PodWorkers<S>,
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
+    pub tracer: crate::trace::Tracer,
 }
 
 fn uid_of(pod: &Pod) -> Option<String> {
@@ -153,6 +154,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     let Some(uid) = uid_of(&pod) else { continue };
                     pods.insert(uid.clone(), pod.clone());
                     self.status.set_pod(&uid, pod.clone());
+                    self.tracer.pod_admitted(&uid, &pod);
                     self.workers
                         .update_pod(&uid, Work::new(UpdateType::Create, pod));
                 }
@@ -280,6 +282,7 @@ mod tests {
             runtime_state: runtime_state.clone(),
             workers: PodWorkers::new(fake.clone(), done_tx, TaskTracker::new(), cancel.clone()),
             status: StatusManager::new(metrics.clone()),
+            tracer: crate::trace::Tracer::new(metrics.clone()),
             metrics,
         };
         tokio::spawn(sync_loop.run(cancel.clone()));

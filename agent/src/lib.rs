@@ -17,4 +17,5 @@ pub mod pod_workers;
 pub mod runtime;
 pub mod server;
 pub mod status;
+pub mod trace;
 pub mod work_queue;

@@ -220,6 +220,7 @@ pub struct WorkerContext {
     pub runtime: Manager,
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
+    pub tracer: crate::trace::Tracer,
 }
 
 impl PodSyncer for WorkerContext {
@@ -231,6 +232,8 @@ impl PodSyncer for WorkerContext {
     ) -> Result<Synced, runtime::Error> {
         // `Manager::sync_pod` has no safe points yet: it runs to its end (see the trait).
         let name = runtime::full_name(pod);
+        // The pod's timeline: only the first sync counts.
+        self.tracer.worker_started(uid);
         let result = self.runtime.sync_pod(pod).await;
         let waiting = match &result {
             Ok(outcome) => outcome.waiting.clone(),
@@ -244,7 +247,11 @@ impl PodSyncer for WorkerContext {
             }
         };
         match self.runtime.pod_state(uid).await {
-            Ok(state) => self.status.update(uid, &state, &waiting),
+            Ok(state) => {
+                if self.status.update(uid, &state, &waiting) {
+                    self.tracer.running_observed(uid);
+                }
+            }
             Err(e) => tracing::warn!(pod = %name, error = %e, "reading pod state"),
         }
         let outcome = result?;

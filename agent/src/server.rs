@@ -29,6 +29,7 @@ pub struct AppState {
     pub metrics: Metrics,
     pub rejections: Rejections,
     pub ebpf: Option<Monitor>,
+    pub tracer: crate::trace::Tracer,
 }
 
 async fn healthz() -> &'static str {
@@ -92,6 +93,10 @@ async fn ebpf_cgroups(State(s): State<AppState>) -> impl IntoResponse {
     }
 }
 
+async fn trace_pods(State(s): State<AppState>) -> Json<crate::trace::TraceView> {
+    Json(s.tracer.view())
+}
+
 /// Binds both servers (so a taken port fails the start) and serves until `cancel`.
 pub async fn start(
     healthz_addr: Option<SocketAddr>,
@@ -127,6 +132,7 @@ pub async fn start(
             .route("/metrics", get(metrics))
             .route("/debug/manifests", get(manifests))
             .route("/debug/ebpf/cgroups", get(ebpf_cgroups))
+            .route("/debug/trace/pods", get(trace_pods))
             .with_state(state);
         tracker.spawn(async move {
             if let Err(e) = axum::serve(listener, app)

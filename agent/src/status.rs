@@ -91,14 +91,21 @@ impl StatusManager {
         }
     }
 
-    /// Recomputes a pod's status from what the runtime holds.
-    pub fn update(&self, uid: &str, state: &PodState, waiting: &HashMap<String, (String, String)>) {
+    /// Recomputes a pod's status from what the runtime holds. True when this update is the
+    /// first to see the pod Running.
+    pub fn update(
+        &self,
+        uid: &str,
+        state: &PodState,
+        waiting: &HashMap<String, (String, String)>,
+    ) -> bool {
         let Ok(mut map) = self.inner.write() else {
-            return;
+            return false;
         };
         let Some(entry) = map.get_mut(uid) else {
-            return;
+            return false;
         };
+        let mut first_running = false;
         let status = generate(
             &entry.pod,
             state,
@@ -108,6 +115,7 @@ impl StatusManager {
         );
         if status.phase.as_deref() == Some("Running") && !entry.running_observed {
             entry.running_observed = true;
+            first_running = true;
             if let Some(seen) = entry
                 .pod
                 .metadata
@@ -128,6 +136,7 @@ impl StatusManager {
             }
         }
         entry.status = status;
+        first_running
     }
 
     /// The pods with their statuses, for `/pods`.

@@ -24,6 +24,7 @@ mod tests {
                 observer: "cri".into(),
             }],
             e2e_ms: 4.0,
+            ..Default::default()
         };
         let bytes = t.encode_to_vec();
         assert_eq!(PodTimeline::decode(bytes.as_slice()).unwrap(), t);

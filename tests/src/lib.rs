@@ -362,6 +362,26 @@ pub fn agent_binary() -> &'static Path {
     })
 }
 
+/// The `swiftlet-trace` client binary, built once per process.
+pub fn trace_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let status = Command::new(xtask::cargo_bin())
+            .current_dir(xtask::workspace_root())
+            .args(["build", "-p", "swiftlet", "--bin", "swiftlet-trace"])
+            .stdin(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("running cargo build -p swiftlet: {e}"));
+        assert!(
+            status.success(),
+            "cargo build --bin swiftlet-trace failed: {status}"
+        );
+        let path = xtask::target_dir().join("debug/swiftlet-trace");
+        assert!(path.is_file(), "no trace binary at {}", path.display());
+        path
+    })
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -551,6 +571,11 @@ impl Agent {
     /// The static pod name of a manifest whose `metadata.name` is `name`.
     pub fn static_pod_name(&self, name: &str) -> String {
         format!("{name}-{}", self.node)
+    }
+
+    /// The agent's `--root-dir`.
+    pub fn root_dir(&self) -> &Path {
+        self._root_dir.path()
     }
 
     /// The cgroup root (`--cgroup-root`).

@@ -209,13 +209,15 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-struct RunningAgent {
-    child: Child,
-    log: PathBuf,
+/// A swiftlet process started by an xtask command, with its log file.
+pub struct RunningAgent {
+    pub child: Child,
+    pub log: PathBuf,
 }
 
 impl RunningAgent {
-    fn exited(&mut self) -> Option<Error> {
+    /// The error describing its exit, once it has exited.
+    pub fn exited(&mut self) -> Option<Error> {
         match self.child.try_wait() {
             Ok(Some(status)) => Some(Error::AgentExited {
                 status,
@@ -226,7 +228,8 @@ impl RunningAgent {
         }
     }
 
-    fn stop(&mut self) {
+    /// SIGTERM, then SIGKILL after 15 s.
+    pub fn stop(&mut self) {
         if let Ok(pid) = i32::try_from(self.child.id()) {
             // SAFETY: kill(2) on our own child's pid (> 1); no memory is involved.
             unsafe {

@@ -5,12 +5,14 @@
 //! - [`images`]: builds the local OCI images from the static busybox and imports them;
 //! - [`runtime`]: a private containerd (`up`, `down`, `status`);
 //! - [`demo`] and [`testrun`]: the `demo` and `test` commands;
+//! - [`report`]: `cargo xtask report`, pod startup breakdowns from the eBPF timelines;
 //! - [`http`]: a tiny blocking HTTP/1.0 GET client for loopback endpoints.
 
 pub mod demo;
 pub mod http;
 pub mod images;
 pub mod progress;
+pub mod report;
 pub mod runtime;
 pub mod setup;
 pub mod testrun;

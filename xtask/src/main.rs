@@ -38,6 +38,22 @@ enum Cmd {
         #[arg(long, default_value_t = 120)]
         timeout_secs: u64,
     },
+    /// Start N pods under swiftlet with its eBPF probes and write where their start time went:
+    /// report.json, waterfall.svg/.png, and the phase table (p50/p90/p99/max).
+    Report {
+        /// How many pods.
+        #[arg(long, default_value_t = 20)]
+        pods: usize,
+        /// Directory for report.json and the charts.
+        #[arg(long, default_value = "target/swiftlet-report")]
+        out: std::path::PathBuf,
+        /// Build and run the release profile.
+        #[arg(long)]
+        release: bool,
+        /// How long to wait for every pod to run, in seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout_secs: u64,
+    },
     /// setup, runtime up, images, `cargo test --workspace [ARGS]`, runtime down.
     Test {
         /// Passed to `cargo test` (after `--`).
@@ -114,6 +130,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ..Default::default()
             };
             xtask::demo::run(&opts).context("demo")?;
+        }
+        Cmd::Report {
+            pods,
+            out,
+            release,
+            timeout_secs,
+        } => {
+            let opts = xtask::report::Options {
+                pods,
+                out,
+                release,
+                timeout: Duration::from_secs(timeout_secs),
+            };
+            xtask::report::run(&opts).context("report")?;
         }
         Cmd::Test { args } => {
             let code = xtask::testrun::run(&args)?;

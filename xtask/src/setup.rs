@@ -12,6 +12,8 @@ pub const APT_PACKAGES: &[&str] = &[
     "busybox-static",
     "protobuf-compiler",
     "iproute2",
+    // The font `cargo xtask report` draws its charts' text with.
+    "fonts-dejavu-core",
 ];
 /// The bpf-linker version that links through the nightly's LLVM (see ENVIRONMENT.md).
 pub const BPF_LINKER_VERSION: &str = "0.10.0";

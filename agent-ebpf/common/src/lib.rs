@@ -16,8 +16,72 @@ use core::mem::{offset_of, size_of};
 pub const KIND_CGROUP_MKDIR: u32 = 1;
 /// `kind` of a [`CgroupEvent`] from the `cgroup:cgroup_rmdir` tracepoint.
 pub const KIND_CGROUP_RMDIR: u32 = 2;
-// Reserved for later probes, so that old agents report them as unknown rather than misreading
-// them: 3 = process exec, 4 = process exit, 5 = CRI call marker.
+/// `kind` of a [`ProcessEvent`] from `sched:sched_process_exec` (a process in a pod cgroup ran
+/// `execve`).
+pub const KIND_PROCESS_EXEC: u32 = 3;
+/// `kind` of a [`ProcessEvent`] from `sched:sched_process_exit` (a thread-group leader in a pod
+/// cgroup exited).
+pub const KIND_PROCESS_EXIT: u32 = 4;
+/// `kind` of a [`CriEvent`]: the agent entered its `swiftlet_cri_call_begin` marker (uprobe).
+pub const KIND_CRI_BEGIN: u32 = 5;
+/// `kind` of a [`CriEvent`]: the agent entered its `swiftlet_cri_call_end` marker (uprobe).
+pub const KIND_CRI_END: u32 = 6;
+
+/// Capacity of [`ProcessEvent::comm`] (the kernel's `TASK_COMM_LEN`).
+pub const COMM_LEN: usize = 16;
+/// Capacity of [`CriEvent::uid`]: a Kubernetes UID is 36 bytes, a static pod's 32.
+pub const CRI_UID_MAX: usize = 64;
+
+/// CRI methods the agent's markers name, by index (the `method` argument of the markers and
+/// [`CriEvent::method`]), and `swiftlet::cri::METHODS`. Append only: the index is the wire value.
+pub const CRI_METHODS: [&str; 15] = [
+    "Version",
+    "RunPodSandbox",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+    "PodSandboxStatus",
+    "ListPodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "StopContainer",
+    "RemoveContainer",
+    "ListContainers",
+    "ContainerStatus",
+    "ImageStatus",
+    "PullImage",
+    "ExecSync",
+];
+
+/// What [`cri_method_name`] says for an index outside [`CRI_METHODS`].
+pub const CRI_METHOD_OTHER: &str = "Other";
+
+/// The index of `name` in [`CRI_METHODS`] (`u32::MAX` when unknown, as the agent's markers pass).
+pub fn cri_method_index(name: &str) -> u32 {
+    let mut i = 0;
+    while i < CRI_METHODS.len() {
+        if CRI_METHODS[i].len() == name.len() && CRI_METHODS[i].as_bytes() == name.as_bytes() {
+            return i as u32;
+        }
+        i += 1;
+    }
+    u32::MAX
+}
+
+/// The name of CRI method `index` ([`CRI_METHOD_OTHER`] when out of range).
+pub fn cri_method_name(index: u32) -> &'static str {
+    CRI_METHODS
+        .get(index as usize)
+        .copied()
+        .unwrap_or(CRI_METHOD_OTHER)
+}
+
+/// Names of the uprobe target symbols in the agent binary.
+pub const CRI_BEGIN_SYMBOL: &str = "swiftlet_cri_call_begin";
+/// See [`CRI_BEGIN_SYMBOL`].
+pub const CRI_END_SYMBOL: &str = "swiftlet_cri_call_end";
+/// Name of the one-entry `u64` array holding the cgroup2 id of the cgroup every pod lives below
+/// (`<cgroup-root>/kubepods`); 0 means "not known yet" and lets no process event through.
+pub const MAP_POD_ROOT: &str = "POD_ROOT";
 
 /// Capacity of [`CgroupEvent::path`]. Longer paths are truncated by the kernel helper (and still
 /// NUL-terminated), so at most `CGROUP_PATH_MAX - 1` bytes of path arrive.
@@ -56,6 +120,19 @@ pub mod globals {
     pub const CGROUP_ID_OFFSET: &str = "CGROUP_ID_OFFSET";
     /// Offset of `__data_loc char[] path`.
     pub const CGROUP_PATH_OFFSET: &str = "CGROUP_PATH_OFFSET";
+    /// cgroup2 level of the pod root cgroup (see `MAP_POD_ROOT`): the process probes compare the
+    /// current task's ancestor at this level with it.
+    pub const POD_ROOT_LEVEL: &str = "POD_ROOT_LEVEL";
+    /// Byte offset of `exit_code` in `struct task_struct`, read from the kernel's BTF; 0 when
+    /// unknown (the exit probe then reports no exit code).
+    pub const TASK_EXIT_CODE_OFFSET: &str = "TASK_EXIT_CODE_OFFSET";
+    /// Offsets for the raw-tracepoint cgroup probes, from BTF: `cgroup::level`, `cgroup::kn`,
+    /// `cgroup::root`, `kernfs_node::id`, `cgroup_root::hierarchy_id`.
+    pub const CGRP_LEVEL_OFFSET: &str = "CGRP_LEVEL_OFFSET";
+    pub const CGRP_KN_OFFSET: &str = "CGRP_KN_OFFSET";
+    pub const CGRP_ROOT_OFFSET: &str = "CGRP_ROOT_OFFSET";
+    pub const KN_ID_OFFSET: &str = "KN_ID_OFFSET";
+    pub const ROOT_HIERARCHY_ID_OFFSET: &str = "ROOT_HIERARCHY_ID_OFFSET";
 }
 
 /// The header every event starts with.
@@ -91,6 +168,48 @@ pub struct CgroupEvent {
     pub path: [u8; CGROUP_PATH_MAX],
 }
 
+/// `exit_code` of a [`ProcessEvent`] when the kernel's `task_struct` layout is unknown.
+pub const EXIT_CODE_UNKNOWN: u32 = u32::MAX;
+
+/// A process in a pod cgroup ran `execve` or (thread-group leader) exited.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessEvent {
+    /// `kind` is [`KIND_PROCESS_EXEC`] or [`KIND_PROCESS_EXIT`].
+    pub header: EventHeader,
+    /// Thread id (`pid` in kernel terms).
+    pub pid: u32,
+    /// Process id (`tgid`).
+    pub tgid: u32,
+    /// The task's cgroup2 id (its container's cgroup in the unified hierarchy).
+    pub cgroup_id: u64,
+    /// Exit only: the raw `task_struct::exit_code` (`status << 8`, or the signal number in the
+    /// low 7 bits), or [`EXIT_CODE_UNKNOWN`]. 0 for exec.
+    pub exit_code: u32,
+    /// Keeps the struct free of implicit padding.
+    pub _pad: u32,
+    /// The task's command name (NUL-padded): after exec, the new program's.
+    pub comm: [u8; COMM_LEN],
+}
+
+/// The agent entered one of its CRI call markers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CriEvent {
+    /// `kind` is [`KIND_CRI_BEGIN`] or [`KIND_CRI_END`].
+    pub header: EventHeader,
+    /// Index into [`CRI_METHODS`].
+    pub method: u32,
+    /// End only: 1 when the call succeeded, 0 when it failed.
+    pub ok: u32,
+    /// The calling thread.
+    pub pid: u32,
+    /// Number of valid bytes in `uid` (0: the call is not about one pod).
+    pub uid_len: u32,
+    /// The pod UID, as passed by the agent.
+    pub uid: [u8; CRI_UID_MAX],
+}
+
 /// A decoded event borrowing from the ring-buffer bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event<'a> {
@@ -98,6 +217,37 @@ pub enum Event<'a> {
     CgroupMkdir(CgroupRecord<'a>),
     /// `cgroup:cgroup_rmdir`.
     CgroupRmdir(CgroupRecord<'a>),
+    /// `sched:sched_process_exec`.
+    Exec(ProcessRecord<'a>),
+    /// `sched:sched_process_exit`.
+    Exit(ProcessRecord<'a>),
+    /// `swiftlet_cri_call_begin`.
+    CriBegin(CriRecord<'a>),
+    /// `swiftlet_cri_call_end`.
+    CriEnd(CriRecord<'a>),
+}
+
+/// The fields of a [`ProcessEvent`], read safely.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessRecord<'a> {
+    pub ktime_ns: u64,
+    pub pid: u32,
+    pub tgid: u32,
+    pub cgroup_id: u64,
+    pub exit_code: u32,
+    /// The command name up to its first NUL.
+    pub comm: &'a [u8],
+}
+
+/// The fields of a [`CriEvent`], read safely.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CriRecord<'a> {
+    pub ktime_ns: u64,
+    pub method: u32,
+    pub ok: bool,
+    pub pid: u32,
+    /// The pod UID bytes (empty when the call is not about one pod).
+    pub uid: &'a [u8],
 }
 
 /// The fields of a [`CgroupEvent`], read safely.
@@ -126,6 +276,8 @@ pub enum DecodeError {
     },
     /// `path_len` is larger than the path buffer.
     PathTooLong { path_len: u32 },
+    /// `uid_len` is larger than the UID buffer.
+    UidTooLong { uid_len: u32 },
 }
 
 impl core::fmt::Display for DecodeError {
@@ -145,6 +297,9 @@ impl core::fmt::Display for DecodeError {
             ),
             Self::PathTooLong { path_len } => {
                 write!(f, "cgroup path length {path_len} exceeds {CGROUP_PATH_MAX}")
+            }
+            Self::UidTooLong { uid_len } => {
+                write!(f, "pod UID length {uid_len} exceeds {CRI_UID_MAX}")
             }
         }
     }
@@ -193,15 +348,16 @@ pub fn decode(bytes: &[u8]) -> Result<Event<'_>, DecodeError> {
     match header.kind {
         KIND_CGROUP_MKDIR => decode_cgroup(bytes, &header).map(Event::CgroupMkdir),
         KIND_CGROUP_RMDIR => decode_cgroup(bytes, &header).map(Event::CgroupRmdir),
+        KIND_PROCESS_EXEC => decode_process(bytes, &header).map(Event::Exec),
+        KIND_PROCESS_EXIT => decode_process(bytes, &header).map(Event::Exit),
+        KIND_CRI_BEGIN => decode_cri(bytes, &header).map(Event::CriBegin),
+        KIND_CRI_END => decode_cri(bytes, &header).map(Event::CriEnd),
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
 
-fn decode_cgroup<'a>(
-    bytes: &'a [u8],
-    header: &EventHeader,
-) -> Result<CgroupRecord<'a>, DecodeError> {
-    let expected = size_of::<CgroupEvent>();
+/// Checks that the header's `len` is `expected` and that `bytes` hold that many.
+fn check_len(bytes: &[u8], header: &EventHeader, expected: usize) -> Result<(), DecodeError> {
     if usize::try_from(header.len).ok() != Some(expected) {
         return Err(DecodeError::BadLength {
             kind: header.kind,
@@ -215,6 +371,60 @@ fn decode_cgroup<'a>(
             got: bytes.len(),
         });
     }
+    Ok(())
+}
+
+fn decode_process<'a>(
+    bytes: &'a [u8],
+    header: &EventHeader,
+) -> Result<ProcessRecord<'a>, DecodeError> {
+    check_len(bytes, header, size_of::<ProcessEvent>())?;
+    let start = offset_of!(ProcessEvent, comm);
+    let comm = bytes
+        .get(start..start + COMM_LEN)
+        .ok_or(DecodeError::Truncated {
+            needed: start + COMM_LEN,
+            got: bytes.len(),
+        })?;
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
+    Ok(ProcessRecord {
+        ktime_ns: header.ktime_ns,
+        pid: read_u32(bytes, offset_of!(ProcessEvent, pid))?,
+        tgid: read_u32(bytes, offset_of!(ProcessEvent, tgid))?,
+        cgroup_id: read_u64(bytes, offset_of!(ProcessEvent, cgroup_id))?,
+        exit_code: read_u32(bytes, offset_of!(ProcessEvent, exit_code))?,
+        comm: comm.get(..end).unwrap_or(comm),
+    })
+}
+
+fn decode_cri<'a>(bytes: &'a [u8], header: &EventHeader) -> Result<CriRecord<'a>, DecodeError> {
+    check_len(bytes, header, size_of::<CriEvent>())?;
+    let uid_len = read_u32(bytes, offset_of!(CriEvent, uid_len))?;
+    let len = usize::try_from(uid_len)
+        .ok()
+        .filter(|&len| len <= CRI_UID_MAX)
+        .ok_or(DecodeError::UidTooLong { uid_len })?;
+    let start = offset_of!(CriEvent, uid);
+    let uid = bytes
+        .get(start..start + len)
+        .ok_or(DecodeError::Truncated {
+            needed: start + len,
+            got: bytes.len(),
+        })?;
+    Ok(CriRecord {
+        ktime_ns: header.ktime_ns,
+        method: read_u32(bytes, offset_of!(CriEvent, method))?,
+        ok: read_u32(bytes, offset_of!(CriEvent, ok))? != 0,
+        pid: read_u32(bytes, offset_of!(CriEvent, pid))?,
+        uid,
+    })
+}
+
+fn decode_cgroup<'a>(
+    bytes: &'a [u8],
+    header: &EventHeader,
+) -> Result<CgroupRecord<'a>, DecodeError> {
+    check_len(bytes, header, size_of::<CgroupEvent>())?;
     let path_len = read_u32(bytes, offset_of!(CgroupEvent, path_len))?;
     let len = usize::try_from(path_len)
         .ok()
@@ -325,8 +535,111 @@ mod tests {
 
     #[test]
     fn rejects_unknown_kind() {
-        let bytes = cgroup_bytes(3, b"/a");
-        assert_eq!(decode(&bytes), Err(DecodeError::UnknownKind(3)));
+        let bytes = cgroup_bytes(99, b"/a");
+        assert_eq!(decode(&bytes), Err(DecodeError::UnknownKind(99)));
+    }
+
+    fn process_bytes(kind: u32, comm: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; size_of::<ProcessEvent>()];
+        let mut put = |at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
+        put(offset_of!(EventHeader, kind), &kind.to_ne_bytes());
+        put(
+            offset_of!(EventHeader, len),
+            &(size_of::<ProcessEvent>() as u32).to_ne_bytes(),
+        );
+        put(offset_of!(EventHeader, ktime_ns), &42u64.to_ne_bytes());
+        put(offset_of!(ProcessEvent, pid), &11u32.to_ne_bytes());
+        put(offset_of!(ProcessEvent, tgid), &10u32.to_ne_bytes());
+        put(offset_of!(ProcessEvent, cgroup_id), &77u64.to_ne_bytes());
+        put(
+            offset_of!(ProcessEvent, exit_code),
+            &(3u32 << 8).to_ne_bytes(),
+        );
+        put(offset_of!(ProcessEvent, comm), comm);
+        b
+    }
+
+    fn cri_bytes(kind: u32, uid_len: u32, uid: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; size_of::<CriEvent>()];
+        let mut put = |at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
+        put(offset_of!(EventHeader, kind), &kind.to_ne_bytes());
+        put(
+            offset_of!(EventHeader, len),
+            &(size_of::<CriEvent>() as u32).to_ne_bytes(),
+        );
+        put(offset_of!(EventHeader, ktime_ns), &5u64.to_ne_bytes());
+        put(offset_of!(CriEvent, method), &7u32.to_ne_bytes());
+        put(offset_of!(CriEvent, ok), &1u32.to_ne_bytes());
+        put(offset_of!(CriEvent, pid), &99u32.to_ne_bytes());
+        put(offset_of!(CriEvent, uid_len), &uid_len.to_ne_bytes());
+        put(offset_of!(CriEvent, uid), uid);
+        b
+    }
+
+    #[test]
+    fn process_and_cri_layouts_are_stable() {
+        assert_eq!(size_of::<ProcessEvent>(), 56);
+        assert_eq!(offset_of!(ProcessEvent, comm), 40);
+        assert_eq!(size_of::<CriEvent>(), 32 + CRI_UID_MAX);
+        assert_eq!(size_of::<CriEvent>() % 8, 0);
+    }
+
+    #[test]
+    fn decodes_exec_exit_and_cri_events() {
+        let exec = process_bytes(KIND_PROCESS_EXEC, b"sleep\0\0\0");
+        match decode(&exec) {
+            Ok(Event::Exec(r)) => {
+                assert_eq!((r.pid, r.tgid, r.cgroup_id, r.ktime_ns), (11, 10, 77, 42));
+                assert_eq!(r.comm, b"sleep");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // A full 16-byte comm has no NUL.
+        let exit = process_bytes(KIND_PROCESS_EXIT, b"0123456789abcdef");
+        match decode(&exit) {
+            Ok(Event::Exit(r)) => {
+                assert_eq!(r.exit_code, 3 << 8);
+                assert_eq!(r.comm, b"0123456789abcdef");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let uid = b"0b5f1c6e-1111-2222-3333-444455556666";
+        let mut shifted = vec![0u8; 3];
+        shifted.extend(cri_bytes(KIND_CRI_END, uid.len() as u32, uid));
+        match decode(&shifted[3..]) {
+            Ok(Event::CriEnd(r)) => {
+                assert_eq!((r.method, r.ok, r.pid, r.ktime_ns), (7, true, 99, 5));
+                assert_eq!(r.uid, uid);
+                assert_eq!(cri_method_name(r.method), "StartContainer");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rejects_bad_process_and_cri_events() {
+        let bytes = cri_bytes(KIND_CRI_BEGIN, 65, b"");
+        assert_eq!(decode(&bytes), Err(DecodeError::UidTooLong { uid_len: 65 }));
+        let bytes = cri_bytes(KIND_CRI_BEGIN, 1, b"x");
+        assert!(matches!(
+            decode(&bytes[..bytes.len() - 1]),
+            Err(DecodeError::Truncated { .. })
+        ));
+        // A process record claiming the cgroup kind's length.
+        let mut bytes = process_bytes(KIND_PROCESS_EXEC, b"x");
+        bytes[offset_of!(EventHeader, len)..][..4]
+            .copy_from_slice(&(size_of::<CgroupEvent>() as u32).to_ne_bytes());
+        assert!(matches!(decode(&bytes), Err(DecodeError::BadLength { .. })));
+    }
+
+    #[test]
+    fn cri_method_indexes_round_trip() {
+        for (i, name) in CRI_METHODS.iter().enumerate() {
+            assert_eq!(cri_method_index(name), i as u32);
+        }
+        assert_eq!(cri_method_index("NoSuchCall"), u32::MAX);
+        assert_eq!(cri_method_name(cri_method_index("NoSuchCall")), "Other");
+        assert_eq!(cri_method_name(1000), "Other");
     }
 
     #[test]

@@ -1,15 +1,25 @@
 //! eBPF probes: loading them and reading what the kernel saw.
 //!
 //! [`Monitor::start`] loads the probes built from `agent-ebpf/` (embedded at build time), attaches
-//! the `cgroup:cgroup_mkdir`/`cgroup_rmdir` tracepoints and spawns one reader task that drains the
-//! ring buffer whenever it becomes readable (`tokio::io::unix::AsyncFd`), until the cancellation
-//! token fires. Each event is logged at debug level, kept in a bounded ring of recent events and
-//! broadcast to subscribers.
+//! the `cgroup:cgroup_mkdir`/`cgroup_rmdir` and `sched:sched_process_exec`/`sched_process_exit`
+//! tracepoints and the uprobes on the agent's own CRI markers ([`crate::cri`]), and spawns one
+//! reader task that drains the ring buffer whenever it becomes readable
+//! (`tokio::io::unix::AsyncFd`) or every [`POLL_INTERVAL`], until the cancellation token fires.
+//! Cgroup events are logged at debug level, kept in a bounded ring of recent events and broadcast
+//! to subscribers; every event is also sent to the optional [`Config::events`] sink (the
+//! [`crate::trace`] timeline).
+//!
+//! The process probes only report tasks below the pod root cgroup (`<cgroup-root>/kubepods`) in
+//! the cgroup2 hierarchy (on a hybrid host runc also places containers in
+//! `/sys/fs/cgroup/unified`): the loader makes sure that directory exists and hands its cgroup id
+//! (its inode number) and level to the probes. The exit code is read from `task_struct` at the
+//! offset found in the kernel's BTF ([`btf`]).
 //!
 //! The probes need to know where the fields of the tracepoint record are; this module reads them
 //! from the tracepoint's `format` file (mounting tracefs when it is missing and we are root) and
 //! writes them into the probes' read-only globals before the verifier sees the program.
 
+pub mod btf;
 pub mod tracefs;
 
 use std::{
@@ -24,13 +34,14 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{MapData, MapError, PerCpuArray, RingBuf},
-    programs::{ProgramError, TracePoint},
+    maps::{Array, MapData, MapError, PerCpuArray, RingBuf},
+    programs::{ProgramError, RawTracePoint, TracePoint, UProbe, uprobe::UProbeScope},
 };
+use std::path::{Path, PathBuf};
 use swiftlet_ebpf_common as common;
 use tokio::{
     io::{Interest, unix::AsyncFd},
-    sync::broadcast,
+    sync::{broadcast, mpsc},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -52,6 +63,119 @@ fn probe_object() -> &'static [u8] {
 
 /// The tracepoints the probes attach to; the program names equal the tracepoint names.
 const CGROUP_TRACEPOINTS: [&str; 2] = ["cgroup_mkdir", "cgroup_rmdir"];
+/// The same probes as raw tracepoints (program, tracepoint): used when the kernel's BTF gives the
+/// struct offsets they need; they skip the trace record the kernel assembles for the others.
+const CGROUP_RAW_TRACEPOINTS: [(&str, &str); 2] = [
+    ("cg_mkdir_raw", "cgroup_mkdir"),
+    ("cg_rmdir_raw", "cgroup_rmdir"),
+];
+/// `(struct, member)` offsets the raw cgroup probes read, in the order of
+/// [`RAW_CGROUP_GLOBALS`].
+const RAW_CGROUP_FIELDS: [(&str, &str); 5] = [
+    ("cgroup", "level"),
+    ("cgroup", "kn"),
+    ("cgroup", "root"),
+    ("kernfs_node", "id"),
+    ("cgroup_root", "hierarchy_id"),
+];
+const RAW_CGROUP_GLOBALS: [&str; 5] = [
+    common::globals::CGRP_LEVEL_OFFSET,
+    common::globals::CGRP_KN_OFFSET,
+    common::globals::CGRP_ROOT_OFFSET,
+    common::globals::KN_ID_OFFSET,
+    common::globals::ROOT_HIERARCHY_ID_OFFSET,
+];
+const SCHED_TRACEPOINTS: [&str; 2] = ["sched_process_exec", "sched_process_exit"];
+/// Uprobe programs and the agent symbols they attach to.
+const CRI_UPROBES: [(&str, &str); 2] = [
+    ("cri_begin", common::CRI_BEGIN_SYMBOL),
+    ("cri_end", common::CRI_END_SYMBOL),
+];
+
+/// What the probes should watch besides cgroups.
+#[derive(Debug, Default)]
+pub struct Config {
+    /// The cgroup (relative to each hierarchy's root, e.g. `/kubepods`) every pod cgroup lives
+    /// below. The process probes report only tasks below it; `None` turns them off.
+    pub pod_root: Option<String>,
+    /// Receives every decoded event (cgroup, process, CRI marker) in ring-buffer order.
+    pub events: Option<mpsc::UnboundedSender<KernelEvent>>,
+    /// Attach the uprobes on this binary's `swiftlet_cri_call_begin`/`_end` markers (a binary that
+    /// never calls them, such as a test, may not contain them).
+    pub cri_markers: bool,
+    /// Use the classic `cgroup:*` tracepoints even when BTF allows the cheaper raw ones (for
+    /// comparing the two).
+    pub classic_cgroup_tracepoints: bool,
+}
+
+/// A process in a pod cgroup ran `execve` or exited.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ProcessEvent {
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub ktime_ns: u64,
+    pub pid: u32,
+    pub tgid: u32,
+    /// The task's cgroup2 id (its container's cgroup).
+    pub cgroup_id: u64,
+    pub comm: String,
+    /// Exit only: the container-style exit code (the status, or 128 + the signal number), when
+    /// the kernel's layout was known.
+    pub exit_code: Option<i32>,
+}
+
+/// The agent entered a CRI call marker.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CriMark {
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub ktime_ns: u64,
+    pub method: &'static str,
+    /// The pod UID the call was about (empty when none).
+    pub uid: String,
+    /// `None` for a begin marker; the call's outcome for an end marker.
+    pub ok: Option<bool>,
+}
+
+/// Everything the probes report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelEvent {
+    Cgroup(CgroupEvent),
+    Exec(ProcessEvent),
+    Exit(ProcessEvent),
+    Cri(CriMark),
+}
+
+/// Container-style exit code from a raw `task_struct::exit_code`.
+pub fn exit_code(raw: u32) -> Option<i32> {
+    if raw == common::EXIT_CODE_UNKNOWN {
+        return None;
+    }
+    let signal = raw & 0x7f;
+    Some(if signal != 0 {
+        128 + signal as i32
+    } else {
+        ((raw >> 8) & 0xff) as i32
+    })
+}
+
+fn process_event(r: &common::ProcessRecord<'_>) -> ProcessEvent {
+    ProcessEvent {
+        ktime_ns: r.ktime_ns,
+        pid: r.pid,
+        tgid: r.tgid,
+        cgroup_id: r.cgroup_id,
+        comm: String::from_utf8_lossy(r.comm).into_owned(),
+        exit_code: exit_code(r.exit_code),
+    }
+}
+
+fn cri_mark(r: &common::CriRecord<'_>, end: bool) -> CriMark {
+    CriMark {
+        ktime_ns: r.ktime_ns,
+        method: common::cri_method_name(r.method),
+        uid: String::from_utf8_lossy(r.uid).into_owned(),
+        ok: end.then_some(r.ok),
+    }
+}
 
 /// Whether to run the eBPF probes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -160,6 +284,21 @@ pub enum Error {
     },
     #[error("registering the ring buffer with tokio: {0}")]
     AsyncFd(#[source] std::io::Error),
+    #[error("eBPF uprobe {name} on {symbol} in this binary: {source}")]
+    Uprobe {
+        name: &'static str,
+        symbol: &'static str,
+        #[source]
+        source: Box<ProgramError>,
+    },
+    #[error("no cgroup2 hierarchy is mounted (needed to follow pod processes)")]
+    NoCgroup2,
+    #[error("pod root cgroup {path}: {source}")]
+    PodRoot {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// State shared between the reader task and every [`Monitor`] handle.
@@ -170,16 +309,25 @@ struct Shared {
     seen: AtomicU64,
     /// Records the agent could not decode (counted as lost).
     undecodable: AtomicU64,
+    sink: Option<mpsc::UnboundedSender<KernelEvent>>,
 }
 
 impl Shared {
-    fn new() -> Self {
+    fn new(sink: Option<mpsc::UnboundedSender<KernelEvent>>) -> Self {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
         Self {
             recent: Mutex::new(VecDeque::with_capacity(RECENT_CAPACITY)),
             tx,
             seen: AtomicU64::new(0),
             undecodable: AtomicU64::new(0),
+            sink,
+        }
+    }
+
+    fn forward(&self, event: KernelEvent) {
+        if let Some(sink) = &self.sink {
+            // A closed sink (the timeline stopped) is fine.
+            let _ = sink.send(event);
         }
     }
 
@@ -188,6 +336,19 @@ impl Shared {
         let event = match common::decode(bytes) {
             Ok(common::Event::CgroupMkdir(r)) => cgroup_event(CgroupEventKind::Mkdir, &r),
             Ok(common::Event::CgroupRmdir(r)) => cgroup_event(CgroupEventKind::Rmdir, &r),
+            Ok(other) => {
+                self.seen.fetch_add(1, Ordering::Relaxed);
+                let event = match other {
+                    common::Event::Exec(r) => KernelEvent::Exec(process_event(&r)),
+                    common::Event::Exit(r) => KernelEvent::Exit(process_event(&r)),
+                    common::Event::CriBegin(r) => KernelEvent::Cri(cri_mark(&r, false)),
+                    common::Event::CriEnd(r) => KernelEvent::Cri(cri_mark(&r, true)),
+                    common::Event::CgroupMkdir(_) | common::Event::CgroupRmdir(_) => return,
+                };
+                tracing::trace!(?event, "eBPF event");
+                self.forward(event);
+                return;
+            }
             Err(error) => {
                 self.undecodable.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, len = bytes.len(), "undecodable eBPF event");
@@ -216,6 +377,7 @@ impl Shared {
             }
             recent.push_back(event.clone());
         }
+        self.forward(KernelEvent::Cgroup(event.clone()));
         // No subscribers is fine.
         let _ = self.tx.send(event);
     }
@@ -253,11 +415,15 @@ impl Monitor {
     ///
     /// Must be called inside a tokio runtime (the reader task is spawned on it). The probes stay
     /// attached until `cancel` fires.
-    pub fn start(mode: Mode, cancel: CancellationToken) -> Result<Option<Monitor>, Error> {
+    pub fn start(
+        mode: Mode,
+        config: Config,
+        cancel: CancellationToken,
+    ) -> Result<Option<Monitor>, Error> {
         match mode {
             Mode::Off => Ok(None),
-            Mode::On => Self::load(cancel).map(Some),
-            Mode::Auto => match Self::load(cancel) {
+            Mode::On => Self::load(config, cancel).map(Some),
+            Mode::Auto => match Self::load(config, cancel) {
                 Ok(monitor) => Ok(Some(monitor)),
                 Err(error) => {
                     tracing::warn!(
@@ -304,7 +470,7 @@ impl Monitor {
         total
     }
 
-    fn load(cancel: CancellationToken) -> Result<Monitor, Error> {
+    fn load(config: Config, cancel: CancellationToken) -> Result<Monitor, Error> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         raise_memlock_rlimit();
 
@@ -318,15 +484,85 @@ impl Monitor {
             });
         }
 
-        let mut ebpf = EbpfLoader::new()
+        // Without a cgroup2 hierarchy (a pure cgroup v1 host) the process probes cannot tell pod
+        // processes apart: the cgroup and CRI probes still load.
+        let pod_root = match config.pod_root.as_deref().map(pod_root_cgroup).transpose() {
+            Ok(root) => root,
+            Err(error) => {
+                tracing::warn!(%error, "process exec/exit probes off");
+                None
+            }
+        };
+        let exit_code_offset =
+            match btf::member_offset(Path::new(btf::VMLINUX), "task_struct", "exit_code") {
+                Ok(offset) => offset,
+                Err(error) => {
+                    tracing::warn!(%error, "exit codes will not be reported by the eBPF probes");
+                    0
+                }
+            };
+        let root_level = pod_root.as_ref().map_or(0, |r| r.level);
+        let raw_offsets = match btf::member_offsets(Path::new(btf::VMLINUX), &RAW_CGROUP_FIELDS) {
+            Ok(_) if config.classic_cgroup_tracepoints => None,
+            Ok(offsets) => Some(offsets),
+            Err(error) => {
+                tracing::info!(%error, "cgroup probes use classic tracepoints");
+                None
+            }
+        };
+
+        let mut loader = EbpfLoader::new();
+        if let Some(offsets) = &raw_offsets {
+            for (name, offset) in RAW_CGROUP_GLOBALS.iter().zip(offsets) {
+                loader.override_global(name, offset, true);
+            }
+        }
+        let mut ebpf = loader
             .override_global(common::globals::CGROUP_ROOT_OFFSET, &layout.root, true)
             .override_global(common::globals::CGROUP_LEVEL_OFFSET, &layout.level, true)
             .override_global(common::globals::CGROUP_ID_OFFSET, &layout.id, true)
             .override_global(common::globals::CGROUP_PATH_OFFSET, &layout.path, true)
+            .override_global(common::globals::POD_ROOT_LEVEL, &root_level, true)
+            .override_global(
+                common::globals::TASK_EXIT_CODE_OFFSET,
+                &exit_code_offset,
+                true,
+            )
             .load(probe_object())
             .map_err(Error::Load)?;
-        for name in CGROUP_TRACEPOINTS {
-            attach_tracepoint(&mut ebpf, "cgroup", name)?;
+        if raw_offsets.is_some() {
+            for (name, tracepoint) in CGROUP_RAW_TRACEPOINTS {
+                attach_raw_tracepoint(&mut ebpf, name, tracepoint)?;
+            }
+        } else {
+            for name in CGROUP_TRACEPOINTS {
+                attach_tracepoint(&mut ebpf, "cgroup", name)?;
+            }
+        }
+        if let Some(root) = &pod_root {
+            let mut map: Array<_, u64> = Array::try_from(
+                ebpf.map_mut(common::MAP_POD_ROOT)
+                    .ok_or(Error::MissingMap {
+                        name: common::MAP_POD_ROOT,
+                    })?,
+            )
+            .map_err(|source| Error::Map {
+                name: common::MAP_POD_ROOT,
+                source,
+            })?;
+            map.set(0, root.id, 0).map_err(|source| Error::Map {
+                name: common::MAP_POD_ROOT,
+                source,
+            })?;
+            for name in SCHED_TRACEPOINTS {
+                attach_tracepoint(&mut ebpf, "sched", name)?;
+            }
+        }
+        if config.cri_markers {
+            let exe = PathBuf::from("/proc/self/exe");
+            for (name, symbol) in CRI_UPROBES {
+                attach_uprobe(&mut ebpf, name, symbol, &exe)?;
+            }
         }
 
         let events = take_map(&mut ebpf, common::MAP_EVENTS)?;
@@ -347,10 +583,14 @@ impl Monitor {
             unsafe { AsyncFd::register_with_interest(events, Interest::READABLE) }
                 .map_err(|e| Error::AsyncFd(e.into_parts().1))?
         };
-        let shared = Arc::new(Shared::new());
+        let shared = Arc::new(Shared::new(config.events));
         runtime.spawn(read_events(events, ebpf, Arc::clone(&shared), cancel));
         tracing::info!(
-            tracepoints = ?CGROUP_TRACEPOINTS,
+            raw_cgroup_tracepoints = raw_offsets.is_some(),
+            process_probes = pod_root.is_some(),
+            pod_root = ?pod_root,
+            exit_code_offset,
+            cri_markers = config.cri_markers,
             tracefs = %tracefs.display(),
             "eBPF probes attached"
         );
@@ -361,19 +601,110 @@ impl Monitor {
     }
 }
 
+/// The loaded-or-not program `name` as a `P` (tracepoint, raw tracepoint, ...).
+fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, Error>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or(Error::MissingProgram { name })?
+        .try_into()
+        .map_err(|source| Error::Program { name, source })
+}
+
 fn attach_tracepoint(ebpf: &mut Ebpf, category: &str, name: &'static str) -> Result<(), Error> {
-    let program: &mut TracePoint = ebpf
+    let program: &mut TracePoint = program(ebpf, name)?;
+    let err = |source| Error::Program { name, source };
+    program.load().map_err(err)?;
+    program.attach(category, name).map_err(err)?;
+    Ok(())
+}
+
+fn attach_raw_tracepoint(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    tracepoint: &str,
+) -> Result<(), Error> {
+    let program: &mut RawTracePoint = program(ebpf, name)?;
+    let err = |source| Error::Program { name, source };
+    program.load().map_err(err)?;
+    program.attach(tracepoint).map_err(err)?;
+    Ok(())
+}
+
+fn attach_uprobe(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    symbol: &'static str,
+    target: &Path,
+) -> Result<(), Error> {
+    let err = |source| Error::Uprobe {
+        name,
+        symbol,
+        source: Box::new(source),
+    };
+    let program: &mut UProbe = ebpf
         .program_mut(name)
         .ok_or(Error::MissingProgram { name })?
         .try_into()
-        .map_err(|source| Error::Program { name, source })?;
+        .map_err(err)?;
+    program.load().map_err(err)?;
+    // The uprobe filter matches on the address space, so every thread of this process fires it
+    // and other processes running the same binary (other agents) do not.
     program
-        .load()
-        .map_err(|source| Error::Program { name, source })?;
-    program
-        .attach(category, name)
-        .map_err(|source| Error::Program { name, source })?;
+        .attach(symbol, target, UProbeScope::CallingProcess)
+        .map_err(err)?;
     Ok(())
+}
+
+/// The cgroup2 directory every pod lives below, its id and level.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PodRoot {
+    dir: PathBuf,
+    id: u64,
+    level: u32,
+}
+
+/// Makes sure `<cgroup2 mount>/<pod_root>` exists (runc would create it with the first pod
+/// anyway) and returns its cgroup id: on cgroup2 a cgroup's id is its directory's inode number.
+fn pod_root_cgroup(pod_root: &str) -> Result<PodRoot, Error> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mount = cgroup2_mount().ok_or(Error::NoCgroup2)?;
+    let relative: PathBuf = pod_root
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != "." && *c != "..")
+        .collect();
+    let level = relative.components().count() as u32;
+    let dir = mount.join(&relative);
+    std::fs::create_dir_all(&dir).map_err(|source| Error::PodRoot {
+        path: dir.clone(),
+        source,
+    })?;
+    let id = std::fs::metadata(&dir)
+        .map_err(|source| Error::PodRoot {
+            path: dir.clone(),
+            source,
+        })?
+        .ino();
+    Ok(PodRoot { dir, id, level })
+}
+
+/// Where the cgroup2 hierarchy is mounted (`/sys/fs/cgroup` on pure v2 hosts,
+/// `/sys/fs/cgroup/unified` on hybrid ones), from `/proc/self/mountinfo`.
+fn cgroup2_mount() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    cgroup2_mount_in(&text)
+}
+
+fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        // `<id> <parent> <maj:min> <root> <mount point> <options> ... - <fstype> <source> ...`
+        let (left, right) = line.split_once(" - ")?;
+        if right.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        left.split_whitespace().nth(4).map(PathBuf::from)
+    })
 }
 
 fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, Error> {

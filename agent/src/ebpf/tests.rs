@@ -67,7 +67,7 @@ fn raw_cgroup_event(kind: u32, path: &[u8], ktime_ns: u64) -> Vec<u8> {
 
 #[test]
 fn record_decodes_keeps_and_broadcasts() {
-    let shared = Shared::new();
+    let shared = Shared::new(None);
     let mut rx = shared.tx.subscribe();
     shared.record(&raw_cgroup_event(common::KIND_CGROUP_MKDIR, b"/a/pod1", 10));
     shared.record(&raw_cgroup_event(
@@ -100,7 +100,7 @@ fn record_decodes_keeps_and_broadcasts() {
 
 #[test]
 fn record_counts_undecodable_bytes() {
-    let shared = Shared::new();
+    let shared = Shared::new(None);
     shared.record(&[1, 2, 3]);
     shared.record(&raw_cgroup_event(99, b"/x", 1));
     let mut truncated = raw_cgroup_event(common::KIND_CGROUP_MKDIR, b"/x", 1);
@@ -113,7 +113,7 @@ fn record_counts_undecodable_bytes() {
 
 #[test]
 fn recent_events_are_bounded_oldest_dropped() {
-    let shared = Shared::new();
+    let shared = Shared::new(None);
     let total = RECENT_CAPACITY + 10;
     for i in 0..total {
         let ktime = u64::try_from(i).expect("small");
@@ -130,15 +130,18 @@ fn recent_events_are_bounded_oldest_dropped() {
 
 #[test]
 fn off_loads_nothing_and_needs_no_runtime() {
-    let started = Monitor::start(Mode::Off, CancellationToken::new()).expect("off never fails");
+    let started = Monitor::start(Mode::Off, Config::default(), CancellationToken::new())
+        .expect("off never fails");
     assert!(started.is_none());
 }
 
 #[test]
 fn on_outside_a_runtime_is_an_error_and_auto_is_not() {
-    let err = Monitor::start(Mode::On, CancellationToken::new()).expect_err("no runtime");
+    let err = Monitor::start(Mode::On, Config::default(), CancellationToken::new())
+        .expect_err("no runtime");
     assert!(matches!(err, Error::NoRuntime), "{err}");
-    let auto = Monitor::start(Mode::Auto, CancellationToken::new()).expect("auto never fails");
+    let auto = Monitor::start(Mode::Auto, Config::default(), CancellationToken::new())
+        .expect("auto never fails");
     assert!(auto.is_none());
 }
 
@@ -208,13 +211,31 @@ async fn wait_for(
     found.unwrap_or_else(|_| panic!("no {kind} event for {path} within 5 s"))
 }
 
+/// The raw-tracepoint probes (offsets from BTF).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sees_cgroup_mkdir_and_rmdir() {
     if !have_root("sees_cgroup_mkdir_and_rmdir") {
         return;
     }
+    cgroup_mkdir_and_rmdir(false).await;
+}
+
+/// The classic-tracepoint probes (offsets from the tracepoint format).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sees_cgroup_mkdir_and_rmdir_with_classic_tracepoints() {
+    if !have_root("sees_cgroup_mkdir_and_rmdir_with_classic_tracepoints") {
+        return;
+    }
+    cgroup_mkdir_and_rmdir(true).await;
+}
+
+async fn cgroup_mkdir_and_rmdir(classic: bool) {
     let cancel = CancellationToken::new();
-    let monitor = Monitor::start(Mode::On, cancel.clone())
+    let config = Config {
+        classic_cgroup_tracepoints: classic,
+        ..Config::default()
+    };
+    let monitor = Monitor::start(Mode::On, config, cancel.clone())
         .expect("probes load as root")
         .expect("Mode::On returns a monitor");
     let mut rx = monitor.subscribe();
@@ -250,7 +271,7 @@ async fn burst_of_cgroups_loses_nothing() {
     }
     const DIRS: usize = 1000;
     let cancel = CancellationToken::new();
-    let monitor = Monitor::start(Mode::On, cancel.clone())
+    let monitor = Monitor::start(Mode::On, Config::default(), cancel.clone())
         .expect("probes load as root")
         .expect("Mode::On returns a monitor");
     let parent = cgroup_parent();
@@ -269,8 +290,17 @@ async fn burst_of_cgroups_loses_nothing() {
     let churn_time = started.elapsed();
 
     let want = before + 2 * u64::try_from(DIRS).expect("small");
+    let ours = || {
+        monitor
+            .recent_cgroup_events()
+            .into_iter()
+            .filter(|e| e.path.starts_with(&format!("/{prefix}-")))
+            .count()
+    };
+    // Wait for our own events: other processes on the machine make cgroups too, so the seen
+    // counter alone can reach `want` before the last of ours is drained.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while monitor.events_seen() < want && Instant::now() < deadline {
+    while (monitor.events_seen() < want || ours() < 2 * DIRS) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     eprintln!(
@@ -283,7 +313,10 @@ async fn burst_of_cgroups_loses_nothing() {
     if stats.is_ok() {
         let (mut runs, mut time) = (0u64, Duration::ZERO);
         for info in aya::programs::loaded_programs().flatten() {
-            if matches!(info.name_as_str(), Some("cgroup_mkdir" | "cgroup_rmdir")) {
+            if matches!(
+                info.name_as_str(),
+                Some("cgroup_mkdir" | "cgroup_rmdir" | "cg_mkdir_raw" | "cg_rmdir_raw")
+            ) {
                 runs += info.run_count();
                 time += info.run_time();
             }
@@ -295,13 +328,8 @@ async fn burst_of_cgroups_loses_nothing() {
     drop(stats);
     assert!(monitor.events_seen() >= want, "not every event arrived");
     assert_eq!(monitor.events_lost(), 0);
-    let ours = monitor
-        .recent_cgroup_events()
-        .into_iter()
-        .filter(|e| e.path.starts_with(&format!("/{prefix}-")))
-        .count();
     assert_eq!(
-        ours,
+        ours(),
         2 * DIRS,
         "every one of our events is in the recent ring"
     );
@@ -314,4 +342,145 @@ fn churn(parent: &Path, prefix: &str, dirs: usize) {
         std::fs::create_dir(&dir.0).expect("mkdir cgroup");
         std::fs::remove_dir(&dir.0).expect("rmdir cgroup");
     }
+}
+
+/// Waits for the first event on `rx` that `want` accepts.
+async fn wait_kernel(
+    rx: &mut mpsc::UnboundedReceiver<KernelEvent>,
+    what: &str,
+    mut want: impl FnMut(&KernelEvent) -> bool,
+) -> KernelEvent {
+    let found = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match rx.recv().await {
+                Some(event) if want(&event) => return event,
+                Some(_) => {}
+                None => panic!("event sink closed"),
+            }
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("no {what} within 5 s"))
+}
+
+/// A process started in a cgroup below the pod root yields an exec event with that cgroup's id
+/// and an exit event with its exit code; one outside it yields nothing. The CRI markers called
+/// from here yield begin/end events with the method and UID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sees_pod_process_exec_exit_and_cri_markers() {
+    use std::os::unix::fs::MetadataExt as _;
+    if !have_root("sees_pod_process_exec_exit_and_cri_markers") {
+        return;
+    }
+    let mount = cgroup2_mount().expect("a cgroup2 hierarchy is mounted");
+    let root_name = unique_name("swiftlet-ebpf-proc");
+    let pod_root = format!("/{root_name}/kubepods");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let _monitor = Monitor::start(
+        Mode::On,
+        Config {
+            pod_root: Some(pod_root.clone()),
+            events: Some(tx),
+            cri_markers: true,
+            classic_cgroup_tracepoints: false,
+        },
+        cancel.clone(),
+    )
+    .expect("probes load as root")
+    .expect("Mode::On returns a monitor");
+    // Removed in reverse order on drop.
+    let top = CgroupDir(mount.join(&root_name));
+    let kubepods = CgroupDir(mount.join(&pod_root[1..]));
+    let pod = CgroupDir(kubepods.0.join("podtest"));
+    let container = CgroupDir(pod.0.join("ctr"));
+    std::fs::create_dir_all(&container.0).expect("mkdir container cgroup");
+    let container_id = std::fs::metadata(&container.0).expect("stat").ino();
+
+    // Outside the pod root: filtered out in the kernel.
+    let status = std::process::Command::new("/bin/sh")
+        .args(["-c", "exit 0"])
+        .status()
+        .expect("run sh");
+    assert!(status.success());
+    // Inside: join the container cgroup, then exec a shell that exits with 3.
+    let procs = container.0.join("cgroup.procs");
+    let script = format!("echo $$ > {}; exec /bin/sh -c 'exit 3'", procs.display());
+    let status = std::process::Command::new("/bin/sh")
+        .args(["-c", &script])
+        .status()
+        .expect("run sh");
+    assert_eq!(status.code(), Some(3));
+
+    let exec = wait_kernel(
+        &mut rx,
+        "exec in the container cgroup",
+        |e| matches!(e, KernelEvent::Exec(p) if p.cgroup_id == container_id),
+    )
+    .await;
+    let exit = wait_kernel(
+        &mut rx,
+        "exit in the container cgroup",
+        |e| matches!(e, KernelEvent::Exit(p) if p.cgroup_id == container_id),
+    )
+    .await;
+    let (KernelEvent::Exec(exec), KernelEvent::Exit(exit)) = (exec, exit) else {
+        unreachable!("matched above");
+    };
+    assert_eq!(exec.tgid, exit.tgid, "the same process");
+    assert_eq!(exit.exit_code, Some(3));
+    assert!(exit.ktime_ns >= exec.ktime_ns);
+
+    let uid = "0b5f1c6e-1111-2222-3333-444455556666";
+    let method = common::cri_method_index("StartContainer");
+    crate::cri::swiftlet_cri_call_begin(method, uid.as_ptr(), uid.len());
+    crate::cri::swiftlet_cri_call_end(method, uid.as_ptr(), uid.len(), 1);
+    let begin = wait_kernel(
+        &mut rx,
+        "CRI begin marker",
+        |e| matches!(e, KernelEvent::Cri(m) if m.uid == uid && m.ok.is_none()),
+    )
+    .await;
+    let end = wait_kernel(
+        &mut rx,
+        "CRI end marker",
+        |e| matches!(e, KernelEvent::Cri(m) if m.uid == uid && m.ok.is_some()),
+    )
+    .await;
+    let (KernelEvent::Cri(begin), KernelEvent::Cri(end)) = (begin, end) else {
+        unreachable!("matched above");
+    };
+    assert_eq!(
+        (begin.method, end.method),
+        ("StartContainer", "StartContainer")
+    );
+    assert_eq!(end.ok, Some(true));
+    assert!(end.ktime_ns >= begin.ktime_ns);
+
+    cancel.cancel();
+    drop((container, pod, kubepods, top));
+}
+
+#[test]
+fn exit_codes_follow_the_container_convention() {
+    assert_eq!(exit_code(3 << 8), Some(3));
+    assert_eq!(exit_code(0), Some(0));
+    assert_eq!(exit_code(9), Some(137), "SIGKILL");
+    assert_eq!(exit_code(15 | 0x80), Some(143), "SIGTERM with a core flag");
+    assert_eq!(exit_code(common::EXIT_CODE_UNKNOWN), None);
+}
+
+#[test]
+fn finds_the_cgroup2_mount() {
+    let hybrid = "25 30 0:22 / /sys/fs/cgroup ro - tmpfs tmpfs ro,mode=755\n\
+                  26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n\
+                  27 25 0:24 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory";
+    assert_eq!(
+        cgroup2_mount_in(hybrid),
+        Some(PathBuf::from("/sys/fs/cgroup/unified"))
+    );
+    assert_eq!(
+        cgroup2_mount_in("27 25 0:24 / /x rw - cgroup cgroup rw"),
+        None
+    );
 }

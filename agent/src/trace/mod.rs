@@ -1,0 +1,661 @@
+//! Per-pod startup timelines on one clock (CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns`).
+//!
+//! The [`Tracer`] joins three observers:
+//! - the agent's own marks: source seen (from the `kubernetes.io/config.seen` annotation),
+//!   admitted (handed to a worker), worker started, Running observed;
+//! - the CRI calls, from the uprobes on the `swiftlet_cri_call_begin`/`_end` markers ([`crate::cri`]);
+//! - what the kernel saw: pod cgroup created/removed, each container's first exec and its exit.
+//!
+//! Kernel events arrive through the [`crate::ebpf::Config::events`] sink and are consumed by
+//! [`Tracer::run`]. Timelines are exposed as the `swiftlet_pod_start_phase_duration_seconds{phase}`
+//! histograms, on the `swiftlet.v1.PodTrace` gRPC service ([`server`]) and as JSON on
+//! `/debug/trace/pods`.
+
+pub mod server;
+pub mod timeline;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use k8s_openapi::api::core::v1::Pod;
+use swiftlet_proto::v1 as proto;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::ebpf::{CgroupEventKind, KernelEvent, Monitor};
+use crate::metrics::{Metrics, PhaseLabel};
+pub use timeline::{Mark, Observer, Phase, PodRecord};
+
+/// How many pods the tracer remembers; the oldest are forgotten first.
+pub const MAX_PODS: usize = 4096;
+/// Capacity of the update channel behind [`Tracer::subscribe`].
+pub const UPDATES_CAPACITY: usize = 1024;
+
+/// CLOCK_MONOTONIC now, in nanoseconds (the clock `bpf_ktime_get_ns` reads).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// The monotonic time of a wall-clock `config.seen` stamp: now minus how long ago it was.
+fn seen_monotonic(pod: &Pod, now_mono: u64) -> Option<u64> {
+    let seen: jiff::Timestamp = pod
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(crate::config::CONFIG_SEEN_ANNOTATION)?
+        .parse()
+        .ok()?;
+    let ago = jiff::Timestamp::now().duration_since(seen).as_nanos();
+    let ago = u64::try_from(ago.max(0)).ok()?;
+    Some(now_mono.saturating_sub(ago))
+}
+
+#[derive(Default)]
+struct State {
+    pods: HashMap<String, PodRecord>,
+    /// cgroup2 id of a container cgroup -> (pod UID, when it was created), from `cgroup_mkdir`
+    /// on the cgroup2 hierarchy.
+    cgroup_owner: HashMap<u64, (String, u64)>,
+}
+
+impl State {
+    fn evict(&mut self) {
+        while self.pods.len() > MAX_PODS {
+            let Some(oldest) = self
+                .pods
+                .values()
+                .min_by_key(|p| p.source_seen_ns.unwrap_or(0))
+                .map(|p| p.uid.clone())
+            else {
+                return;
+            };
+            self.pods.remove(&oldest);
+            self.cgroup_owner.retain(|_, (uid, _)| *uid != oldest);
+        }
+    }
+}
+
+struct Shared {
+    state: Mutex<State>,
+    updates: broadcast::Sender<proto::PodTimeline>,
+    metrics: Metrics,
+    monitor: OnceLock<Monitor>,
+    kernel: AtomicBool,
+}
+
+/// Handle on the timelines. Cheap to clone.
+#[derive(Clone)]
+pub struct Tracer {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracer").finish_non_exhaustive()
+    }
+}
+
+/// The hierarchy id of cgroup2 (`0::/...` in `/proc/<pid>/cgroup`).
+const CGROUP2_HIERARCHY: u32 = 0;
+
+/// `(pod uid, child)` when `path` names a pod cgroup `.../pod<uid>` (child `None`) or a cgroup
+/// right below one (`.../pod<uid>/<child>`).
+fn pod_of_path(path: &str) -> Option<(&str, Option<&str>)> {
+    let mut parts = path.rsplit('/').filter(|p| !p.is_empty());
+    let last = parts.next()?;
+    if let Some(uid) = last.strip_prefix("pod") {
+        return Some((uid, None));
+    }
+    let parent = parts.next()?;
+    parent.strip_prefix("pod").map(|uid| (uid, Some(last)))
+}
+
+impl Tracer {
+    pub fn new(metrics: Metrics) -> Self {
+        let (updates, _) = broadcast::channel(UPDATES_CAPACITY);
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                updates,
+                metrics,
+                monitor: OnceLock::new(),
+                kernel: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Tells the tracer the probes are loaded (their loss counter is reported, and timelines wait
+    /// for the kernel's phases before counting as complete).
+    pub fn set_monitor(&self, monitor: Monitor) {
+        let _ = self.shared.monitor.set(monitor);
+        self.shared.kernel.store(true, Ordering::Release);
+    }
+
+    #[cfg(test)]
+    fn set_monitor_for_test(&self) {
+        self.shared.kernel.store(true, Ordering::Release);
+    }
+
+    pub fn probes_loaded(&self) -> bool {
+        self.shared.kernel.load(Ordering::Acquire)
+    }
+
+    pub fn events_lost(&self) -> u64 {
+        self.shared.monitor.get().map_or(0, Monitor::events_lost)
+    }
+
+    pub fn events_seen(&self) -> u64 {
+        self.shared.monitor.get().map_or(0, Monitor::events_seen)
+    }
+
+    fn with_pod(&self, uid: &str, f: impl FnOnce(&mut PodRecord)) {
+        let mut state = self
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(pod) = state.pods.get_mut(uid) else {
+            return;
+        };
+        f(pod);
+        let snapshot = pod.clone();
+        let first_complete = !pod.observed && pod.complete(self.probes_loaded());
+        if first_complete {
+            pod.observed = true;
+        }
+        drop(state);
+        self.publish(&snapshot, first_complete);
+    }
+
+    /// Sends the timeline to watchers once the pod is Running (every change after that), and on
+    /// the first complete timeline feeds the phase histograms.
+    fn publish(&self, pod: &PodRecord, first_complete: bool) {
+        if first_complete {
+            for phase in pod.breakdown() {
+                self.shared
+                    .metrics
+                    .pod_start_phase_duration_seconds
+                    .get_or_create(&PhaseLabel {
+                        phase: phase.kind.clone(),
+                    })
+                    .observe(phase.ms() / 1e3);
+            }
+        }
+        if pod.running_observed_ns.is_some() {
+            // No watcher is fine.
+            let _ = self.shared.updates.send(self.to_proto(pod));
+        }
+    }
+
+    /// The sync loop saw a new pod from a source (`admitted`: it hands it to a worker now).
+    pub fn pod_admitted(&self, uid: &str, pod: &Pod) {
+        let now = monotonic_ns();
+        {
+            let mut state = self
+                .shared
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if state.pods.contains_key(uid) {
+                return;
+            }
+            let mut record = PodRecord::new(uid);
+            record.name = pod.metadata.name.clone().unwrap_or_default();
+            record.namespace = pod.metadata.namespace.clone().unwrap_or_default();
+            record.containers = pod
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .map(|c| c.name.clone())
+                .collect();
+            record.source_seen_ns = Some(seen_monotonic(pod, now).unwrap_or(now).min(now));
+            record.admitted_ns = Some(now);
+            state.pods.insert(uid.to_owned(), record);
+            state.evict();
+        }
+    }
+
+    /// The pod's worker started syncing it (first time only).
+    pub fn worker_started(&self, uid: &str) {
+        let now = monotonic_ns();
+        self.with_pod(uid, |p| {
+            p.worker_started_ns.get_or_insert(now);
+        });
+    }
+
+    /// The status manager saw the pod Running for the first time.
+    pub fn running_observed(&self, uid: &str) {
+        let now = monotonic_ns();
+        self.with_pod(uid, |p| {
+            p.running_observed_ns.get_or_insert(now);
+        });
+    }
+
+    /// Feeds one event from the probes.
+    pub fn kernel_event(&self, event: &KernelEvent) {
+        match event {
+            KernelEvent::Cgroup(e) => {
+                let Some((uid, child)) = pod_of_path(&e.path) else {
+                    return;
+                };
+                let uid = uid.to_owned();
+                match (e.kind, child) {
+                    (CgroupEventKind::Mkdir, None) => self.with_pod(&uid, |p| {
+                        p.pod_cgroup_ns.get_or_insert(e.ktime_ns);
+                    }),
+                    (CgroupEventKind::Rmdir, None) => self.with_pod(&uid, |p| {
+                        p.pod_cgroup_removed_ns.get_or_insert(e.ktime_ns);
+                    }),
+                    (CgroupEventKind::Mkdir, Some(_)) if e.hierarchy_id == CGROUP2_HIERARCHY => {
+                        let mut state = self
+                            .shared
+                            .state
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner);
+                        if state.pods.contains_key(&uid) {
+                            state.cgroup_owner.insert(e.cgroup_id, (uid, e.ktime_ns));
+                        }
+                    }
+                    (CgroupEventKind::Rmdir, Some(_)) if e.hierarchy_id == CGROUP2_HIERARCHY => {
+                        let mut state = self
+                            .shared
+                            .state
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner);
+                        state.cgroup_owner.remove(&e.cgroup_id);
+                    }
+                    _ => {}
+                }
+            }
+            KernelEvent::Exec(e) => {
+                let Some((uid, created_ns)) = self.owner(e.cgroup_id) else {
+                    return;
+                };
+                self.with_pod(&uid, |p| {
+                    if !p.execs.iter().any(|x| x.cgroup_id == e.cgroup_id) {
+                        p.execs.push(timeline::ExecCgroup {
+                            cgroup_id: e.cgroup_id,
+                            created_ns: Some(created_ns),
+                            first_exec_ns: e.ktime_ns,
+                            pid: e.tgid,
+                            comm: e.comm.clone(),
+                            exit: None,
+                        });
+                    }
+                });
+            }
+            KernelEvent::Exit(e) => {
+                let Some((uid, _)) = self.owner(e.cgroup_id) else {
+                    return;
+                };
+                self.with_pod(&uid, |p| {
+                    if let Some(x) = p
+                        .execs
+                        .iter_mut()
+                        .find(|x| x.cgroup_id == e.cgroup_id && x.pid == e.tgid && x.exit.is_none())
+                    {
+                        x.exit = Some((e.ktime_ns, e.exit_code));
+                    }
+                });
+            }
+            KernelEvent::Cri(m) => {
+                if m.uid.is_empty() {
+                    return;
+                }
+                self.with_pod(&m.uid, |p| match m.ok {
+                    None => p.cri.push(timeline::CriSpan {
+                        method: m.method,
+                        begin_ns: m.ktime_ns,
+                        end_ns: None,
+                        ok: None,
+                    }),
+                    Some(ok) => {
+                        if let Some(span) = p
+                            .cri
+                            .iter_mut()
+                            .rev()
+                            .find(|s| s.method == m.method && s.end_ns.is_none())
+                        {
+                            span.end_ns = Some(m.ktime_ns);
+                            span.ok = Some(ok);
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    fn owner(&self, cgroup_id: u64) -> Option<(String, u64)> {
+        let state = self
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.cgroup_owner.get(&cgroup_id).cloned()
+    }
+
+    /// Consumes the probes' events until `cancel` fires or the sender is gone.
+    pub async fn run(
+        self,
+        mut events: mpsc::UnboundedReceiver<KernelEvent>,
+        cancel: CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                event = events.recv() => match event {
+                    Some(event) => self.kernel_event(&event),
+                    None => return,
+                },
+            }
+        }
+    }
+
+    /// One pod's record.
+    pub fn pod(&self, uid: &str) -> Option<PodRecord> {
+        let state = self
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.pods.get(uid).cloned()
+    }
+
+    /// Every pod's record, oldest first.
+    pub fn pods(&self) -> Vec<PodRecord> {
+        let state = self
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut pods: Vec<PodRecord> = state.pods.values().cloned().collect();
+        pods.sort_by_key(|p| p.source_seen_ns);
+        pods
+    }
+
+    /// Timeline updates (sent once a pod is Running, then on every change).
+    pub fn subscribe(&self) -> broadcast::Receiver<proto::PodTimeline> {
+        self.shared.updates.subscribe()
+    }
+
+    pub fn to_proto(&self, pod: &PodRecord) -> proto::PodTimeline {
+        proto::PodTimeline {
+            uid: pod.uid.clone(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            phases: pod
+                .breakdown()
+                .into_iter()
+                .map(|p| proto::Phase {
+                    name: p.name,
+                    start_ns: p.start_ns,
+                    end_ns: p.end_ns,
+                    observer: p.observer.as_str().to_owned(),
+                })
+                .collect(),
+            e2e_ms: pod.e2e_ms().unwrap_or(0.0),
+            marks: pod
+                .marks()
+                .into_iter()
+                .map(|m| proto::Mark {
+                    name: m.name,
+                    at_ns: m.at_ns,
+                    observer: m.observer.as_str().to_owned(),
+                    detail: m.detail,
+                })
+                .collect(),
+            complete: pod.complete(self.probes_loaded()),
+        }
+    }
+}
+
+/// JSON view of one timeline, for `/debug/trace/pods`.
+#[derive(Debug, serde::Serialize)]
+pub struct PodView {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub e2e_ms: Option<f64>,
+    pub complete: bool,
+    pub phases: Vec<PhaseView>,
+    pub marks: Vec<Mark>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct PhaseView {
+    pub phase: String,
+    pub ms: f64,
+    pub start_ns: u64,
+    pub observer: Observer,
+}
+
+/// JSON view of every timeline.
+#[derive(Debug, serde::Serialize)]
+pub struct TraceView {
+    pub probes_loaded: bool,
+    pub events_seen: u64,
+    pub events_lost: u64,
+    pub pods: Vec<PodView>,
+}
+
+impl Tracer {
+    pub fn view(&self) -> TraceView {
+        let kernel = self.probes_loaded();
+        TraceView {
+            probes_loaded: kernel,
+            events_seen: self.events_seen(),
+            events_lost: self.events_lost(),
+            pods: self
+                .pods()
+                .into_iter()
+                .map(|p| PodView {
+                    e2e_ms: p.e2e_ms(),
+                    complete: p.complete(kernel),
+                    phases: p
+                        .breakdown()
+                        .into_iter()
+                        .map(|ph| PhaseView {
+                            ms: ph.ms(),
+                            phase: ph.name,
+                            start_ns: ph.start_ns,
+                            observer: ph.observer,
+                        })
+                        .collect(),
+                    marks: p.marks(),
+                    uid: p.uid,
+                    namespace: p.namespace,
+                    name: p.name,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ebpf::{CgroupEvent, CriMark, ProcessEvent};
+
+    fn pod(name: &str, uid: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": uid},
+            "spec": {"containers": [{"name": "app", "image": "i"}]}
+        }))
+        .expect("valid pod")
+    }
+
+    fn cgroup(
+        kind: CgroupEventKind,
+        path: &str,
+        hierarchy_id: u32,
+        id: u64,
+        at: u64,
+    ) -> KernelEvent {
+        KernelEvent::Cgroup(CgroupEvent {
+            kind,
+            path: path.into(),
+            level: 3,
+            ktime_ns: at,
+            hierarchy_id,
+            cgroup_id: id,
+        })
+    }
+
+    fn cri(method: &'static str, uid: &str, at: u64, ok: Option<bool>) -> KernelEvent {
+        KernelEvent::Cri(CriMark {
+            ktime_ns: at,
+            method,
+            uid: uid.into(),
+            ok,
+        })
+    }
+
+    fn process(cgroup_id: u64, at: u64, exit_code: Option<i32>) -> ProcessEvent {
+        ProcessEvent {
+            ktime_ns: at,
+            pid: 50,
+            tgid: 50,
+            cgroup_id,
+            comm: "sleep".into(),
+            exit_code,
+        }
+    }
+
+    #[test]
+    fn pod_paths() {
+        assert_eq!(
+            pod_of_path("/kubepods/besteffort/podu1"),
+            Some(("u1", None))
+        );
+        assert_eq!(
+            pod_of_path("/r/kubepods/podu1/abc"),
+            Some(("u1", Some("abc")))
+        );
+        assert_eq!(pod_of_path("/kubepods/besteffort"), None);
+        assert_eq!(pod_of_path("/"), None);
+    }
+
+    /// Joins agent marks, CRI markers and kernel events into one timeline, ignoring other pods'
+    /// and other hierarchies' events, and feeds the histograms once.
+    #[test]
+    fn joins_the_observers() {
+        let metrics = Metrics::new();
+        let tracer = Tracer::new(metrics.clone());
+        let mut updates = tracer.subscribe();
+        tracer.pod_admitted("u1", &pod("p", "u1"));
+        tracer.worker_started("u1");
+        let t0 = tracer
+            .pod("u1")
+            .and_then(|p| p.worker_started_ns)
+            .expect("mark");
+        let events = [
+            cgroup(
+                CgroupEventKind::Mkdir,
+                "/kubepods/besteffort/podu1",
+                4,
+                1,
+                t0 + 1,
+            ),
+            cri("RunPodSandbox", "u1", t0 + 2, None),
+            // The sandbox's cgroup on cgroup2 and on a v1 hierarchy (same id, other hierarchy).
+            cgroup(
+                CgroupEventKind::Mkdir,
+                "/kubepods/besteffort/podu1/s",
+                0,
+                10,
+                t0 + 3,
+            ),
+            cgroup(
+                CgroupEventKind::Mkdir,
+                "/kubepods/besteffort/podu1/s",
+                4,
+                11,
+                t0 + 3,
+            ),
+            KernelEvent::Exec(process(10, t0 + 4, None)),
+            KernelEvent::Exec(process(11, t0 + 4, None)),
+            cri("RunPodSandbox", "u1", t0 + 5, Some(true)),
+            cri("ImageStatus", "", t0 + 6, None),
+            cri("CreateContainer", "u1", t0 + 7, None),
+            cri("CreateContainer", "u1", t0 + 8, Some(true)),
+            cri("StartContainer", "u1", t0 + 9, None),
+            cgroup(
+                CgroupEventKind::Mkdir,
+                "/kubepods/besteffort/podu1/c",
+                0,
+                20,
+                t0 + 10,
+            ),
+            KernelEvent::Exec(process(20, t0 + 11, None)),
+            cri("StartContainer", "u1", t0 + 12, Some(true)),
+            // Another pod's events are ignored.
+            cgroup(CgroupEventKind::Mkdir, "/kubepods/podother", 4, 2, t0 + 12),
+        ];
+        for e in &events {
+            tracer.kernel_event(e);
+        }
+        tracer.set_monitor_for_test();
+        assert!(
+            updates.try_recv().is_err(),
+            "nothing published before Running"
+        );
+        tracer.running_observed("u1");
+        let record = tracer.pod("u1").expect("known");
+        assert!(record.complete(true), "{record:?}");
+        let names: Vec<String> = record.breakdown().into_iter().map(|p| p.name).collect();
+        assert!(names.contains(&"pod_cgroup".to_owned()), "{names:?}");
+        assert!(names.contains(&"exec/app".to_owned()), "{names:?}");
+        assert_eq!(record.execs.len(), 2, "the v1 id 11 is not a pod cgroup2");
+        let update = updates.try_recv().expect("published when Running");
+        assert_eq!(update.uid, "u1");
+        assert!(update.complete);
+        let text = metrics.encode();
+        assert!(
+            text.contains("swiftlet_pod_start_phase_duration_seconds_count{phase=\"exec\"} 1"),
+            "{text}"
+        );
+
+        // Later: the container exits with 3, the pod cgroup goes away.
+        tracer.kernel_event(&KernelEvent::Exit(process(20, t0 + 100, Some(3))));
+        tracer.kernel_event(&cgroup(
+            CgroupEventKind::Rmdir,
+            "/kubepods/besteffort/podu1",
+            4,
+            1,
+            t0 + 200,
+        ));
+        let marks = tracer.pod("u1").expect("known").marks();
+        assert!(
+            marks
+                .iter()
+                .any(|m| m.name == "exit/app" && m.detail == "exit code 3")
+        );
+        assert!(marks.iter().any(|m| m.name == "pod_cgroup_removed"));
+        let text = metrics.encode();
+        assert!(
+            text.contains("swiftlet_pod_start_phase_duration_seconds_count{phase=\"exec\"} 1"),
+            "histograms are fed once: {text}"
+        );
+    }
+
+    #[test]
+    fn unknown_pods_and_duplicates_are_ignored() {
+        let tracer = Tracer::new(Metrics::new());
+        tracer.worker_started("nobody");
+        tracer.kernel_event(&cri("RunPodSandbox", "nobody", 1, None));
+        assert!(tracer.pods().is_empty());
+        tracer.pod_admitted("u", &pod("p", "u"));
+        let first = tracer.pod("u").and_then(|p| p.admitted_ns);
+        tracer.pod_admitted("u", &pod("p", "u"));
+        assert_eq!(tracer.pod("u").and_then(|p| p.admitted_ns), first);
+    }
+}

@@ -1,0 +1,208 @@
+//! Pod startup timelines end to end: swiftlet with its eBPF probes on, a real containerd, one pod.
+//! The timeline must hold every phase (agent marks, CRI calls from the uprobes, the pod cgroup and
+//! the container's first exec from the tracepoints) in order, consecutive, adding up to the
+//! end-to-end time, with plausible durations; after the pod is removed, its exit and the pod
+//! cgroup's removal.
+
+use std::time::{Duration, Instant};
+
+use swiftlet_tests::{Agent, AgentOptions, Runtime, trace_binary};
+
+const RUNNING_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn manifest(name: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: main
+    image: localhost/swiftlet/busybox:v1
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 7' TERM; while true; do sleep 1; done"]
+"#
+    )
+}
+
+/// The pod's entry in `/debug/trace/pods`, once `done` accepts it.
+fn wait_timeline(
+    agent: &Agent,
+    uid: &str,
+    what: &str,
+    mut done: impl FnMut(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = serde_json::Value::Null;
+    while Instant::now() < deadline {
+        let (status, body) = agent.get("/debug/trace/pods");
+        assert_eq!(status, 200, "{body}");
+        let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(view["probes_loaded"], true, "--ebpf on loads the probes");
+        if let Some(pod) = view["pods"]
+            .as_array()
+            .and_then(|pods| pods.iter().find(|p| p["uid"] == uid))
+        {
+            if done(pod) {
+                return pod.clone();
+            }
+            last = pod.clone();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timeline of {uid}: no {what} within 30 s; last: {last:#}");
+}
+
+#[test]
+fn pod_start_yields_every_phase_in_order() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let mut opts = AgentOptions::new("trace-phases");
+    opts.extra_args = vec!["--ebpf".into(), "on".into()];
+    let agent = Agent::start(rt, opts);
+    agent.write_manifest("traced.yaml", &manifest("traced"));
+    let name = agent.static_pod_name("traced");
+    let pods = agent.wait_for(|l| l.is_running(&name), RUNNING_TIMEOUT);
+    let uid = pods.uid(&name).expect("uid").to_owned();
+
+    let pod = wait_timeline(&agent, &uid, "complete timeline", |p| p["complete"] == true);
+    let phases = pod["phases"].as_array().expect("phases");
+    let names: Vec<&str> = phases
+        .iter()
+        .map(|p| p["phase"].as_str().expect("name"))
+        .collect();
+    let pos = |n: &str| {
+        names
+            .iter()
+            .position(|x| *x == n)
+            .unwrap_or_else(|| panic!("phase {n} missing from {names:?}"))
+    };
+    // Causal order (exec and the StartContainer return may come either way round: runc start
+    // does not wait for the exec).
+    let order = [
+        "admission",
+        "dispatch",
+        "pod_cgroup",
+        "agent/RunPodSandbox",
+        "RunPodSandbox",
+        "agent/CreateContainer/main",
+        "CreateContainer/main",
+        "agent/StartContainer/main",
+    ];
+    for pair in order.windows(2) {
+        assert!(
+            pos(pair[0]) < pos(pair[1]),
+            "{} before {}: {names:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    assert!(
+        pos("agent/StartContainer/main") < pos("exec/main"),
+        "{names:?}"
+    );
+    // The pause process's exec may also land after RunPodSandbox returned.
+    assert!(
+        pos("agent/RunPodSandbox") < pos("sandbox_exec"),
+        "{names:?}"
+    );
+    // The runtime may call a container running before its process's execve: the breakdown
+    // ends with whichever of the two comes last.
+    assert!(
+        matches!(names.last(), Some(&("running_observed" | "exec/main"))),
+        "{names:?}"
+    );
+    assert!(
+        pos("agent/StartContainer/main") < pos("running_observed"),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.contains("cgroup")) && names.iter().any(|n| n.contains("exec")),
+        "kernel phases are named with cgroup and exec: {names:?}"
+    );
+
+    // Consecutive, non-negative, adding up to e2e.
+    let mut sum = 0.0;
+    for pair in phases.windows(2) {
+        let end = pair[0]["start_ns"].as_u64().expect("start")
+            + (pair[0]["ms"].as_f64().expect("ms") * 1e6).round() as u64;
+        let next = pair[1]["start_ns"].as_u64().expect("start");
+        assert!(end.abs_diff(next) <= 1, "phases are consecutive: {pair:?}");
+    }
+    for p in phases {
+        let ms = p["ms"].as_f64().expect("ms");
+        assert!(ms >= 0.0, "{p}");
+        sum += ms;
+    }
+    let e2e = pod["e2e_ms"].as_f64().expect("e2e");
+    assert!(
+        (sum - e2e).abs() < 0.01,
+        "phases sum to {sum} ms, e2e {e2e} ms"
+    );
+    // Plausible: a pod start on this machine takes tens of ms to seconds; the runtime's calls
+    // take milliseconds, not nanoseconds or minutes.
+    let ms_of = |n: &str| phases[pos(n)]["ms"].as_f64().expect("ms");
+    assert!(e2e > 1.0 && e2e < 60_000.0, "e2e {e2e} ms");
+    let sandbox = ms_of("RunPodSandbox") + ms_of("sandbox_exec");
+    assert!(
+        sandbox > 1.0 && sandbox < 30_000.0,
+        "RunPodSandbox {sandbox} ms"
+    );
+    assert!(ms_of("CreateContainer/main") > 0.1, "CreateContainer");
+    let observers: Vec<&str> = phases
+        .iter()
+        .map(|p| p["observer"].as_str().expect("observer"))
+        .collect();
+    for o in ["agent", "cri", "kernel"] {
+        assert!(observers.contains(&o), "{o} in {observers:?}");
+    }
+
+    // The same timeline over gRPC, through the swiftlet-trace client.
+    let out = std::process::Command::new(trace_binary())
+        .arg("--root-dir")
+        .arg(agent.root_dir())
+        .args(["--json", "get", &uid])
+        .output()
+        .expect("run swiftlet-trace");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let grpc: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("swiftlet-trace --json prints JSON");
+    assert_eq!(grpc["uid"], uid.as_str());
+    assert_eq!(grpc["complete"], true);
+    assert_eq!(
+        grpc["phases"].as_array().map(Vec::len),
+        Some(phases.len()),
+        "{grpc:#}"
+    );
+
+    // Phase histograms.
+    let (_, metrics) = agent.get("/metrics");
+    for phase in ["pod_cgroup", "exec", "RunPodSandbox", "running_observed"] {
+        let line =
+            format!("swiftlet_pod_start_phase_duration_seconds_count{{phase=\"{phase}\"}} 1");
+        assert!(metrics.contains(&line), "{line} in /metrics");
+    }
+
+    // Stop: the container's exit (its TERM trap exits 7) and the pod cgroup's removal.
+    agent.remove_manifest("traced.yaml");
+    let pod = wait_timeline(&agent, &uid, "exit and cgroup removal", |p| {
+        let marks = p["marks"].as_array().cloned().unwrap_or_default();
+        marks.iter().any(|m| m["name"] == "exit/main")
+            && marks.iter().any(|m| m["name"] == "pod_cgroup_removed")
+    });
+    let marks = pod["marks"].as_array().expect("marks");
+    let exit = marks
+        .iter()
+        .find(|m| m["name"] == "exit/main")
+        .expect("exit mark");
+    assert_eq!(exit["detail"], "exit code 7", "{exit}");
+    assert_eq!(exit["observer"], "kernel");
+}
