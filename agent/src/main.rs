@@ -17,6 +17,12 @@ fn init_logging(verbosity: u8) {
 }
 
 fn main() -> std::process::ExitCode {
+    // `swiftlet trace ...` is the timeline client; everything else is the agent's kubelet flags.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "trace") {
+        let args = std::iter::once(std::ffi::OsString::from("swiftlet trace"))
+            .chain(std::env::args_os().skip(2));
+        return swiftlet::trace::cli::main(args);
+    }
     let flags = Flags::parse();
     init_logging(flags.verbosity);
     let cfg = match flags.resolve() {

@@ -183,6 +183,23 @@ fn pod_start_yields_every_phase_in_order() {
         "{grpc:#}"
     );
 
+    // `swiftlet trace` (the agent binary's subcommand) is the same client.
+    let out = std::process::Command::new(swiftlet_tests::agent_binary())
+        .arg("trace")
+        .arg("--root-dir")
+        .arg(agent.root_dir())
+        .args(["--json", "get", &uid])
+        .output()
+        .expect("run swiftlet trace");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sub: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("swiftlet trace --json prints JSON");
+    assert_eq!(sub["uid"], uid.as_str());
+
     // Phase histograms.
     let (_, metrics) = agent.get("/metrics");
     for phase in ["pod_cgroup", "exec", "RunPodSandbox", "running_observed"] {

@@ -11,6 +11,7 @@
 //! histograms, on the `swiftlet.v1.PodTrace` gRPC service ([`server`]) and as JSON on
 //! `/debug/trace/pods`.
 
+pub mod cli;
 pub mod server;
 pub mod timeline;
 
