@@ -585,6 +585,10 @@ impl Monitor {
         };
         let shared = Arc::new(Shared::new(config.events));
         runtime.spawn(read_events(events, ebpf, Arc::clone(&shared), cancel));
+        // Loading parsed the kernel's BTF (several MiB, freed again by now); glibc keeps freed
+        // heap pages mapped, so hand them back or they count in the agent's RSS forever.
+        // SAFETY: malloc_trim only releases free memory of the allocator; no pointers are involved.
+        unsafe { libc::malloc_trim(0) };
         tracing::info!(
             raw_cgroup_tracepoints = raw_offsets.is_some(),
             process_probes = pod_root.is_some(),
