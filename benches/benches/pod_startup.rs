@@ -412,13 +412,21 @@ fn measure_cost(pid: u32, window: Duration) -> Option<(f64, f64)> {
     Some((rss_kib(pid)? as f64 / 1024.0, cpu))
 }
 
-fn cost(agent: &Agent, opts: &Opts) {
+/// The agent's cost with no pods, measured right after it started (before any pod ran, so the
+/// allocator holds nothing from earlier work).
+fn idle_cost(agent: &Agent) -> Option<(f64, f64)> {
+    measure_cost(agent.pid()?, Duration::from_secs(10))
+}
+
+fn cost(agent: &Agent, opts: &Opts, idle: Option<(f64, f64)>) {
     let Some(pid) = agent.pid() else { return };
     println!(
         "\nagent cost (pid {pid}; VmRSS from /proc/{pid}/status, utime+stime from /proc/{pid}/stat)"
     );
-    if let Some((rss, cpu)) = measure_cost(pid, Duration::from_secs(10)) {
-        println!("  idle, no pods, over 10 s: RSS {rss:.1} MiB, CPU {cpu:.2} % of a core");
+    if let Some((rss, cpu)) = idle {
+        println!(
+            "  idle, no pods, over 10 s after start: RSS {rss:.1} MiB, CPU {cpu:.2} % of a core"
+        );
     }
     progress(&format!("  starting {} pods ...", opts.cost_pods));
     let names: Vec<String> = (0..opts.cost_pods).map(|i| format!("cost-{i}")).collect();
@@ -479,6 +487,14 @@ fn main() -> ExitCode {
     agent_opts.verbosity = 0;
     agent_opts.file_check_frequency = "20s".into();
     let agent = Agent::start(rt, agent_opts);
+    let idle = if opts.cost {
+        progress("measuring the idle agent for 10 s ...");
+        let idle = idle_cost(&agent);
+        eprintln!(" done");
+        idle
+    } else {
+        None
+    };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -557,7 +573,7 @@ fn main() -> ExitCode {
         println!("  N={n:<4} {r:.2}x");
     }
     if opts.cost {
-        cost(&agent, &opts);
+        cost(&agent, &opts, idle);
     }
     ExitCode::SUCCESS
 }
