@@ -446,36 +446,52 @@ fn run_pods(
     Ok(())
 }
 
+/// Where each pod's start went: the agent's timelines (agent marks, CRI calls and eBPF-observed
+/// kernel events on one clock), per pod and as a phase table.
 fn print_ebpf_summary() {
-    let Some((200, serde_json::Value::Array(events))) =
+    if let Some((200, serde_json::Value::Array(events))) =
         get_json(READ_ONLY_PORT, "/debug/ebpf/cgroups")
-    else {
-        return;
-    };
-    let mut by_kind = std::collections::BTreeMap::<String, usize>::new();
-    for e in &events {
-        *by_kind
-            .entry(e["kind"].as_str().unwrap_or("?").to_owned())
-            .or_default() += 1;
-    }
-    let kinds: Vec<String> = by_kind.iter().map(|(k, n)| format!("{k}: {n}")).collect();
-    println!(
-        "\neBPF saw {} cgroup events ({})",
-        events.len(),
-        kinds.join(", ")
-    );
-    for e in events
-        .iter()
-        .filter(|e| e["path"].as_str().is_some_and(|p| p.contains("/pod")))
-        .take(10)
     {
+        println!("\neBPF saw {} cgroup events", events.len());
+    }
+    // A container's first exec can land just after Running is observed: give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let view = loop {
+        let view = match get_json(READ_ONLY_PORT, "/debug/trace/pods") {
+            Some((200, v)) => v,
+            _ => return,
+        };
+        let complete = view["pods"]
+            .as_array()
+            .is_some_and(|p| p.iter().all(|t| t["complete"].as_bool() == Some(true)));
+        if complete || Instant::now() >= deadline {
+            break view;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let report = match crate::report::build_report(&view, |_| true) {
+        Ok(r) if !r.pods.is_empty() => r,
+        Ok(_) => return,
+        Err(e) => {
+            note(format!("no startup breakdown: {e}"));
+            return;
+        }
+    };
+    println!("\nstartup breakdown (ms; `swiftlet trace list` shows the same):");
+    for p in &report.pods {
+        let phases: Vec<String> = p
+            .phases
+            .iter()
+            .map(|ph| format!("{} {:.1}", ph.phase, ph.ms))
+            .collect();
         println!(
-            "  {:<14} level {:<2} {}",
-            e["kind"].as_str().unwrap_or("?"),
-            e["level"].as_i64().unwrap_or(-1),
-            e["path"].as_str().unwrap_or("?")
+            "  {:<12} {:>7.1}  = {}",
+            p.name,
+            p.e2e_ms,
+            phases.join(", ")
         );
     }
+    println!("\n{}", crate::report::phase_table(&report));
 }
 
 fn teardown(
