@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -383,10 +383,7 @@ pub fn trace_binary() -> &'static Path {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("picking a free loopback port: {e}"))
+    xtask::free_loopback_port().unwrap_or_else(|e| panic!("picking a free loopback port: {e}"))
 }
 
 fn unique_node_name(test: &str) -> String {
@@ -741,27 +738,7 @@ pub fn start_agent(name: &str) -> Option<Agent> {
 /// A static pod manifest whose one container loops until SIGTERM (so it stops at once), with a
 /// 5 s grace period and the labels `app: <name>` plus `labels`.
 pub fn looping_pod_manifest(name: &str, labels: &[(&str, &str)]) -> String {
-    let extra: String = labels
-        .iter()
-        .map(|(k, v)| format!("    {k}: {v:?}\n"))
-        .collect();
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-  labels:
-    app: {name}
-{extra}spec:
-  terminationGracePeriodSeconds: 5
-  containers:
-  - name: main
-    image: localhost/swiftlet/busybox:v1
-    imagePullPolicy: Never
-    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
-"#
-    )
+    xtask::looping_pod_manifest(name, 5, 0, labels)
 }
 
 /// The UIDs of every `pod<uid>` cgroup directory below `<hierarchy>/<cgroup_root>`, in any cgroup

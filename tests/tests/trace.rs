@@ -10,22 +10,9 @@ use swiftlet_tests::{Agent, AgentOptions, Runtime, trace_binary};
 
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The container exits with 7 on SIGTERM, so the timeline's exit code is recognisable.
 fn manifest(name: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  terminationGracePeriodSeconds: 5
-  containers:
-  - name: main
-    image: localhost/swiftlet/busybox:v1
-    imagePullPolicy: Never
-    command: ["sh", "-c", "trap 'exit 7' TERM; while true; do sleep 1; done"]
-"#
-    )
+    xtask::looping_pod_manifest(name, 5, 7, &[])
 }
 
 /// The pod's entry in `/debug/trace/pods`, once `done` accepts it.

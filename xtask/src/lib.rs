@@ -67,3 +67,55 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// A free loopback TCP port: bound to 127.0.0.1:0, read, released.
+pub fn free_loopback_port() -> std::io::Result<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+}
+
+/// A static pod whose one container `main` (the local busybox image) loops until SIGTERM and then
+/// exits with `exit_code`, so it stops at once; `grace_secs` is its termination grace period.
+/// `labels` go beside `app: <name>`. The one looping test pod of the demo report, the tests and
+/// the benches.
+pub fn looping_pod_manifest(
+    name: &str,
+    grace_secs: u32,
+    exit_code: u8,
+    labels: &[(&str, &str)],
+) -> String {
+    let extra: String = labels
+        .iter()
+        .map(|(k, v)| format!("    {k}: {v:?}\n"))
+        .collect();
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+  labels:
+    app: {name}
+{extra}spec:
+  terminationGracePeriodSeconds: {grace_secs}
+  containers:
+  - name: main
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit {exit_code}' TERM; while true; do sleep 1; done"]
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn looping_pod_manifest_carries_its_parameters() {
+        let m = super::looping_pod_manifest("p", 3, 7, &[("version", "v2")]);
+        assert!(m.contains("name: p\n"), "{m}");
+        assert!(m.contains("terminationGracePeriodSeconds: 3\n"), "{m}");
+        assert!(m.contains("trap 'exit 7' TERM"), "{m}");
+        assert!(m.contains("    version: \"v2\"\n"), "{m}");
+    }
+}

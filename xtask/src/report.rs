@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -404,29 +404,11 @@ pub fn waterfall(report: &Report, dir: &Path) -> Result<(PathBuf, PathBuf), Erro
 
 /// A static pod that sleeps until SIGTERM.
 fn manifest(name: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: {image}
-    imagePullPolicy: Never
-    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
-"#,
-        image = crate::BUSYBOX_IMAGE
-    )
+    crate::looping_pod_manifest(name, 2, 0, &[])
 }
 
 fn free_port() -> Result<u16, Error> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(io_err("binding a loopback port", Path::new("127.0.0.1:0")))
+    crate::free_loopback_port().map_err(io_err("binding a loopback port", Path::new("127.0.0.1:0")))
 }
 
 struct Agent {
