@@ -5,7 +5,7 @@ use crate::runtime::{PodState, labels};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -17,6 +17,11 @@ struct Entry {
     pod: Arc<Pod>,
     status: PodStatus,
     running_observed: bool,
+    /// The runtime state the status was last generated from (see [`merge`]).
+    state: Option<PodState>,
+    /// The waiting reasons of the last worker sync, with the newest instance of each container
+    /// at that time: a refresh reuses a reason only while that instance is still the newest.
+    waiting: HashMap<String, ((String, String), Option<String>)>,
 }
 
 /// Shared, cheap to clone. Writers: the sync loop (pods) and pod workers / PLEG (statuses).
@@ -33,9 +38,38 @@ fn ts(nanos: i64) -> Option<Time> {
         .flatten()
 }
 
-fn condition(kind: &str, ok: bool, prev: Option<&PodStatus>, now: &Time) -> PodCondition {
-    let status = if ok { "True" } else { "False" };
-    // Keep the transition time while the value stays the same.
+/// A condition's value: True, or False with the kubelet's reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cond {
+    ok: bool,
+    reason: Option<&'static str>,
+    message: Option<String>,
+}
+
+impl Cond {
+    const TRUE: Cond = Cond {
+        ok: true,
+        reason: None,
+        message: None,
+    };
+
+    fn from(ok: bool) -> Self {
+        Cond { ok, ..Self::TRUE }
+    }
+
+    fn reason(ok: bool, reason: &'static str) -> Self {
+        Cond {
+            ok,
+            reason: Some(reason),
+            message: None,
+        }
+    }
+}
+
+fn condition(kind: &str, c: Cond, prev: Option<&PodStatus>, now: &Time) -> PodCondition {
+    let status = if c.ok { "True" } else { "False" };
+    // Keep the transition time while the value stays the same (the status manager's
+    // updateLastTransitionTime): reason or message changes are not transitions.
     let since = prev
         .and_then(|p| p.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == kind))
@@ -46,6 +80,8 @@ fn condition(kind: &str, ok: bool, prev: Option<&PodStatus>, now: &Time) -> PodC
         type_: kind.to_owned(),
         status: status.to_owned(),
         last_transition_time: Some(since),
+        reason: c.reason.map(str::to_owned),
+        message: c.message,
         ..Default::default()
     }
 }
@@ -79,6 +115,8 @@ impl StatusManager {
                         pod,
                         status,
                         running_observed: false,
+                        state: None,
+                        waiting: HashMap::new(),
                     },
                 );
             }
@@ -105,14 +143,47 @@ impl StatusManager {
         let Some(entry) = map.get_mut(uid) else {
             return false;
         };
+        entry.waiting = waiting
+            .iter()
+            .map(|(name, w)| {
+                let newest = state.newest(name).map(|c| c.id.clone());
+                (name.clone(), (w.clone(), newest))
+            })
+            .collect();
+        self.apply(entry, state)
+    }
+
+    /// Recomputes a pod's status from a fresh runtime read outside a worker sync (the PLEG, on a
+    /// change it saw), keeping the waiting reasons of the last sync for containers whose newest
+    /// instance is unchanged. False when the pod is unknown. True when this update is the first
+    /// to see the pod Running.
+    pub fn refresh(&self, uid: &str, state: &PodState) -> bool {
+        let Ok(mut map) = self.inner.write() else {
+            return false;
+        };
+        let Some(entry) = map.get_mut(uid) else {
+            return false;
+        };
+        self.apply(entry, state)
+    }
+
+    fn apply(&self, entry: &mut Entry, state: &PodState) -> bool {
+        let state = merge(entry.state.as_ref(), state);
+        let waiting: HashMap<String, (String, String)> = entry
+            .waiting
+            .iter()
+            .filter(|(name, (_, newest))| state.newest(name).map(|c| &c.id) == newest.as_ref())
+            .map(|(name, (w, _))| (name.clone(), w.clone()))
+            .collect();
         let mut first_running = false;
         let status = generate(
             &entry.pod,
-            state,
-            waiting,
+            &state,
+            &waiting,
             Some(&entry.status),
             self.host_ip,
         );
+        entry.state = Some(state);
         if status.phase.as_deref() == Some("Running") && !entry.running_observed {
             entry.running_observed = true;
             first_running = true;
@@ -153,6 +224,11 @@ impl StatusManager {
             .collect()
     }
 
+    /// The pod's last computed status.
+    pub fn status(&self, uid: &str) -> Option<PodStatus> {
+        self.inner.read().ok()?.get(uid).map(|e| e.status.clone())
+    }
+
     /// Whether the pod's last computed phase is Succeeded or Failed.
     pub fn is_terminal(&self, uid: &str) -> bool {
         self.inner.read().is_ok_and(|m| {
@@ -171,6 +247,46 @@ impl StatusManager {
             })
             .unwrap_or(0)
     }
+}
+
+/// Container and sandbox states only move forward (created -> running -> exited, ready -> not
+/// ready): `new` with every container or sandbox that `prev` saw further along taken from `prev`.
+/// Two readers (the PLEG and a worker) may apply their reads out of order; this keeps an older
+/// read from undoing what a newer one showed.
+fn merge(prev: Option<&PodState>, new: &PodState) -> PodState {
+    let mut out = new.clone();
+    let Some(prev) = prev else {
+        return out;
+    };
+    let rank = |state: i32| match api::ContainerState::try_from(state) {
+        Ok(api::ContainerState::ContainerRunning) => 1,
+        Ok(api::ContainerState::ContainerExited) => 2,
+        _ => 0,
+    };
+    for c in &mut out.containers {
+        if let Some(p) = prev.containers.iter().find(|p| p.id == c.id)
+            && rank(p.state) > rank(c.state)
+        {
+            *c = p.clone();
+        }
+    }
+    let not_ready = api::PodSandboxState::SandboxNotready as i32;
+    for s in &mut out.sandboxes {
+        if prev
+            .sandboxes
+            .iter()
+            .any(|p| p.id == s.id && p.state == not_ready)
+        {
+            s.state = not_ready;
+        }
+    }
+    if let (Some(p), Some(s)) = (&prev.sandbox_status, &mut out.sandbox_status)
+        && p.id == s.id
+        && p.state == not_ready
+    {
+        s.state = not_ready;
+    }
+    out
 }
 
 fn host_ip() -> Option<IpAddr> {
@@ -299,78 +415,28 @@ pub fn generate(
     let uid = pod.metadata.uid.as_ref();
     let sandbox_id = state.ready_sandbox().map(|s| s.id.clone());
 
-    // Init containers: regular ones must have succeeded, sidecars must run.
-    let mut init_statuses = Vec::with_capacity(inits.len());
-    let (mut inits_done, mut init_failed) = (true, false);
-    for c in inits {
-        let st = container_status(c, uid, state, waiting, "PodInitializing");
-        let term = st.state.as_ref().and_then(|s| s.terminated.as_ref());
-        let exited_code = term.map(|t| t.exit_code).or_else(|| {
-            st.last_state
-                .as_ref()
-                .and_then(|s| s.terminated.as_ref())
-                .filter(|_| st.state.as_ref().is_some_and(|s| s.waiting.is_some()))
-                .map(|t| t.exit_code)
-        });
-        if is_sidecar(c) {
-            inits_done &= st.started == Some(true);
-        } else {
-            match exited_code {
-                Some(0) if term.is_some() => {}
-                Some(code) if code != 0 => {
-                    init_failed = true;
-                    inits_done = false;
-                }
-                _ => inits_done = false,
-            }
-        }
-        init_statuses.push(st);
-    }
-    // Any app container that ever started means the pod went past initialisation.
-    let apps_started = spec_containers.iter().any(|c| {
-        state.containers.iter().any(|s| {
-            s.metadata.as_ref().is_some_and(|m| m.name == c.name)
-                && s.labels.get(labels::POD_UID) == uid
-        })
-    });
-    let initialized = inits_done || apps_started;
-    let app_default = if initialized {
+    // Containers the runtime does not hold yet wait for the pod's initialisation (when it has
+    // init containers) or for their creation.
+    let default_reason = if inits.is_empty() {
         "ContainerCreating"
     } else {
         "PodInitializing"
     };
-
-    let mut statuses = Vec::with_capacity(spec_containers.len());
-    let (mut running, mut waiting_n, mut succeeded) = (0, 0, 0);
-    for c in spec_containers {
-        let st = container_status(c, uid, state, waiting, app_default);
-        let s = st.state.as_ref();
-        if s.is_some_and(|s| s.running.is_some()) {
-            running += 1;
-        } else if let Some(t) = s.and_then(|s| s.terminated.as_ref()) {
-            succeeded += usize::from(t.exit_code == 0);
-        } else if let Some(t) = st.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
-            // Waiting to restart after a run: counts as that run's end for the phase.
-            succeeded += usize::from(t.exit_code == 0);
-        } else {
-            waiting_n += 1;
-        }
-        statuses.push(st);
-    }
-    let total = spec_containers.len();
-    let phase = if init_failed && policy == "Never" {
-        "Failed"
-    } else if !initialized {
-        "Pending"
-    } else {
-        pod_phase(total, waiting_n, running, succeeded, policy)
-    };
-    let all_ready = total > 0
-        && statuses.iter().all(|s| s.ready)
-        && inits
-            .iter()
-            .zip(&init_statuses)
-            .all(|(c, s)| !is_sidecar(c) || s.ready);
+    let init_statuses: Vec<ContainerStatus> = inits
+        .iter()
+        .map(|c| container_status(c, uid, state, waiting, default_reason))
+        .collect();
+    let statuses: Vec<ContainerStatus> = spec_containers
+        .iter()
+        .map(|c| container_status(c, uid, state, waiting, default_reason))
+        .collect();
+    let phase = get_phase(policy, inits, &init_statuses, &statuses);
+    let ready_to_start = !crate::runtime::actions::sandbox_changed(pod, state).0;
+    let initialized = initialized_condition(inits, &init_statuses, &statuses, phase);
+    let containers_ready =
+        containers_ready_condition(inits, &init_statuses, spec_containers, &statuses, phase);
+    let ready = ready_condition(pod, containers_ready.clone());
+    let host_net = spec.and_then(|s| s.host_network).unwrap_or(false);
     let pod_ip = state
         .sandbox_status
         .as_ref()
@@ -379,33 +445,33 @@ pub fn generate(
         .map(|n| n.ip.clone())
         .filter(|ip| !ip.is_empty())
         .or_else(|| {
-            let host_net = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.host_network)
-                .unwrap_or(false);
             (host_net && sandbox_id.is_some())
                 .then(|| host_ip.map(|ip| ip.to_string()))
                 .flatten()
-        });
+        })
+        // A stopped sandbox has no IP any more: the pod keeps the one it had (as the kubelet).
+        .or_else(|| prev.and_then(|p| p.pod_ip.clone()));
     let start_time = prev
         .and_then(|p| p.start_time.clone())
-        .or_else(|| state.sandboxes.first().and_then(|s| ts(s.created_at)));
+        .or_else(|| state.sandboxes.last().and_then(|s| ts(s.created_at)))
+        .or_else(|| Some(now.clone()));
+    let host_ip = host_ip.map(|ip| ip.to_string());
     PodStatus {
         phase: Some(phase.to_owned()),
         conditions: Some(vec![
             condition(
                 "PodReadyToStartContainers",
-                sandbox_id.is_some(),
+                Cond::from(ready_to_start),
                 prev,
                 &now,
             ),
             condition("Initialized", initialized, prev, &now),
-            condition("Ready", all_ready, prev, &now),
-            condition("ContainersReady", all_ready, prev, &now),
-            condition("PodScheduled", true, prev, &now),
+            condition("Ready", ready, prev, &now),
+            condition("ContainersReady", containers_ready, prev, &now),
+            condition("PodScheduled", Cond::TRUE, prev, &now),
         ]),
-        host_ip: host_ip.map(|ip| ip.to_string()),
+        host_ips: host_ip.clone().map(|ip| vec![HostIP { ip }]),
+        host_ip,
         pod_ip: pod_ip.clone(),
         pod_ips: pod_ip.map(|ip| vec![PodIP { ip }]),
         qos_class: crate::cm::pod_qos(pod).ok().map(|q| q.as_str().to_owned()),
@@ -416,20 +482,106 @@ pub fn generate(
     }
 }
 
-/// The kubelet's `getPhase` for pods without init containers: a container never started keeps the
-/// pod Pending; then Running while any runs or the policy restarts them; else Succeeded / Failed.
+/// How the kubelet's `getPhase` reads one container status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    Running,
+    Terminated(i32),
+    /// Waiting, with the exit code of the run before when there was one.
+    Waiting(Option<i32>),
+}
+
+fn seen(s: &ContainerStatus) -> Seen {
+    let state = s.state.as_ref();
+    if state.is_some_and(|s| s.running.is_some()) {
+        return Seen::Running;
+    }
+    if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+        return Seen::Terminated(t.exit_code);
+    }
+    Seen::Waiting(
+        s.last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .map(|t| t.exit_code),
+    )
+}
+
+/// The kubelet's `HasAnyRegularContainerStarted`: an app container runs or has finished.
+fn any_app_started(statuses: &[ContainerStatus]) -> bool {
+    statuses
+        .iter()
+        .any(|s| matches!(seen(s), Seen::Running | Seen::Terminated(_)))
+}
+
+/// The kubelet's `getPhase` (kubelet_pods.go): pending regular init containers (or unstarted
+/// sidecars before any app container started) or app containers never started keep the pod
+/// Pending; a failed init container under `Never` fails it; then Running while any container
+/// runs, else by the restart policy and the exit codes.
+fn get_phase(
+    policy: &str,
+    inits: &[Container],
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+) -> &'static str {
+    let (mut pending_init, mut pending_sidecars, mut failed_init) = (0, 0, 0);
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for (c, s) in inits.iter().zip(init_statuses) {
+        match (is_sidecar(c), seen(s)) {
+            (false, Seen::Running | Seen::Waiting(None)) => pending_init += 1,
+            (false, Seen::Terminated(code) | Seen::Waiting(Some(code))) => {
+                failed_init += usize::from(code != 0);
+            }
+            (true, Seen::Running) => {
+                pending_sidecars += usize::from(s.started != Some(true));
+                running += 1;
+            }
+            (true, Seen::Waiting(None)) => {
+                pending_sidecars += 1;
+                waiting += 1;
+            }
+            // A sidecar that ended is ignored.
+            (true, Seen::Terminated(_) | Seen::Waiting(Some(_))) => {}
+        }
+    }
+    for s in statuses {
+        match seen(s) {
+            Seen::Running => running += 1,
+            Seen::Terminated(code) => {
+                stopped += 1;
+                succeeded += usize::from(code == 0);
+            }
+            Seen::Waiting(Some(_)) => stopped += 1,
+            Seen::Waiting(None) => waiting += 1,
+        }
+    }
+    if failed_init > 0 && policy == "Never" {
+        return "Failed";
+    }
+    if pending_init > 0 || (pending_sidecars > 0 && !any_app_started(statuses)) {
+        return "Pending";
+    }
+    pod_phase(waiting, running, stopped, succeeded, policy)
+}
+
+/// The tail of `getPhase`, from counts of app containers (and running sidecars).
 fn pod_phase(
-    total: usize,
     waiting: usize,
     running: usize,
+    stopped: usize,
     succeeded: usize,
     policy: &str,
 ) -> &'static str {
-    if total == 0 || waiting > 0 {
+    if waiting > 0 {
         "Pending"
-    } else if running > 0 || policy == "Always" {
+    } else if running > 0 {
         "Running"
-    } else if succeeded == total {
+    } else if stopped == 0 {
+        "Pending"
+    } else if policy == "Always" {
+        // Every container is on its way to a restart.
+        "Running"
+    } else if stopped == succeeded {
         "Succeeded"
     } else if policy == "Never" {
         "Failed"
@@ -439,19 +591,132 @@ fn pod_phase(
     }
 }
 
+/// Go's `%s` of a `[]string`: `[a b]`.
+fn go_list(names: &[&str]) -> String {
+    format!("[{}]", names.join(" "))
+}
+
+/// The kubelet's `GeneratePodInitializedCondition`: every regular init container exited 0 and
+/// every sidecar started, or an app container has started already.
+fn initialized_condition(
+    inits: &[Container],
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+    phase: &str,
+) -> Cond {
+    let incomplete: Vec<&str> = inits
+        .iter()
+        .zip(init_statuses)
+        .filter(|(c, s)| {
+            if is_sidecar(c) {
+                s.started != Some(true)
+            } else {
+                seen(s) != Seen::Terminated(0)
+            }
+        })
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    if phase == "Succeeded" {
+        return Cond::reason(true, "PodCompleted");
+    }
+    if incomplete.is_empty() || any_app_started(statuses) {
+        return Cond::TRUE;
+    }
+    Cond {
+        ok: false,
+        reason: Some("ContainersNotInitialized"),
+        message: Some(format!(
+            "containers with incomplete status: {}",
+            go_list(&incomplete)
+        )),
+    }
+}
+
+/// The kubelet's `GenerateContainersReadyCondition`: every app container and sidecar is ready;
+/// False with `PodCompleted` / `PodFailed` once the pod is terminal.
+fn containers_ready_condition(
+    inits: &[Container],
+    init_statuses: &[ContainerStatus],
+    apps: &[Container],
+    statuses: &[ContainerStatus],
+    phase: &str,
+) -> Cond {
+    let unready: Vec<&str> = inits
+        .iter()
+        .zip(init_statuses)
+        .filter(|(c, s)| is_sidecar(c) && !s.ready)
+        .chain(apps.iter().zip(statuses).filter(|(_, s)| !s.ready))
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    match phase {
+        "Succeeded" => Cond::reason(false, "PodCompleted"),
+        "Failed" => Cond::reason(false, "PodFailed"),
+        _ if unready.is_empty() => Cond::TRUE,
+        _ => Cond {
+            ok: false,
+            reason: Some("ContainersNotReady"),
+            message: Some(format!(
+                "containers with unready status: {}",
+                go_list(&unready)
+            )),
+        },
+    }
+}
+
+/// The kubelet's `GeneratePodReadyCondition`: ContainersReady, then every readiness gate's
+/// condition (set by others on the pod's status) True.
+fn ready_condition(pod: &Pod, containers_ready: Cond) -> Cond {
+    if !containers_ready.ok {
+        return containers_ready;
+    }
+    let conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let unready: Vec<String> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.readiness_gates.iter().flatten())
+        .filter_map(
+            |g| match conditions.iter().find(|c| c.type_ == g.condition_type) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate {:?} does not exist.",
+                    g.condition_type
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate {:?} is not \"True\", but {}",
+                    g.condition_type, c.status
+                )),
+                Some(_) => None,
+            },
+        )
+        .collect();
+    if unready.is_empty() {
+        return Cond::TRUE;
+    }
+    Cond {
+        ok: false,
+        reason: Some("ReadinessGatesNotReady"),
+        message: Some(unready.join(", ")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn phases() {
-        assert_eq!(pod_phase(2, 1, 1, 0, "Always"), "Pending");
-        assert_eq!(pod_phase(2, 0, 2, 0, "Always"), "Running");
-        assert_eq!(pod_phase(1, 0, 0, 0, "Always"), "Running");
-        assert_eq!(pod_phase(1, 0, 0, 1, "Never"), "Succeeded");
-        assert_eq!(pod_phase(2, 0, 0, 1, "Never"), "Failed");
-        assert_eq!(pod_phase(1, 0, 0, 0, "OnFailure"), "Running");
-        assert_eq!(pod_phase(1, 0, 0, 1, "OnFailure"), "Succeeded");
+        // (waiting, running, stopped, succeeded, policy)
+        assert_eq!(pod_phase(1, 1, 0, 0, "Always"), "Pending");
+        assert_eq!(pod_phase(0, 2, 0, 0, "Always"), "Running");
+        assert_eq!(pod_phase(0, 0, 1, 0, "Always"), "Running");
+        assert_eq!(pod_phase(0, 0, 1, 1, "Never"), "Succeeded");
+        assert_eq!(pod_phase(0, 0, 2, 1, "Never"), "Failed");
+        assert_eq!(pod_phase(0, 1, 1, 0, "Never"), "Running");
+        assert_eq!(pod_phase(0, 0, 1, 0, "OnFailure"), "Running");
+        assert_eq!(pod_phase(0, 0, 1, 1, "OnFailure"), "Succeeded");
         assert_eq!(pod_phase(0, 0, 0, 0, "Always"), "Pending");
     }
 
@@ -612,5 +877,274 @@ mod tests {
         let c = &st.container_statuses.unwrap_or_default()[0];
         assert_eq!(waiting_reason(c), Some("ImagePullBackOff"));
         assert_eq!(st.phase.as_deref(), Some("Pending"));
+    }
+
+    fn sandboxed(ready: bool, containers: Vec<api::ContainerStatus>) -> PodState {
+        let state = if ready {
+            api::PodSandboxState::SandboxReady
+        } else {
+            api::PodSandboxState::SandboxNotready
+        } as i32;
+        PodState {
+            sandboxes: vec![api::PodSandbox {
+                id: "sb".into(),
+                state,
+                created_at: 1_000_000_000,
+                ..Default::default()
+            }],
+            sandbox_status: Some(api::PodSandboxStatus {
+                id: "sb".into(),
+                state,
+                network: ready.then(|| api::PodSandboxNetworkStatus {
+                    ip: "10.0.0.7".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            containers,
+        }
+    }
+
+    fn full_cond(s: &PodStatus, kind: &str) -> PodCondition {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == kind)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// (status, reason, message) of a condition.
+    fn cond_of(s: &PodStatus, kind: &str) -> (String, Option<String>, Option<String>) {
+        let c = full_cond(s, kind);
+        (c.status, c.reason, c.message)
+    }
+
+    fn f(reason: &str, message: Option<&str>) -> (String, Option<String>, Option<String>) {
+        (
+            "False".into(),
+            Some(reason.into()),
+            message.map(str::to_owned),
+        )
+    }
+
+    fn t() -> (String, Option<String>, Option<String>) {
+        ("True".into(), None, None)
+    }
+
+    #[test]
+    fn conditions_follow_an_init_container_and_an_app_that_exits() {
+        let p = pod("Never", vec![spec("i", false)], vec![spec("a", false)]);
+        // Nothing in the runtime yet.
+        let s0 = gen_state(&p, &PodState::default());
+        assert_eq!(s0.phase.as_deref(), Some("Pending"));
+        assert_eq!(
+            cond_of(&s0, "PodReadyToStartContainers"),
+            ("False".into(), None, None)
+        );
+        assert_eq!(
+            cond_of(&s0, "Initialized"),
+            f(
+                "ContainersNotInitialized",
+                Some("containers with incomplete status: [i]")
+            )
+        );
+        let unready = f(
+            "ContainersNotReady",
+            Some("containers with unready status: [a]"),
+        );
+        assert_eq!(cond_of(&s0, "ContainersReady"), unready);
+        assert_eq!(cond_of(&s0, "Ready"), unready);
+        assert_eq!(cond_of(&s0, "PodScheduled"), t());
+        let apps = s0.container_statuses.clone().unwrap_or_default();
+        assert_eq!(waiting_reason(&apps[0]), Some("PodInitializing"));
+
+        // Sandbox up, init container running.
+        let s1 = gen_state(&p, &sandboxed(true, vec![inst("i", 0, RUNNING, 0)]));
+        assert_eq!(cond_of(&s1, "PodReadyToStartContainers"), t());
+        assert_eq!(cond_of(&s1, "Initialized").0, "False");
+        assert_eq!(s1.phase.as_deref(), Some("Pending"));
+        assert_eq!(s1.pod_ip.as_deref(), Some("10.0.0.7"));
+
+        // Init done, app running.
+        let s2 = gen_state(
+            &p,
+            &sandboxed(
+                true,
+                vec![inst("a", 0, RUNNING, 0), inst("i", 0, EXITED, 0)],
+            ),
+        );
+        assert_eq!(s2.phase.as_deref(), Some("Running"));
+        for kind in ["Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+            assert_eq!(cond_of(&s2, kind), t(), "{kind}");
+        }
+
+        // App exited 3 under Never: Failed; the sandbox is stopped, the pod keeps its IP.
+        let done = vec![inst("a", 0, EXITED, 3), inst("i", 0, EXITED, 0)];
+        let s3 = generate(
+            &p,
+            &sandboxed(false, done),
+            &HashMap::new(),
+            Some(&s2),
+            None,
+        );
+        assert_eq!(s3.phase.as_deref(), Some("Failed"));
+        assert_eq!(cond_of(&s3, "ContainersReady"), f("PodFailed", None));
+        assert_eq!(cond_of(&s3, "Ready"), f("PodFailed", None));
+        assert_eq!(cond_of(&s3, "Initialized"), t());
+        assert_eq!(cond_of(&s3, "PodReadyToStartContainers").0, "False");
+        assert_eq!(s3.pod_ip.as_deref(), Some("10.0.0.7"));
+        let a = &s3.container_statuses.unwrap_or_default()[0];
+        let term = a.state.as_ref().and_then(|s| s.terminated.as_ref());
+        assert_eq!(term.map(|t| t.exit_code), Some(3));
+        assert_eq!(term.and_then(|t| t.reason.as_deref()), Some("Error"));
+        assert!(!a.ready);
+
+        // Exit 0 instead: Succeeded, Initialized carries PodCompleted.
+        let ok = vec![inst("a", 0, EXITED, 0), inst("i", 0, EXITED, 0)];
+        let s4 = gen_state(&p, &sandboxed(false, ok));
+        assert_eq!(s4.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(
+            cond_of(&s4, "Initialized"),
+            ("True".into(), Some("PodCompleted".into()), None)
+        );
+        assert_eq!(cond_of(&s4, "ContainersReady"), f("PodCompleted", None));
+    }
+
+    #[test]
+    fn transition_time_changes_only_on_a_transition() {
+        let p = pod("Always", vec![], vec![spec("a", false)]);
+        let old = Time(Timestamp::from_second(1_000_000).unwrap_or(Timestamp::UNIX_EPOCH));
+        let mut prev = gen_state(&p, &sandboxed(true, vec![inst("a", 0, RUNNING, 0)]));
+        for c in prev.conditions.iter_mut().flatten() {
+            c.last_transition_time = Some(old.clone());
+        }
+        let next = |prev: &PodStatus, c: api::ContainerStatus| {
+            generate(
+                &p,
+                &sandboxed(true, vec![c]),
+                &HashMap::new(),
+                Some(prev),
+                None,
+            )
+        };
+        // Same values: every time is kept.
+        let same = next(&prev, inst("a", 0, RUNNING, 0));
+        for c in same.conditions.iter().flatten() {
+            assert_eq!(c.last_transition_time.as_ref(), Some(&old), "{}", c.type_);
+        }
+        // The container exits: Ready and ContainersReady move, the others keep their time.
+        let exited = next(&same, inst("a", 0, EXITED, 1));
+        for c in exited.conditions.iter().flatten() {
+            let moved = matches!(c.type_.as_str(), "Ready" | "ContainersReady");
+            assert_eq!(c.status == "False", moved, "{}", c.type_);
+            assert_eq!(
+                c.last_transition_time.as_ref() != Some(&old),
+                moved,
+                "{}",
+                c.type_
+            );
+        }
+        assert_eq!(
+            exited.phase.as_deref(),
+            Some("Running"),
+            "Always restarts it"
+        );
+    }
+
+    #[test]
+    fn readiness_gates_hold_ready_back() {
+        let mut p = pod("Always", vec![], vec![spec("a", false)]);
+        if let Some(s) = p.spec.as_mut() {
+            s.readiness_gates = Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+                condition_type: "example.com/lb".into(),
+            }]);
+        }
+        let s = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+        let st = gen_state(&p, &s);
+        assert_eq!(cond_of(&st, "ContainersReady"), t());
+        assert_eq!(
+            cond_of(&st, "Ready"),
+            f(
+                "ReadinessGatesNotReady",
+                Some(
+                    "corresponding condition of pod readiness gate \"example.com/lb\" does not exist."
+                )
+            )
+        );
+        p.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "example.com/lb".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert_eq!(cond_of(&gen_state(&p, &s), "Ready"), t());
+    }
+
+    #[test]
+    fn sidecar_not_started_keeps_pod_pending_and_uninitialized() {
+        let p = pod("Always", vec![spec("s", true)], vec![spec("a", false)]);
+        let st = gen_state(&p, &sandboxed(true, vec![]));
+        assert_eq!(st.phase.as_deref(), Some("Pending"));
+        assert_eq!(
+            cond_of(&st, "Initialized"),
+            f(
+                "ContainersNotInitialized",
+                Some("containers with incomplete status: [s]")
+            )
+        );
+        assert_eq!(
+            cond_of(&st, "ContainersReady").2.as_deref(),
+            Some("containers with unready status: [s a]")
+        );
+    }
+
+    #[test]
+    fn an_older_read_does_not_undo_an_exit() {
+        let newer = sandboxed(false, vec![inst("a", 0, EXITED, 3)]);
+        let older = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+        let merged = merge(Some(&newer), &older);
+        assert_eq!(merged.containers[0].state, EXITED as i32);
+        assert_eq!(merged.containers[0].exit_code, 3);
+        assert!(merged.ready_sandbox().is_none());
+        // A new instance is taken as it is.
+        let restarted = sandboxed(
+            true,
+            vec![inst("a", 1, RUNNING, 0), inst("a", 0, EXITED, 3)],
+        );
+        let merged = merge(Some(&newer), &restarted);
+        assert_eq!(merged.containers[0].state, RUNNING as i32);
+    }
+
+    #[test]
+    fn a_refresh_keeps_waiting_reasons_while_the_instance_is_the_same() {
+        let m = StatusManager::new(crate::metrics::Metrics::new());
+        let p = Arc::new(pod("Always", vec![], vec![spec("a", false)]));
+        m.set_pod("u", p);
+        let crashed = sandboxed(true, vec![inst("a", 1, EXITED, 1)]);
+        let waiting = HashMap::from([(
+            "a".to_owned(),
+            ("CrashLoopBackOff".to_owned(), "back-off 10s".to_owned()),
+        )]);
+        m.update("u", &crashed, &waiting);
+        let reason = |m: &StatusManager| {
+            let st = m.status("u").unwrap_or_default();
+            waiting_reason(&st.container_statuses.unwrap_or_default()[0]).map(str::to_owned)
+        };
+        assert_eq!(reason(&m).as_deref(), Some("CrashLoopBackOff"));
+        m.refresh("u", &crashed);
+        assert_eq!(reason(&m).as_deref(), Some("CrashLoopBackOff"));
+        // Restarted: the old reason no longer applies.
+        m.refresh(
+            "u",
+            &sandboxed(
+                true,
+                vec![inst("a", 2, RUNNING, 0), inst("a", 1, EXITED, 1)],
+            ),
+        );
+        assert_eq!(reason(&m), None);
+        assert!(!m.refresh("unknown", &crashed));
     }
 }

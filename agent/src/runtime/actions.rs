@@ -82,7 +82,7 @@ fn should_restart(policy: &str, deleting: bool, st: Option<&api::ContainerStatus
 }
 
 /// Whether the sandbox must be (re)created, with the attempt number and the newest sandbox's id.
-fn sandbox_changed(pod: &Pod, state: &PodState) -> (bool, u32, Option<String>) {
+pub(crate) fn sandbox_changed(pod: &Pod, state: &PodState) -> (bool, u32, Option<String>) {
     let Some(latest) = state.sandboxes.first() else {
         return (true, 0, None);
     };
