@@ -38,8 +38,6 @@ pub enum Error {
     },
 }
 
-const PLEG_PERIOD: Duration = Duration::from_secs(1);
-
 /// Runs the agent until `cancel` fires, then waits for its tasks to stop. Pods keep running.
 pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Error> {
     let tracker = TaskTracker::new();
@@ -146,18 +144,23 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     }
     let (config_rx, sources_ready) = mux.run(cancel.clone());
 
-    // PLEG.
+    // PLEG, with the eBPF fast path: the tracer reports containers' main-process exits.
     let (pleg_tx, pleg_rx) = tokio::sync::mpsc::channel(1000);
+    let (fast_tx, fast_rx) = tokio::sync::mpsc::unbounded_channel();
+    if tracer.probes_loaded() {
+        tracer.set_exit_sink(fast_tx);
+    }
     let runtime_pods = pleg::RuntimePods::default();
     let runtime_state = kubelet::RuntimeState::default();
-    tracker.spawn(pleg::run(
-        runtime.clone(),
-        PLEG_PERIOD,
-        pleg_tx,
-        runtime_pods.clone(),
-        runtime_state.clone(),
-        cancel.clone(),
-    ));
+    let pleg = pleg::Pleg {
+        runtime: runtime.clone(),
+        status: status.clone(),
+        tx: pleg_tx,
+        pods: runtime_pods.clone(),
+        health: runtime_state.clone(),
+        metrics: metrics.clone(),
+    };
+    tracker.spawn(pleg.run(cfg.pleg_relist_period, fast_rx, cancel.clone()));
 
     // Servers.
     let healthz = (cfg.healthz_port != 0)

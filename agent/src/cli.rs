@@ -32,6 +32,8 @@ pub enum Error {
     Header(String),
     #[error("determining the node name: {0}")]
     Hostname(String),
+    #[error("--pleg-relist-period {0:?}: must be at least 1ms")]
+    RelistPeriod(String),
 }
 
 /// swiftlet: a node agent that does the kubelet's job, faster and observably.
@@ -99,6 +101,10 @@ pub struct Flags {
     /// eBPF probes: auto (load what can be loaded, warn otherwise), on (fail without them), off.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub ebpf: String,
+    /// How often the PLEG relists the runtime (swiftlet's own flag; the kubelet's is fixed at
+    /// 1s). With eBPF a container's exit is relisted at once anyway [default: 1s].
+    #[arg(long, value_name = "DURATION")]
+    pub pleg_relist_period: Option<String>,
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
@@ -150,6 +156,7 @@ pub struct AgentConfig {
     /// `--kubeconfig`: the API server source.
     pub kubeconfig: Option<PathBuf>,
     pub ebpf: crate::ebpf::Mode,
+    pub pleg_relist_period: Duration,
 }
 
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -279,6 +286,11 @@ impl Flags {
             .ebpf
             .parse()
             .map_err(|_| Error::Ebpf(self.ebpf.clone()))?;
+        let relist = self.pleg_relist_period.as_deref().unwrap_or("1s");
+        let pleg_relist_period = parse_duration("--pleg-relist-period", relist)
+            .ok()
+            .filter(|d| *d >= Duration::from_millis(1))
+            .ok_or_else(|| Error::RelistPeriod(relist.to_owned()))?;
         Ok(AgentConfig {
             pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),
             container_runtime_endpoint: self
@@ -313,6 +325,7 @@ impl Flags {
             http_check_frequency: parse_duration("--http-check-frequency", &http_freq)?,
             kubeconfig: self.kubeconfig,
             ebpf,
+            pleg_relist_period,
         })
     }
 }
@@ -427,5 +440,28 @@ mod tests {
             KubeletConfiguration::load(&path),
             Err(Error::Kind { .. })
         ));
+    }
+
+    #[test]
+    fn pleg_relist_period() {
+        let parse = |v: Option<&str>| {
+            let mut args = vec!["swiftlet", "--hostname-override", "n"];
+            args.extend(v.map(|v| ["--pleg-relist-period", v]).into_iter().flatten());
+            Flags::parse_from(args).resolve()
+        };
+        assert_eq!(
+            parse(None).unwrap().pleg_relist_period,
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            parse(Some("250ms")).unwrap().pleg_relist_period,
+            Duration::from_millis(250)
+        );
+        for bad in ["0s", "1x", ""] {
+            assert!(
+                matches!(parse(Some(bad)), Err(Error::RelistPeriod(_))),
+                "{bad}"
+            );
+        }
     }
 }

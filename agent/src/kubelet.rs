@@ -74,7 +74,7 @@ impl Backoff {
 pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub config_rx: mpsc::Receiver<PodUpdate>,
     pub sources_ready: SourcesReady,
-    pub pleg_rx: mpsc::Receiver<String>,
+    pub pleg_rx: mpsc::Receiver<crate::pleg::Event>,
     pub done_rx: mpsc::UnboundedReceiver<String>,
     pub runtime_pods: RuntimePods,
     pub runtime_state: RuntimeState,
@@ -114,9 +114,11 @@ impl<S: PodSyncer> SyncLoop<S> {
                     Some(u) => self.handle_config(&mut pods, u),
                     None => return,
                 },
-                Some(uid) = self.pleg_rx.recv() => {
-                    if let Some(pod) = pods.get(&uid) {
-                        self.workers.update_pod(&uid, Work::new(UpdateType::Sync, pod.clone()));
+                Some(event) = self.pleg_rx.recv() => {
+                    if event.is_sync_worthy()
+                        && let Some(pod) = pods.get(&event.uid)
+                    {
+                        self.workers.update_pod(&event.uid, Work::new(UpdateType::Sync, pod.clone()));
                     }
                 }
                 Some(uid) = self.done_rx.recv() => {

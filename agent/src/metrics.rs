@@ -26,6 +26,12 @@ pub struct ConfigErrorLabel {
     pub reason: &'static str,
 }
 
+/// Labels of `swiftlet_pleg_fast_path_relists_total`: whether the pod's relist found a change.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
     pub phase: String,
@@ -55,6 +61,11 @@ pub struct Metrics {
     pub running_pods: Gauge,
     pub ebpf_events_total: Counter,
     pub pod_start_phase_duration_seconds: Family<PhaseLabel, Histogram, fn() -> Histogram>,
+    pub pleg_relist_duration_seconds: Histogram,
+    pub pleg_relist_interval_seconds: Histogram,
+    pub pleg_discard_events_total: Counter,
+    pub pleg_last_seen_seconds: Gauge,
+    pub pleg_fast_path_relists_total: Family<ResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -136,8 +147,44 @@ impl Metrics {
              events on one clock), by phase",
             pod_start_phase_duration_seconds.clone(),
         );
+        let pleg_relist_duration_seconds = phase_histogram();
+        registry.register(
+            "pleg_relist_duration_seconds",
+            "Duration of a PLEG relist of every pod (with the status reads of changed pods)",
+            pleg_relist_duration_seconds.clone(),
+        );
+        let pleg_relist_interval_seconds = millisecond_histogram();
+        registry.register(
+            "pleg_relist_interval_seconds",
+            "Time between the starts of two PLEG relists",
+            pleg_relist_interval_seconds.clone(),
+        );
+        let pleg_discard_events_total = Counter::default();
+        registry.register(
+            "pleg_discard_events",
+            "PLEG events dropped because the sync loop's channel was full",
+            pleg_discard_events_total.clone(),
+        );
+        let pleg_last_seen_seconds = Gauge::default();
+        registry.register(
+            "pleg_last_seen_seconds",
+            "Unix time of the last successful PLEG relist",
+            pleg_last_seen_seconds.clone(),
+        );
+        let pleg_fast_path_relists_total = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "pleg_fast_path_relists",
+            "Relists of one pod triggered by the eBPF probes (its container's main process \
+             exited or its cgroup was removed), by whether the runtime showed a change",
+            pleg_fast_path_relists_total.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            pleg_relist_duration_seconds,
+            pleg_relist_interval_seconds,
+            pleg_discard_events_total,
+            pleg_last_seen_seconds,
+            pleg_fast_path_relists_total,
             pod_start_phase_duration_seconds,
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,

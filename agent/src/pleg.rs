@@ -1,90 +1,555 @@
-//! PLEG: relists the runtime (two CRI calls) every period and reports each pod whose sandboxes or
-//! containers changed, so the sync loop hands it to its worker. The snapshot of runtime pods also
-//! feeds housekeeping's orphan detection.
-use crate::runtime::{Manager, RelistEntry};
-use std::collections::{HashMap, HashSet};
+//! PLEG (kubelet-behaviour.md §1.11): relists the runtime (two CRI calls) every period, compares
+//! each pod's sandboxes and containers with its previous snapshot and generates per-container
+//! events (started, died, removed, changed). For a pod with events it reads the pod's full state
+//! (the kubelet's `GetPodStatus`) and refreshes its status at once, so `/pods` shows the change
+//! without waiting for the pod's worker, then sends the events to the sync loop, which hands the
+//! pod's worker a sync. A pod whose state read failed keeps its old snapshot and is inspected
+//! again on the next relist, so no event is lost (§4 trap 7).
+//!
+//! Fast path: the eBPF probes see a container's main process exit, or its cgroup go, the moment
+//! it happens ([`crate::trace::Tracer::set_exit_sink`]); the pod's UID arrives on the fast-path
+//! channel and that one pod is relisted at once (one `pod_state` read, no full relist). The
+//! runtime reports the exit a little after the kernel (containerd's shim reaps the process, then
+//! the CRI plugin deletes the task and records the exit), so a relist that finds no change yet is
+//! retried after 2 ms, doubling to [`FAST_RETRY_MAX`], for up to [`FAST_RETRY_FOR`]. Without eBPF
+//! the periodic relist alone keeps everything correct.
+use crate::metrics::{Metrics, ResultLabel};
+use crate::runtime::{Manager, PodState, RelistEntry};
+use crate::status::StatusManager;
+use futures::StreamExt;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// The UIDs of pods the runtime held at the last successful relist.
 pub type RuntimePods = Arc<RwLock<HashSet<String>>>;
 
-/// UIDs whose entries differ between two relists (appeared, changed or gone).
-pub fn changed(
-    old: &HashMap<String, RelistEntry>,
-    new: &HashMap<String, RelistEntry>,
-) -> Vec<String> {
-    let mut out: Vec<String> = new
-        .iter()
-        .filter(|(uid, e)| old.get(*uid) != Some(e))
-        .map(|(uid, _)| uid.clone())
-        .chain(old.keys().filter(|uid| !new.contains_key(*uid)).cloned())
-        .collect();
-    out.sort();
+/// Requests to relist one pod now, by UID (sent by the eBPF fast path).
+pub type FastPathSender = mpsc::UnboundedSender<String>;
+
+/// How many pods' states are read at once.
+const READ_CONCURRENCY: usize = 8;
+/// First retry of a fast-path relist that found no change yet.
+const FAST_RETRY_FIRST: Duration = Duration::from_millis(2);
+/// Retries double up to this delay.
+const FAST_RETRY_MAX: Duration = Duration::from_millis(16);
+/// A fast-path request gives up after this long; the periodic relist takes over.
+const FAST_RETRY_FOR: Duration = Duration::from_secs(1);
+
+/// What happened to a container (or sandbox) between two relists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    ContainerStarted,
+    ContainerDied,
+    ContainerRemoved,
+    /// A pod whose earlier state read failed was read now, with nothing new.
+    PodSync,
+    /// The container is in an unknown state (created, or the runtime cannot tell); not sent.
+    ContainerChanged,
+}
+
+/// One PLEG event: a pod, what happened and the container (or sandbox) id it happened to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Event {
+    pub uid: String,
+    pub kind: EventType,
+    pub id: String,
+}
+
+impl Event {
+    /// Whether the pod's worker should sync on this event (the kubelet's `isSyncPodWorthy`).
+    pub fn is_sync_worthy(&self) -> bool {
+        self.kind != EventType::ContainerRemoved
+    }
+}
+
+/// A container's or sandbox's state as the PLEG compares them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Running,
+    Exited,
+    Unknown,
+    NonExistent,
+}
+
+fn container_state(state: i32) -> State {
+    use k8s_cri::v1::ContainerState as C;
+    match C::try_from(state) {
+        Ok(C::ContainerRunning) => State::Running,
+        Ok(C::ContainerExited) => State::Exited,
+        _ => State::Unknown,
+    }
+}
+
+fn sandbox_state(state: i32) -> State {
+    use k8s_cri::v1::PodSandboxState as S;
+    match S::try_from(state) {
+        Ok(S::SandboxReady) => State::Running,
+        Ok(S::SandboxNotready) => State::Exited,
+        Err(_) => State::Unknown,
+    }
+}
+
+/// The kubelet's `generateEvents` for one id.
+fn generate_events(uid: &str, id: &str, old: State, new: State) -> Vec<Event> {
+    let event = |kind| Event {
+        uid: uid.to_owned(),
+        kind,
+        id: id.to_owned(),
+    };
+    match (old, new) {
+        _ if old == new => Vec::new(),
+        (_, State::Running) => vec![event(EventType::ContainerStarted)],
+        (_, State::Exited) => vec![event(EventType::ContainerDied)],
+        (_, State::Unknown) => vec![event(EventType::ContainerChanged)],
+        // Its death was reported when it exited.
+        (State::Exited, State::NonExistent) => vec![event(EventType::ContainerRemoved)],
+        (_, State::NonExistent) => vec![
+            event(EventType::ContainerDied),
+            event(EventType::ContainerRemoved),
+        ],
+    }
+}
+
+/// Every event of one pod between two snapshots, over each sandbox and container id in either.
+pub fn pod_events(uid: &str, old: Option<&RelistEntry>, new: Option<&RelistEntry>) -> Vec<Event> {
+    let mut out = Vec::new();
+    fn sandboxes(e: Option<&RelistEntry>) -> Option<&[(String, i32)]> {
+        e.map(|e| e.sandboxes.as_slice())
+    }
+    fn containers(e: Option<&RelistEntry>) -> Option<&[(String, i32)]> {
+        e.map(|e| e.containers.as_slice())
+    }
+    id_events(&mut out, uid, sandboxes(old), sandboxes(new), sandbox_state);
+    id_events(
+        &mut out,
+        uid,
+        containers(old),
+        containers(new),
+        container_state,
+    );
     out
 }
 
-pub async fn run(
-    runtime: Manager,
-    period: Duration,
-    tx: mpsc::Sender<String>,
-    pods: RuntimePods,
-    health: crate::kubelet::RuntimeState,
-    cancel: CancellationToken,
+fn id_events(
+    out: &mut Vec<Event>,
+    uid: &str,
+    old: Option<&[(String, i32)]>,
+    new: Option<&[(String, i32)]>,
+    state_of: fn(i32) -> State,
 ) {
-    let mut old: HashMap<String, RelistEntry> = HashMap::new();
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
+    let (old, new) = (old.unwrap_or_default(), new.unwrap_or_default());
+    let find = |list: &[(String, i32)], id: &str| {
+        list.iter()
+            .find(|(i, _)| i == id)
+            .map_or(State::NonExistent, |(_, s)| state_of(*s))
+    };
+    let all: BTreeSet<&str> = old.iter().chain(new).map(|(id, _)| id.as_str()).collect();
+    for id in all {
+        out.extend(generate_events(uid, id, find(old, id), find(new, id)));
+    }
+}
+
+/// The relist summary of a pod's full state (what [`Manager::relist`] would have listed).
+pub fn entry_of(state: &PodState) -> RelistEntry {
+    let mut entry = RelistEntry {
+        sandboxes: state
+            .sandboxes
+            .iter()
+            .map(|s| (s.id.clone(), s.state))
+            .collect(),
+        containers: state
+            .containers
+            .iter()
+            .map(|c| (c.id.clone(), c.state))
+            .collect(),
+    };
+    entry.sandboxes.sort();
+    entry.containers.sort();
+    entry
+}
+
+/// A pod waiting for a fast-path relist.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    due: Instant,
+    delay: Duration,
+    until: Instant,
+}
+
+/// What the PLEG works with. Drive it with [`Pleg::run`].
+pub struct Pleg {
+    pub runtime: Manager,
+    /// Refreshed for every pod with events.
+    pub status: StatusManager,
+    /// The sync loop's PLEG channel.
+    pub tx: mpsc::Sender<Event>,
+    /// The UIDs of the runtime's pods, for housekeeping.
+    pub pods: RuntimePods,
+    pub health: crate::kubelet::RuntimeState,
+    pub metrics: Metrics,
+}
+
+/// The PLEG task's own state.
+struct Relister {
+    p: Pleg,
+    /// Each pod's snapshot as of the last relist that read it successfully.
+    records: HashMap<String, RelistEntry>,
+    /// Pods whose state read failed: read again on the next relist even without events.
+    reinspect: HashSet<String>,
+    pending: HashMap<String, Pending>,
+    last_relist: Option<Instant>,
+}
+
+impl Pleg {
+    /// Relists every `period` (the first at once) and serves fast-path requests in between,
+    /// until `cancel` fires.
+    pub async fn run(
+        self,
+        period: Duration,
+        fast: mpsc::UnboundedReceiver<String>,
+        cancel: CancellationToken,
+    ) {
+        let r = Relister {
+            p: self,
+            records: HashMap::new(),
+            reinspect: HashSet::new(),
+            pending: HashMap::new(),
+            last_relist: None,
+        };
+        r.run(period, fast, cancel).await;
+    }
+}
+
+impl Relister {
+    async fn run(
+        mut self,
+        period: Duration,
+        mut fast: mpsc::UnboundedReceiver<String>,
+        cancel: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut fast_open = true;
+        loop {
+            let next_due = self.pending.values().map(|p| p.due).min();
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => self.relist().await,
+                uid = fast.recv(), if fast_open => match uid {
+                    Some(uid) => {
+                        self.request(uid);
+                        // Take every request already queued, so a burst is read in one go.
+                        while let Ok(uid) = fast.try_recv() {
+                            self.request(uid);
+                        }
+                        self.relist_due().await;
+                    }
+                    None => fast_open = false,
+                },
+                () = sleep_until(next_due), if next_due.is_some() => self.relist_due().await,
+            }
         }
-        let new = match runtime.relist().await {
+    }
+
+    fn request(&mut self, uid: String) {
+        tracing::debug!(%uid, "PLEG fast path: relisting the pod");
+        let now = Instant::now();
+        self.pending.insert(
+            uid,
+            Pending {
+                due: now,
+                delay: FAST_RETRY_FIRST,
+                until: now + FAST_RETRY_FOR,
+            },
+        );
+    }
+
+    /// Relists the pods whose fast-path relist is due, reading their states concurrently.
+    async fn relist_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.due <= now)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        let runtime = &self.p.runtime;
+        let reads: Vec<_> = futures::stream::iter(due)
+            .map(|uid| async move {
+                let state = runtime.pod_state(&uid).await;
+                (uid, state)
+            })
+            .buffer_unordered(READ_CONCURRENCY)
+            .collect()
+            .await;
+        for (uid, read) in reads {
+            let changed = match read {
+                Ok(state) => self.relist_pod(&uid, &state),
+                Err(error) => {
+                    tracing::debug!(%uid, %error, "fast-path relist: reading the pod failed");
+                    false
+                }
+            };
+            let result = if changed { "changed" } else { "unchanged" };
+            tracing::debug!(%uid, result, "PLEG fast path: pod relisted");
+            self.p
+                .metrics
+                .pleg_fast_path_relists_total
+                .get_or_create(&ResultLabel { result })
+                .inc();
+            let now = Instant::now();
+            match self.pending.get_mut(&uid) {
+                Some(p) if !changed && now < p.until => {
+                    p.due = now + p.delay;
+                    p.delay = (p.delay * 2).min(FAST_RETRY_MAX);
+                }
+                _ => {
+                    self.pending.remove(&uid);
+                }
+            }
+        }
+    }
+
+    /// Compares one pod's fresh state with its snapshot; on a change refreshes its status,
+    /// advances the snapshot and sends the events. True when something changed.
+    fn relist_pod(&mut self, uid: &str, state: &PodState) -> bool {
+        let entry = entry_of(state);
+        let gone = entry.sandboxes.is_empty() && entry.containers.is_empty();
+        let new = (!gone).then_some(&entry);
+        let events = pod_events(uid, self.records.get(uid), new);
+        if events.is_empty() {
+            return false;
+        }
+        self.p.status.refresh(uid, state);
+        self.reinspect.remove(uid);
+        if gone {
+            self.records.remove(uid);
+        } else {
+            self.records.insert(uid.to_owned(), entry);
+        }
+        self.send(events);
+        true
+    }
+
+    /// One full relist (kubelet `Relist()`).
+    async fn relist(&mut self) {
+        let start = Instant::now();
+        if let Some(last) = self.last_relist {
+            self.p
+                .metrics
+                .pleg_relist_interval_seconds
+                .observe(start.duration_since(last).as_secs_f64());
+        }
+        let mut new = match self.p.runtime.relist().await {
             Ok(n) => n,
             Err(e) => {
-                // Keep the old snapshot: events are regenerated on the next good relist.
+                // Keep every snapshot: the events are generated on the next good relist.
                 tracing::warn!(error = %e, "relist failed");
-                health.set(Some(e.to_string()));
-                continue;
+                self.p.health.set(Some(e.to_string()));
+                return;
             }
         };
-        health.set(None);
-        for uid in changed(&old, &new) {
-            if tx.try_send(uid).is_err() {
-                tracing::debug!("PLEG channel full; the next relist will report again");
-            }
-        }
-        if let Ok(mut p) = pods.write() {
+        self.p.health.set(None);
+        self.last_relist = Some(start);
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.p
+            .metrics
+            .pleg_last_seen_seconds
+            .set(i64::try_from(unix).unwrap_or(i64::MAX));
+        if let Ok(mut p) = self.p.pods.write() {
             *p = new.keys().cloned().collect();
         }
-        old = new;
+
+        let uids: BTreeSet<String> = self.records.keys().chain(new.keys()).cloned().collect();
+        let mut reads = Vec::new();
+        for uid in uids {
+            let events = pod_events(&uid, self.records.get(&uid), new.get(&uid));
+            let again = self.reinspect.contains(&uid);
+            if events.is_empty() && !again {
+                continue;
+            }
+            match new.remove(&uid) {
+                // Only pods the agent reports on need their state read.
+                Some(entry) if self.p.status.knows(&uid) => reads.push((uid, entry, events)),
+                Some(entry) => {
+                    self.records.insert(uid, entry);
+                    self.send(events);
+                }
+                None => {
+                    self.records.remove(&uid);
+                    self.reinspect.remove(&uid);
+                    self.send(events);
+                }
+            }
+        }
+        let runtime = &self.p.runtime;
+        let results: Vec<_> = futures::stream::iter(reads)
+            .map(|(uid, entry, events)| async move {
+                let state = runtime.pod_state(&uid).await;
+                (uid, entry, events, state)
+            })
+            .buffer_unordered(READ_CONCURRENCY)
+            .collect()
+            .await;
+        for (uid, entry, mut events, state) in results {
+            match state {
+                Ok(state) => {
+                    self.p.status.refresh(&uid, &state);
+                    if events.is_empty() {
+                        events.push(Event {
+                            uid: uid.clone(),
+                            kind: EventType::PodSync,
+                            id: String::new(),
+                        });
+                    }
+                    self.reinspect.remove(&uid);
+                    self.records.insert(uid, entry);
+                    self.send(events);
+                }
+                Err(error) => {
+                    // Do not advance the snapshot: the events come again next time.
+                    tracing::warn!(%uid, %error, "PLEG: reading the pod failed; inspecting it again on the next relist");
+                    self.reinspect.insert(uid);
+                }
+            }
+        }
+        self.p
+            .metrics
+            .pleg_relist_duration_seconds
+            .observe(start.elapsed().as_secs_f64());
+    }
+
+    /// Sends the events the sync loop acts on, never blocking; `ContainerChanged` is dropped.
+    fn send(&self, events: Vec<Event>) {
+        for e in events {
+            if e.kind == EventType::ContainerChanged {
+                continue;
+            }
+            if self.p.tx.try_send(e).is_err() {
+                self.p.metrics.pleg_discard_events_total.inc();
+                tracing::debug!("PLEG channel full; event dropped");
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use EventType::*;
+    use k8s_cri::v1 as api;
+
+    const RUNNING: i32 = api::ContainerState::ContainerRunning as i32;
+    const EXITED: i32 = api::ContainerState::ContainerExited as i32;
+    const CREATED: i32 = api::ContainerState::ContainerCreated as i32;
+    const READY: i32 = api::PodSandboxState::SandboxReady as i32;
+    const NOT_READY: i32 = api::PodSandboxState::SandboxNotready as i32;
+
+    fn entry(sandbox: i32, containers: &[(&str, i32)]) -> RelistEntry {
+        RelistEntry {
+            sandboxes: vec![("s".into(), sandbox)],
+            containers: containers
+                .iter()
+                .map(|(id, s)| ((*id).to_owned(), *s))
+                .collect(),
+        }
+    }
+
+    fn kinds(events: &[Event]) -> Vec<(&str, EventType)> {
+        events.iter().map(|e| (e.id.as_str(), e.kind)).collect()
+    }
 
     #[test]
-    fn reports_new_changed_and_gone_pods() {
-        let e = |s: i32| RelistEntry {
-            sandboxes: vec![("s".into(), 0)],
-            containers: vec![("c".into(), s)],
+    fn events_per_container_and_sandbox() {
+        let old = entry(READY, &[("a", RUNNING), ("b", RUNNING), ("c", EXITED)]);
+        let new = entry(READY, &[("a", RUNNING), ("b", EXITED), ("d", CREATED)]);
+        let events = pod_events("u", Some(&old), Some(&new));
+        assert_eq!(
+            kinds(&events),
+            [
+                ("b", ContainerDied),
+                ("c", ContainerRemoved),
+                ("d", ContainerChanged),
+            ]
+        );
+        assert!(events.iter().all(|e| e.uid == "u"));
+        assert!(pod_events("u", Some(&new), Some(&new)).is_empty());
+    }
+
+    #[test]
+    fn a_new_pod_starts_and_a_gone_one_dies_then_is_removed() {
+        let e = entry(READY, &[("a", RUNNING)]);
+        assert_eq!(
+            kinds(&pod_events("u", None, Some(&e))),
+            [("s", ContainerStarted), ("a", ContainerStarted)]
+        );
+        assert_eq!(
+            kinds(&pod_events("u", Some(&e), None)),
+            [
+                ("s", ContainerDied),
+                ("s", ContainerRemoved),
+                ("a", ContainerDied),
+                ("a", ContainerRemoved),
+            ]
+        );
+        let stopped = entry(NOT_READY, &[("a", EXITED)]);
+        assert_eq!(
+            kinds(&pod_events("u", Some(&e), Some(&stopped))),
+            [("s", ContainerDied), ("a", ContainerDied)]
+        );
+    }
+
+    #[test]
+    fn removed_events_do_not_sync_the_pod() {
+        let ev = |kind| Event {
+            uid: "u".into(),
+            kind,
+            id: "c".into(),
         };
-        let old = HashMap::from([
-            ("a".to_owned(), e(1)),
-            ("b".to_owned(), e(1)),
-            ("gone".to_owned(), e(1)),
-        ]);
-        let new = HashMap::from([
-            ("a".to_owned(), e(1)),
-            ("b".to_owned(), e(2)),
-            ("new".to_owned(), e(1)),
-        ]);
-        assert_eq!(changed(&old, &new), vec!["b", "gone", "new"]);
-        assert!(changed(&new, &new).is_empty());
+        assert!(ev(ContainerDied).is_sync_worthy());
+        assert!(ev(ContainerStarted).is_sync_worthy());
+        assert!(ev(PodSync).is_sync_worthy());
+        assert!(!ev(ContainerRemoved).is_sync_worthy());
+    }
+
+    #[test]
+    fn the_entry_of_a_pod_state_matches_the_relist() {
+        let state = PodState {
+            sandboxes: vec![api::PodSandbox {
+                id: "s".into(),
+                state: READY,
+                ..Default::default()
+            }],
+            sandbox_status: None,
+            containers: ["b", "a"]
+                .into_iter()
+                .map(|id| api::ContainerStatus {
+                    id: id.into(),
+                    state: RUNNING,
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        assert_eq!(
+            entry_of(&state),
+            entry(READY, &[("a", RUNNING), ("b", RUNNING)])
+        );
     }
 }

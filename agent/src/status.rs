@@ -224,6 +224,11 @@ impl StatusManager {
             .collect()
     }
 
+    /// Whether the pod is one the agent was asked to run.
+    pub fn knows(&self, uid: &str) -> bool {
+        self.inner.read().is_ok_and(|m| m.contains_key(uid))
+    }
+
     /// The pod's last computed status.
     pub fn status(&self, uid: &str) -> Option<PodStatus> {
         self.inner.read().ok()?.get(uid).map(|e| e.status.clone())

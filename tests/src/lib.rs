@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use tonic::transport::Channel;
 
 pub use xtask::{BUSYBOX_IMAGE, DEFAULT_ENDPOINT, NODE_NAME_LABEL, PAUSE_IMAGE};
@@ -244,6 +244,37 @@ pub fn pod_cri_objects(
     })?
 }
 
+/// Wall-clock now in Unix nanoseconds (the clock of CRI's timestamps).
+pub fn unix_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Full CRI statuses of every container of pod `uid`, oldest first (blocking).
+pub fn container_statuses(endpoint: &str, uid: &str) -> Result<Vec<cri::ContainerStatus>> {
+    let (endpoint, uid) = (endpoint.to_owned(), uid.to_owned());
+    block_on(async move {
+        let mut client = runtime_client(&endpoint)?;
+        let listed = containers_with_labels(&mut client, &[(POD_UID_LABEL, &uid)]).await?;
+        let mut out = Vec::new();
+        for c in listed {
+            let req = cri::ContainerStatusRequest {
+                container_id: c.id,
+                verbose: false,
+            };
+            // A container removed since the list is skipped.
+            if let Ok(r) = client.container_status(req).await
+                && let Some(s) = r.into_inner().status
+            {
+                out.push(s);
+            }
+        }
+        out.sort_by_key(|s| s.created_at);
+        Ok(out)
+    })?
+}
+
 /// Runs `fut` to completion on a fresh current-thread runtime in a thread of its own (so it
 /// also works from inside another runtime, e.g. in a `Drop`).
 pub fn block_on<F, T>(fut: F) -> Result<T>
@@ -285,6 +316,17 @@ impl PodList {
     /// The phase of pod `name` (`Running`, `Pending` ...), if listed with a status.
     pub fn phase(&self, name: &str) -> Option<&str> {
         self.get(name)?.status.as_ref()?.phase.as_deref()
+    }
+
+    /// The status of container `container` of pod `pod`.
+    pub fn container(&self, pod: &str, container: &str) -> Option<&ContainerStatus> {
+        self.get(pod)?
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == container)
     }
 
     /// Whether pod `name` is listed and Running.
@@ -630,6 +672,27 @@ impl Agent {
             .unwrap_or_else(|e| panic!("GET /pods is not a PodList ({e}): {body}"))
     }
 
+    /// Polls `/pods` every `every` (no pause when 0), handing each answer and the wall-clock
+    /// time it arrived (Unix nanoseconds) to `done` until it returns true. False on timeout.
+    pub fn poll_pods(
+        &self,
+        every: Duration,
+        timeout: Duration,
+        mut done: impl FnMut(&PodList, i64) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pods = self.pods();
+            if done(&pods, unix_nanos()) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(every);
+        }
+    }
+
     /// Polls `/pods` every 50 ms until `done` holds; returns that list, or `None` on timeout.
     pub fn try_wait_for(
         &self,
@@ -739,6 +802,32 @@ pub fn start_agent(name: &str) -> Option<Agent> {
 /// 5 s grace period and the labels `app: <name>` plus `labels`.
 pub fn looping_pod_manifest(name: &str, labels: &[(&str, &str)]) -> String {
     xtask::looping_pod_manifest(name, 5, 0, labels)
+}
+
+/// A static pod manifest with an explicit UID (`<name>-<node>`, so edits keep the same pod), one
+/// app container `main` running `script` under `policy`, and optional extra spec lines (already
+/// indented by two spaces).
+pub fn script_pod_manifest(
+    node: &str,
+    name: &str,
+    policy: &str,
+    script: &str,
+    extra: &str,
+) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, uid: {name}-{node}}}
+spec:
+  restartPolicy: {policy}
+  terminationGracePeriodSeconds: 5
+{extra}  containers:
+  - name: main
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", {script:?}]
+"#
+    )
 }
 
 /// The UIDs of every `pod<uid>` cgroup directory below `<hierarchy>/<cgroup_root>`, in any cgroup

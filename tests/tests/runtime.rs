@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::ContainerStatus;
 use swiftlet_tests::{
-    Agent, AgentOptions, BUSYBOX_IMAGE, POD_UID_LABEL, PodList, Runtime, block_on,
-    containers_with_labels, pod_cri_objects, runtime_client,
+    Agent, AgentOptions, BUSYBOX_IMAGE, PodList, Runtime, container_statuses, pod_cri_objects,
+    script_pod_manifest,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -23,31 +23,11 @@ fn start(name: &str) -> Option<Agent> {
 /// A pod manifest with an explicit UID (so edits keep the same pod), one app container running
 /// `script`, and optional extra spec lines (already indented by two spaces).
 fn manifest(agent: &Agent, name: &str, policy: &str, script: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: default, uid: {name}-{node}}}
-spec:
-  restartPolicy: {policy}
-  terminationGracePeriodSeconds: 5
-{extra}  containers:
-  - name: main
-    image: {BUSYBOX_IMAGE}
-    imagePullPolicy: Never
-    command: ["sh", "-c", {script:?}]
-"#,
-        node = agent.node_name(),
-    )
+    script_pod_manifest(agent.node_name(), name, policy, script, extra)
 }
 
 fn status<'a>(list: &'a PodList, pod: &str, container: &str) -> Option<&'a ContainerStatus> {
-    list.get(pod)?
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == container)
+    list.container(pod, container)
 }
 
 fn init_status<'a>(list: &'a PodList, pod: &str, container: &str) -> Option<&'a ContainerStatus> {
@@ -70,30 +50,8 @@ fn exit_code(c: &ContainerStatus) -> Option<i32> {
 
 /// Full CRI statuses of every container of pod `uid`, oldest first.
 fn cri_statuses(endpoint: &str, uid: &str) -> Vec<cri::ContainerStatus> {
-    let (endpoint, owned_uid) = (endpoint.to_owned(), uid.to_owned());
-    let res = block_on(async move {
-        let uid = owned_uid;
-        let mut client = runtime_client(&endpoint)?;
-        let listed = containers_with_labels(&mut client, &[(POD_UID_LABEL, &uid)]).await?;
-        let mut out = Vec::new();
-        for c in listed {
-            let req = cri::ContainerStatusRequest {
-                container_id: c.id,
-                verbose: false,
-            };
-            if let Ok(r) = client.container_status(req).await
-                && let Some(s) = r.into_inner().status
-            {
-                out.push(s);
-            }
-        }
-        out.sort_by_key(|s| s.created_at);
-        Ok::<_, swiftlet_tests::Error>(out)
-    });
-    match res {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) | Err(e) => panic!("reading container statuses of {uid}: {e}"),
-    }
+    container_statuses(endpoint, uid)
+        .unwrap_or_else(|e| panic!("reading container statuses of {uid}: {e}"))
 }
 
 fn named<'a>(all: &'a [cri::ContainerStatus], name: &str) -> Vec<&'a cri::ContainerStatus> {

@@ -91,6 +91,9 @@ struct Shared {
     metrics: Metrics,
     monitor: OnceLock<Monitor>,
     kernel: AtomicBool,
+    /// Where to report a pod whose container's main process exited or whose container cgroup
+    /// was removed (the PLEG's fast path).
+    exits: OnceLock<mpsc::UnboundedSender<String>>,
 }
 
 /// Handle on the timelines. Cheap to clone.
@@ -130,6 +133,7 @@ impl Tracer {
                 metrics,
                 monitor: OnceLock::new(),
                 kernel: AtomicBool::new(false),
+                exits: OnceLock::new(),
             }),
         }
     }
@@ -144,6 +148,18 @@ impl Tracer {
     #[cfg(test)]
     fn set_monitor_for_test(&self) {
         self.shared.kernel.store(true, Ordering::Release);
+    }
+
+    /// Reports to `tx` the UID of every pod whose container's main process (its first exec)
+    /// exits or whose container cgroup is removed.
+    pub fn set_exit_sink(&self, tx: mpsc::UnboundedSender<String>) {
+        let _ = self.shared.exits.set(tx);
+    }
+
+    fn container_exited(&self, uid: &str) {
+        if let Some(tx) = self.shared.exits.get() {
+            let _ = tx.send(uid.to_owned());
+        }
     }
 
     pub fn probes_loaded(&self) -> bool {
@@ -272,7 +288,11 @@ impl Tracer {
                             .state
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner);
-                        state.cgroup_owner.remove(&e.cgroup_id);
+                        let owner = state.cgroup_owner.remove(&e.cgroup_id);
+                        drop(state);
+                        if let Some((uid, _)) = owner {
+                            self.container_exited(&uid);
+                        }
                     }
                     _ => {}
                 }
@@ -298,6 +318,7 @@ impl Tracer {
                 let Some((uid, _)) = self.owner(e.cgroup_id) else {
                     return;
                 };
+                let mut main = false;
                 self.with_pod(&uid, |p| {
                     if let Some(x) = p
                         .execs
@@ -305,8 +326,12 @@ impl Tracer {
                         .find(|x| x.cgroup_id == e.cgroup_id && x.pid == e.tgid && x.exit.is_none())
                     {
                         x.exit = Some((e.ktime_ns, e.exit_code));
+                        main = true;
                     }
                 });
+                if main {
+                    self.container_exited(&uid);
+                }
             }
             KernelEvent::Cri(m) => {
                 if m.uid.is_empty() {

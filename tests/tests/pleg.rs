@@ -1,0 +1,236 @@
+//! PLEG and pod status against a real containerd: a container's exit reaches `/pods` through the
+//! eBPF fast path (and with `--ebpf off` through the periodic relist alone), and a pod with an
+//! init container and an app that exits walks every condition's transitions.
+//! The exit latency (CRI's finishedAt to `/pods`) is printed, not asserted: speed belongs to the
+//! `pod_exit` bench.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus};
+use swiftlet_tests::{
+    Agent, AgentOptions, BUSYBOX_IMAGE, PodList, Runtime, container_statuses, script_pod_manifest,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// How often `/pods` is polled while waiting for an exit.
+const POLL: Duration = Duration::from_millis(2);
+const FAST_PATH_CHANGED: &str = "swiftlet_pleg_fast_path_relists_total{result=\"changed\"}";
+
+fn start(name: &str, args: &[&str]) -> Option<Agent> {
+    let rt = Runtime::shared()?;
+    let mut opts = AgentOptions::new(name);
+    opts.extra_args = args.iter().map(|a| (*a).to_owned()).collect();
+    Some(Agent::start(rt, opts))
+}
+
+/// A restartPolicy Never pod whose container `main` runs `script`, after an init container
+/// running `init` when given.
+fn manifest(agent: &Agent, name: &str, init: Option<&str>, script: &str) -> String {
+    let init = init.map_or_else(String::new, |s| {
+        format!(
+            "  initContainers:\n  - name: init\n    image: {BUSYBOX_IMAGE}\n    \
+             imagePullPolicy: Never\n    command: [\"sh\", \"-c\", {s:?}]\n"
+        )
+    });
+    script_pod_manifest(agent.node_name(), name, "Never", script, &init)
+}
+
+fn main_status<'a>(list: &'a PodList, pod: &str) -> Option<&'a ContainerStatus> {
+    list.container(pod, "main")
+}
+
+fn terminated(c: &ContainerStatus) -> Option<&ContainerStateTerminated> {
+    c.state.as_ref()?.terminated.as_ref()
+}
+
+/// The value of one series in a Prometheus text exposition (0 when absent).
+fn metric(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits until `/pods` shows pod's container `main` terminated; returns that list and the
+/// latency from CRI's finishedAt of the container to that answer, in milliseconds.
+fn exit_seen(agent: &Agent, pod: &str) -> (PodList, f64) {
+    let mut seen = None;
+    let found = agent.poll_pods(POLL, TIMEOUT, |list, at| {
+        let done = main_status(list, pod).and_then(terminated).is_some();
+        if done {
+            seen = Some((list.clone(), at));
+        }
+        done
+    });
+    let Some((list, at)) = seen.filter(|_| found) else {
+        panic!(
+            "{pod}: no terminated state on /pods within {TIMEOUT:?}: {}",
+            agent.pods().summary()
+        );
+    };
+    let uid = list.uid(pod).unwrap_or_default().to_owned();
+    let statuses = container_statuses(agent.endpoint(), &uid)
+        .unwrap_or_else(|e| panic!("reading the CRI statuses of {pod}: {e}"));
+    let finished = statuses
+        .iter()
+        .filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == "main"))
+        .map(|s| s.finished_at)
+        .max()
+        .unwrap_or_else(|| panic!("{pod}: no CRI container main"));
+    assert!(finished > 0, "{pod}: CRI has no finishedAt");
+    (list, (at - finished) as f64 / 1e6)
+}
+
+fn assert_failed_with(list: &PodList, pod: &str, code: i32) {
+    let t = main_status(list, pod).and_then(terminated);
+    assert_eq!(t.map(|t| t.exit_code), Some(code), "{pod}: {t:?}");
+    assert_eq!(t.and_then(|t| t.reason.as_deref()), Some("Error"));
+    assert!(t.is_some_and(|t| t.started_at.is_some() && t.finished_at.is_some()));
+}
+
+/// Runs a pod whose container exits with `code` after a second, waits for `/pods` to show it
+/// terminated (printing the latency from CRI's finishedAt) and returns the agent's metrics.
+fn exit_once(agent: &Agent, label: &str, code: i32) -> String {
+    let script = format!("sleep 1; exit {code}");
+    agent.write_manifest("exits.yaml", &manifest(agent, "exits", None, &script));
+    let pod = &agent.static_pod_name("exits");
+    agent.wait_for(|l| l.is_running(pod), TIMEOUT);
+    let (list, ms) = exit_seen(agent, pod);
+    eprintln!("{label}: CRI finishedAt -> /pods terminated: {ms:.1} ms");
+    assert_failed_with(&list, pod, code);
+    let list = agent.wait_for(|l| l.phase(pod) == Some("Failed"), TIMEOUT);
+    assert_failed_with(&list, pod, code);
+    agent.get("/metrics").1
+}
+
+#[test]
+fn a_container_exit_reaches_pods_through_the_ebpf_fast_path() {
+    let Some(agent) = start("pleg-fast", &["--ebpf", "on"]) else {
+        return;
+    };
+    let body = exit_once(&agent, "pleg-fast", 3);
+    assert!(
+        metric(&body, FAST_PATH_CHANGED) >= 1.0,
+        "the eBPF fast path relisted the pod and saw its change:\n{body}"
+    );
+    assert!(body.contains("swiftlet_pleg_relist_duration_seconds_count"));
+}
+
+#[test]
+fn without_ebpf_the_relist_alone_reports_the_exit() {
+    let args = ["--ebpf", "off", "--pleg-relist-period", "200ms"];
+    let Some(agent) = start("pleg-relist", &args) else {
+        return;
+    };
+    let body = exit_once(&agent, "pleg-relist (200 ms period)", 5);
+    assert_eq!(
+        metric(&body, FAST_PATH_CHANGED),
+        0.0,
+        "no fast path without eBPF"
+    );
+    assert!(metric(&body, "swiftlet_pleg_relist_duration_seconds_count") >= 1.0);
+}
+
+/// One condition as `/pods` showed it: (status, reason, lastTransitionTime).
+type Seen = (String, Option<String>, String);
+
+#[test]
+fn conditions_walk_their_transitions() {
+    let Some(agent) = start("pleg-conditions", &[]) else {
+        return;
+    };
+    agent.write_manifest(
+        "walk.yaml",
+        &manifest(&agent, "walk", Some("sleep 1"), "sleep 2; exit 4"),
+    );
+    let pod = &agent.static_pod_name("walk");
+    // Every distinct value each condition took, in order.
+    let mut history: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
+    let done = agent.poll_pods(Duration::from_millis(20), TIMEOUT, |list, _| {
+        let Some(status) = list.get(pod).and_then(|p| p.status.as_ref()) else {
+            return false;
+        };
+        for c in status.conditions.iter().flatten() {
+            let seen = (
+                c.status.clone(),
+                c.reason.clone(),
+                c.last_transition_time
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_default(),
+            );
+            let h = history.entry(c.type_.clone()).or_default();
+            if h.last() != Some(&seen) {
+                h.push(seen);
+            }
+        }
+        // Done once the pod failed and its stopped sandbox shows.
+        status.phase.as_deref() == Some("Failed")
+            && status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "PodReadyToStartContainers" && c.status == "False")
+    });
+    assert!(
+        done,
+        "pod never Failed with a stopped sandbox: {history:#?}"
+    );
+    let statuses = |kind: &str| -> Vec<String> {
+        let mut out: Vec<String> = history[kind].iter().map(|s| s.0.clone()).collect();
+        out.dedup();
+        out
+    };
+    assert_eq!(statuses("PodScheduled"), ["True"], "{history:#?}");
+    assert_eq!(statuses("Initialized"), ["False", "True"], "{history:#?}");
+    assert_eq!(
+        statuses("ContainersReady"),
+        ["False", "True", "False"],
+        "{history:#?}"
+    );
+    assert_eq!(
+        statuses("Ready"),
+        ["False", "True", "False"],
+        "{history:#?}"
+    );
+    assert_eq!(
+        statuses("PodReadyToStartContainers"),
+        ["True", "False"],
+        "{history:#?}"
+    );
+    for (kind, seen) in &history {
+        // The time moves only with the status, and never backwards.
+        for w in seen.windows(2) {
+            let ((s0, _, t0), (s1, _, t1)) = (&w[0], &w[1]);
+            if s0 == s1 {
+                assert_eq!(t0, t1, "{kind}: time changed without a transition");
+            } else {
+                assert!(t1 >= t0, "{kind}: transition time went back: {seen:?}");
+            }
+        }
+    }
+    let reason = |kind: &str, i: usize| history[kind][i].1.clone();
+    assert_eq!(
+        reason("Initialized", 0).as_deref(),
+        Some("ContainersNotInitialized")
+    );
+    assert_eq!(
+        reason("ContainersReady", 0).as_deref(),
+        Some("ContainersNotReady")
+    );
+    let last = |kind: &str| history[kind].last().and_then(|s| s.1.clone());
+    assert_eq!(last("ContainersReady").as_deref(), Some("PodFailed"));
+    assert_eq!(last("Ready").as_deref(), Some("PodFailed"));
+    // The init container's status is complete too.
+    let list = agent.pods();
+    let init = list
+        .get(pod)
+        .and_then(|p| p.status.as_ref())
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .and_then(|s| s.first())
+        .and_then(terminated)
+        .cloned();
+    assert_eq!(init.as_ref().map(|t| t.exit_code), Some(0));
+    assert_eq!(init.and_then(|t| t.reason).as_deref(), Some("Completed"));
+    assert_failed_with(&list, pod, 4);
+}
