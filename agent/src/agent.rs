@@ -144,7 +144,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     }
     let (config_rx, sources_ready) = mux.run(cancel.clone());
 
-    // PLEG, with the eBPF fast path: the tracer reports containers' main-process exits.
+    // PLEG, with the eBPF fast path: the tracer reports containers' main-process exits and
+    // container cgroups removed.
     let (pleg_tx, pleg_rx) = tokio::sync::mpsc::channel(1000);
     let (fast_tx, fast_rx) = tokio::sync::mpsc::unbounded_channel();
     if tracer.probes_loaded() {

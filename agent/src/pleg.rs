@@ -9,10 +9,14 @@
 //! Fast path: the eBPF probes see a container's main process exit, or its cgroup go, the moment
 //! it happens ([`crate::trace::Tracer::set_exit_sink`]); the pod's UID arrives on the fast-path
 //! channel and that one pod is relisted at once (one `pod_state` read, no full relist). The
-//! runtime reports the exit a little after the kernel (containerd's shim reaps the process, then
-//! the CRI plugin deletes the task and records the exit), so a relist that finds no change yet is
-//! retried after 2 ms, doubling to [`FAST_RETRY_MAX`], for up to [`FAST_RETRY_FOR`]. Without eBPF
-//! the periodic relist alone keeps everything correct.
+//! runtime reports the exit a little after the kernel (containerd's shim reaps the process, the
+//! CRI plugin deletes the task, removing its cgroup, then records the exit; on a busy machine
+//! that takes tens to hundreds of milliseconds), so a relist that finds no change yet is retried
+//! after 2 ms, doubling to [`FAST_RETRY_MAX`], for up to [`FAST_RETRY_FOR`]. And once the
+//! container's cgroup is gone (the container is certainly dead) the exit its main process made is
+//! shown in the status at once ([`StatusManager::kernel_exit`]), before the runtime records it;
+//! the runtime's record replaces it with the next read. Without eBPF the periodic relist alone
+//! keeps everything correct.
 use crate::metrics::{Metrics, ResultLabel};
 use crate::runtime::{Manager, PodState, RelistEntry};
 use crate::status::StatusManager;
@@ -27,8 +31,16 @@ use tokio_util::sync::CancellationToken;
 /// The UIDs of pods the runtime held at the last successful relist.
 pub type RuntimePods = Arc<RwLock<HashSet<String>>>;
 
-/// Requests to relist one pod now, by UID (sent by the eBPF fast path).
-pub type FastPathSender = mpsc::UnboundedSender<String>;
+/// What the eBPF probes saw end in a pod: a container's main process exited, or its cgroup was
+/// removed (then with the main process's exit code and time, when seen). Asks for a relist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelExit {
+    pub uid: String,
+    /// The container's id (its cgroup's name), when known.
+    pub container_id: Option<String>,
+    /// The container-style exit code and the exit's wall-clock time in Unix nanoseconds.
+    pub exit: Option<(i32, i64)>,
+}
 
 /// How many pods' states are read at once.
 const READ_CONCURRENCY: usize = 8;
@@ -210,7 +222,7 @@ impl Pleg {
     pub async fn run(
         self,
         period: Duration,
-        fast: mpsc::UnboundedReceiver<String>,
+        fast: mpsc::UnboundedReceiver<KernelExit>,
         cancel: CancellationToken,
     ) {
         let r = Relister {
@@ -228,7 +240,7 @@ impl Relister {
     async fn run(
         mut self,
         period: Duration,
-        mut fast: mpsc::UnboundedReceiver<String>,
+        mut fast: mpsc::UnboundedReceiver<KernelExit>,
         cancel: CancellationToken,
     ) {
         let mut tick = tokio::time::interval(period);
@@ -240,12 +252,12 @@ impl Relister {
                 biased;
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => self.relist().await,
-                uid = fast.recv(), if fast_open => match uid {
-                    Some(uid) => {
-                        self.request(uid);
+                exit = fast.recv(), if fast_open => match exit {
+                    Some(exit) => {
+                        self.request(exit);
                         // Take every request already queued, so a burst is read in one go.
-                        while let Ok(uid) = fast.try_recv() {
-                            self.request(uid);
+                        while let Ok(exit) = fast.try_recv() {
+                            self.request(exit);
                         }
                         self.relist_due().await;
                     }
@@ -256,8 +268,18 @@ impl Relister {
         }
     }
 
-    fn request(&mut self, uid: String) {
-        tracing::debug!(%uid, "PLEG fast path: relisting the pod");
+    /// Shows a kernel-observed exit in the pod's status at once (the runtime's record replaces
+    /// it when a relist sees the exit) and queues a relist of the pod.
+    fn request(&mut self, exit: KernelExit) {
+        let KernelExit {
+            uid,
+            container_id,
+            exit,
+        } = exit;
+        tracing::debug!(%uid, ?container_id, ?exit, "PLEG fast path: relisting the pod");
+        if let (Some(id), Some((code, at))) = (container_id, exit) {
+            self.p.status.kernel_exit(&uid, &id, code, at);
+        }
         let now = Instant::now();
         self.pending.insert(
             uid,

@@ -167,6 +167,36 @@ impl StatusManager {
         self.apply(entry, state)
     }
 
+    /// Marks running container `id` of pod `uid` exited with `code` at `finished_ns` (Unix
+    /// nanoseconds) as the eBPF probes saw it (its main process exited and its cgroup is gone),
+    /// before the runtime reports it:
+    /// the status shows the exit at once, and the runtime's own record (reason, exact times)
+    /// replaces it with the next read. False when the pod or a running container `id` is unknown.
+    pub fn kernel_exit(&self, uid: &str, id: &str, code: i32, finished_ns: i64) -> bool {
+        let Ok(mut map) = self.inner.write() else {
+            return false;
+        };
+        let Some(entry) = map.get_mut(uid) else {
+            return false;
+        };
+        let Some(mut state) = entry.state.clone() else {
+            return false;
+        };
+        let running = api::ContainerState::ContainerRunning as i32;
+        let Some(c) = state
+            .containers
+            .iter_mut()
+            .find(|c| c.id == id && c.state == running)
+        else {
+            return false;
+        };
+        c.state = api::ContainerState::ContainerExited as i32;
+        c.exit_code = code;
+        c.finished_at = finished_ns;
+        self.apply(entry, &state);
+        true
+    }
+
     fn apply(&self, entry: &mut Entry, state: &PodState) -> bool {
         let state = merge(entry.state.as_ref(), state);
         let waiting: HashMap<String, (String, String)> = entry
@@ -1151,5 +1181,45 @@ mod tests {
         );
         assert_eq!(reason(&m), None);
         assert!(!m.refresh("unknown", &crashed));
+    }
+
+    #[test]
+    fn a_kernel_seen_exit_shows_until_the_runtime_reports_it() {
+        let m = StatusManager::new(crate::metrics::Metrics::new());
+        m.set_pod("u", Arc::new(pod("Never", vec![], vec![spec("a", false)])));
+        let running = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+        m.update("u", &running, &HashMap::new());
+        let term = |m: &StatusManager| {
+            let st = m.status("u").unwrap_or_default();
+            let c = st.container_statuses.unwrap_or_default().remove(0);
+            let t = c.state.and_then(|s| s.terminated);
+            (st.phase, t.map(|t| (t.exit_code, t.reason, t.finished_at)))
+        };
+        assert!(!m.kernel_exit("u", "other", 3, 5_000_000_000));
+        assert!(m.kernel_exit("u", "a-0", 3, 5_000_000_000));
+        let finished = ts(5_000_000_000);
+        assert_eq!(
+            term(&m),
+            (
+                Some("Failed".into()),
+                Some((3, Some("Error".into()), finished.clone()))
+            )
+        );
+        // A worker's read from before the exit does not bring it back.
+        m.update("u", &running, &HashMap::new());
+        assert_eq!(term(&m).0.as_deref(), Some("Failed"));
+        // The runtime's record wins once it has one.
+        let mut exited = inst("a", 0, EXITED, 3);
+        exited.reason = "OOMKilled".into();
+        exited.finished_at = 5_001_000_000;
+        m.refresh("u", &sandboxed(true, vec![exited]));
+        assert_eq!(
+            term(&m).1,
+            Some((3, Some("OOMKilled".into()), ts(5_001_000_000)))
+        );
+        assert!(
+            !m.kernel_exit("u", "a-0", 3, 6_000_000_000),
+            "already exited"
+        );
     }
 }

@@ -51,6 +51,24 @@ fn metric(body: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// CRI's finishedAt of the newest container `name` of pod `uid`, once it has one.
+fn wait_finished_at(endpoint: &str, uid: &str, name: &str) -> Option<i64> {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while std::time::Instant::now() < deadline {
+        let statuses = container_statuses(endpoint, uid)
+            .unwrap_or_else(|e| panic!("reading the CRI statuses of {uid}: {e}"));
+        let finished = statuses
+            .iter()
+            .rfind(|s| s.metadata.as_ref().is_some_and(|m| m.name == name))
+            .map_or(0, |s| s.finished_at);
+        if finished > 0 {
+            return Some(finished);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
 /// Waits until `/pods` shows pod's container `main` terminated; returns that list and the
 /// latency from CRI's finishedAt of the container to that answer, in milliseconds.
 fn exit_seen(agent: &Agent, pod: &str) -> (PodList, f64) {
@@ -69,15 +87,9 @@ fn exit_seen(agent: &Agent, pod: &str) -> (PodList, f64) {
         );
     };
     let uid = list.uid(pod).unwrap_or_default().to_owned();
-    let statuses = container_statuses(agent.endpoint(), &uid)
-        .unwrap_or_else(|e| panic!("reading the CRI statuses of {pod}: {e}"));
-    let finished = statuses
-        .iter()
-        .filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == "main"))
-        .map(|s| s.finished_at)
-        .max()
-        .unwrap_or_else(|| panic!("{pod}: no CRI container main"));
-    assert!(finished > 0, "{pod}: CRI has no finishedAt");
+    // With eBPF `/pods` can show the exit before the runtime records it: wait for CRI.
+    let finished = wait_finished_at(agent.endpoint(), &uid, "main")
+        .unwrap_or_else(|| panic!("{pod}: CRI shows no finishedAt of main within {TIMEOUT:?}"));
     (list, (at - finished) as f64 / 1e6)
 }
 
@@ -108,7 +120,15 @@ fn a_container_exit_reaches_pods_through_the_ebpf_fast_path() {
     let Some(agent) = start("pleg-fast", &["--ebpf", "on"]) else {
         return;
     };
-    let body = exit_once(&agent, "pleg-fast", 3);
+    exit_once(&agent, "pleg-fast", 3);
+    // The status can show the exit before the runtime does; the fast path's relist that sees
+    // the runtime's change may come a little later.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut body = agent.get("/metrics").1;
+    while metric(&body, FAST_PATH_CHANGED) < 1.0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        body = agent.get("/metrics").1;
+    }
     assert!(
         metric(&body, FAST_PATH_CHANGED) >= 1.0,
         "the eBPF fast path relisted the pod and saw its change:\n{body}"

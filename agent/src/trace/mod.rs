@@ -46,6 +46,13 @@ pub fn monotonic_ns() -> u64 {
         .saturating_add(ts.tv_nsec as u64)
 }
 
+/// The wall-clock time (Unix nanoseconds) of a CLOCK_MONOTONIC stamp: now minus how long ago.
+fn wall_clock_of(ktime_ns: u64) -> i64 {
+    let ago = monotonic_ns().saturating_sub(ktime_ns);
+    let now = jiff::Timestamp::now().as_nanosecond();
+    i64::try_from(now - i128::from(ago)).unwrap_or(0)
+}
+
 /// The monotonic time of a wall-clock `config.seen` stamp: now minus how long ago it was.
 fn seen_monotonic(pod: &Pod, now_mono: u64) -> Option<u64> {
     let seen: jiff::Timestamp = pod
@@ -66,7 +73,16 @@ struct State {
     /// cgroup2 id of a container cgroup -> (pod UID, when it was created), from `cgroup_mkdir`
     /// on the cgroup2 hierarchy.
     cgroup_owner: HashMap<u64, (String, u64)>,
+    /// cgroup2 id of a container cgroup -> its name (the container id), for the PLEG.
+    cgroup_container: HashMap<u64, String>,
+    /// cgroup2 id of a container cgroup -> its main process (tgid) and that one's exit (code,
+    /// CLOCK_MONOTONIC ns): the first process to exec there while no earlier one still runs
+    /// (runc's own helper can exec in the cgroup and exit before the container's process does).
+    cgroup_main: HashMap<u64, MainProcess>,
 }
+
+/// A container's main process: its tgid and, once it exited, (exit code, CLOCK_MONOTONIC ns).
+type MainProcess = (u32, Option<(Option<i32>, u64)>);
 
 impl State {
     fn evict(&mut self) {
@@ -81,6 +97,9 @@ impl State {
             };
             self.pods.remove(&oldest);
             self.cgroup_owner.retain(|_, (uid, _)| *uid != oldest);
+            let owners = &self.cgroup_owner;
+            self.cgroup_container
+                .retain(|id, _| owners.contains_key(id));
         }
     }
 }
@@ -93,7 +112,7 @@ struct Shared {
     kernel: AtomicBool,
     /// Where to report a pod whose container's main process exited or whose container cgroup
     /// was removed (the PLEG's fast path).
-    exits: OnceLock<mpsc::UnboundedSender<String>>,
+    exits: OnceLock<mpsc::UnboundedSender<crate::pleg::KernelExit>>,
 }
 
 /// Handle on the timelines. Cheap to clone.
@@ -150,15 +169,24 @@ impl Tracer {
         self.shared.kernel.store(true, Ordering::Release);
     }
 
-    /// Reports to `tx` the UID of every pod whose container's main process (its first exec)
-    /// exits or whose container cgroup is removed.
-    pub fn set_exit_sink(&self, tx: mpsc::UnboundedSender<String>) {
+    /// Reports to `tx` every pod whose container's main process (its first exec) exits or whose
+    /// container cgroup is removed (with the main process's exit code and time, when seen).
+    pub fn set_exit_sink(&self, tx: mpsc::UnboundedSender<crate::pleg::KernelExit>) {
         let _ = self.shared.exits.set(tx);
     }
 
-    fn container_exited(&self, uid: &str) {
+    fn container_exited(
+        &self,
+        uid: String,
+        container_id: Option<String>,
+        exit: Option<(i32, u64)>,
+    ) {
         if let Some(tx) = self.shared.exits.get() {
-            let _ = tx.send(uid.to_owned());
+            let _ = tx.send(crate::pleg::KernelExit {
+                uid,
+                container_id,
+                exit: exit.map(|(code, ktime)| (code, wall_clock_of(ktime))),
+            });
         }
     }
 
@@ -272,7 +300,9 @@ impl Tracer {
                     (CgroupEventKind::Rmdir, None) => self.with_pod(&uid, |p| {
                         p.pod_cgroup_removed_ns.get_or_insert(e.ktime_ns);
                     }),
-                    (CgroupEventKind::Mkdir, Some(_)) if e.hierarchy_id == CGROUP2_HIERARCHY => {
+                    (CgroupEventKind::Mkdir, Some(child))
+                        if e.hierarchy_id == CGROUP2_HIERARCHY =>
+                    {
                         let mut state = self
                             .shared
                             .state
@@ -280,6 +310,7 @@ impl Tracer {
                             .unwrap_or_else(PoisonError::into_inner);
                         if state.pods.contains_key(&uid) {
                             state.cgroup_owner.insert(e.cgroup_id, (uid, e.ktime_ns));
+                            state.cgroup_container.insert(e.cgroup_id, child.to_owned());
                         }
                     }
                     (CgroupEventKind::Rmdir, Some(_)) if e.hierarchy_id == CGROUP2_HIERARCHY => {
@@ -289,9 +320,17 @@ impl Tracer {
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner);
                         let owner = state.cgroup_owner.remove(&e.cgroup_id);
+                        let container = state.cgroup_container.remove(&e.cgroup_id);
+                        // The cgroup goes once the container is gone: its main process's exit
+                        // (when seen) is the container's.
+                        let exit = state
+                            .cgroup_main
+                            .remove(&e.cgroup_id)
+                            .and_then(|(_, exit)| exit)
+                            .and_then(|(code, ktime)| Some((code?, ktime)));
                         drop(state);
                         if let Some((uid, _)) = owner {
-                            self.container_exited(&uid);
+                            self.container_exited(uid, container, exit);
                         }
                     }
                     _ => {}
@@ -301,6 +340,20 @@ impl Tracer {
                 let Some((uid, created_ns)) = self.owner(e.cgroup_id) else {
                     return;
                 };
+                {
+                    let mut state = self
+                        .shared
+                        .state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let main = state
+                        .cgroup_main
+                        .entry(e.cgroup_id)
+                        .or_insert((e.tgid, None));
+                    if main.1.is_some() {
+                        *main = (e.tgid, None);
+                    }
+                }
                 self.with_pod(&uid, |p| {
                     if !p.execs.iter().any(|x| x.cgroup_id == e.cgroup_id) {
                         p.execs.push(timeline::ExecCgroup {
@@ -315,10 +368,29 @@ impl Tracer {
                 });
             }
             KernelEvent::Exit(e) => {
-                let Some((uid, _)) = self.owner(e.cgroup_id) else {
+                let (owner, container, main) = {
+                    let mut state = self
+                        .shared
+                        .state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let main = match state.cgroup_main.get_mut(&e.cgroup_id) {
+                        Some(m) if m.0 == e.tgid && m.1.is_none() => {
+                            m.1 = Some((e.exit_code, e.ktime_ns));
+                            true
+                        }
+                        _ => false,
+                    };
+                    let container = state.cgroup_container.get(&e.cgroup_id).cloned();
+                    (
+                        state.cgroup_owner.get(&e.cgroup_id).cloned(),
+                        container,
+                        main,
+                    )
+                };
+                let Some((uid, _)) = owner else {
                     return;
                 };
-                let mut main = false;
                 self.with_pod(&uid, |p| {
                     if let Some(x) = p
                         .execs
@@ -326,11 +398,12 @@ impl Tracer {
                         .find(|x| x.cgroup_id == e.cgroup_id && x.pid == e.tgid && x.exit.is_none())
                     {
                         x.exit = Some((e.ktime_ns, e.exit_code));
-                        main = true;
                     }
                 });
                 if main {
-                    self.container_exited(&uid);
+                    // Only a relist: a later exec may still turn out to be the main process
+                    // (when this one was runc's helper); the exit is shown once the cgroup goes.
+                    self.container_exited(uid, container, None);
                 }
             }
             KernelEvent::Cri(m) => {
@@ -683,5 +756,43 @@ mod tests {
         let first = tracer.pod("u").and_then(|p| p.admitted_ns);
         tracer.pod_admitted("u", &pod("p", "u"));
         assert_eq!(tracer.pod("u").and_then(|p| p.admitted_ns), first);
+    }
+
+    #[test]
+    fn a_container_exit_goes_to_the_pleg_with_its_main_process_code() {
+        let tracer = Tracer::new(Metrics::new());
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tracer.set_exit_sink(tx);
+        tracer.pod_admitted("u1", &pod("web", "u1"));
+        let path = "/kubepods/besteffort/podu1/c1";
+        tracer.kernel_event(&cgroup(CgroupEventKind::Mkdir, path, 0, 7, 1));
+        let proc_ = |tgid: u32, at: u64, code: Option<i32>| ProcessEvent {
+            tgid,
+            pid: tgid,
+            ..process(7, at, code)
+        };
+        // runc's helper execs and exits first; then the container's process and its child.
+        tracer.kernel_event(&KernelEvent::Exec(proc_(10, 2, None)));
+        tracer.kernel_event(&KernelEvent::Exit(proc_(10, 3, Some(0))));
+        tracer.kernel_event(&KernelEvent::Exec(proc_(11, 4, None)));
+        tracer.kernel_event(&KernelEvent::Exec(proc_(12, 5, None)));
+        tracer.kernel_event(&KernelEvent::Exit(proc_(12, 6, Some(0))));
+        tracer.kernel_event(&KernelEvent::Exit(proc_(11, 7, Some(3))));
+        tracer.kernel_event(&cgroup(CgroupEventKind::Rmdir, path, 0, 7, 8));
+        let mut got = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            got.push((e.uid, e.container_id, e.exit.map(|(code, _)| code)));
+        }
+        let c1 = Some("c1".to_owned());
+        assert_eq!(
+            got,
+            [
+                ("u1".to_owned(), c1.clone(), None),
+                ("u1".to_owned(), c1.clone(), None),
+                ("u1".to_owned(), c1, Some(3)),
+            ],
+            "the helper's and the main process's exits ask for relists; the cgroup's removal \
+             carries the main process's code"
+        );
     }
 }
