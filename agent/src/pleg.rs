@@ -12,11 +12,12 @@
 //! runtime reports the exit a little after the kernel (containerd's shim reaps the process, the
 //! CRI plugin deletes the task, removing its cgroup, then records the exit; on a busy machine
 //! that takes tens to hundreds of milliseconds), so a relist that finds no change yet is retried
-//! after 2 ms, doubling to [`FAST_RETRY_MAX`], for up to [`FAST_RETRY_FOR`]. And once the
-//! container's cgroup is gone (the container is certainly dead) the exit its main process made is
-//! shown in the status at once ([`StatusManager::kernel_exit`]), before the runtime records it;
-//! the runtime's record replaces it with the next read. Without eBPF the periodic relist alone
-//! keeps everything correct.
+//! after 2 ms, doubling to [`FAST_RETRY_MAX`], for up to [`FAST_RETRY_FOR`]. Meanwhile the exit
+//! the kernel saw (the main process's exit code and time) is shown in the status at once
+//! ([`StatusManager::kernel_exit`], which ignores an exit from before the container started:
+//! runc's own helper may exec in the container cgroup and exit first); the runtime's record
+//! replaces it with the next read. Without eBPF the periodic relist alone keeps everything
+//! correct.
 use crate::metrics::{Metrics, ResultLabel};
 use crate::runtime::{Manager, PodState, RelistEntry};
 use crate::status::StatusManager;
@@ -32,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 pub type RuntimePods = Arc<RwLock<HashSet<String>>>;
 
 /// What the eBPF probes saw end in a pod: a container's main process exited, or its cgroup was
-/// removed (then with the main process's exit code and time, when seen). Asks for a relist.
+/// removed, with the main process's exit code and time when seen. Asks for a relist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelExit {
     pub uid: String,
@@ -192,6 +193,76 @@ struct Pending {
     until: Instant,
 }
 
+/// Each pod's snapshot, and the pods to read again (kubelet-behaviour.md §4 trap 7).
+#[derive(Debug, Default)]
+struct Snapshots {
+    /// Each pod's snapshot as of the last relist that read it successfully.
+    records: HashMap<String, RelistEntry>,
+    /// Pods whose state read failed: read again on the next relist even without events.
+    reinspect: HashSet<String>,
+}
+
+/// A pod's part in one relist.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Read the pod's state; then [`Snapshots::read_ok`] or [`Snapshots::read_failed`].
+    Read(String, RelistEntry, Vec<Event>),
+    /// Nothing to read (a pod the agent does not report on, or one gone): send these.
+    Send(Vec<Event>),
+}
+
+impl Snapshots {
+    /// Compares a relist with the snapshots: pods with events or to inspect again are to be read
+    /// (`reported` pods only); the others' snapshots advance at once.
+    fn plan(
+        &mut self,
+        mut new: HashMap<String, RelistEntry>,
+        reported: impl Fn(&str) -> bool,
+    ) -> Vec<Step> {
+        let uids: BTreeSet<String> = self.records.keys().chain(new.keys()).cloned().collect();
+        let mut steps = Vec::new();
+        for uid in uids {
+            let events = pod_events(&uid, self.records.get(&uid), new.get(&uid));
+            if events.is_empty() && !self.reinspect.contains(&uid) {
+                continue;
+            }
+            match new.remove(&uid) {
+                Some(entry) if reported(&uid) => steps.push(Step::Read(uid, entry, events)),
+                Some(entry) => {
+                    self.records.insert(uid, entry);
+                    steps.push(Step::Send(events));
+                }
+                None => {
+                    self.records.remove(&uid);
+                    self.reinspect.remove(&uid);
+                    steps.push(Step::Send(events));
+                }
+            }
+        }
+        steps
+    }
+
+    /// The read succeeded: the snapshot advances; the events to send (a `PodSync` when a
+    /// reinspection found nothing new).
+    fn read_ok(&mut self, uid: String, entry: RelistEntry, mut events: Vec<Event>) -> Vec<Event> {
+        if events.is_empty() {
+            events.push(Event {
+                uid: uid.clone(),
+                kind: EventType::PodSync,
+                id: String::new(),
+            });
+        }
+        self.reinspect.remove(&uid);
+        self.records.insert(uid, entry);
+        events
+    }
+
+    /// The read failed: keep the old snapshot, so the events come again, and read it next time.
+    fn read_failed(&mut self, uid: String) {
+        self.reinspect.insert(uid);
+    }
+}
+
 /// What the PLEG works with. Drive it with [`Pleg::run`].
 pub struct Pleg {
     pub runtime: Manager,
@@ -208,10 +279,7 @@ pub struct Pleg {
 /// The PLEG task's own state.
 struct Relister {
     p: Pleg,
-    /// Each pod's snapshot as of the last relist that read it successfully.
-    records: HashMap<String, RelistEntry>,
-    /// Pods whose state read failed: read again on the next relist even without events.
-    reinspect: HashSet<String>,
+    snap: Snapshots,
     pending: HashMap<String, Pending>,
     last_relist: Option<Instant>,
 }
@@ -227,8 +295,7 @@ impl Pleg {
     ) {
         let r = Relister {
             p: self,
-            records: HashMap::new(),
-            reinspect: HashSet::new(),
+            snap: Snapshots::default(),
             pending: HashMap::new(),
             last_relist: None,
         };
@@ -346,16 +413,16 @@ impl Relister {
         let entry = entry_of(state);
         let gone = entry.sandboxes.is_empty() && entry.containers.is_empty();
         let new = (!gone).then_some(&entry);
-        let events = pod_events(uid, self.records.get(uid), new);
+        let events = pod_events(uid, self.snap.records.get(uid), new);
         if events.is_empty() {
             return false;
         }
         self.p.status.refresh(uid, state);
-        self.reinspect.remove(uid);
+        self.snap.reinspect.remove(uid);
         if gone {
-            self.records.remove(uid);
+            self.snap.records.remove(uid);
         } else {
-            self.records.insert(uid.to_owned(), entry);
+            self.snap.records.insert(uid.to_owned(), entry);
         }
         self.send(events);
         true
@@ -370,7 +437,7 @@ impl Relister {
                 .pleg_relist_interval_seconds
                 .observe(start.duration_since(last).as_secs_f64());
         }
-        let mut new = match self.p.runtime.relist().await {
+        let new = match self.p.runtime.relist().await {
             Ok(n) => n,
             Err(e) => {
                 // Keep every snapshot: the events are generated on the next good relist.
@@ -392,26 +459,12 @@ impl Relister {
             *p = new.keys().cloned().collect();
         }
 
-        let uids: BTreeSet<String> = self.records.keys().chain(new.keys()).cloned().collect();
+        let status = &self.p.status;
         let mut reads = Vec::new();
-        for uid in uids {
-            let events = pod_events(&uid, self.records.get(&uid), new.get(&uid));
-            let again = self.reinspect.contains(&uid);
-            if events.is_empty() && !again {
-                continue;
-            }
-            match new.remove(&uid) {
-                // Only pods the agent reports on need their state read.
-                Some(entry) if self.p.status.knows(&uid) => reads.push((uid, entry, events)),
-                Some(entry) => {
-                    self.records.insert(uid, entry);
-                    self.send(events);
-                }
-                None => {
-                    self.records.remove(&uid);
-                    self.reinspect.remove(&uid);
-                    self.send(events);
-                }
+        for step in self.snap.plan(new, |uid| status.knows(uid)) {
+            match step {
+                Step::Read(uid, entry, events) => reads.push((uid, entry, events)),
+                Step::Send(events) => self.send(events),
             }
         }
         let runtime = &self.p.runtime;
@@ -423,25 +476,16 @@ impl Relister {
             .buffer_unordered(READ_CONCURRENCY)
             .collect()
             .await;
-        for (uid, entry, mut events, state) in results {
+        for (uid, entry, events, state) in results {
             match state {
                 Ok(state) => {
                     self.p.status.refresh(&uid, &state);
-                    if events.is_empty() {
-                        events.push(Event {
-                            uid: uid.clone(),
-                            kind: EventType::PodSync,
-                            id: String::new(),
-                        });
-                    }
-                    self.reinspect.remove(&uid);
-                    self.records.insert(uid, entry);
+                    let events = self.snap.read_ok(uid, entry, events);
                     self.send(events);
                 }
                 Err(error) => {
-                    // Do not advance the snapshot: the events come again next time.
                     tracing::warn!(%uid, %error, "PLEG: reading the pod failed; inspecting it again on the next relist");
-                    self.reinspect.insert(uid);
+                    self.snap.read_failed(uid);
                 }
             }
         }
@@ -573,5 +617,46 @@ mod tests {
             entry_of(&state),
             entry(READY, &[("a", RUNNING), ("b", RUNNING)])
         );
+    }
+
+    #[test]
+    fn a_failed_read_keeps_the_snapshot_so_no_event_is_lost() {
+        let mut snap = Snapshots::default();
+        let running = entry(READY, &[("a", RUNNING)]);
+        let exited = entry(READY, &[("a", EXITED)]);
+        let relist = |e: &RelistEntry| HashMap::from([("u".to_owned(), e.clone())]);
+        let reads = |steps: Vec<Step>| -> Vec<(String, Vec<(String, EventType)>)> {
+            steps
+                .into_iter()
+                .filter_map(|s| match s {
+                    Step::Read(uid, _, ev) => {
+                        Some((uid, ev.into_iter().map(|e| (e.id, e.kind)).collect()))
+                    }
+                    Step::Send(_) => None,
+                })
+                .collect()
+        };
+        let plan = reads(snap.plan(relist(&running), |_| true));
+        assert_eq!(plan.len(), 1);
+        snap.read_ok("u".into(), running.clone(), Vec::new());
+        // The container dies; reading the pod fails.
+        let died = vec![("u".to_owned(), vec![("a".to_owned(), ContainerDied)])];
+        assert_eq!(reads(snap.plan(relist(&exited), |_| true)), died);
+        snap.read_failed("u".into());
+        // Nothing new in the runtime, yet the death is reported again.
+        assert_eq!(reads(snap.plan(relist(&exited), |_| true)), died);
+        let sent = snap.read_ok("u".into(), exited.clone(), vec![]);
+        assert_eq!(
+            sent[0].kind, PodSync,
+            "a reinspection with no event syncs the pod"
+        );
+        assert!(snap.plan(relist(&exited), |_| true).is_empty());
+        // A pod the agent does not report on is not read; one gone is forgotten.
+        let steps = snap.plan(HashMap::new(), |_| true);
+        assert!(matches!(&steps[..], [Step::Send(ev)] if ev.len() == 3));
+        assert!(snap.records.is_empty());
+        let steps = snap.plan(relist(&running), |_| false);
+        assert!(matches!(&steps[..], [Step::Send(_)]));
+        assert_eq!(snap.records.get("u"), Some(&running));
     }
 }

@@ -168,8 +168,7 @@ impl StatusManager {
     }
 
     /// Marks running container `id` of pod `uid` exited with `code` at `finished_ns` (Unix
-    /// nanoseconds) as the eBPF probes saw it (its main process exited and its cgroup is gone),
-    /// before the runtime reports it:
+    /// nanoseconds) as the eBPF probes saw its main process exit, before the runtime reports it:
     /// the status shows the exit at once, and the runtime's own record (reason, exact times)
     /// replaces it with the next read. False when the pod or a running container `id` is unknown.
     pub fn kernel_exit(&self, uid: &str, id: &str, code: i32, finished_ns: i64) -> bool {
@@ -183,10 +182,11 @@ impl StatusManager {
             return false;
         };
         let running = api::ContainerState::ContainerRunning as i32;
+        // An exit from before the container started is runc's helper's, not the container's.
         let Some(c) = state
             .containers
             .iter_mut()
-            .find(|c| c.id == id && c.state == running)
+            .find(|c| c.id == id && c.state == running && finished_ns >= c.started_at)
         else {
             return false;
         };
@@ -1187,8 +1187,14 @@ mod tests {
     fn a_kernel_seen_exit_shows_until_the_runtime_reports_it() {
         let m = StatusManager::new(crate::metrics::Metrics::new());
         m.set_pod("u", Arc::new(pod("Never", vec![], vec![spec("a", false)])));
-        let running = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+        let mut a = inst("a", 0, RUNNING, 0);
+        a.started_at = 4_000_000_000;
+        let running = sandboxed(true, vec![a]);
         m.update("u", &running, &HashMap::new());
+        assert!(
+            !m.kernel_exit("u", "a-0", 0, 3_000_000_000),
+            "an exit from before the start is not the container's"
+        );
         let term = |m: &StatusManager| {
             let st = m.status("u").unwrap_or_default();
             let c = st.container_statuses.unwrap_or_default().remove(0);

@@ -453,19 +453,9 @@ fn cost(agent: &Agent, opts: &Opts, idle: Option<(f64, f64)>) {
 
 fn release_agent() -> PathBuf {
     progress("building the agent (release) ...");
-    let status = Command::new(xtask::cargo_bin())
-        .current_dir(xtask::workspace_root())
-        .args(["build", "--release", "-p", "swiftlet", "--bin", "swiftlet"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    assert!(
-        status.as_ref().is_ok_and(|s| s.success()),
-        "cargo build --release -p swiftlet failed: {status:?}"
-    );
+    let path = swiftlet_tests::release_agent_binary();
     eprintln!(" done");
-    xtask::target_dir().join("release/swiftlet")
+    path
 }
 
 fn main() -> ExitCode {

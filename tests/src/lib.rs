@@ -251,6 +251,24 @@ pub fn unix_nanos() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
+/// CRI's finishedAt of the newest container `name` of pod `uid` once containerd has recorded
+/// its exit (polled every 5 ms); `None` after `timeout`.
+pub fn wait_finished_at(endpoint: &str, uid: &str, name: &str, timeout: Duration) -> Option<i64> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        let statuses = container_statuses(endpoint, uid).ok()?;
+        let finished = statuses
+            .iter()
+            .rfind(|s| s.metadata.as_ref().is_some_and(|m| m.name == name))
+            .map_or(0, |s| s.finished_at);
+        if finished > 0 {
+            return Some(finished);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
 /// Full CRI statuses of every container of pod `uid`, oldest first (blocking).
 pub fn container_statuses(endpoint: &str, uid: &str) -> Result<Vec<cri::ContainerStatus>> {
     let (endpoint, uid) = (endpoint.to_owned(), uid.to_owned());
@@ -385,6 +403,26 @@ impl AgentOptions {
             verbosity: 4,
         }
     }
+}
+
+/// The release build of the swiftlet binary, for benches (built on every call; cargo makes that
+/// quick when it is fresh).
+///
+/// # Panics
+/// When the build fails.
+pub fn release_agent_binary() -> PathBuf {
+    let status = Command::new(xtask::cargo_bin())
+        .current_dir(xtask::workspace_root())
+        .args(["build", "--release", "-p", "swiftlet", "--bin", "swiftlet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    assert!(
+        status.as_ref().is_ok_and(|s| s.success()),
+        "cargo build --release -p swiftlet failed: {status:?}"
+    );
+    xtask::target_dir().join("release/swiftlet")
 }
 
 /// The swiftlet binary, built once per process.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus};
 use swiftlet_tests::{
-    Agent, AgentOptions, BUSYBOX_IMAGE, PodList, Runtime, container_statuses, script_pod_manifest,
+    Agent, AgentOptions, BUSYBOX_IMAGE, PodList, Runtime, script_pod_manifest, wait_finished_at,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -51,24 +51,6 @@ fn metric(body: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// CRI's finishedAt of the newest container `name` of pod `uid`, once it has one.
-fn wait_finished_at(endpoint: &str, uid: &str, name: &str) -> Option<i64> {
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    while std::time::Instant::now() < deadline {
-        let statuses = container_statuses(endpoint, uid)
-            .unwrap_or_else(|e| panic!("reading the CRI statuses of {uid}: {e}"));
-        let finished = statuses
-            .iter()
-            .rfind(|s| s.metadata.as_ref().is_some_and(|m| m.name == name))
-            .map_or(0, |s| s.finished_at);
-        if finished > 0 {
-            return Some(finished);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    None
-}
-
 /// Waits until `/pods` shows pod's container `main` terminated; returns that list and the
 /// latency from CRI's finishedAt of the container to that answer, in milliseconds.
 fn exit_seen(agent: &Agent, pod: &str) -> (PodList, f64) {
@@ -88,7 +70,7 @@ fn exit_seen(agent: &Agent, pod: &str) -> (PodList, f64) {
     };
     let uid = list.uid(pod).unwrap_or_default().to_owned();
     // With eBPF `/pods` can show the exit before the runtime records it: wait for CRI.
-    let finished = wait_finished_at(agent.endpoint(), &uid, "main")
+    let finished = wait_finished_at(agent.endpoint(), &uid, "main", TIMEOUT)
         .unwrap_or_else(|| panic!("{pod}: CRI shows no finishedAt of main within {TIMEOUT:?}"));
     (list, (at - finished) as f64 / 1e6)
 }

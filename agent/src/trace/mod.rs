@@ -169,8 +169,9 @@ impl Tracer {
         self.shared.kernel.store(true, Ordering::Release);
     }
 
-    /// Reports to `tx` every pod whose container's main process (its first exec) exits or whose
-    /// container cgroup is removed (with the main process's exit code and time, when seen).
+    /// Reports to `tx` every pod whose container's main process exits (the first process to
+    /// exec in the container cgroup while no earlier one runs) or whose container cgroup is
+    /// removed, with the main process's exit code and time when seen.
     pub fn set_exit_sink(&self, tx: mpsc::UnboundedSender<crate::pleg::KernelExit>) {
         let _ = self.shared.exits.set(tx);
     }
@@ -401,9 +402,10 @@ impl Tracer {
                     }
                 });
                 if main {
-                    // Only a relist: a later exec may still turn out to be the main process
-                    // (when this one was runc's helper); the exit is shown once the cgroup goes.
-                    self.container_exited(uid, container, None);
+                    // This may still be runc's helper, which exits before the container's
+                    // process runs: the status ignores an exit from before the container started.
+                    let exit = e.exit_code.map(|code| (code, e.ktime_ns));
+                    self.container_exited(uid, container, exit);
                 }
             }
             KernelEvent::Cri(m) => {
@@ -787,12 +789,12 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("u1".to_owned(), c1.clone(), None),
-                ("u1".to_owned(), c1.clone(), None),
+                ("u1".to_owned(), c1.clone(), Some(0)),
+                ("u1".to_owned(), c1.clone(), Some(3)),
                 ("u1".to_owned(), c1, Some(3)),
             ],
-            "the helper's and the main process's exits ask for relists; the cgroup's removal \
-             carries the main process's code"
+            "the helper's and the main process's exits, then the cgroup's removal with the main \
+             process's code"
         );
     }
 }
