@@ -452,6 +452,35 @@ fn cost(agent: &Agent, opts: &Opts, idle: Option<(f64, f64)>) {
     agent.wait_for(|l| l.items.is_empty(), TIMEOUT);
 }
 
+/// The agent's CRI calls so far by operation, from `swiftlet_runtime_operations_duration_seconds`.
+fn cri_calls(agent: &Agent) -> HashMap<String, u64> {
+    let (_, body) = agent.get("/metrics");
+    body.lines()
+        .filter_map(|l| l.strip_prefix("swiftlet_runtime_operations_duration_seconds_count{"))
+        .filter_map(|l| {
+            let (labels, count) = l.split_once("} ")?;
+            let op = labels.split_once("operation=\"")?.1.split('"').next()?;
+            Some((op.to_owned(), count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// CRI calls the agent made while starting and removing `pods` pods (the floor makes four per
+/// pod to start it: ImageStatus, RunPodSandbox, CreateContainer, StartContainer).
+fn print_cri_calls(before: &HashMap<String, u64>, after: &HashMap<String, u64>, pods: usize) {
+    let mut ops: Vec<(&String, u64)> = after
+        .iter()
+        .map(|(op, n)| (op, n - before.get(op).copied().unwrap_or(0).min(*n)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    ops.sort();
+    let list: Vec<String> = ops.iter().map(|(op, n)| format!("{op} {n}")).collect();
+    println!(
+        "  swiftlet's CRI calls for {pods} pods started and removed (incl. its 1 s relists): {}",
+        list.join(", ")
+    );
+}
+
 /// Where the swiftlet pods of this N spent their start, from the agent's timelines
 /// (`/debug/trace/pods`: the agent's own marks, its CRI calls and, with probes loaded, what the
 /// kernel saw), as the phase table `cargo xtask report` prints.
@@ -576,6 +605,7 @@ fn main() -> ExitCode {
     let mut ratios = Vec::new();
     for &n in &opts.pods {
         let (mut floors, mut swift, mut pods_play) = (Vec::new(), Vec::new(), Vec::new());
+        let calls_before = cri_calls(&agent);
         for rep in 0..opts.reps {
             progress(&format!("N={n} rep {}/{}: floor", rep + 1, opts.reps));
             let run = n * 1000 + rep;
@@ -620,6 +650,7 @@ fn main() -> ExitCode {
             );
         }
         phase_summary(&agent, n, opts.reps);
+        print_cri_calls(&calls_before, &cri_calls(&agent), n * opts.reps);
         let ratio = ws.as_secs_f64() / wf.as_secs_f64().max(1e-9);
         ratios.push((n, ratio));
         println!(
