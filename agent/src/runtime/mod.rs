@@ -210,6 +210,8 @@ pub struct Manager {
     cm: ContainerManager,
     cfg: Config,
     backoff: Arc<Mutex<Backoffs>>,
+    /// Liveness and startup results: a failed probe kills its container.
+    probes: crate::prober::Results,
 }
 
 const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
@@ -250,7 +252,14 @@ impl Manager {
             cm,
             cfg,
             backoff: Arc::default(),
+            probes: crate::prober::Results::default(),
         }
+    }
+
+    /// Lets failed liveness and startup probes kill their containers.
+    pub fn with_probe_results(mut self, probes: crate::prober::Results) -> Self {
+        self.probes = probes;
+        self
     }
 
     pub fn cri(&self) -> &Cri {
@@ -370,7 +379,8 @@ impl Manager {
             });
         }
         let state = self.pod_state(uid).await.map_err(Self::cri_err(&name))?;
-        let actions = actions::compute_pod_actions(pod, &state);
+        let actions =
+            actions::compute_pod_actions_with(pod, &state, &|id| self.probes.kill_reason(id));
         tracing::debug!(pod = %name, ?actions, "computed pod actions");
         let mut outcome = SyncOutcome {
             terminal: actions.terminal,
