@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use tonic::transport::Channel;
 
 pub use xtask::{BUSYBOX_IMAGE, DEFAULT_ENDPOINT, NODE_NAME_LABEL, PAUSE_IMAGE};
@@ -290,6 +290,17 @@ impl PodList {
     /// Whether pod `name` is listed and Running.
     pub fn is_running(&self, name: &str) -> bool {
         self.phase(name) == Some("Running")
+    }
+
+    /// The status of app container `container` of pod `pod`.
+    pub fn container(&self, pod: &str, container: &str) -> Option<&ContainerStatus> {
+        self.get(pod)?
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == container)
     }
 
     /// The UID of pod `name`.
