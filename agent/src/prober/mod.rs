@@ -292,10 +292,16 @@ fn check_port(p: &IntOrString) -> Result<(), String> {
 
 type Key = (String, String, Kind);
 
+/// A started worker and the container spec it probes.
+struct Running {
+    cancel: CancellationToken,
+    container: Container,
+}
+
 /// Starts and stops the probe workers. Cheap to clone.
 #[derive(Clone)]
 pub struct Manager {
-    workers: Arc<Mutex<HashMap<Key, CancellationToken>>>,
+    workers: Arc<Mutex<HashMap<Key, Running>>>,
     ctx: worker::Context<probe::Prober, crate::status::StatusManager>,
     tracker: TaskTracker,
     cancel: CancellationToken,
@@ -323,9 +329,10 @@ impl Manager {
         }
     }
 
-    /// Starts the workers of the pod's probes that are not running yet (kubelet `AddPod`). An
-    /// invalid probe is logged and gets no worker: a readiness or startup probe then never
-    /// succeeds, a liveness probe never fails.
+    /// Starts the workers of the pod's probes that are not running yet and restarts those whose
+    /// container spec changed; stops the ones whose probe is gone (kubelet `AddPod`). An invalid
+    /// probe is logged and gets no worker: a readiness or startup probe then never succeeds, a
+    /// liveness probe never fails.
     pub fn add_pod(&self, uid: &str, pod: &Pod) {
         let Some(spec) = pod.spec.as_ref() else {
             return;
@@ -337,37 +344,53 @@ impl Manager {
             .filter(|c| is_sidecar(c));
         let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
         let mut shared: Option<Arc<Pod>> = None;
+        let mut wanted = Vec::new();
         for c in spec.containers.iter().chain(sidecars) {
             for kind in [Kind::Startup, Kind::Readiness, Kind::Liveness] {
                 let Some(p) = kind.of(c) else { continue };
                 let key = (uid.to_owned(), c.name.clone(), kind);
-                if workers.contains_key(&key) {
-                    continue;
+                wanted.push(key.clone());
+                match workers.get(&key) {
+                    Some(w) if w.container == *c => continue,
+                    Some(w) => w.cancel.cancel(),
+                    None => {}
                 }
+                let cancel = self.cancel.child_token();
+                workers.insert(
+                    key,
+                    Running {
+                        cancel: cancel.clone(),
+                        container: c.clone(),
+                    },
+                );
                 let spec = match Spec::parse(kind, &c.name, p) {
                     Ok(s) => s,
                     Err(e) => {
-                        // Logged once: the key is taken so later syncs do not repeat it.
+                        // Logged once per container spec: the entry stays, with no task.
                         tracing::error!(pod = %crate::runtime::full_name(pod), error = %e, "probe not started");
-                        workers.insert(key, CancellationToken::new());
                         continue;
                     }
                 };
-                let cancel = self.cancel.child_token();
-                workers.insert(key, cancel.clone());
                 let pod = shared.get_or_insert_with(|| Arc::new(pod.clone())).clone();
                 let w = worker::Worker::new(self.ctx.clone(), uid, pod, c.clone(), kind, spec);
                 self.tracker.spawn(w.run(cancel));
             }
         }
+        workers.retain(|key, w| {
+            let keep = key.0 != uid || wanted.contains(key);
+            if !keep {
+                w.cancel.cancel();
+            }
+            keep
+        });
     }
 
     fn stop(&self, uid: &str, kinds: &[Kind]) {
         let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
-        workers.retain(|(u, _, kind), cancel| {
+        workers.retain(|(u, _, kind), w| {
             let stop = u == uid && kinds.contains(kind);
             if stop {
-                cancel.cancel();
+                w.cancel.cancel();
             }
             !stop
         });
@@ -503,5 +526,69 @@ mod tests {
         assert_eq!(r.kill_reason("id"), Some(Kind::Startup));
         r.set("u", "id", Kind::Liveness, ProbeResult::Failure);
         assert_eq!(r.kill_reason("id"), Some(Kind::Liveness));
+    }
+
+    fn pod_with(containers: Vec<Container>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some("u".into());
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            containers,
+            ..Default::default()
+        });
+        p
+    }
+
+    #[tokio::test]
+    async fn manager_follows_the_spec() {
+        let metrics = crate::metrics::Metrics::new();
+        let cri = crate::cri::Cri::new("unix:///nonexistent/swiftlet-test.sock", metrics.clone())
+            .unwrap();
+        let cancel = CancellationToken::new();
+        let m = Manager::new(
+            Results::default(),
+            probe::Prober::new(cri),
+            crate::status::StatusManager::new(metrics.clone()),
+            metrics,
+            TaskTracker::new(),
+            cancel.clone(),
+        );
+        let tokens = |m: &Manager| -> Vec<(Kind, CancellationToken)> {
+            let w = m.workers.lock().unwrap();
+            let mut v: Vec<_> = w.iter().map(|(k, r)| (k.2, r.cancel.clone())).collect();
+            v.sort_by_key(|(k, _)| k.as_str());
+            v
+        };
+        let mut c = Container {
+            name: "c".into(),
+            readiness_probe: Some(exec()),
+            liveness_probe: Some(exec()),
+            ..Default::default()
+        };
+        m.add_pod("u", &pod_with(vec![c.clone()]));
+        let first = tokens(&m);
+        assert_eq!(first.len(), 2);
+        // The same spec again: the same workers.
+        m.add_pod("u", &pod_with(vec![c.clone()]));
+        assert!(first.iter().all(|(_, t)| !t.is_cancelled()));
+        // A changed container: its workers start afresh; a probe gone: its worker stops.
+        c.readiness_probe.as_mut().unwrap().period_seconds = Some(3);
+        c.liveness_probe = None;
+        m.add_pod("u", &pod_with(vec![c.clone()]));
+        assert!(first.iter().all(|(_, t)| t.is_cancelled()));
+        let second = tokens(&m);
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].0, Kind::Readiness);
+        // Terminating stops liveness and startup only; removal stops the rest.
+        c.startup_probe = Some(exec());
+        m.add_pod("u", &pod_with(vec![c.clone()]));
+        assert_eq!(m.worker_count(), 2);
+        m.stop_liveness_and_startup("u");
+        assert_eq!(
+            tokens(&m).iter().map(|t| t.0).collect::<Vec<_>>(),
+            [Kind::Readiness]
+        );
+        m.remove_pod("u");
+        assert_eq!(m.worker_count(), 0);
+        cancel.cancel();
     }
 }

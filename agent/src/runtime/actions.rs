@@ -31,6 +31,9 @@ pub struct ToKill {
     pub name: String,
     pub reason: &'static str,
     pub message: String,
+    /// Grace period in seconds instead of the pod's: the failed probe's
+    /// `terminationGracePeriodSeconds`.
+    pub grace: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -125,6 +128,7 @@ fn kill(s: &api::ContainerStatus, name: &str, reason: &'static str, message: Str
         name: name.to_owned(),
         reason,
         message,
+        grace: None,
     }
 }
 
@@ -134,19 +138,24 @@ pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
     compute_pod_actions_with(pod, state, &|_| None)
 }
 
-/// The kill of running container `s` whose `probe` failed.
-fn probe_kill(s: &api::ContainerStatus, name: &str, probe: Kind, restart: bool) -> ToKill {
-    let (reason, what) = match probe {
-        Kind::Startup => ("StartupProbe", "startup"),
-        _ => ("LivenessProbe", "liveness"),
+/// The kill of running container `s` (spec `c`) whose `probe` failed, within the probe's
+/// `terminationGracePeriodSeconds` when it sets one.
+fn probe_kill(s: &api::ContainerStatus, c: &Container, probe: Kind, restart: bool) -> ToKill {
+    let (reason, what, spec) = match probe {
+        Kind::Startup => ("StartupProbe", "startup", c.startup_probe.as_ref()),
+        _ => ("LivenessProbe", "liveness", c.liveness_probe.as_ref()),
     };
     let then = if restart { ", will be restarted" } else { "" };
-    kill(
-        s,
-        name,
-        reason,
-        format!("Container {name} failed {what} probe{then}"),
-    )
+    let name = &c.name;
+    ToKill {
+        grace: spec.and_then(|p| p.termination_grace_period_seconds),
+        ..kill(
+            s,
+            name,
+            reason,
+            format!("Container {name} failed {what} probe{then}"),
+        )
+    }
 }
 
 /// [`compute_pod_actions`] where `probe_failed(container_id)` names the liveness or startup probe
@@ -280,8 +289,7 @@ pub fn compute_pod_actions_with(
                         ));
                         a.init_to_start.push(i);
                     } else if let Some(probe) = probe_failed(&s.id) {
-                        a.containers_to_kill
-                            .push(probe_kill(s, &ic.name, probe, true));
+                        a.containers_to_kill.push(probe_kill(s, ic, probe, true));
                         a.init_to_start.push(i);
                     }
                 }
@@ -309,8 +317,7 @@ pub fn compute_pod_actions_with(
                     a.containers_to_start.push(i);
                 } else if let Some(probe) = probe_failed(&s.id).filter(|_| !deleting) {
                     let restart = policy != "Never";
-                    a.containers_to_kill
-                        .push(probe_kill(s, &c.name, probe, restart));
+                    a.containers_to_kill.push(probe_kill(s, c, probe, restart));
                     if restart {
                         a.containers_to_start.push(i);
                     }
@@ -739,6 +746,7 @@ mod tests {
                     name: "a".into(),
                     reason: "LivenessProbe",
                     message: "Container a failed liveness probe, will be restarted".into(),
+                    grace: None,
                 }]
             );
             assert!(!a.kill_pod);
@@ -759,11 +767,20 @@ mod tests {
 
     #[test]
     fn failed_startup_kills_and_a_changed_spec_wins() {
-        let c = container("a");
+        let mut c = container("a");
+        c.startup_probe = Some(k8s_openapi::api::core::v1::Probe {
+            termination_grace_period_seconds: Some(7),
+            ..Default::default()
+        });
         let p = pod("Always", vec![], vec![c.clone()]);
         let startup = |_: &str| Some(Kind::Startup);
         let a = compute_pod_actions_with(&p, &ready(vec![status(&c, RUNNING, 0)]), &startup);
         assert_eq!(a.containers_to_kill[0].reason, "StartupProbe");
+        assert_eq!(
+            a.containers_to_kill[0].grace,
+            Some(7),
+            "the probe's grace period"
+        );
         assert_eq!(a.containers_to_start, [0]);
         let mut changed = c.clone();
         changed.args = Some(vec!["x".into()]);

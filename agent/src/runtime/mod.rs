@@ -400,8 +400,8 @@ impl Manager {
             for k in &actions.containers_to_kill {
                 tracing::info!(pod = %name, container = %k.name, reason = k.reason, message = %k.message, "killing container");
                 if let Some(st) = state.containers.iter().find(|c| c.id == k.id) {
-                    self.kill_container(&name, st, grace_period_secs(pod), started)
-                        .await?;
+                    let grace = k.grace.unwrap_or_else(|| grace_period_secs(pod));
+                    self.kill_container(&name, st, grace, started).await?;
                 }
             }
         }
