@@ -107,6 +107,8 @@ impl<R: Runner, S: StatusSource> Worker<R, S> {
     /// Probes until cancelled (or until the container stopped for good), then forgets its result.
     pub async fn run(mut self, cancel: CancellationToken) {
         loop {
+            // Rounds start every period, however long the probe took (as the kubelet's ticker).
+            let round = Instant::now();
             let next = tokio::select! {
                 _ = cancel.cancelled() => break,
                 next = self.step() => next,
@@ -114,7 +116,7 @@ impl<R: Runner, S: StatusSource> Worker<R, S> {
             let Some(next) = next else { break };
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(next) => {}
+                _ = tokio::time::sleep_until(round + next) => {}
             }
         }
         if let Some(id) = &self.container_id {
