@@ -128,6 +128,13 @@ impl Results {
         }
     }
 
+    /// Records a container's initial result without telling the sync loop: it changes nothing
+    /// the status or the runtime would do (no result reads the same), so it needs no sync.
+    pub fn set_initial(&self, container_id: &str, kind: Kind) {
+        let mut map = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        map.insert((container_id.to_owned(), kind), kind.initial());
+    }
+
     pub fn remove(&self, container_id: &str, kind: Kind) {
         let mut map = self.inner.write().unwrap_or_else(PoisonError::into_inner);
         map.remove(&(container_id.to_owned(), kind));
@@ -491,13 +498,15 @@ mod tests {
     fn results_send_only_changes() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let r = Results::new(tx);
-        r.set("u", "c1", Kind::Readiness, ProbeResult::Failure);
+        r.set_initial("c1", Kind::Readiness);
         r.set("u", "c1", Kind::Readiness, ProbeResult::Failure);
         r.set("u", "c1", Kind::Readiness, ProbeResult::Success);
+        r.set("u", "c1", Kind::Readiness, ProbeResult::Success);
+        r.set("u", "c1", Kind::Readiness, ProbeResult::Failure);
         let got: Vec<ProbeResult> = std::iter::from_fn(|| rx.try_recv().ok())
             .map(|u| u.result)
             .collect();
-        assert_eq!(got, [ProbeResult::Failure, ProbeResult::Success]);
+        assert_eq!(got, [ProbeResult::Success, ProbeResult::Failure]);
     }
 
     #[test]

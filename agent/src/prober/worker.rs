@@ -143,7 +143,7 @@ impl<R: Runner, S: StatusSource> Worker<R, S> {
                 results.remove(&old, self.kind);
             }
             self.container_id = Some(id.to_owned());
-            results.set(&self.uid, id, self.kind, self.kind.initial());
+            results.set_initial(id, self.kind);
             self.on_hold = false;
             self.last = ProbeResult::Unknown;
             self.run = 0;
