@@ -296,6 +296,20 @@ fn liveness_and_startup_failures_restart_the_container() {
     let b = container(&list, &boot).expect("boot");
     assert_eq!(b.started, Some(false), "never started: {b:?}");
     assert!(!b.ready);
+    // Killed again and again: crash-loop back-off from the third kill on (the newest exited
+    // instance ended less than 10 s before), as the kubelet does.
+    agent.wait_for(
+        |l| {
+            container(l, &boot).is_some_and(|c| {
+                c.state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.reason.as_deref())
+                    == Some("CrashLoopBackOff")
+            })
+        },
+        TIMEOUT,
+    );
     assert!(probe_count(&agent, "Startup", "failed") >= 3);
     assert!(probe_count(&agent, "Liveness", "failed") >= 2);
 }
