@@ -1,5 +1,6 @@
-//! Running one probe: exec (CRI `ExecSync`), httpGet (one HTTP/1.1 GET on a fresh connection,
-//! no keep-alive, redirects not followed) and tcpSocket (a connect). Each has the probe's timeout.
+//! Running one probe: exec (CRI `ExecSync`), httpGet (HTTP/1.1 GETs on fresh connections, no
+//! keep-alive, redirects followed on the same host only) and tcpSocket (a connect). Each has the
+//! probe's timeout.
 use super::{Handler, HttpGet, ProbeResult};
 use crate::cri::Cri;
 use http_body_util::Empty;
@@ -15,6 +16,8 @@ use tokio::net::TcpStream;
 const EXEC_MARGIN: Duration = Duration::from_secs(1);
 /// Output kept in a failure message.
 const MESSAGE_MAX: usize = 256;
+/// Redirects followed on the same host, as Go's HTTP client the kubelet uses.
+const MAX_REDIRECTS: usize = 10;
 /// What the kubelet sends; some applications look for it.
 const USER_AGENT: &str = "kube-probe/1.31";
 
@@ -170,7 +173,7 @@ async fn http_get(h: &HttpGet, target: &Target, timeout: Duration) -> (ProbeResu
         format!("{host}:{port}")
     };
     let url = format!("http://{authority}{}", h.path);
-    match tokio::time::timeout(timeout, get(&host, port, &authority, h)).await {
+    match tokio::time::timeout(timeout, follow(&host, port, &authority, h)).await {
         Ok(Ok(status)) if (200..400).contains(&status) => {
             (ProbeResult::Success, format!("HTTP {status}"))
         }
@@ -186,8 +189,51 @@ async fn http_get(h: &HttpGet, target: &Target, timeout: Duration) -> (ProbeResu
     }
 }
 
-/// One GET on a new connection; the response status.
-async fn get(host: &str, port: u16, authority: &str, h: &HttpGet) -> Result<u16, String> {
+/// The path a redirect to `location` leads to when it stays on `authority`; `None` when it
+/// leaves the host.
+fn same_host_path(location: &str, authority: &str, current: &str) -> Option<String> {
+    if location.starts_with('/') && !location.starts_with("//") {
+        return Some(location.to_owned());
+    }
+    if location.contains("://") || location.starts_with("//") {
+        let uri = location.parse::<hyper::Uri>().ok()?;
+        let a = uri.authority()?;
+        let port = a.port_u16().unwrap_or(80);
+        let same = uri.scheme_str() == Some("http")
+            && format!("{}:{port}", a.host()) == authority.replace(['[', ']'], "");
+        return same.then(|| uri.path_and_query().map_or("/", |p| p.as_str()).to_owned());
+    }
+    // Relative to the current path's directory.
+    let dir = current.rsplit_once('/').map_or("", |(d, _)| d);
+    Some(format!("{dir}/{location}"))
+}
+
+/// GETs, following redirects that stay on the same host (at most [`MAX_REDIRECTS`]). A redirect
+/// to another host is not followed: its 3xx status is the answer (the kubelet counts it as a
+/// success with a warning).
+async fn follow(host: &str, port: u16, authority: &str, h: &HttpGet) -> Result<u16, String> {
+    let mut path = h.path.clone();
+    for _ in 0..=MAX_REDIRECTS {
+        let (status, location) = get(host, port, authority, &path, h).await?;
+        let next = location
+            .filter(|_| (300..400).contains(&status))
+            .and_then(|l| same_host_path(&l, authority, &path));
+        match next {
+            Some(p) => path = p,
+            None => return Ok(status),
+        }
+    }
+    Err(format!("stopped after {MAX_REDIRECTS} redirects"))
+}
+
+/// One GET of `path` on a new connection: the response status and its Location header.
+async fn get(
+    host: &str,
+    port: u16,
+    authority: &str,
+    path: &str,
+    h: &HttpGet,
+) -> Result<(u16, Option<String>), String> {
     let stream = TcpStream::connect((host, port))
         .await
         .map_err(|e| format!("dial tcp: {e}"))?;
@@ -197,7 +243,7 @@ async fn get(host: &str, port: u16, authority: &str, h: &HttpGet) -> Result<u16,
     .await
     .map_err(|e| e.to_string())?;
     let conn = tokio::spawn(conn);
-    let mut req = hyper::Request::get(h.path.as_str())
+    let mut req = hyper::Request::get(path)
         .header(hyper::header::HOST, authority)
         .header(hyper::header::USER_AGENT, USER_AGENT)
         .header(hyper::header::ACCEPT, "*/*")
@@ -218,7 +264,14 @@ async fn get(host: &str, port: u16, authority: &str, h: &HttpGet) -> Result<u16,
     let result = sender
         .send_request(req)
         .await
-        .map(|resp| resp.status().as_u16())
+        .map(|resp| {
+            let location = resp
+                .headers()
+                .get(hyper::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            (resp.status().as_u16(), location)
+        })
         .map_err(|e| e.to_string());
     conn.abort();
     result
@@ -261,15 +314,45 @@ mod tests {
     async fn serve(status: u16) -> (u16, tokio::task::JoinHandle<String>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = l.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            let (mut s, _) = l.accept().await.unwrap();
-            let mut buf = vec![0; 4096];
-            let n = s.read(&mut buf).await.unwrap();
-            let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
-            s.write_all(reply.as_bytes()).await.unwrap();
-            String::from_utf8_lossy(&buf[..n]).into_owned()
-        });
+        let task = tokio::spawn(async move { answer(&l, status, "").await });
         (port, task)
+    }
+
+    /// Answers one request on `l` with `status` and extra header lines; the request read.
+    async fn answer(l: &TcpListener, status: u16, headers: &str) -> String {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut buf = vec![0; 4096];
+        let n = s.read(&mut buf).await.unwrap();
+        let reply = format!("HTTP/1.1 {status} X\r\n{headers}content-length: 0\r\n\r\n");
+        s.write_all(reply.as_bytes()).await.unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    #[tokio::test]
+    async fn same_host_redirects_are_followed_others_are_not() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let a = answer(&l, 302, "location: /moved\r\n").await;
+            let b = answer(&l, 500, "").await;
+            (a, b)
+        });
+        let (got, msg) = http_get(&http(port), &target(), Duration::from_secs(5)).await;
+        assert_eq!(
+            got,
+            ProbeResult::Failure,
+            "the redirect's target failed: {msg}"
+        );
+        let (a, b) = server.await.unwrap();
+        assert!(a.starts_with("GET /healthz "), "{a}");
+        assert!(b.starts_with("GET /moved "), "{b}");
+        let auth = "127.0.0.1:8080";
+        assert_eq!(same_host_path("http://10.0.0.9/x", auth, "/a"), None);
+        assert_eq!(
+            same_host_path("http://127.0.0.1:8080/x?y", auth, "/a").as_deref(),
+            Some("/x?y")
+        );
+        assert_eq!(same_host_path("b", auth, "/a/c").as_deref(), Some("/a/b"));
     }
 
     fn http(port: u16) -> HttpGet {
