@@ -236,7 +236,9 @@ impl PodSyncer for WorkerContext {
         // The pod's timeline: only the first sync counts.
         self.tracer.worker_started(uid);
         self.probes.add_pod(uid, pod);
-        let result = self.runtime.sync_pod(pod).await;
+        let mut result = self.runtime.sync_pod(pod).await;
+        // The state after the sync, when the sync knows it; else it is read back.
+        let known = result.as_mut().ok().and_then(|o| o.state.take());
         let waiting = match &result {
             Ok(outcome) => outcome.waiting.clone(),
             Err(e) => {
@@ -248,7 +250,11 @@ impl PodSyncer for WorkerContext {
                     .collect()
             }
         };
-        match self.runtime.pod_state(uid).await {
+        let state = match known {
+            Some(state) => Ok(state),
+            None => self.runtime.pod_state(uid).await,
+        };
+        match state {
             Ok(state) => {
                 if self.status.update(uid, &state, &waiting) {
                     self.tracer.running_observed(uid);

@@ -9,7 +9,7 @@ use crate::cm::{self, ContainerManager};
 use crate::cri::{self, Cri};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -189,6 +189,13 @@ pub struct SyncOutcome {
     pub terminal: bool,
     /// What this sync decided.
     pub actions: actions::PodActions,
+    /// What the runtime holds for the pod after this sync, when the sync knows it without asking
+    /// again: the state it read (nothing was changed) or that state plus the sandbox and
+    /// containers it started. `None` when it stopped something or a start failed: then the
+    /// caller reads the runtime.
+    pub state: Option<PodState>,
+    /// The containers this sync started, in start order, as the runtime would report them now.
+    started: Vec<api::ContainerStatus>,
 }
 
 impl SyncOutcome {
@@ -212,6 +219,28 @@ pub struct Manager {
     backoff: Arc<Mutex<Backoffs>>,
     /// Liveness and startup results: a failed probe kills its container.
     probes: crate::prober::Results,
+    known: Arc<Mutex<Known>>,
+}
+
+/// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
+/// full relist did not have and this agent has not started a sandbox for since holds nothing
+/// (only this agent creates objects with its node name). A new pod's first sync then skips the
+/// read of its runtime state, which under load queues behind other pods' RunPodSandbox.
+#[derive(Debug, Default)]
+struct Known {
+    /// UIDs of the last successful relist; `None` before the first (nothing is known then:
+    /// a previous agent may have left pods to adopt).
+    relisted: Option<HashSet<String>>,
+    /// UIDs this agent ran a sandbox for, until `kill_pod` removed everything of the pod.
+    created: HashSet<String>,
+}
+
+impl Known {
+    fn holds_nothing(&self, uid: &str) -> bool {
+        self.relisted
+            .as_ref()
+            .is_some_and(|r| !r.contains(uid) && !self.created.contains(uid))
+    }
 }
 
 const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
@@ -253,6 +282,7 @@ impl Manager {
             cfg,
             backoff: Arc::default(),
             probes: crate::prober::Results::default(),
+            known: Arc::default(),
         }
     }
 
@@ -260,6 +290,10 @@ impl Manager {
     pub fn with_probe_results(mut self, probes: crate::prober::Results) -> Self {
         self.probes = probes;
         self
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn cri(&self) -> &Cri {
@@ -327,6 +361,7 @@ impl Manager {
             e.sandboxes.sort();
             e.containers.sort();
         }
+        self.known().relisted = Some(out.keys().cloned().collect());
         Ok(out)
     }
 
@@ -378,7 +413,12 @@ impl Manager {
                 what: "volumes".into(),
             });
         }
-        let state = self.pod_state(uid).await.map_err(Self::cri_err(&name))?;
+        let known_empty = self.known().holds_nothing(uid);
+        let state = if known_empty {
+            PodState::default()
+        } else {
+            self.pod_state(uid).await.map_err(Self::cri_err(&name))?
+        };
         let actions =
             actions::compute_pod_actions_with(pod, &state, &|id| self.probes.kill_reason(id));
         tracing::debug!(pod = %name, ?actions, "computed pod actions");
@@ -386,6 +426,7 @@ impl Manager {
             terminal: actions.terminal,
             ..Default::default()
         };
+        let stops = actions.kill_pod || !actions.containers_to_kill.is_empty();
 
         if actions.kill_pod {
             if actions.create_sandbox && actions.sandbox_id.is_some() {
@@ -410,6 +451,9 @@ impl Manager {
             && actions.containers_to_start.is_empty()
         {
             outcome.actions = actions;
+            if !stops {
+                outcome.state = Some(state);
+            }
             return Ok(outcome);
         }
 
@@ -420,12 +464,14 @@ impl Manager {
                 pod: name.clone(),
                 source,
             })?;
+        let mut after = (!stops).then(|| state.clone());
         let (sandbox_id, sandbox_config) = match (&actions.sandbox_id, actions.create_sandbox) {
             (Some(id), false) => (
                 id.clone(),
                 self.sandbox_config(pod, uid, actions.attempt, &cgroup),
             ),
             _ => {
+                self.known().created.insert(uid.to_owned());
                 let config = self.sandbox_config(pod, uid, actions.attempt, &cgroup);
                 let log_dir = PathBuf::from(&config.log_directory);
                 if let Err(e) = std::fs::create_dir_all(&log_dir) {
@@ -437,6 +483,11 @@ impl Manager {
                     .await
                     .map_err(Self::cri_err(&name))?;
                 tracing::info!(pod = %name, sandbox = %id, attempt = actions.attempt, "sandbox started");
+                if let Some(a) = &mut after
+                    && !self.add_started_sandbox(pod, &id, &config, a).await
+                {
+                    after = None;
+                }
                 (id, config)
             }
         };
@@ -481,7 +532,51 @@ impl Manager {
             }
         }
         outcome.actions = actions;
+        if let Some(mut after) = after.filter(|_| outcome.waiting.is_empty()) {
+            // Newest first, as `pod_state` orders them.
+            after
+                .containers
+                .splice(0..0, outcome.started.drain(..).rev());
+            outcome.state = Some(after);
+        }
         Ok(outcome)
+    }
+
+    /// Adds the sandbox this sync just ran to `after`. Its status is read only for a pod-network
+    /// pod (for the pod IP); a host-network sandbox's status holds nothing the pod status shows.
+    /// False when that read failed: then `after` is not known.
+    async fn add_started_sandbox(
+        &self,
+        pod: &Pod,
+        id: &str,
+        config: &api::PodSandboxConfig,
+        after: &mut PodState,
+    ) -> bool {
+        let created_at = now_nanos();
+        after.sandboxes.insert(
+            0,
+            api::PodSandbox {
+                id: id.to_owned(),
+                metadata: config.metadata.clone(),
+                state: api::PodSandboxState::SandboxReady as i32,
+                created_at,
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
+                ..Default::default()
+            },
+        );
+        after.sandbox_status = if Self::host_network(pod) {
+            Some(api::PodSandboxStatus {
+                id: id.to_owned(),
+                metadata: config.metadata.clone(),
+                state: api::PodSandboxState::SandboxReady as i32,
+                created_at,
+                ..Default::default()
+            })
+        } else {
+            self.cri.pod_sandbox_status(id).await.ok().flatten()
+        };
+        after.sandbox_status.is_some()
     }
 
     /// Starts one container unless it is in crash-loop back-off. `Ok(true)` when started,
@@ -527,7 +622,10 @@ impl Manager {
             .and_then(|p| p.metadata.as_ref())
             .map_or(0, |m| m.attempt + 1);
         match self.start_container(t, c, kind, restart_count, hash).await {
-            Ok(()) => Ok(true),
+            Ok(started) => {
+                outcome.started.push(started);
+                Ok(true)
+            }
             Err(e) => {
                 tracing::warn!(pod = %t.name, container = %c.name, error = %e, "starting container");
                 let retry = e.retry_after();
@@ -544,45 +642,65 @@ impl Manager {
         kind: ContainerKind,
         restart_count: u32,
         hash: u64,
-    ) -> Result<()> {
+    ) -> Result<api::ContainerStatus> {
         let image = container.image.clone().unwrap_or_default();
-        self.ensure_image(t.name, t.uid, container, &image).await?;
+        let image_ref = self.ensure_image(t.name, t.uid, container, &image).await?;
         let config = self.container_config(t.pod, t.uid, container, kind, restart_count, hash)?;
         let id = self
             .cri
-            .create_container(t.sandbox_id, config, t.sandbox_config.clone())
+            .create_container(t.sandbox_id, config.clone(), t.sandbox_config.clone())
             .await
             .map_err(Self::cri_err(t.name))?;
+        let created_at = now_nanos();
         self.cri
             .start_container(&id)
             .await
             .map_err(Self::cri_err(t.name))?;
         tracing::info!(pod = %t.name, container = %container.name, id = %id, restart_count, kind = kind.as_str(), "container started");
-        Ok(())
+        // What ContainerStatus would say now (StartContainer returned: the container runs). The
+        // next relist replaces it with the runtime's own answer.
+        Ok(api::ContainerStatus {
+            id,
+            metadata: config.metadata,
+            state: api::ContainerState::ContainerRunning as i32,
+            created_at,
+            started_at: now_nanos(),
+            image: config.image,
+            image_ref,
+            labels: config.labels,
+            annotations: config.annotations,
+            log_path: config.log_path,
+            ..Default::default()
+        })
     }
 
     /// Makes the image present as the pull policy says (default IfNotPresent). A failed pull
     /// backs off per pod and image (10 s doubling to 300 s): ErrImagePull, then ImagePullBackOff.
+    /// Returns the image's reference (its id) as the runtime knows it.
     async fn ensure_image(
         &self,
         pod: &str,
         uid: &str,
         container: &Container,
         image: &str,
-    ) -> Result<()> {
+    ) -> Result<String> {
         let policy = container
             .image_pull_policy
             .as_deref()
             .unwrap_or("IfNotPresent");
-        let present = || async {
+        let found = if policy == "Always" {
+            None
+        } else {
             self.cri
                 .image_status(image)
                 .await
-                .map(|i| i.is_some())
-                .map_err(Self::cri_err(pod))
+                .map_err(Self::cri_err(pod))?
+                .map(|i| i.id)
         };
-        let pull = policy == "Always" || (policy != "Never" && !present().await?);
-        if pull {
+        if let Some(id) = found {
+            return Ok(id);
+        }
+        if policy != "Never" {
             let key = format!("{uid}_{image}");
             let now = now_nanos();
             let left = self
@@ -602,25 +720,27 @@ impl Manager {
             let res = self.cri.pull_image(image).await;
             let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
             match res {
-                Ok(_) => backoffs.image.forget(&key),
+                Ok(image_ref) => {
+                    backoffs.image.forget(&key);
+                    Ok(image_ref)
+                }
                 Err(source) => {
                     backoffs.image.next(&key, now, now_nanos());
-                    return Err(Error::ImagePull {
+                    Err(Error::ImagePull {
                         pod: pod.to_owned(),
                         container: container.name.clone(),
                         image: image.to_owned(),
                         source,
-                    });
+                    })
                 }
             }
-        } else if policy == "Never" && !present().await? {
-            return Err(Error::ImageNeverPull {
+        } else {
+            Err(Error::ImageNeverPull {
                 pod: pod.to_owned(),
                 container: container.name.clone(),
                 image: image.to_owned(),
-            });
+            })
         }
-        Ok(())
     }
 
     fn pod_labels(&self, pod: &Pod, uid: &str) -> HashMap<String, String> {
@@ -1079,6 +1199,7 @@ impl Manager {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .forget_prefix(&format!("{uid}_"));
+        self.known().created.remove(uid);
         Ok(())
     }
 }
@@ -1113,4 +1234,25 @@ fn container_resources(c: &Container) -> cm::Result<api::LinuxContainerResources
         memory_limit_in_bytes: lim_mem.unwrap_or(0) as i64,
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Known;
+    use std::collections::HashSet;
+
+    #[test]
+    fn a_pod_holds_nothing_only_when_the_last_relist_and_our_own_starts_say_so() {
+        let mut k = Known::default();
+        // Before the first relist a previous agent's pods may be there to adopt.
+        assert!(!k.holds_nothing("a"));
+        k.relisted = Some(HashSet::from(["b".to_owned()]));
+        assert!(k.holds_nothing("a"));
+        assert!(!k.holds_nothing("b"), "the relist found it");
+        // A sandbox started after the relist listed the runtime.
+        k.created.insert("a".to_owned());
+        assert!(!k.holds_nothing("a"));
+        k.created.remove("a");
+        assert!(k.holds_nothing("a"));
+    }
 }
