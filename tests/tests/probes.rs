@@ -1,7 +1,7 @@
 //! Probes against a real containerd: exec, httpGet and tcpSocket readiness probes failing and
 //! recovering (container `ready` and the Ready / ContainersReady conditions on `/pods`), a
-//! liveness and a startup probe failure restarting their containers, and a startup probe gating
-//! readiness. Probe traffic goes only to loopback. Each test runs its own agent.
+//! liveness (failing, or timing out) and a startup probe failure restarting their containers, and
+//! a startup probe gating readiness. Probe traffic goes only to loopback. Each test runs its own agent.
 
 use std::time::{Duration, Instant};
 
@@ -278,13 +278,27 @@ fn liveness_and_startup_failures_restart_the_container() {
         startup,
     );
     agent.write_manifest("boot.yaml", &m);
-    let (live, boot) = (agent.static_pod_name("live"), agent.static_pod_name("boot"));
+    // A probe command that outlives its timeout fails.
+    let slow = r#"    livenessProbe:
+      exec: {command: ["sleep", "5"]}
+      timeoutSeconds: 1
+      periodSeconds: 1
+      failureThreshold: 1
+"#;
+    let m = manifest(&agent, "slow", false, "while true; do sleep 1; done", slow);
+    agent.write_manifest("slow.yaml", &m);
+    let (live, boot, slow) = (
+        agent.static_pod_name("live"),
+        agent.static_pod_name("boot"),
+        agent.static_pod_name("slow"),
+    );
     let first = agent.wait_for(|l| container(l, &live).is_some_and(running), TIMEOUT);
     let first_id = container(&first, &live).and_then(|c| c.container_id.clone());
     let list = agent.wait_for(
         |l| {
-            restarted(l, &live).is_some_and(|(n, last)| n >= 1 && last)
-                && restarted(l, &boot).is_some_and(|(n, last)| n >= 1 && last)
+            [&live, &boot, &slow]
+                .iter()
+                .all(|p| restarted(l, p).is_some_and(|(n, last)| n >= 1 && last))
         },
         TIMEOUT,
     );
@@ -293,6 +307,14 @@ fn liveness_and_startup_failures_restart_the_container() {
     let log = agent.log();
     assert!(log.contains("Container main failed liveness probe, will be restarted"));
     assert!(log.contains("Container main failed startup probe, will be restarted"));
+    let timed_out = log
+        .lines()
+        .find(|l| l.contains("probe result changed") && l.contains(slow.as_str()))
+        .unwrap_or_default();
+    assert!(
+        timed_out.contains("timed out") || timed_out.contains("exec:"),
+        "the slow probe's failure: {timed_out}"
+    );
     let b = container(&list, &boot).expect("boot");
     assert_eq!(b.started, Some(false), "never started: {b:?}");
     assert!(!b.ready);
