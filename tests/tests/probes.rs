@@ -196,6 +196,34 @@ fn http_readiness_fails_and_recovers() {
 }
 
 #[test]
+fn http_readiness_on_the_pod_ip() {
+    let Some(agent) = start_agent("probe-http-podip") else {
+        return;
+    };
+    // A pod-network pod (created by this test): no host in the probe, so it goes to the pod IP.
+    let script = format!(
+        "mkdir -p /www; busybox httpd -p 8080 -h /www; {}",
+        toggle("/www/healthz")
+    );
+    let probes = r#"    readinessProbe:
+      httpGet: {port: 8080, path: /healthz}
+      periodSeconds: 1
+      failureThreshold: 1
+"#;
+    let m = manifest(&agent, "podip", false, &script, probes);
+    agent.write_manifest("podip.yaml", &m);
+    let pod = agent.static_pod_name("podip");
+    let seen = watch_readiness(&agent, &pod, &[false, true, false, true]);
+    assert_conditions_follow(&seen);
+    let list = agent.pods();
+    let ip = list
+        .get(&pod)
+        .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+        .expect("a pod IP");
+    assert!(!ip.starts_with("127."), "{ip}");
+}
+
+#[test]
 fn tcp_readiness_follows_a_listener() {
     let Some(agent) = start_agent("probe-tcp") else {
         return;
