@@ -7,8 +7,9 @@
 //! passed since the container started, by a startup worker once its probe succeeded, and by
 //! liveness and readiness workers until then. A result is recorded once `successThreshold` /
 //! `failureThreshold` consecutive runs agree; Unknown runs (nothing to connect to) are dropped.
-//! The next round is `periodSeconds` later (at most 1 s later while waiting for the container
-//! to run or start: reading the status is cheap).
+//! Rounds start every `periodSeconds` (at most 1 s apart while waiting for the container to run
+//! or start: reading the status is cheap). Unlike the kubelet, the first round is not delayed by a
+//! random part of the period right after the agent starts.
 use super::probe::{Runner, Target};
 use super::{Kind, ProbeResult, Results, Spec};
 use crate::status::StatusManager;
