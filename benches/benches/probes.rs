@@ -14,25 +14,17 @@
 use k8s_openapi::jiff::Timestamp;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use swiftlet_tests::{Agent, AgentOptions, BUSYBOX_IMAGE, PodList, Runtime};
+use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, busybox_pod_manifest};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 const CONTAINERS: usize = 5;
 
 fn manifest(name: &str, script: &str, probes: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: default}}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: {BUSYBOX_IMAGE}
-    imagePullPolicy: Never
-    command: ["sh", "-c", {script:?}]
-{probes}"#,
-        script = format!("trap 'exit 0' TERM; {script}; while true; do sleep 1; done"),
+    busybox_pod_manifest(
+        &format!("name: {name}, namespace: default"),
+        "",
+        &format!("{script}; while true; do sleep 1; done"),
+        probes,
     )
 }
 

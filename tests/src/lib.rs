@@ -752,6 +752,32 @@ pub fn looping_pod_manifest(name: &str, labels: &[(&str, &str)]) -> String {
     xtask::looping_pod_manifest(name, 5, 0, labels)
 }
 
+/// A pod with one busybox container `main` running `script` under `sh -c` (SIGTERM ends it at
+/// once) and a 2 s grace period. `metadata` is the flow mapping's inside (`name: x, ...`),
+/// `spec_extra` spec lines (indented by two spaces, newline-terminated), `container_extra`
+/// container lines such as probes (indented by four spaces, newline-terminated).
+pub fn busybox_pod_manifest(
+    metadata: &str,
+    spec_extra: &str,
+    script: &str,
+    container_extra: &str,
+) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{{metadata}}}
+spec:
+{spec_extra}  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", {script:?}]
+{container_extra}"#,
+        script = format!("trap 'exit 0' TERM; {script}"),
+    )
+}
+
 /// The UIDs of every `pod<uid>` cgroup directory below `<hierarchy>/<cgroup_root>`, in any cgroup
 /// hierarchy (including the ones runc populated itself).
 pub fn pod_cgroup_uids(cgroup_root: &str) -> BTreeSet<String> {

@@ -7,28 +7,21 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
-use swiftlet_tests::{Agent, BUSYBOX_IMAGE, PodList, start_agent};
+use swiftlet_tests::{Agent, PodList, busybox_pod_manifest, start_agent};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A pod with one container `main` running `script` (TERM ends it at once), with `probes`
 /// (container-level YAML, indented by four spaces) and optional extra container lines.
 fn manifest(agent: &Agent, name: &str, host_network: bool, script: &str, probes: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: default, uid: {name}-{node}}}
-spec:
-  hostNetwork: {host_network}
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: {BUSYBOX_IMAGE}
-    imagePullPolicy: Never
-    command: ["sh", "-c", {script:?}]
-{probes}"#,
-        node = agent.node_name(),
-        script = format!("trap 'exit 0' TERM; {script}"),
+    busybox_pod_manifest(
+        &format!(
+            "name: {name}, namespace: default, uid: {name}-{}",
+            agent.node_name()
+        ),
+        &format!("  hostNetwork: {host_network}\n"),
+        script,
+        probes,
     )
 }
 
