@@ -76,6 +76,8 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub sources_ready: SourcesReady,
     pub pleg_rx: mpsc::Receiver<String>,
     pub done_rx: mpsc::UnboundedReceiver<String>,
+    /// Probe results that changed.
+    pub probe_rx: mpsc::UnboundedReceiver<crate::prober::Update>,
     pub runtime_pods: RuntimePods,
     pub runtime_state: RuntimeState,
     pub workers: PodWorkers<S>,
@@ -119,6 +121,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                         self.workers.update_pod(&uid, Work::new(UpdateType::Sync, pod.clone()));
                     }
                 }
+                Some(u) = self.probe_rx.recv() => self.handle_probe(&pods, u),
                 Some(uid) = self.done_rx.recv() => {
                     let purged = self.workers.on_finished(&uid, &pods);
                     self.handle_purged(&pods, purged, &mut finished);
@@ -188,6 +191,20 @@ impl<S: PodSyncer> SyncLoop<S> {
                     }
                 }
             }
+        }
+    }
+
+    /// A probe result changed: sync the pod (kubelet `handleProbeSync`), so its status shows the
+    /// readiness and a failed liveness or startup probe restarts the container. A liveness
+    /// result back to success needs no sync.
+    fn handle_probe(&mut self, pods: &HashMap<String, Arc<Pod>>, u: crate::prober::Update) {
+        use crate::prober::{Kind, ProbeResult};
+        if u.kind == Kind::Liveness && u.result != ProbeResult::Failure {
+            return;
+        }
+        if let Some(pod) = pods.get(&u.pod_uid) {
+            self.workers
+                .update_pod(&u.pod_uid, Work::new(UpdateType::Sync, pod.clone()));
         }
     }
 
@@ -269,6 +286,7 @@ mod tests {
         let (config_tx, config_rx) = mpsc::channel(50);
         let (_pleg_tx, pleg_rx) = mpsc::channel(1);
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (_probe_tx, probe_rx) = mpsc::unbounded_channel();
         let cancel = CancellationToken::new();
         let metrics = crate::metrics::Metrics::new();
         let runtime_state = RuntimeState::default();
@@ -278,6 +296,7 @@ mod tests {
             sources_ready: SourcesReady::default(),
             pleg_rx,
             done_rx,
+            probe_rx,
             runtime_pods: runtime_pods.clone(),
             runtime_state: runtime_state.clone(),
             workers: PodWorkers::new(fake.clone(), done_tx, TaskTracker::new(), cancel.clone()),

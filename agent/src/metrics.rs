@@ -26,6 +26,14 @@ pub struct ConfigErrorLabel {
     pub reason: &'static str,
 }
 
+/// Labels of `swiftlet_prober_probe_total`: `Liveness` / `Readiness` / `Startup`, and
+/// `successful` / `failed` / `unknown` (as the kubelet's `prober_probe_total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabel {
+    pub probe_type: &'static str,
+    pub result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
     pub phase: String,
@@ -55,6 +63,7 @@ pub struct Metrics {
     pub running_pods: Gauge,
     pub ebpf_events_total: Counter,
     pub pod_start_phase_duration_seconds: Family<PhaseLabel, Histogram, fn() -> Histogram>,
+    pub prober_probe_total: Family<ProbeLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -136,8 +145,15 @@ impl Metrics {
              events on one clock), by phase",
             pod_start_phase_duration_seconds.clone(),
         );
+        let prober_probe_total = Family::<ProbeLabel, Counter>::default();
+        registry.register(
+            "prober_probe",
+            "Probe runs, by probe type and result",
+            prober_probe_total.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            prober_probe_total,
             pod_start_phase_duration_seconds,
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,

@@ -221,6 +221,7 @@ pub struct WorkerContext {
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
     pub tracer: crate::trace::Tracer,
+    pub probes: crate::prober::Manager,
 }
 
 impl PodSyncer for WorkerContext {
@@ -234,6 +235,7 @@ impl PodSyncer for WorkerContext {
         let name = runtime::full_name(pod);
         // The pod's timeline: only the first sync counts.
         self.tracer.worker_started(uid);
+        self.probes.add_pod(uid, pod);
         let mut result = self.runtime.sync_pod(pod).await;
         // The state after the sync, when the sync knows it; else it is read back.
         let known = result.as_mut().ok().and_then(|o| o.state.take());
@@ -274,20 +276,24 @@ impl PodSyncer for WorkerContext {
         grace: i64,
     ) -> Result<(), runtime::Error> {
         let name = runtime::full_name(pod);
+        self.probes.stop_liveness_and_startup(uid);
         if self.status.is_terminal(uid) && pod.metadata.deletion_timestamp.is_none() {
             // Finished but still wanted: stop, keep the containers for status and logs.
             self.runtime.stop_pod(&name, uid, grace).await?;
+            self.probes.remove_pod(uid);
             tracing::info!(pod = %name, grace, "finished pod stopped");
             return Ok(());
         }
         self.runtime.kill_pod(&name, uid, grace).await?;
+        self.probes.remove_pod(uid);
         tracing::info!(pod = %name, grace, "pod terminated");
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, _uid: &str, _pod: &Pod) -> Result<(), runtime::Error> {
+    async fn sync_terminated_pod(&self, uid: &str, _pod: &Pod) -> Result<(), runtime::Error> {
         // kill_pod already removed the pod cgroup and its logs directory; the status keeps the
         // last phase it showed.
+        self.probes.remove_pod(uid);
         Ok(())
     }
 

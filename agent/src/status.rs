@@ -25,6 +25,8 @@ pub struct StatusManager {
     inner: Arc<RwLock<BTreeMap<String, Entry>>>,
     host_ip: Option<IpAddr>,
     metrics: crate::metrics::Metrics,
+    /// Readiness and startup probe results, for `ready` and `started`.
+    probes: Option<crate::prober::Results>,
 }
 
 fn ts(nanos: i64) -> Option<Time> {
@@ -56,7 +58,19 @@ impl StatusManager {
             inner: Arc::default(),
             host_ip: host_ip(),
             metrics,
+            probes: None,
         }
+    }
+
+    /// Lets probe results decide the containers' `ready` and `started`.
+    pub fn with_probe_results(mut self, probes: crate::prober::Results) -> Self {
+        self.probes = Some(probes);
+        self
+    }
+
+    /// A copy of the pod's last computed status (probe workers read it).
+    pub fn pod_status(&self, uid: &str) -> Option<PodStatus> {
+        self.inner.read().ok()?.get(uid).map(|e| e.status.clone())
     }
 
     /// Adds or replaces the desired pod, keeping its status.
@@ -106,12 +120,13 @@ impl StatusManager {
             return false;
         };
         let mut first_running = false;
-        let status = generate(
+        let status = generate_probed(
             &entry.pod,
             state,
             waiting,
             Some(&entry.status),
             self.host_ip,
+            self.probes.as_ref(),
         );
         if status.phase.as_deref() == Some("Running") && !entry.running_observed {
             entry.running_observed = true;
@@ -205,13 +220,15 @@ fn terminated(n: &api::ContainerStatus) -> ContainerState {
 
 /// The status of one spec container from its two newest runtime instances: its state (a waiting
 /// reason from `waiting` wins over an exited instance: that one is then the last state), the last
-/// state (the previous instance's end), restart count, readiness.
+/// state (the previous instance's end), restart count, readiness (from `probes` when the
+/// container has readiness or startup probes).
 fn container_status(
     c: &Container,
     uid: Option<&String>,
     state: &PodState,
     waiting: &HashMap<String, (String, String)>,
     default_reason: &str,
+    probes: Option<&crate::prober::Results>,
 ) -> ContainerStatus {
     let mut instances = state.containers.iter().filter(|s| {
         s.metadata.as_ref().is_some_and(|m| m.name == c.name)
@@ -244,8 +261,9 @@ fn container_status(
     let reason = waiting.get(&c.name);
     let (now, last) = match newest {
         Some(n) if n.state == api::ContainerState::ContainerRunning as i32 => {
-            st.ready = true;
-            st.started = Some(true);
+            let (ready, started) = probes.map_or((true, true), |p| p.ready_and_started(c, &n.id));
+            st.ready = ready;
+            st.started = Some(started);
             let running = ContainerState {
                 running: Some(ContainerStateRunning {
                     started_at: ts(n.started_at),
@@ -279,13 +297,25 @@ fn container_status(
 }
 
 /// Builds a PodStatus (phase, conditions, init and app container statuses) from the spec and
-/// runtime state.
+/// runtime state, ignoring probes.
 pub fn generate(
     pod: &Pod,
     state: &PodState,
     waiting: &HashMap<String, (String, String)>,
     prev: Option<&PodStatus>,
     host_ip: Option<IpAddr>,
+) -> PodStatus {
+    generate_probed(pod, state, waiting, prev, host_ip, None)
+}
+
+/// [`generate`] with readiness and startup probe results.
+pub fn generate_probed(
+    pod: &Pod,
+    state: &PodState,
+    waiting: &HashMap<String, (String, String)>,
+    prev: Option<&PodStatus>,
+    host_ip: Option<IpAddr>,
+    probes: Option<&crate::prober::Results>,
 ) -> PodStatus {
     let now = Time(Timestamp::now());
     let spec = pod.spec.as_ref();
@@ -303,7 +333,7 @@ pub fn generate(
     let mut init_statuses = Vec::with_capacity(inits.len());
     let (mut inits_done, mut init_failed) = (true, false);
     for c in inits {
-        let st = container_status(c, uid, state, waiting, "PodInitializing");
+        let st = container_status(c, uid, state, waiting, "PodInitializing", probes);
         let term = st.state.as_ref().and_then(|s| s.terminated.as_ref());
         let exited_code = term.map(|t| t.exit_code).or_else(|| {
             st.last_state
@@ -343,7 +373,7 @@ pub fn generate(
     let mut statuses = Vec::with_capacity(spec_containers.len());
     let (mut running, mut waiting_n, mut succeeded) = (0, 0, 0);
     for c in spec_containers {
-        let st = container_status(c, uid, state, waiting, app_default);
+        let st = container_status(c, uid, state, waiting, app_default, probes);
         let s = st.state.as_ref();
         if s.is_some_and(|s| s.running.is_some()) {
             running += 1;

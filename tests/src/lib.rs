@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use tonic::transport::Channel;
 
 pub use xtask::{BUSYBOX_IMAGE, DEFAULT_ENDPOINT, NODE_NAME_LABEL, PAUSE_IMAGE};
@@ -290,6 +290,17 @@ impl PodList {
     /// Whether pod `name` is listed and Running.
     pub fn is_running(&self, name: &str) -> bool {
         self.phase(name) == Some("Running")
+    }
+
+    /// The status of app container `container` of pod `pod`.
+    pub fn container(&self, pod: &str, container: &str) -> Option<&ContainerStatus> {
+        self.get(pod)?
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == container)
     }
 
     /// The UID of pod `name`.
@@ -739,6 +750,32 @@ pub fn start_agent(name: &str) -> Option<Agent> {
 /// 5 s grace period and the labels `app: <name>` plus `labels`.
 pub fn looping_pod_manifest(name: &str, labels: &[(&str, &str)]) -> String {
     xtask::looping_pod_manifest(name, 5, 0, labels)
+}
+
+/// A pod with one busybox container `main` running `script` under `sh -c` (SIGTERM ends it at
+/// once) and a 2 s grace period. `metadata` is the flow mapping's inside (`name: x, ...`),
+/// `spec_extra` spec lines (indented by two spaces, newline-terminated), `container_extra`
+/// container lines such as probes (indented by four spaces, newline-terminated).
+pub fn busybox_pod_manifest(
+    metadata: &str,
+    spec_extra: &str,
+    script: &str,
+    container_extra: &str,
+) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{{metadata}}}
+spec:
+{spec_extra}  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", {script:?}]
+{container_extra}"#,
+        script = format!("trap 'exit 0' TERM; {script}"),
+    )
 }
 
 /// The UIDs of every `pod<uid>` cgroup directory below `<hierarchy>/<cgroup_root>`, in any cgroup

@@ -41,13 +41,7 @@ spec:
 }
 
 fn status<'a>(list: &'a PodList, pod: &str, container: &str) -> Option<&'a ContainerStatus> {
-    list.get(pod)?
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == container)
+    list.container(pod, container)
 }
 
 fn init_status<'a>(list: &'a PodList, pod: &str, container: &str) -> Option<&'a ContainerStatus> {

@@ -15,10 +15,12 @@
 //! * An app container that is absent or not running is started when the restart policy allows it
 //!   (`Always`; `OnFailure` after a non-zero exit code; never under `Never`); one in Unknown state
 //!   is killed first. A running one whose spec hash changed is killed and restarted whatever the
-//!   policy.
+//!   policy. A running one whose liveness (else startup) probe failed is killed, and restarted
+//!   unless the policy is `Never` (sidecars: always restarted).
 //! * When nothing runs and nothing is to start, the pod is killed (sidecars included) and is
 //!   terminal.
 use super::{PodState, hash, labels};
+use crate::prober::Kind;
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -29,6 +31,9 @@ pub struct ToKill {
     pub name: String,
     pub reason: &'static str,
     pub message: String,
+    /// Grace period in seconds instead of the pod's: the failed probe's
+    /// `terminationGracePeriodSeconds`.
+    pub grace: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -123,11 +128,43 @@ fn kill(s: &api::ContainerStatus, name: &str, reason: &'static str, message: Str
         name: name.to_owned(),
         reason,
         message,
+        grace: None,
     }
 }
 
-/// What to do for `pod` given `state` (see the module documentation for the rules).
+/// What to do for `pod` given `state` (see the module documentation for the rules), with no
+/// failed probes.
 pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
+    compute_pod_actions_with(pod, state, &|_| None)
+}
+
+/// The kill of running container `s` (spec `c`) whose `probe` failed, within the probe's
+/// `terminationGracePeriodSeconds` when it sets one.
+fn probe_kill(s: &api::ContainerStatus, c: &Container, probe: Kind, restart: bool) -> ToKill {
+    let (reason, what, spec) = match probe {
+        Kind::Startup => ("StartupProbe", "startup", c.startup_probe.as_ref()),
+        _ => ("LivenessProbe", "liveness", c.liveness_probe.as_ref()),
+    };
+    let then = if restart { ", will be restarted" } else { "" };
+    let name = &c.name;
+    ToKill {
+        grace: spec.and_then(|p| p.termination_grace_period_seconds),
+        ..kill(
+            s,
+            name,
+            reason,
+            format!("Container {name} failed {what} probe{then}"),
+        )
+    }
+}
+
+/// [`compute_pod_actions`] where `probe_failed(container_id)` names the liveness or startup probe
+/// that failed for a container.
+pub fn compute_pod_actions_with(
+    pod: &Pod,
+    state: &PodState,
+    probe_failed: &dyn Fn(&str) -> Option<Kind>,
+) -> PodActions {
     let Some(spec) = pod.spec.as_ref() else {
         return PodActions {
             kill_pod: true,
@@ -251,6 +288,9 @@ pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
                             ),
                         ));
                         a.init_to_start.push(i);
+                    } else if let Some(probe) = probe_failed(&s.id) {
+                        a.containers_to_kill.push(probe_kill(s, ic, probe, true));
+                        a.init_to_start.push(i);
                     }
                 }
                 _ => a.init_to_start.push(i),
@@ -275,6 +315,12 @@ pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
                         format!("Container {} definition changed, will be restarted", c.name),
                     ));
                     a.containers_to_start.push(i);
+                } else if let Some(probe) = probe_failed(&s.id).filter(|_| !deleting) {
+                    let restart = policy != "Never";
+                    a.containers_to_kill.push(probe_kill(s, c, probe, restart));
+                    if restart {
+                        a.containers_to_start.push(i);
+                    }
                 } else {
                     keep += 1;
                 }
@@ -682,5 +728,76 @@ mod tests {
         assert!(a.containers_to_start.is_empty() && !a.create_sandbox);
         let a = compute_pod_actions(&p, &PodState::default());
         assert!(!a.create_sandbox);
+    }
+
+    #[test]
+    fn failed_liveness_kills_and_restarts_by_policy() {
+        let (c1, c2) = (container("a"), container("b"));
+        let failed = |id: &str| (id == "a-id").then_some(Kind::Liveness);
+        let s = ready(vec![status(&c1, RUNNING, 0), status(&c2, RUNNING, 0)]);
+        for policy in ["Always", "OnFailure"] {
+            let p = pod(policy, vec![], vec![c1.clone(), c2.clone()]);
+            let a = compute_pod_actions_with(&p, &s, &failed);
+            assert_eq!(a.containers_to_start, [0], "{policy}");
+            assert_eq!(
+                a.containers_to_kill,
+                [ToKill {
+                    id: "a-id".into(),
+                    name: "a".into(),
+                    reason: "LivenessProbe",
+                    message: "Container a failed liveness probe, will be restarted".into(),
+                    grace: None,
+                }]
+            );
+            assert!(!a.kill_pod);
+        }
+        // Never: killed, not restarted; the other container keeps the pod going.
+        let p = pod("Never", vec![], vec![c1.clone(), c2.clone()]);
+        let a = compute_pod_actions_with(&p, &s, &failed);
+        assert!(a.containers_to_start.is_empty() && !a.kill_pod);
+        assert_eq!(
+            a.containers_to_kill[0].message,
+            "Container a failed liveness probe"
+        );
+        // Never with nothing else running: the pod is done.
+        let p = pod("Never", vec![], vec![c1.clone()]);
+        let a = compute_pod_actions_with(&p, &ready(vec![status(&c1, RUNNING, 0)]), &failed);
+        assert!(a.kill_pod && a.terminal);
+    }
+
+    #[test]
+    fn failed_startup_kills_and_a_changed_spec_wins() {
+        let mut c = container("a");
+        c.startup_probe = Some(k8s_openapi::api::core::v1::Probe {
+            termination_grace_period_seconds: Some(7),
+            ..Default::default()
+        });
+        let p = pod("Always", vec![], vec![c.clone()]);
+        let startup = |_: &str| Some(Kind::Startup);
+        let a = compute_pod_actions_with(&p, &ready(vec![status(&c, RUNNING, 0)]), &startup);
+        assert_eq!(a.containers_to_kill[0].reason, "StartupProbe");
+        assert_eq!(
+            a.containers_to_kill[0].grace,
+            Some(7),
+            "the probe's grace period"
+        );
+        assert_eq!(a.containers_to_start, [0]);
+        let mut changed = c.clone();
+        changed.args = Some(vec!["x".into()]);
+        let p = pod("Always", vec![], vec![changed]);
+        let a = compute_pod_actions_with(&p, &ready(vec![status(&c, RUNNING, 0)]), &startup);
+        assert_eq!(a.containers_to_kill[0].reason, "Changed");
+    }
+
+    #[test]
+    fn sidecar_failing_liveness_is_restarted() {
+        let (s1, app) = (sidecar("s1"), container("a"));
+        let p = pod("Never", vec![s1.clone()], vec![app.clone()]);
+        let st = ready(vec![status(&app, RUNNING, 0), status(&s1, RUNNING, 0)]);
+        let failed = |id: &str| (id == "s1-id").then_some(Kind::Liveness);
+        let a = compute_pod_actions_with(&p, &st, &failed);
+        assert_eq!(a.init_to_start, [0]);
+        assert_eq!(a.containers_to_kill[0].reason, "LivenessProbe");
+        assert!(a.containers_to_start.is_empty());
     }
 }

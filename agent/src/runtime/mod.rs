@@ -217,6 +217,8 @@ pub struct Manager {
     cm: ContainerManager,
     cfg: Config,
     backoff: Arc<Mutex<Backoffs>>,
+    /// Liveness and startup results: a failed probe kills its container.
+    probes: crate::prober::Results,
     known: Arc<Mutex<Known>>,
 }
 
@@ -279,8 +281,15 @@ impl Manager {
             cm,
             cfg,
             backoff: Arc::default(),
+            probes: crate::prober::Results::default(),
             known: Arc::default(),
         }
+    }
+
+    /// Lets failed liveness and startup probes kill their containers.
+    pub fn with_probe_results(mut self, probes: crate::prober::Results) -> Self {
+        self.probes = probes;
+        self
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, Known> {
@@ -410,7 +419,8 @@ impl Manager {
         } else {
             self.pod_state(uid).await.map_err(Self::cri_err(&name))?
         };
-        let actions = actions::compute_pod_actions(pod, &state);
+        let actions =
+            actions::compute_pod_actions_with(pod, &state, &|id| self.probes.kill_reason(id));
         tracing::debug!(pod = %name, ?actions, "computed pod actions");
         let mut outcome = SyncOutcome {
             terminal: actions.terminal,
@@ -431,8 +441,8 @@ impl Manager {
             for k in &actions.containers_to_kill {
                 tracing::info!(pod = %name, container = %k.name, reason = k.reason, message = %k.message, "killing container");
                 if let Some(st) = state.containers.iter().find(|c| c.id == k.id) {
-                    self.kill_container(&name, st, grace_period_secs(pod), started)
-                        .await?;
+                    let grace = k.grace.unwrap_or_else(|| grace_period_secs(pod));
+                    self.kill_container(&name, st, grace, started).await?;
                 }
             }
         }
@@ -580,8 +590,13 @@ impl Manager {
     ) -> std::result::Result<bool, ()> {
         let hash = hash::container_hash(c);
         let prev = t.state.newest(&c.name);
-        if let Some(prev) = prev.filter(|p| p.state == api::ContainerState::ContainerExited as i32)
-        {
+        // The kubelet's doBackOff: from the newest instance that exited, even when a newer one
+        // was running (killed for a failed liveness probe, it backs off from its predecessor).
+        let exited = t.state.containers.iter().find(|s| {
+            s.state == api::ContainerState::ContainerExited as i32
+                && s.metadata.as_ref().is_some_and(|m| m.name == c.name)
+        });
+        if let Some(prev) = exited {
             let key = format!("{}_{}_{}", t.uid, c.name, hash::hash_label(hash));
             let now = now_nanos();
             let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
