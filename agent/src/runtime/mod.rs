@@ -1011,6 +1011,11 @@ impl Manager {
         self.stop_runtime_pod(name, &state, grace, false).await
     }
 
+    /// The container manager (pod cgroups).
+    pub fn cm(&self) -> &ContainerManager {
+        &self.cm
+    }
+
     /// Forgets back-off entries untouched for ten minutes (for housekeeping; a killed pod's
     /// entries are forgotten by `kill_pod` already).
     pub fn gc_backoffs(&self) {
@@ -1034,19 +1039,12 @@ impl Manager {
         let state = self.pod_state(uid).await.map_err(Self::cri_err(name))?;
         self.stop_runtime_pod(name, &state, grace, true).await?;
         // Without the spec (orphans) the QoS class is unknown: try the pod's place under each.
-        for qos in [
-            cm::QosClass::Guaranteed,
-            cm::QosClass::Burstable,
-            cm::QosClass::BestEffort,
-        ] {
-            self.cm
-                .pod_cgroup_name(uid, qos)
-                .and_then(|cg| self.cm.destroy_pod_cgroup(&cg))
-                .map_err(|source| Error::Cgroup {
-                    pod: name.to_owned(),
-                    source,
-                })?;
-        }
+        self.cm
+            .destroy_pod_cgroups(uid)
+            .map_err(|source| Error::Cgroup {
+                pod: name.to_owned(),
+                source,
+            })?;
         for s in &state.sandboxes {
             if let Some(m) = &s.metadata {
                 let dir = self
