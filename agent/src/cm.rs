@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 /// cgroup v1 controllers the pod cgroup is created in (runc creates the rest beneath the parent).
 #[cfg(test)]
-const V1_CONTROLLERS: &[&str] = &["cpu", "cpuacct", "memory", "pids"];
+const V1_CONTROLLERS: &[&str] = &["cpu", "memory", "pids"];
 
 const MIN_SHARES: u64 = 2;
 const MAX_SHARES: u64 = 262_144;
@@ -316,7 +316,6 @@ pub enum Hierarchy {
 #[derive(Debug, Clone)]
 struct Mounts {
     cpu: PathBuf,
-    cpuacct: PathBuf,
     memory: PathBuf,
     pids: PathBuf,
 }
@@ -330,13 +329,11 @@ impl Hierarchy {
         use cgroups_rs::fs::{Controllers, hierarchies};
         let same = |p: &Path| Mounts {
             cpu: p.to_owned(),
-            cpuacct: p.to_owned(),
             memory: p.to_owned(),
             pids: p.to_owned(),
         };
         let v1_fixture = || Mounts {
             cpu: mount.join("cpu"),
-            cpuacct: mount.join("cpuacct"),
             memory: mount.join("memory"),
             pids: mount.join("pids"),
         };
@@ -361,7 +358,6 @@ impl Hierarchy {
             Hierarchy::V1,
             Mounts {
                 cpu: at(Controllers::Cpu, fallback.cpu),
-                cpuacct: at(Controllers::CpuAcct, fallback.cpuacct),
                 memory: at(Controllers::Mem, fallback.memory),
                 pids: at(Controllers::Pids, fallback.pids),
             },
@@ -393,6 +389,8 @@ struct State {
     burstable: HashMap<String, u64>,
     /// Pod cgroups no known pod owns, by UID: on how many consecutive passes they were seen.
     orphans: HashMap<String, u32>,
+    /// The config last applied to each pod cgroup, by name.
+    applied: HashMap<String, ResourceConfig>,
 }
 
 #[derive(Debug, Default)]
@@ -475,7 +473,9 @@ impl ContainerManager {
         let m = &self.mounts;
         match self.hierarchy {
             Hierarchy::V2 => Ok(vec![safe_join(&m.cpu, name)?]),
-            Hierarchy::V1 => [&m.cpu, &m.cpuacct, &m.memory, &m.pids]
+            // cpuacct is left to runc, which creates the path when it places a container: nothing
+            // is configured there and each mkdir on cgroupfs costs.
+            Hierarchy::V1 => [&m.cpu, &m.memory, &m.pids]
                 .into_iter()
                 .map(|c| safe_join(c, name))
                 .collect(),
@@ -539,12 +539,14 @@ impl ContainerManager {
         }
     }
 
-    /// Creates a cgroup in every hierarchy swiftlet configures, when missing.
-    fn create(&self, name: &str) -> Result<()> {
+    /// Creates a cgroup in every hierarchy swiftlet configures, when missing. True when every
+    /// directory is new (its files hold the kernel's defaults).
+    fn create(&self, name: &str) -> Result<bool> {
+        let mut fresh = true;
         for dir in self.dirs(name)? {
             match fs::create_dir(&dir) {
                 Ok(()) => self.wrote(),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => fresh = false,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     fs::create_dir_all(&dir).map_err(io_err("creating cgroup", &dir))?;
                     self.wrote();
@@ -552,7 +554,7 @@ impl ContainerManager {
                 Err(e) => return Err(io_err("creating cgroup", &dir)(e)),
             }
         }
-        Ok(())
+        Ok(fresh)
     }
 
     /// Creates the pod cgroup if missing and applies its resource settings (only the values that
@@ -568,20 +570,39 @@ impl ContainerManager {
         if self.account(uid, share) {
             self.update_qos_cgroups()?;
         }
-        self.create(&name)?;
-        self.apply(&name, &resource_config_for_pod(pod)?)?;
+        let rc = resource_config_for_pod(pod)?;
+        // Applied before and still there: nothing to read or write (the kubelet does not even
+        // look again). After a restart the files are read and compared instead.
+        if self.state().applied.get(&name) == Some(&rc)
+            && safe_join(&self.mounts.cpu, &name)?.is_dir()
+        {
+            return Ok(name);
+        }
+        let fresh = self.create(&name)?;
+        self.apply_to(&name, &rc, fresh)?;
+        self.state().applied.insert(name.clone(), rc);
         Ok(name)
     }
 
     /// Writes the cpu shares of a cgroup (as cgroup v2 weight there) when they differ.
     fn set_shares(&self, name: &str, shares: u64) -> Result<()> {
+        self.set_shares_to(name, shares, false)
+    }
+
+    /// [`Self::set_shares`]; `fresh`: the cgroup was just created, its files hold the defaults.
+    fn set_shares_to(&self, name: &str, shares: u64, fresh: bool) -> Result<()> {
         let v2 = self.hierarchy == Hierarchy::V2;
         let dir = safe_join(&self.mounts.cpu, name)?;
         let cpu = CpuController::new(dir.clone(), PathBuf::new(), v2);
         // cgroups-rs writes the number it is given into cpu.weight on v2 without converting it
         // ("conversion is the caller's responsibility"): convert as runc does.
         let want = if v2 { shares_to_weight(shares) } else { shares };
-        if cpu.shares().ok() != Some(want) {
+        let current = if fresh {
+            Some(if v2 { 100 } else { 1024 })
+        } else {
+            cpu.shares().ok()
+        };
+        if current != Some(want) {
             cpu.set_shares(want)
                 .map_err(cg_err("writing cpu shares of", &dir))?;
             self.wrote();
@@ -589,28 +610,42 @@ impl ContainerManager {
         Ok(())
     }
 
-    /// Applies a resource config to a cgroup, writing only what differs from the files. Unset
-    /// quota and memory limit mean unlimited (a resize may lift a limit).
+    /// Applies a resource config to an existing pod cgroup (a resize), writing only what differs
+    /// from the files. Unset quota and memory limit mean unlimited (a resize may lift a limit).
     pub fn apply(&self, name: &str, rc: &ResourceConfig) -> Result<()> {
+        self.state().applied.remove(name);
+        self.apply_to(name, rc, false)?;
+        self.state().applied.insert(name.to_owned(), rc.clone());
+        Ok(())
+    }
+
+    /// Writes what differs. `fresh`: the cgroup was just created, so its files hold the kernel's
+    /// defaults (1024 shares / weight 100, period 100 ms, no quota, no memory or pids limit) and
+    /// need not be read.
+    fn apply_to(&self, name: &str, rc: &ResourceConfig, fresh: bool) -> Result<()> {
         let v2 = self.hierarchy == Hierarchy::V2;
-        self.set_shares(name, rc.cpu_shares)?;
+        let read = |default, f: &dyn Fn() -> Option<i64>| if fresh { Some(default) } else { f() };
+        self.set_shares_to(name, rc.cpu_shares, fresh)?;
         let dir = safe_join(&self.mounts.cpu, name)?;
         let cpu = CpuController::new(dir.clone(), PathBuf::new(), v2);
         let period = rc.cpu_period.unwrap_or(QUOTA_PERIOD_US);
-        if cpu.cfs_period().ok() != Some(period) {
+        let current = read(QUOTA_PERIOD_US as i64, &|| {
+            cpu.cfs_period().ok().map(|p| p as i64)
+        });
+        if current != Some(period as i64) {
             cpu.set_cfs_period(period)
                 .map_err(cg_err("writing cpu period of", &dir))?;
             self.wrote();
         }
         let quota = rc.cpu_quota.map_or(-1, |q| q as i64);
-        if cpu.cfs_quota().ok() != Some(quota) {
+        if read(-1, &|| cpu.cfs_quota().ok()) != Some(quota) {
             cpu.set_cfs_quota(quota)
                 .map_err(cg_err("writing cpu quota of", &dir))?;
             self.wrote();
         }
         let dir = safe_join(&self.mounts.memory, name)?;
         let limit = rc.memory_limit.map_or(-1, |m| m as i64);
-        if self.memory_limit_at(&dir) != Some(limit) {
+        if read(-1, &|| self.memory_limit_at(&dir)) != Some(limit) {
             MemController::new(dir.clone(), PathBuf::new(), v2)
                 .set_limit(limit)
                 .map_err(cg_err("writing memory limit of", &dir))?;
@@ -623,12 +658,43 @@ impl ContainerManager {
         } else {
             MaxValue::Max
         };
-        if pids.get_pid_max().ok() != Some(want) {
+        let current = if fresh {
+            Some(MaxValue::Max)
+        } else {
+            pids.get_pid_max().ok()
+        };
+        if current != Some(want) {
             pids.set_pid_max(want)
                 .map_err(cg_err("writing pids.max of", &dir))?;
             self.wrote();
         }
         Ok(())
+    }
+
+    /// For a resize: `new` with each cpu quota and memory limit raised to the pod cgroup's current
+    /// one where that is larger (unlimited counts as largest). Applied before the containers are
+    /// updated, so that no child ever exceeds its parent; `new` itself is applied after.
+    pub fn grown_config(&self, name: &str, new: &ResourceConfig) -> Result<ResourceConfig> {
+        let v2 = self.hierarchy == Hierarchy::V2;
+        let dir = safe_join(&self.mounts.cpu, name)?;
+        let cpu = CpuController::new(dir.clone(), PathBuf::new(), v2);
+        let quota = cpu
+            .cfs_quota()
+            .map_err(cg_err("reading cpu quota of", &dir))?;
+        let mem_dir = safe_join(&self.mounts.memory, name)?;
+        let memory = self.memory_limit_at(&mem_dir).unwrap_or(-1);
+        // None: unlimited.
+        let larger = |cur: i64, new: Option<u64>| match new {
+            Some(n) if cur >= 0 => Some(n.max(cur as u64)),
+            _ => None,
+        };
+        let cpu_quota = larger(quota, new.cpu_quota);
+        Ok(ResourceConfig {
+            cpu_shares: new.cpu_shares,
+            cpu_quota,
+            cpu_period: cpu_quota.and(new.cpu_period),
+            memory_limit: larger(memory, new.memory_limit),
+        })
     }
 
     /// The memory limit in a memory cgroup directory, -1 when unlimited. cgroups-rs reads it only
@@ -658,6 +724,7 @@ impl ContainerManager {
     /// Kills whatever still runs in the pod cgroup and removes it, deepest directories first.
     /// A missing cgroup is not an error.
     pub fn destroy_pod_cgroup(&self, name: &str) -> Result<()> {
+        self.state().applied.remove(name);
         for dir in self.all_hierarchy_dirs(name)? {
             if !dir.exists() {
                 continue;
@@ -1061,8 +1128,12 @@ mod tests {
             shares_to_weight(1024).to_string()
         );
         let before = cm.writes();
-        cm.ensure_pod_cgroup(&pod(&[(b, &[("cpu", "2"), ("memory", "1Gi")])]), "u2")
-            .unwrap();
+        let p = pod(&[(b, &[("cpu", "2"), ("memory", "1Gi")])]);
+        cm.ensure_pod_cgroup(&p, "u2").unwrap();
         assert_eq!(cm.writes(), before);
+        // After a restart (nothing remembered) the files are read and still nothing is written.
+        let cm = ContainerManager::new(cm.cfg.clone());
+        cm.ensure_pod_cgroup(&p, "u2").unwrap();
+        assert_eq!(cm.writes(), 0);
     }
 }

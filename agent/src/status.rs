@@ -6,7 +6,9 @@ use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap};
@@ -275,7 +277,71 @@ fn container_status(
     };
     st.state = Some(now);
     st.last_state = last.map(terminated);
+    st.allocated_resources = c.resources.as_ref().and_then(|r| r.requests.clone());
+    st.resources = newest
+        .filter(|n| n.state == api::ContainerState::ContainerRunning as i32)
+        .and_then(|n| applied_resources(c, n));
     st
+}
+
+/// The resources a running container has now (`containerStatuses[].resources`): the spec's when
+/// they are what is applied (created so, or resized in place), else the applied cgroup values read
+/// back as quantities (a resize not done yet, or refused).
+fn applied_resources(c: &Container, n: &api::ContainerStatus) -> Option<ResourceRequirements> {
+    let applied = n.annotations.get(labels::CONTAINER_RESOURCES)?;
+    let wanted = crate::runtime::container_resources(c).ok()?;
+    if crate::runtime::resources_label(&wanted) == *applied {
+        return Some(c.resources.clone().unwrap_or_default());
+    }
+    // "shares quota period memory"
+    let v: Vec<i64> = applied.split(' ').map(|v| v.parse().unwrap_or(0)).collect();
+    let (shares, quota, period, memory) = (v.first()?, v.get(1)?, v.get(2)?, v.get(3)?);
+    let q = |s: String| Quantity(s);
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    if *shares > 2 {
+        // SharesToMilliCPU: ceil(shares * 1000 / 1024).
+        requests.insert(
+            "cpu".to_owned(),
+            q(format!("{}m", (shares * 1000 + 1023) / 1024)),
+        );
+    }
+    if *quota > 0 && *period > 0 {
+        limits.insert("cpu".to_owned(), q(format!("{}m", quota * 1000 / period)));
+    }
+    if *memory > 0 {
+        limits.insert("memory".to_owned(), q(memory.to_string()));
+    }
+    if let Some(m) = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("memory"))
+    {
+        requests.insert("memory".to_owned(), m.clone());
+    }
+    Some(ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..Default::default()
+    })
+}
+
+/// A refused or failed in-place resize: the `PodResizeInProgress` condition with reason `Error`
+/// and the message, as the kubelet reports a resize it could not carry out.
+fn resize_condition(
+    status: &mut PodStatus,
+    state: &PodState,
+    prev: Option<&PodStatus>,
+    now: &Time,
+) {
+    let Some(message) = &state.resize_error else {
+        return;
+    };
+    let mut cond = condition("PodResizeInProgress", true, prev, now);
+    cond.reason = Some("Error".to_owned());
+    cond.message = Some(message.clone());
+    status.conditions.get_or_insert_with(Vec::new).push(cond);
 }
 
 /// Builds a PodStatus (phase, conditions, init and app container statuses) from the spec and
@@ -391,7 +457,7 @@ pub fn generate(
     let start_time = prev
         .and_then(|p| p.start_time.clone())
         .or_else(|| state.sandboxes.first().and_then(|s| ts(s.created_at)));
-    PodStatus {
+    let mut status = PodStatus {
         phase: Some(phase.to_owned()),
         conditions: Some(vec![
             condition(
@@ -413,7 +479,9 @@ pub fn generate(
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         ..Default::default()
-    }
+    };
+    resize_condition(&mut status, state, prev, &now);
+    status
 }
 
 /// The kubelet's `getPhase` for pods without init containers: a container never started keeps the

@@ -253,3 +253,181 @@ fn create_delete_cycles_leave_no_pod_cgroup() {
     // The QoS level cgroups stay, and the burstable shares are back at the minimum.
     assert_eq!(read(&agent, "cpu", "kubepods/burstable/cpu.shares"), "2");
 }
+
+/// Pod `name` as the agent reports it on /pods (Null when not listed).
+fn pod_json(agent: &Agent, name: &str) -> serde_json::Value {
+    let pods: serde_json::Value =
+        serde_json::from_str(&agent.get("/pods").1).expect("/pods is JSON");
+    let pod = agent.static_pod_name(name);
+    pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["metadata"]["name"] == pod.as_str())
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn unique_uid(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{tag}-{}-{nanos}", std::process::id())
+}
+
+#[test]
+fn qos_class_change_recreates_the_pod_under_the_new_qos_cgroup() {
+    let Some(agent) = start("cg-qos-change", &[]) else {
+        return;
+    };
+    let uid = unique_uid("qos");
+    let g = "requests: {cpu: 200m, memory: 64Mi}\nlimits: {cpu: 200m, memory: 64Mi}";
+    agent.write_manifest("p.yaml", &manifest("mover", Some(&uid), g));
+    assert_eq!(running_uid(&agent, "mover"), uid);
+    let pod = pod_json(&agent, "mover");
+    assert_eq!(pod["status"]["qosClass"], "Guaranteed");
+    let old_id = pod["status"]["containerStatuses"][0]["containerID"].clone();
+    assert!(path(&agent, "cpu", &format!("kubepods/pod{uid}")).is_dir());
+
+    // Limits dropped: Burstable.
+    let b = "requests: {cpu: 200m, memory: 64Mi}";
+    agent.write_manifest("p.yaml", &manifest("mover", Some(&uid), b));
+    let mut pod = serde_json::Value::Null;
+    wait_until("the pod to run again as Burstable", RUNNING_TIMEOUT, || {
+        pod = pod_json(&agent, "mover");
+        let c = &pod["status"]["containerStatuses"][0];
+        pod["status"]["qosClass"] == "Burstable"
+            && c["containerID"] != old_id
+            && c["state"]["running"].is_object()
+    });
+    // Recreated under the new QoS directory with the new numbers; the old pod cgroup is gone
+    // from every hierarchy.
+    check(
+        &agent,
+        &format!("kubepods/burstable/pod{uid}"),
+        &[
+            ("cpu", "cpu.shares", "204"),
+            ("cpu", "cpu.cfs_quota_us", "-1"),
+        ],
+    );
+    for h in std::fs::read_dir(CGROUP).unwrap().flatten() {
+        let old = h
+            .path()
+            .join(agent.cgroup_root().trim_start_matches('/'))
+            .join(format!("kubepods/pod{uid}"));
+        assert!(
+            !old.exists(),
+            "old pod cgroup left behind: {}",
+            old.display()
+        );
+    }
+    // The container was restarted once (a new sandbox, like a sandbox change).
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 1);
+    assert_eq!(read(&agent, "cpu", "kubepods/burstable/cpu.shares"), "204");
+}
+
+#[test]
+fn in_place_resize_updates_cgroups_without_restarting() {
+    let Some(agent) = start("cg-resize", &[]) else {
+        return;
+    };
+    // A fixed UID: a static pod's UID is otherwise a hash of its manifest, and an edit would
+    // make it another pod.
+    let uid = unique_uid("resize");
+    let r1 = "requests: {cpu: 100m, memory: 32Mi}\nlimits: {cpu: 200m, memory: 128Mi}";
+    agent.write_manifest("p.yaml", &manifest("elastic", Some(&uid), r1));
+    assert_eq!(running_uid(&agent, "elastic"), uid);
+    let pod = pod_json(&agent, "elastic");
+    let c0 = pod["status"]["containerStatuses"][0].clone();
+    let id = c0["containerID"]
+        .as_str()
+        .and_then(|s| s.strip_prefix("containerd://"))
+        .expect("a container ID")
+        .to_owned();
+    let pod_dir = format!("kubepods/burstable/pod{uid}");
+    let ctr_dir = format!("{pod_dir}/{id}");
+    check(&agent, &pod_dir, &[("cpu", "cpu.shares", "102")]);
+    check(
+        &agent,
+        &ctr_dir,
+        &[
+            ("cpu", "cpu.shares", "102"),
+            ("cpu", "cpu.cfs_quota_us", "20000"),
+        ],
+    );
+
+    // Raise cpu, lower the memory limit (above what it uses): same QoS class, resized in place.
+    let r2 = "requests: {cpu: 300m, memory: 32Mi}\nlimits: {cpu: 400m, memory: 96Mi}";
+    agent.write_manifest("p.yaml", &manifest("elastic", Some(&uid), r2));
+    wait_until("the pod cgroup's shares to change", GONE_TIMEOUT, || {
+        read(&agent, "cpu", &format!("{pod_dir}/cpu.shares")) == "307"
+    });
+    let mem96 = (96u64 << 20).to_string();
+    wait_until("the container's cgroup to change", GONE_TIMEOUT, || {
+        read(&agent, "cpu", &format!("{ctr_dir}/cpu.shares")) == "307"
+            && read(
+                &agent,
+                "memory",
+                &format!("{ctr_dir}/memory.limit_in_bytes"),
+            ) == mem96
+    });
+    check(&agent, &ctr_dir, &[("cpu", "cpu.cfs_quota_us", "40000")]);
+    check(
+        &agent,
+        &pod_dir,
+        &[
+            ("cpu", "cpu.cfs_quota_us", "40000"),
+            ("memory", "memory.limit_in_bytes", &mem96),
+        ],
+    );
+    let mut c = serde_json::Value::Null;
+    wait_until("the status to show the resize", GONE_TIMEOUT, || {
+        c = pod_json(&agent, "elastic")["status"]["containerStatuses"][0].clone();
+        c["resources"]["requests"]["cpu"] == "300m"
+    });
+    assert_eq!(
+        c["containerID"], c0["containerID"],
+        "container was replaced"
+    );
+    assert_eq!(c["restartCount"], 0);
+    assert_eq!(c["resources"]["limits"]["memory"], "96Mi");
+    assert_eq!(c["allocatedResources"]["cpu"], "300m");
+
+    // A memory limit below what the pod uses is refused, with the reason in the status.
+    let r3 = "requests: {cpu: 300m, memory: 32Mi}\nlimits: {cpu: 400m, memory: 100Ki}";
+    agent.write_manifest("p.yaml", &manifest("elastic", Some(&uid), r3));
+    let mut pod = serde_json::Value::Null;
+    wait_until("the refusal in the status", GONE_TIMEOUT, || {
+        pod = pod_json(&agent, "elastic");
+        pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "PodResizeInProgress" && c["reason"] == "Error")
+    });
+    let cond = pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "PodResizeInProgress")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        cond["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("below the pod's current memory usage"),
+        "{cond}"
+    );
+    check(
+        &agent,
+        &ctr_dir,
+        &[("memory", "memory.limit_in_bytes", &mem96)],
+    );
+    let c = &pod["status"]["containerStatuses"][0];
+    assert_eq!(c["containerID"], c0["containerID"]);
+    assert_eq!(c["restartCount"], 0);
+    // The status shows what is applied, not the refused limit.
+    assert_eq!(c["resources"]["limits"]["memory"], mem96.as_str());
+}
