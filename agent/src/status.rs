@@ -681,4 +681,51 @@ mod tests {
         assert_eq!(waiting_reason(c), Some("ImagePullBackOff"));
         assert_eq!(st.phase.as_deref(), Some("Pending"));
     }
+
+    #[test]
+    fn resize_shows_applied_resources_and_a_refusal() {
+        let mut c = spec("a", false);
+        let q = |v: &str| Quantity(v.to_owned());
+        c.resources = Some(ResourceRequirements {
+            requests: Some([("cpu".to_owned(), q("300m"))].into()),
+            limits: Some([("memory".to_owned(), q("96Mi"))].into()),
+            ..Default::default()
+        });
+        let p = pod("Always", vec![], vec![c.clone()]);
+        let mut running = inst("a", 0, api::ContainerState::ContainerRunning, 0);
+        // Applied as the spec says: the spec's quantities.
+        let wanted = crate::runtime::container_resources(&c).unwrap();
+        running.annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            crate::runtime::resources_label(&wanted),
+        );
+        let st = status_of(&p, vec![running.clone()]);
+        let cs = &st.container_statuses.unwrap()[0];
+        assert_eq!(cs.resources, c.resources);
+        assert_eq!(
+            cs.allocated_resources,
+            Some([("cpu".to_owned(), q("300m"))].into())
+        );
+        // Still the old values (102 shares, 128 MiB): read back from the cgroup numbers.
+        running.annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            format!("102 0 0 {}", 128u64 << 20),
+        );
+        let mut s = state(vec![running]);
+        s.resize_error = Some("pod memory limit 1 is below".to_owned());
+        let st = gen_state(&p, &s);
+        let r = st.container_statuses.unwrap()[0].resources.clone().unwrap();
+        assert_eq!(r.requests.unwrap()["cpu"], q("100m"));
+        assert_eq!(r.limits.unwrap()["memory"], q(&(128u64 << 20).to_string()));
+        let cond = st
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "PodResizeInProgress")
+            .unwrap();
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_deref()),
+            ("True", Some("Error"))
+        );
+    }
 }
