@@ -168,8 +168,10 @@ pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
     let inits = spec.init_containers.as_deref().unwrap_or_default();
     let newest = |name: &str| state.newest(name);
     let (mut create, mut attempt, sandbox_id) = sandbox_changed(pod, state);
-    let qos_changed = !create && !deleting && qos_changed(pod, state);
-    if qos_changed {
+    // Also when the sandbox is to be recreated anyway (e.g. a sync that stopped the old one
+    // failed before it started the new one): the cgroups under the old class must still go.
+    let qos_changed = !deleting && qos_changed(pod, state);
+    if qos_changed && !create {
         create = true;
         attempt += 1;
     }
@@ -567,6 +569,12 @@ mod tests {
                 ..Default::default()
             }
         );
+        // The old sandbox already stopped (a sync failed half-way): still seen, one attempt on.
+        let mut stopped = s.clone();
+        stopped.sandboxes[0].state = api::PodSandboxState::SandboxNotready as i32;
+        let a = compute_pod_actions(&p, &stopped);
+        assert!(a.qos_changed && a.create_sandbox);
+        assert_eq!(a.attempt, 1);
         // A sandbox without the annotation (created before it was recorded): no change seen.
         let s = ready(vec![applied(&old)]);
         assert!(!compute_pod_actions(&p, &s).qos_changed);
