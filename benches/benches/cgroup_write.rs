@@ -119,6 +119,40 @@ fn cgroup_write(c: &mut Criterion) {
             (cm.writes() - start_writes) as f64 / n.max(1) as f64
         );
     }
+    // The floor: the same 3 mkdirs and 4 writes with plain std::fs, nothing else.
+    let base = std::path::Path::new(cm::CGROUP_MOUNT);
+    let rel = root.trim_start_matches('/');
+    let files = [
+        ("cpu", "cpu.shares", "512"),
+        ("cpu", "cpu.cfs_quota_us", "50000"),
+        ("memory", "memory.limit_in_bytes", "67108864"),
+        ("pids", "pids.max", "1024"),
+    ];
+    if base.join("cpu").is_dir() {
+        let mut n = 0u64;
+        group.bench_function("floor_std_fs", |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    n += 1;
+                    let dir = |h: &str| base.join(h).join(rel).join(format!("floor-{n}"));
+                    let dirs = ["cpu", "memory", "pids"].map(dir);
+                    let t = Instant::now();
+                    for d in &dirs {
+                        std::fs::create_dir(d).expect("mkdir");
+                    }
+                    for (h, f, v) in files {
+                        std::fs::write(dir(h).join(f), v).expect("write");
+                    }
+                    total += t.elapsed();
+                    for d in &dirs {
+                        std::fs::remove_dir(d).expect("rmdir");
+                    }
+                }
+                total
+            })
+        });
+    }
     group.finish();
     cm.destroy_pod_cgroups(uid)
         .expect("removing the pod cgroup");
