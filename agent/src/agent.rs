@@ -62,6 +62,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cgroup_root: cfg.cgroup_root.clone(),
         cgroups_per_qos: cfg.cgroups_per_qos,
         mount: cm::CGROUP_MOUNT.into(),
+        pod_pids_limit: cfg.pod_pids_limit,
     });
     cm.start()?;
 

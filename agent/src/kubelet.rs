@@ -260,6 +260,17 @@ impl<S: PodSyncer> SyncLoop<S> {
             tracing::info!(uid = %uid, "killing runtime pod that no source knows");
             self.workers.update_pod(&uid, Work::orphan_kill(&uid));
         }
+        // Pod cgroups of no desired, known, lately finished or running pod (cm waits for a second
+        // pass before removing one, so a worker creating or removing it now is left alone).
+        if let Ok(running) = self.runtime_pods.read() {
+            let workers = &self.workers;
+            workers.cleanup_cgroups(&|uid| {
+                pods.contains_key(uid)
+                    || workers.is_known(uid)
+                    || finished.contains_key(uid)
+                    || running.contains(uid)
+            });
+        }
         let took = start.elapsed();
         if took > HOUSEKEEPING_WARNING {
             tracing::warn!(?took, "housekeeping took too long");

@@ -212,6 +212,8 @@ pub trait PodSyncer: Send + Sync + 'static {
     fn observe(&self, _op: UpdateType, _secs: f64) {}
     /// Housekeeping's share of the runtime's bookkeeping (back-off tables).
     fn housekeeping(&self) {}
+    /// Housekeeping: remove pod cgroups of pods for which `known` is false.
+    fn cleanup_cgroups(&self, _known: &dyn Fn(&str) -> bool) {}
 }
 
 /// The real runtime calls.
@@ -299,6 +301,16 @@ impl PodSyncer for WorkerContext {
 
     fn housekeeping(&self) {
         self.runtime.gc_backoffs();
+    }
+
+    fn cleanup_cgroups(&self, known: &dyn Fn(&str) -> bool) {
+        let cm = self.runtime.cm().clone();
+        if let Some(due) = cm.orphaned_pod_cgroups(known)
+            && !due.is_empty()
+        {
+            // Killing leftovers and rmdir retries block: off the sync loop's thread.
+            tokio::task::spawn_blocking(move || cm.remove_orphans(&due));
+        }
     }
 
     fn observe(&self, op: UpdateType, secs: f64) {
@@ -588,6 +600,11 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Lets the runtime side do its periodic bookkeeping (called from housekeeping).
     pub fn runtime_housekeeping(&self) {
         self.syncer.housekeeping();
+    }
+
+    /// Lets the runtime side remove pod cgroups of pods for which `known` is false.
+    pub fn cleanup_cgroups(&self, known: &dyn Fn(&str) -> bool) {
+        self.syncer.cleanup_cgroups(known);
     }
 
     /// `done_tx` receives the UID of each worker that finished its pod (terminated).

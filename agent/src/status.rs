@@ -6,7 +6,9 @@ use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap};
@@ -293,7 +295,71 @@ fn container_status(
     };
     st.state = Some(now);
     st.last_state = last.map(terminated);
+    st.allocated_resources = c.resources.as_ref().and_then(|r| r.requests.clone());
+    st.resources = newest
+        .filter(|n| n.state == api::ContainerState::ContainerRunning as i32)
+        .and_then(|n| applied_resources(c, n));
     st
+}
+
+/// The resources a running container has now (`containerStatuses[].resources`): the spec's when
+/// they are what is applied (created so, or resized in place), else the applied cgroup values read
+/// back as quantities (a resize not done yet, or refused).
+fn applied_resources(c: &Container, n: &api::ContainerStatus) -> Option<ResourceRequirements> {
+    let applied = n.annotations.get(labels::CONTAINER_RESOURCES)?;
+    let wanted = crate::runtime::container_resources(c).ok()?;
+    if crate::runtime::resources_label(&wanted) == *applied {
+        return Some(c.resources.clone().unwrap_or_default());
+    }
+    // "shares quota period memory"
+    let v: Vec<i64> = applied.split(' ').map(|v| v.parse().unwrap_or(0)).collect();
+    let (shares, quota, period, memory) = (v.first()?, v.get(1)?, v.get(2)?, v.get(3)?);
+    let q = |s: String| Quantity(s);
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    if *shares > 2 {
+        // SharesToMilliCPU: ceil(shares * 1000 / 1024).
+        requests.insert(
+            "cpu".to_owned(),
+            q(format!("{}m", (shares * 1000 + 1023) / 1024)),
+        );
+    }
+    if *quota > 0 && *period > 0 {
+        limits.insert("cpu".to_owned(), q(format!("{}m", quota * 1000 / period)));
+    }
+    if *memory > 0 {
+        limits.insert("memory".to_owned(), q(memory.to_string()));
+    }
+    if let Some(m) = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("memory"))
+    {
+        requests.insert("memory".to_owned(), m.clone());
+    }
+    Some(ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..Default::default()
+    })
+}
+
+/// A refused or failed in-place resize: the `PodResizeInProgress` condition with reason `Error`
+/// and the message, as the kubelet reports a resize it could not carry out.
+fn resize_condition(
+    status: &mut PodStatus,
+    state: &PodState,
+    prev: Option<&PodStatus>,
+    now: &Time,
+) {
+    let Some(message) = &state.resize_error else {
+        return;
+    };
+    let mut cond = condition("PodResizeInProgress", true, prev, now);
+    cond.reason = Some("Error".to_owned());
+    cond.message = Some(message.clone());
+    status.conditions.get_or_insert_with(Vec::new).push(cond);
 }
 
 /// Builds a PodStatus (phase, conditions, init and app container statuses) from the spec and
@@ -421,7 +487,7 @@ pub fn generate_probed(
     let start_time = prev
         .and_then(|p| p.start_time.clone())
         .or_else(|| state.sandboxes.first().and_then(|s| ts(s.created_at)));
-    PodStatus {
+    let mut status = PodStatus {
         phase: Some(phase.to_owned()),
         conditions: Some(vec![
             condition(
@@ -443,7 +509,9 @@ pub fn generate_probed(
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         ..Default::default()
-    }
+    };
+    resize_condition(&mut status, state, prev, &now);
+    status
 }
 
 /// The kubelet's `getPhase` for pods without init containers: a container never started keeps the
@@ -642,5 +710,52 @@ mod tests {
         let c = &st.container_statuses.unwrap_or_default()[0];
         assert_eq!(waiting_reason(c), Some("ImagePullBackOff"));
         assert_eq!(st.phase.as_deref(), Some("Pending"));
+    }
+
+    #[test]
+    fn resize_shows_applied_resources_and_a_refusal() {
+        let mut c = spec("a", false);
+        let q = |v: &str| Quantity(v.to_owned());
+        c.resources = Some(ResourceRequirements {
+            requests: Some([("cpu".to_owned(), q("300m"))].into()),
+            limits: Some([("memory".to_owned(), q("96Mi"))].into()),
+            ..Default::default()
+        });
+        let p = pod("Always", vec![], vec![c.clone()]);
+        let mut running = inst("a", 0, api::ContainerState::ContainerRunning, 0);
+        // Applied as the spec says: the spec's quantities.
+        let wanted = crate::runtime::container_resources(&c).unwrap();
+        running.annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            crate::runtime::resources_label(&wanted),
+        );
+        let st = status_of(&p, vec![running.clone()]);
+        let cs = &st.container_statuses.unwrap()[0];
+        assert_eq!(cs.resources, c.resources);
+        assert_eq!(
+            cs.allocated_resources,
+            Some([("cpu".to_owned(), q("300m"))].into())
+        );
+        // Still the old values (102 shares, 128 MiB): read back from the cgroup numbers.
+        running.annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            format!("102 0 0 {}", 128u64 << 20),
+        );
+        let mut s = state(vec![running]);
+        s.resize_error = Some("pod memory limit 1 is below".to_owned());
+        let st = gen_state(&p, &s);
+        let r = st.container_statuses.unwrap()[0].resources.clone().unwrap();
+        assert_eq!(r.requests.unwrap()["cpu"], q("100m"));
+        assert_eq!(r.limits.unwrap()["memory"], q(&(128u64 << 20).to_string()));
+        let cond = st
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "PodResizeInProgress")
+            .unwrap();
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_deref()),
+            ("True", Some("Error"))
+        );
     }
 }

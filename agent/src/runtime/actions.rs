@@ -19,6 +19,11 @@
 //!   unless the policy is `Never` (sidecars: always restarted).
 //! * When nothing runs and nothing is to start, the pod is killed (sidecars included) and is
 //!   terminal.
+//! * QoS class change (the sandbox was created for another class): the pod is killed and
+//!   recreated (new sandbox, next attempt) under the new QoS cgroup; the old pod cgroup goes.
+//! * In-place resize (KEP-1287): a running app container whose spec hash (which leaves resources
+//!   out) is unchanged but whose cgroup resources differ from the applied ones is resized, not
+//!   restarted.
 use super::{PodState, hash, labels};
 use crate::prober::Kind;
 use k8s_cri::v1 as api;
@@ -54,6 +59,10 @@ pub struct PodActions {
     pub containers_to_kill: Vec<ToKill>,
     /// Every container has finished and none will run again: the pod is Succeeded or Failed.
     pub terminal: bool,
+    /// The pod's QoS class differs from its sandbox's: recreated under the new QoS cgroup.
+    pub qos_changed: bool,
+    /// Indices into `spec.containers` of running containers to resize in place.
+    pub containers_to_resize: Vec<usize>,
 }
 
 pub fn is_sidecar(c: &Container) -> bool {
@@ -122,6 +131,26 @@ fn sandbox_changed(pod: &Pod, state: &PodState) -> (bool, u32, Option<String>) {
     (false, attempt, id)
 }
 
+/// The QoS class the newest sandbox was created for differs from the pod's now.
+fn qos_changed(pod: &Pod, state: &PodState) -> bool {
+    let Some(old) = state
+        .sandboxes
+        .first()
+        .and_then(|s| s.annotations.get(labels::POD_QOS_CLASS))
+    else {
+        return false;
+    };
+    crate::cm::pod_qos(pod).is_ok_and(|q| q.as_str() != old)
+}
+
+/// The container's cgroup resources differ from the ones applied to it (unknown: no).
+fn resources_changed(c: &Container, s: &api::ContainerStatus) -> bool {
+    let Some(applied) = s.annotations.get(labels::CONTAINER_RESOURCES) else {
+        return false;
+    };
+    super::container_resources(c).is_ok_and(|r| super::resources_label(&r) != *applied)
+}
+
 fn kill(s: &api::ContainerStatus, name: &str, reason: &'static str, message: String) -> ToKill {
     ToKill {
         id: s.id.clone(),
@@ -175,12 +204,20 @@ pub fn compute_pod_actions_with(
     let deleting = pod.metadata.deletion_timestamp.is_some();
     let inits = spec.init_containers.as_deref().unwrap_or_default();
     let newest = |name: &str| state.newest(name);
-    let (create, attempt, sandbox_id) = sandbox_changed(pod, state);
+    let (mut create, mut attempt, sandbox_id) = sandbox_changed(pod, state);
+    // Also when the sandbox is to be recreated anyway (e.g. a sync that stopped the old one
+    // failed before it started the new one): the cgroups under the old class must still go.
+    let qos_changed = !deleting && qos_changed(pod, state);
+    if qos_changed && !create {
+        create = true;
+        attempt += 1;
+    }
     let mut a = PodActions {
         kill_pod: create,
         create_sandbox: create,
         sandbox_id,
         attempt,
+        qos_changed,
         ..Default::default()
     };
 
@@ -322,6 +359,9 @@ pub fn compute_pod_actions_with(
                         a.containers_to_start.push(i);
                     }
                 } else {
+                    if !deleting && resources_changed(c, s) {
+                        a.containers_to_resize.push(i);
+                    }
                     keep += 1;
                 }
             }
@@ -431,6 +471,7 @@ mod tests {
             sandboxes: vec![sandbox("sb", true, 0, 1)],
             sandbox_status: Some(sandbox_status("sb", POD_NS, "10.0.0.2")),
             containers,
+            ..Default::default()
         }
     }
 
@@ -453,6 +494,137 @@ mod tests {
     }
 
     use api::ContainerState::{ContainerExited as EXITED, ContainerRunning as RUNNING};
+
+    fn with_resources(
+        c: &Container,
+        requests: &[(&str, &str)],
+        limits: &[(&str, &str)],
+    ) -> Container {
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let q = |pairs: &[(&str, &str)]| {
+            (!pairs.is_empty()).then(|| {
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                    .collect()
+            })
+        };
+        Container {
+            resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                requests: q(requests),
+                limits: q(limits),
+                ..Default::default()
+            }),
+            ..c.clone()
+        }
+    }
+
+    /// A running instance of `c` that was created with `c`'s resources, in a sandbox created for
+    /// the QoS class `qos`.
+    fn applied(c: &Container) -> api::ContainerStatus {
+        let mut s = status(c, RUNNING, 0);
+        let r = super::super::container_resources(c).unwrap();
+        s.annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            super::super::resources_label(&r),
+        );
+        s
+    }
+
+    fn in_qos_sandbox(mut s: PodState, qos: &str) -> PodState {
+        s.sandboxes[0]
+            .annotations
+            .insert(labels::POD_QOS_CLASS.to_owned(), qos.to_owned());
+        s
+    }
+
+    #[test]
+    fn resource_change_within_the_qos_class_resizes_in_place() {
+        let g = &[("cpu", "500m"), ("memory", "64Mi")][..];
+        let old = with_resources(&container("a"), g, g);
+        let s = in_qos_sandbox(ready(vec![applied(&old)]), "Guaranteed");
+        // Same resources: nothing.
+        let p = pod("Always", vec![], vec![old.clone()]);
+        assert_eq!(
+            compute_pod_actions(&p, &s).containers_to_resize,
+            Vec::<usize>::new()
+        );
+        // Raised cpu, still Guaranteed: resized, not killed or restarted.
+        let g2 = &[("cpu", "1"), ("memory", "64Mi")][..];
+        let p = pod(
+            "Always",
+            vec![],
+            vec![with_resources(&container("a"), g2, g2)],
+        );
+        let a = compute_pod_actions(&p, &s);
+        assert_eq!(
+            a,
+            PodActions {
+                sandbox_id: Some("sb".into()),
+                containers_to_resize: vec![0],
+                ..Default::default()
+            }
+        );
+        // Lowered memory: resized too.
+        let g3 = &[("cpu", "500m"), ("memory", "32Mi")][..];
+        let p = pod(
+            "Always",
+            vec![],
+            vec![with_resources(&container("a"), g3, g3)],
+        );
+        assert_eq!(compute_pod_actions(&p, &s).containers_to_resize, vec![0]);
+        // Deleting: no resize.
+        let mut p = p;
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert!(compute_pod_actions(&p, &s).containers_to_resize.is_empty());
+    }
+
+    #[test]
+    fn resources_unknown_to_the_runtime_are_not_resized() {
+        // A container created before resources were recorded (no annotation): left alone.
+        let c = with_resources(&container("a"), &[("cpu", "1")], &[]);
+        let p = pod("Always", vec![], vec![c.clone()]);
+        let s = ready(vec![status(
+            &with_resources(&c, &[("cpu", "2")], &[]),
+            RUNNING,
+            0,
+        )]);
+        assert!(compute_pod_actions(&p, &s).containers_to_resize.is_empty());
+    }
+
+    #[test]
+    fn qos_class_change_recreates_the_pod() {
+        let g = &[("cpu", "500m"), ("memory", "64Mi")][..];
+        let old = with_resources(&container("a"), g, g);
+        let s = in_qos_sandbox(ready(vec![applied(&old)]), "Guaranteed");
+        // Guaranteed -> Burstable (limits dropped): kill, new sandbox (next attempt), start.
+        let new = with_resources(&container("a"), g, &[]);
+        let p = pod("Always", vec![], vec![new]);
+        let a = compute_pod_actions(&p, &s);
+        assert_eq!(
+            a,
+            PodActions {
+                kill_pod: true,
+                create_sandbox: true,
+                sandbox_id: Some("sb".into()),
+                attempt: 1,
+                qos_changed: true,
+                containers_to_start: vec![0],
+                ..Default::default()
+            }
+        );
+        // The old sandbox already stopped (a sync failed half-way): still seen, one attempt on.
+        let mut stopped = s.clone();
+        stopped.sandboxes[0].state = api::PodSandboxState::SandboxNotready as i32;
+        let a = compute_pod_actions(&p, &stopped);
+        assert!(a.qos_changed && a.create_sandbox);
+        assert_eq!(a.attempt, 1);
+        // A sandbox without the annotation (created before it was recorded): no change seen.
+        let s = ready(vec![applied(&old)]);
+        assert!(!compute_pod_actions(&p, &s).qos_changed);
+    }
 
     #[test]
     fn new_pod_creates_sandbox_and_starts_all() {

@@ -148,6 +148,8 @@ pub struct PodState {
     pub sandbox_status: Option<api::PodSandboxStatus>,
     /// Every container of the pod, newest first, with full status.
     pub containers: Vec<api::ContainerStatus>,
+    /// Why the pod's last in-place resize was refused or failed.
+    pub resize_error: Option<String>,
 }
 
 impl PodState {
@@ -220,6 +222,7 @@ pub struct Manager {
     /// Liveness and startup results: a failed probe kills its container.
     probes: crate::prober::Results,
     known: Arc<Mutex<Known>>,
+    resize: Arc<Mutex<ResizeState>>,
 }
 
 /// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
@@ -241,6 +244,15 @@ impl Known {
             .as_ref()
             .is_some_and(|r| !r.contains(uid) && !self.created.contains(uid))
     }
+}
+
+/// What in-place resizes left behind (annotations cannot change after create).
+#[derive(Default)]
+struct ResizeState {
+    /// Container ID -> the resources label applied by UpdateContainerResources.
+    applied: HashMap<String, String>,
+    /// Pod UID -> why its last resize was refused or failed.
+    errors: HashMap<String, String>,
 }
 
 const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
@@ -283,6 +295,7 @@ impl Manager {
             backoff: Arc::default(),
             probes: crate::prober::Results::default(),
             known: Arc::default(),
+            resize: Arc::default(),
         }
     }
 
@@ -387,10 +400,12 @@ impl Manager {
             }
         }
         containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        let resize_error = self.overlay_resized(uid, &mut containers);
         Ok(PodState {
             sandboxes,
             sandbox_status,
             containers,
+            resize_error,
         })
     }
 
@@ -426,7 +441,10 @@ impl Manager {
             terminal: actions.terminal,
             ..Default::default()
         };
-        let stops = actions.kill_pod || !actions.containers_to_kill.is_empty();
+        // The sync changes what already runs: the state read before it is stale afterwards.
+        let stops = actions.kill_pod
+            || !actions.containers_to_kill.is_empty()
+            || !actions.containers_to_resize.is_empty();
 
         if actions.kill_pod {
             if actions.create_sandbox && actions.sandbox_id.is_some() {
@@ -436,6 +454,9 @@ impl Manager {
             }
             self.stop_runtime_pod(&name, &state, grace_period_secs(pod), false)
                 .await?;
+            if actions.qos_changed {
+                self.leave_old_qos_cgroup(pod, uid, &name)?;
+            }
         } else {
             let started = Instant::now();
             for k in &actions.containers_to_kill {
@@ -445,6 +466,10 @@ impl Manager {
                     self.kill_container(&name, st, grace, started).await?;
                 }
             }
+        }
+        if !actions.kill_pod && !actions.containers_to_resize.is_empty() {
+            self.resize_in_place(pod, uid, &name, &state, &actions.containers_to_resize)
+                .await;
         }
         if !actions.create_sandbox
             && actions.init_to_start.is_empty()
@@ -819,13 +844,16 @@ impl Manager {
             .into_iter()
             .collect::<HashMap<_, _>>();
         labels.extend(self.pod_labels(pod, uid));
-        let annotations = pod
+        let mut annotations: HashMap<String, String> = pod
             .metadata
             .annotations
             .clone()
             .unwrap_or_default()
             .into_iter()
             .collect();
+        if let Ok(qos) = cm::pod_qos(pod) {
+            annotations.insert(labels::POD_QOS_CLASS.to_owned(), qos.as_str().to_owned());
+        }
         let port_mappings = spec
             .map(|s| s.containers.as_slice())
             .unwrap_or_default()
@@ -940,6 +968,10 @@ impl Manager {
             pod: name.clone(),
             source,
         })?;
+        annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            resources_label(&resources),
+        );
         let sc = c.security_context.as_ref();
         Ok(api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
@@ -1146,6 +1178,133 @@ impl Manager {
         self.stop_runtime_pod(name, &state, grace, false).await
     }
 
+    /// Puts the resources applied by in-place resizes over the create-time annotation of each
+    /// container, forgets containers that are gone; returns the pod's resize error.
+    fn overlay_resized(
+        &self,
+        uid: &str,
+        containers: &mut [api::ContainerStatus],
+    ) -> Option<String> {
+        let r = self.resize.lock().unwrap_or_else(|p| p.into_inner());
+        if r.applied.is_empty() && r.errors.is_empty() {
+            return None;
+        }
+        for c in containers.iter_mut() {
+            if let Some(applied) = r.applied.get(&c.id) {
+                c.annotations
+                    .insert(labels::CONTAINER_RESOURCES.to_owned(), applied.clone());
+            }
+        }
+        r.errors.get(uid).cloned()
+    }
+
+    /// After a QoS class change: the pod's cgroups under other classes go (the kubelet leaves
+    /// the old one behind until the pod is deleted).
+    fn leave_old_qos_cgroup(&self, pod: &Pod, uid: &str, name: &str) -> Result<()> {
+        let err = |source| Error::Cgroup {
+            pod: name.to_owned(),
+            source,
+        };
+        let qos = cm::pod_qos(pod).map_err(err)?;
+        tracing::info!(pod = %name, qos = qos.as_str(), "QoS class changed: pod recreated under the new QoS cgroup");
+        self.cm
+            .destroy_pod_cgroups_except(uid, Some(qos))
+            .map_err(err)
+    }
+
+    /// In-place resize (KEP-1287): the pod cgroup and each container's resources through CRI
+    /// `UpdateContainerResources`, no restart. A pod memory limit below what the pod uses now is
+    /// refused. The outcome is kept for the status.
+    async fn resize_in_place(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        name: &str,
+        state: &PodState,
+        indices: &[usize],
+    ) {
+        let result = self.try_resize(pod, uid, state, indices).await;
+        let mut r = self.resize.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(applied) => {
+                tracing::info!(pod = %name, containers = applied.len(), "resized in place");
+                r.errors.remove(uid);
+                let live: std::collections::HashSet<&str> =
+                    state.containers.iter().map(|c| c.id.as_str()).collect();
+                r.applied.retain(|id, _| live.contains(id.as_str()));
+                r.applied.extend(applied);
+            }
+            Err(message) => {
+                tracing::warn!(pod = %name, %message, "resize not done");
+                r.errors.insert(uid.to_owned(), message);
+            }
+        }
+    }
+
+    async fn try_resize(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        state: &PodState,
+        indices: &[usize],
+    ) -> std::result::Result<Vec<(String, String)>, String> {
+        let spec = pod.spec.as_ref().ok_or("no spec")?;
+        let qos = cm::pod_qos(pod).map_err(|e| e.to_string())?;
+        let cgroup = self
+            .cm
+            .pod_cgroup_name(uid, qos)
+            .map_err(|e| e.to_string())?;
+        let rc = cm::resource_config_for_pod(pod).map_err(|e| e.to_string())?;
+        if let Some(limit) = rc.memory_limit {
+            let usage = self.cm.memory_usage(&cgroup).map_err(|e| e.to_string())?;
+            if limit < usage {
+                return Err(format!(
+                    "pod memory limit {limit} is below the pod's current memory usage {usage}: resize refused"
+                ));
+            }
+        }
+        let mut updates = Vec::new();
+        for &i in indices {
+            let Some(c) = spec.containers.get(i) else {
+                continue;
+            };
+            let Some(st) = state.newest(&c.name) else {
+                continue;
+            };
+            updates.push((
+                st.id.clone(),
+                container_resources(c).map_err(|e| e.to_string())?,
+            ));
+        }
+        // First the pod cgroup's limits that grow, then the containers, then the pod cgroup's
+        // limits that shrink: a parent's limit must hold its children's.
+        let grown = self
+            .cm
+            .grown_config(&cgroup, &rc)
+            .map_err(|e| format!("reading the pod cgroup: {e}"))?;
+        self.cm
+            .apply(&cgroup, &grown)
+            .map_err(|e| format!("updating the pod cgroup: {e}"))?;
+        let mut applied = Vec::new();
+        for (id, res) in updates {
+            let label = resources_label(&res);
+            self.cri
+                .update_container_resources(&id, res)
+                .await
+                .map_err(|e| format!("UpdateContainerResources {id}: {e}"))?;
+            applied.push((id, label));
+        }
+        self.cm
+            .ensure_pod_cgroup(pod, uid)
+            .map_err(|e| format!("updating the pod cgroup: {e}"))?;
+        Ok(applied)
+    }
+
+    /// The container manager (pod cgroups).
+    pub fn cm(&self) -> &ContainerManager {
+        &self.cm
+    }
+
     /// Forgets back-off entries untouched for ten minutes (for housekeeping; a killed pod's
     /// entries are forgotten by `kill_pod` already).
     pub fn gc_backoffs(&self) {
@@ -1169,19 +1328,12 @@ impl Manager {
         let state = self.pod_state(uid).await.map_err(Self::cri_err(name))?;
         self.stop_runtime_pod(name, &state, grace, true).await?;
         // Without the spec (orphans) the QoS class is unknown: try the pod's place under each.
-        for qos in [
-            cm::QosClass::Guaranteed,
-            cm::QosClass::Burstable,
-            cm::QosClass::BestEffort,
-        ] {
-            self.cm
-                .pod_cgroup_name(uid, qos)
-                .and_then(|cg| self.cm.destroy_pod_cgroup(&cg))
-                .map_err(|source| Error::Cgroup {
-                    pod: name.to_owned(),
-                    source,
-                })?;
-        }
+        self.cm
+            .destroy_pod_cgroups(uid)
+            .map_err(|source| Error::Cgroup {
+                pod: name.to_owned(),
+                source,
+            })?;
         for s in &state.sandboxes {
             if let Some(m) = &s.metadata {
                 let dir = self
@@ -1204,8 +1356,16 @@ impl Manager {
     }
 }
 
+/// The resources part that a resize compares: "shares quota period memory".
+pub(crate) fn resources_label(r: &api::LinuxContainerResources) -> String {
+    format!(
+        "{} {} {} {}",
+        r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes
+    )
+}
+
 /// The container's own cgroup limits (CPU shares, CFS quota, memory limit).
-fn container_resources(c: &Container) -> cm::Result<api::LinuxContainerResources> {
+pub(crate) fn container_resources(c: &Container) -> cm::Result<api::LinuxContainerResources> {
     let r = c.resources.as_ref();
     let get = |m: Option<
         &std::collections::BTreeMap<
