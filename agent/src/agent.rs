@@ -6,7 +6,7 @@ use crate::metrics::Metrics;
 use crate::pod_workers::{PodWorkers, WorkerContext};
 use crate::runtime::Manager;
 use crate::status::StatusManager;
-use crate::{cm, ebpf, kubelet, pleg, runtime, server, trace};
+use crate::{cm, ebpf, kubelet, pleg, prober, runtime, server, trace};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -60,6 +60,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cgroup_root: cfg.cgroup_root.clone(),
         cgroups_per_qos: cfg.cgroups_per_qos,
         mount: cm::CGROUP_MOUNT.into(),
+        pod_pids_limit: cfg.pod_pids_limit,
     });
     cm.start()?;
 
@@ -93,6 +94,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cancel.clone(),
     )?;
 
+    let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
+    let probe_results = prober::Results::new(probe_tx);
     let runtime = Manager::new(
         cri,
         cm,
@@ -100,8 +103,17 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             node_name: cfg.node_name.clone(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
         },
+    )
+    .with_probe_results(probe_results.clone());
+    let status = StatusManager::new(metrics.clone()).with_probe_results(probe_results.clone());
+    let probes = prober::Manager::new(
+        probe_results,
+        prober::probe::Prober::new(runtime.cri().clone()),
+        status.clone(),
+        metrics.clone(),
+        tracker.clone(),
+        cancel.clone(),
     );
-    let status = StatusManager::new(metrics.clone());
 
     // Sources -> mux.
     let mut mux = Mux::new();
@@ -184,6 +196,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         status: status.clone(),
         metrics: metrics.clone(),
         tracer: tracer.clone(),
+        probes,
     };
     let workers = PodWorkers::new(ctx, done_tx, tracker.clone(), cancel.clone());
     let sync_loop = kubelet::SyncLoop {
@@ -191,6 +204,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         sources_ready,
         pleg_rx,
         done_rx,
+        probe_rx,
         runtime_pods,
         runtime_state,
         workers,

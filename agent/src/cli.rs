@@ -72,6 +72,10 @@ pub struct Flags {
     /// Cgroup driver: cgroupfs (systemd is not supported yet) [default: cgroupfs].
     #[arg(long, value_name = "DRIVER")]
     pub cgroup_driver: Option<String>,
+    /// Maximum number of processes in each pod (`pids.max` of the pod cgroup); -1 or 0: no
+    /// limit [default: -1].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub pod_max_pids: Option<i64>,
     /// Address of the healthz server [default: 127.0.0.1].
     #[arg(long, value_name = "IP")]
     pub healthz_bind_address: Option<IpAddr>,
@@ -122,6 +126,7 @@ pub struct KubeletConfiguration {
     #[serde(rename = "cgroupsPerQOS")]
     pub cgroups_per_qos: Option<bool>,
     pub cgroup_driver: Option<String>,
+    pub pod_pids_limit: Option<i64>,
     pub healthz_bind_address: Option<IpAddr>,
     pub healthz_port: Option<u16>,
     pub read_only_port: Option<u16>,
@@ -145,6 +150,8 @@ pub struct AgentConfig {
     pub node_name: String,
     pub cgroup_root: String,
     pub cgroups_per_qos: bool,
+    /// `--pod-max-pids` / `podPidsLimit`: pids.max of each pod cgroup when > 0.
+    pub pod_pids_limit: i64,
     pub healthz_bind_address: IpAddr,
     pub healthz_port: u16,
     pub read_only_port: u16,
@@ -313,6 +320,7 @@ impl Flags {
                 .cgroups_per_qos
                 .or(file.cgroups_per_qos)
                 .unwrap_or(true),
+            pod_pids_limit: self.pod_max_pids.or(file.pod_pids_limit).unwrap_or(-1),
             healthz_bind_address: self
                 .healthz_bind_address
                 .or(file.healthz_bind_address)

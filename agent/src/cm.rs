@@ -1,14 +1,19 @@
 //! Container manager: QoS classes, the kubelet's resource math, and pod cgroups (cgroupfs driver,
 //! cgroup v1 and v2). Pod cgroups live at `<cgroup-root>/kubepods[/burstable|/besteffort]/pod<uid>`
 //! (kubelet-behaviour.md §1.8-§1.10). Guaranteed pods sit directly under `kubepods`.
+use cgroups_rs::fs::{MaxValue, cpu::CpuController, memory::MemController, pid::PidController};
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 /// cgroup v1 controllers the pod cgroup is created in (runc creates the rest beneath the parent).
-const V1_CONTROLLERS: &[&str] = &["cpu", "cpuacct", "memory", "pids"];
+#[cfg(test)]
+const V1_CONTROLLERS: &[&str] = &["cpu", "memory", "pids"];
 
 const MIN_SHARES: u64 = 2;
 const MAX_SHARES: u64 = 262_144;
@@ -24,6 +29,12 @@ pub enum Error {
         path: PathBuf,
         #[source]
         source: io::Error,
+    },
+    #[error("{op} {path}: {message}")]
+    Cgroups {
+        op: &'static str,
+        path: PathBuf,
+        message: String,
     },
     #[error("cgroup name {0:?} would leave its parent directory")]
     UnsafeName(String),
@@ -216,7 +227,17 @@ pub fn milli_cpu_to_quota(m: u64, period: u64) -> u64 {
     (m * period / 1000).max(MIN_QUOTA_US)
 }
 
-pub fn resource_config_for_pod(pod: &Pod) -> Result<ResourceConfig> {
+/// `PodRequests` and `PodLimits` for cpu and memory: regular containers summed, init containers by
+/// the max rule; plus whether every container declares a cpu (memory) limit.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PodResources {
+    pub requests: Amounts,
+    pub limits: Amounts,
+    pub cpu_limits_declared: bool,
+    pub memory_limits_declared: bool,
+}
+
+pub fn pod_resources(pod: &Pod) -> Result<PodResources> {
     let spec = pod.spec.as_ref();
     let (mut req, mut lim) = (Amounts::default(), Amounts::default());
     let (mut cpu_limits_declared, mut mem_limits_declared) = (true, true);
@@ -242,20 +263,30 @@ pub fn resource_config_for_pod(pod: &Pod) -> Result<ResourceConfig> {
         cpu_limits_declared &= l.cpu_millis > 0;
         mem_limits_declared &= l.memory > 0;
     }
-    let shares = milli_cpu_to_shares(req.cpu_millis);
-    let quota = milli_cpu_to_quota(lim.cpu_millis, QUOTA_PERIOD_US);
+    Ok(PodResources {
+        requests: req,
+        limits: lim,
+        cpu_limits_declared,
+        memory_limits_declared: mem_limits_declared,
+    })
+}
+
+pub fn resource_config_for_pod(pod: &Pod) -> Result<ResourceConfig> {
+    let r = pod_resources(pod)?;
+    let shares = milli_cpu_to_shares(r.requests.cpu_millis);
+    let quota = milli_cpu_to_quota(r.limits.cpu_millis, QUOTA_PERIOD_US);
     Ok(match pod_qos(pod)? {
         QosClass::Guaranteed => ResourceConfig {
             cpu_shares: shares,
             cpu_quota: Some(quota),
             cpu_period: Some(QUOTA_PERIOD_US),
-            memory_limit: Some(lim.memory),
+            memory_limit: Some(r.limits.memory),
         },
         QosClass::Burstable => ResourceConfig {
             cpu_shares: shares,
-            cpu_quota: cpu_limits_declared.then_some(quota),
-            cpu_period: cpu_limits_declared.then_some(QUOTA_PERIOD_US),
-            memory_limit: mem_limits_declared.then_some(lim.memory),
+            cpu_quota: r.cpu_limits_declared.then_some(quota),
+            cpu_period: r.cpu_limits_declared.then_some(QUOTA_PERIOD_US),
+            memory_limit: r.memory_limits_declared.then_some(r.limits.memory),
         },
         QosClass::BestEffort => ResourceConfig {
             cpu_shares: MIN_SHARES,
@@ -281,13 +312,56 @@ pub enum Hierarchy {
     V2,
 }
 
+/// Where the controllers swiftlet configures are mounted.
+#[derive(Debug, Clone)]
+struct Mounts {
+    cpu: PathBuf,
+    memory: PathBuf,
+    pids: PathBuf,
+}
+
 impl Hierarchy {
-    pub fn detect(mount: &Path) -> Hierarchy {
-        if mount.join("cgroup.controllers").exists() {
-            Hierarchy::V2
-        } else {
-            Hierarchy::V1
+    /// The hierarchy at `mount` and where its controllers are. For the real mount this asks
+    /// cgroups-rs (statfs for cgroup2, /proc/self/mountinfo for the v1 controllers); a test
+    /// fixture elsewhere is v2 when it has a `cgroup.controllers` file and has one directory per
+    /// v1 controller otherwise.
+    fn detect(mount: &Path) -> (Hierarchy, Mounts) {
+        use cgroups_rs::fs::{Controllers, hierarchies};
+        let same = |p: &Path| Mounts {
+            cpu: p.to_owned(),
+            memory: p.to_owned(),
+            pids: p.to_owned(),
+        };
+        let v1_fixture = || Mounts {
+            cpu: mount.join("cpu"),
+            memory: mount.join("memory"),
+            pids: mount.join("pids"),
+        };
+        if mount != Path::new(hierarchies::UNIFIED_MOUNTPOINT) {
+            return if mount.join("cgroup.controllers").exists() {
+                (Hierarchy::V2, same(mount))
+            } else {
+                (Hierarchy::V1, v1_fixture())
+            };
         }
+        if hierarchies::is_cgroup2_unified_mode() {
+            return (Hierarchy::V2, same(mount));
+        }
+        let v1 = hierarchies::V1::new();
+        let fallback = v1_fixture();
+        let at = |c: Controllers, default: PathBuf| {
+            v1.get_mount_point(c)
+                .map(|(point, _)| point)
+                .unwrap_or(default)
+        };
+        (
+            Hierarchy::V1,
+            Mounts {
+                cpu: at(Controllers::Cpu, fallback.cpu),
+                memory: at(Controllers::Mem, fallback.memory),
+                pids: at(Controllers::Pids, fallback.pids),
+            },
+        )
     }
 }
 
@@ -298,24 +372,92 @@ pub struct Config {
     pub cgroups_per_qos: bool,
     /// The cgroupfs mount (tests point this at a temp dir).
     pub mount: PathBuf,
+    /// `--pod-max-pids`: `pids.max` of each pod cgroup when > 0.
+    pub pod_pids_limit: i64,
 }
 
-/// Creates, configures and removes pod cgroups. Holds no mutable state: the file system is the
-/// state, so any worker may call it for its own pod.
+/// How many orphaned pod cgroups one housekeeping pass removes at most.
+pub const ORPHANS_PER_PASS: usize = 8;
+/// Housekeeping passes a pod cgroup must be seen orphaned on before it is removed: a pod whose
+/// worker is creating or removing it right now is seen at most once.
+const ORPHAN_PASSES: u32 = 2;
+
+#[derive(Debug, Default)]
+struct State {
+    /// cpu requests (millicores) of the Burstable pods that have a pod cgroup, by UID: the
+    /// burstable QoS cgroup's shares are their sum.
+    burstable: HashMap<String, u64>,
+    /// Pod cgroups no known pod owns, by UID: on how many consecutive passes they were seen.
+    orphans: HashMap<String, u32>,
+    /// The config last applied to each pod cgroup, by name.
+    applied: HashMap<String, ResourceConfig>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// Files written and directories created: re-applying an unchanged config adds nothing.
+    writes: AtomicU64,
+    state: Mutex<State>,
+    /// An orphan clean-up is running (the next pass skips rather than queue up).
+    cleaning: AtomicBool,
+}
+
+/// Creates, configures and removes pod cgroups, and keeps the QoS level cgroups in line. Cheap
+/// to clone; clones share the write counter and the burstable bookkeeping.
 #[derive(Debug, Clone)]
 pub struct ContainerManager {
     cfg: Config,
     hierarchy: Hierarchy,
+    mounts: Mounts,
+    shared: Arc<Shared>,
 }
 
 impl ContainerManager {
     pub fn new(cfg: Config) -> Self {
-        let hierarchy = Hierarchy::detect(&cfg.mount);
-        Self { cfg, hierarchy }
+        let (hierarchy, mounts) = Hierarchy::detect(&cfg.mount);
+        Self {
+            cfg,
+            hierarchy,
+            mounts,
+            shared: Arc::default(),
+        }
     }
 
     pub fn hierarchy(&self) -> Hierarchy {
         self.hierarchy
+    }
+
+    /// Cgroup files written and directories created so far.
+    pub fn writes(&self) -> u64 {
+        self.shared.writes.load(Ordering::Relaxed)
+    }
+
+    fn wrote(&self) {
+        self.shared.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn root(&self) -> &str {
+        self.cfg.cgroup_root.trim_end_matches('/')
+    }
+
+    /// The cgroup name of a QoS class's parent directory (relative to each controller root).
+    pub fn qos_cgroup_name(&self, qos: QosClass) -> String {
+        let root = self.root();
+        if !self.cfg.cgroups_per_qos {
+            return root.to_owned();
+        }
+        match qos {
+            QosClass::Guaranteed => format!("{root}/kubepods"),
+            QosClass::Burstable => format!("{root}/kubepods/burstable"),
+            QosClass::BestEffort => format!("{root}/kubepods/besteffort"),
+        }
     }
 
     /// The cgroup name (relative to each controller root) of a pod: what CRI gets as cgroup_parent.
@@ -323,26 +465,19 @@ impl ContainerManager {
         if uid.is_empty() || uid.contains(['/', '.']) {
             return Err(Error::UnsafeName(uid.to_owned()));
         }
-        let root = self.cfg.cgroup_root.trim_end_matches('/');
-        let qos_dir = if !self.cfg.cgroups_per_qos {
-            String::new()
-        } else {
-            match qos {
-                QosClass::Guaranteed => "/kubepods".to_owned(),
-                QosClass::Burstable => "/kubepods/burstable".to_owned(),
-                QosClass::BestEffort => "/kubepods/besteffort".to_owned(),
-            }
-        };
-        Ok(format!("{root}{qos_dir}/pod{uid}"))
+        Ok(format!("{}/pod{uid}", self.qos_cgroup_name(qos)))
     }
 
-    /// Directories of one cgroup name in every hierarchy it lives in.
+    /// Directories of one cgroup name in the hierarchies swiftlet creates it in.
     fn dirs(&self, name: &str) -> Result<Vec<PathBuf>> {
+        let m = &self.mounts;
         match self.hierarchy {
-            Hierarchy::V2 => Ok(vec![safe_join(&self.cfg.mount, name)?]),
-            Hierarchy::V1 => V1_CONTROLLERS
-                .iter()
-                .map(|c| safe_join(&self.cfg.mount.join(c), name))
+            Hierarchy::V2 => Ok(vec![safe_join(&m.cpu, name)?]),
+            // cpuacct is left to runc, which creates the path when it places a container: nothing
+            // is configured there and each mkdir on cgroupfs costs.
+            Hierarchy::V1 => [&m.cpu, &m.memory, &m.pids]
+                .into_iter()
+                .map(|c| safe_join(c, name))
                 .collect(),
         }
     }
@@ -371,82 +506,225 @@ impl ContainerManager {
         if !self.cfg.cgroups_per_qos {
             return Ok(());
         }
-        let root = self.cfg.cgroup_root.trim_end_matches('/');
-        for sub in ["/kubepods", "/kubepods/burstable", "/kubepods/besteffort"] {
-            for dir in self.dirs(&format!("{root}{sub}"))? {
-                fs::create_dir_all(&dir).map_err(io_err("creating cgroup", &dir))?;
-            }
+        for qos in [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ] {
+            self.create(&self.qos_cgroup_name(qos))?;
         }
-        let besteffort = ResourceConfig {
-            cpu_shares: MIN_SHARES,
-            ..Default::default()
-        };
-        self.apply(&format!("{root}/kubepods/besteffort"), &besteffort)
+        self.update_qos_cgroups()
     }
 
-    /// Creates the pod cgroup if missing and applies its resource settings. Returns its name.
-    pub fn ensure_pod_cgroup(&self, pod: &Pod, uid: &str) -> Result<String> {
-        let qos = pod_qos(pod)?;
-        let name = self.pod_cgroup_name(uid, qos)?;
-        for dir in self.dirs(&name)? {
+    /// The kubelet's `UpdateCgroups` for cpu: besteffort gets 2 shares, burstable the shares of
+    /// the summed cpu requests of the Burstable pods (2 when there are none).
+    fn update_qos_cgroups(&self) -> Result<()> {
+        if !self.cfg.cgroups_per_qos {
+            return Ok(());
+        }
+        let burstable: u64 = self.state().burstable.values().sum();
+        self.set_shares(
+            &self.qos_cgroup_name(QosClass::Burstable),
+            milli_cpu_to_shares(burstable),
+        )?;
+        self.set_shares(&self.qos_cgroup_name(QosClass::BestEffort), MIN_SHARES)
+    }
+
+    /// Records (or forgets) a pod's share of the burstable QoS cgroup; true when it changed.
+    fn account(&self, uid: &str, burstable_cpu: Option<u64>) -> bool {
+        let mut st = self.state();
+        match burstable_cpu {
+            Some(m) => st.burstable.insert(uid.to_owned(), m) != Some(m),
+            None => st.burstable.remove(uid).is_some(),
+        }
+    }
+
+    /// Creates a cgroup in every hierarchy swiftlet configures, when missing. True when every
+    /// directory is new (its files hold the kernel's defaults).
+    fn create(&self, name: &str) -> Result<bool> {
+        let mut fresh = true;
+        for dir in self.dirs(name)? {
             match fs::create_dir(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Ok(()) => self.wrote(),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => fresh = false,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    fs::create_dir_all(&dir).map_err(io_err("creating cgroup", &dir))?
+                    fs::create_dir_all(&dir).map_err(io_err("creating cgroup", &dir))?;
+                    self.wrote();
                 }
                 Err(e) => return Err(io_err("creating cgroup", &dir)(e)),
             }
         }
-        self.apply(&name, &resource_config_for_pod(pod)?)?;
+        Ok(fresh)
+    }
+
+    /// Creates the pod cgroup if missing and applies its resource settings (only the values that
+    /// differ are written). The burstable QoS cgroup's shares are brought in line first, as the
+    /// kubelet does before creating a pod cgroup. Returns the pod cgroup's name.
+    pub fn ensure_pod_cgroup(&self, pod: &Pod, uid: &str) -> Result<String> {
+        let qos = pod_qos(pod)?;
+        let name = self.pod_cgroup_name(uid, qos)?;
+        let share = match qos {
+            QosClass::Burstable => Some(pod_resources(pod)?.requests.cpu_millis),
+            _ => None,
+        };
+        if self.account(uid, share) {
+            self.update_qos_cgroups()?;
+        }
+        let rc = resource_config_for_pod(pod)?;
+        // Applied before and still there: nothing to read or write (the kubelet does not even
+        // look again). After a restart the files are read and compared instead.
+        if self.state().applied.get(&name) == Some(&rc)
+            && safe_join(&self.mounts.cpu, &name)?.is_dir()
+        {
+            return Ok(name);
+        }
+        let fresh = self.create(&name)?;
+        self.apply_to(&name, &rc, fresh)?;
+        self.state().applied.insert(name.clone(), rc);
         Ok(name)
     }
 
-    /// Writes a value only when it differs from what the file holds (re-applying costs no writes).
-    fn write_if_changed(path: &Path, value: &str) -> Result<()> {
-        if let Ok(current) = fs::read_to_string(path)
-            && current.trim() == value
-        {
-            return Ok(());
-        }
-        fs::write(path, value).map_err(io_err("writing", path))
+    /// Writes the cpu shares of a cgroup (as cgroup v2 weight there) when they differ.
+    fn set_shares(&self, name: &str, shares: u64) -> Result<()> {
+        self.set_shares_to(name, shares, false)
     }
 
-    fn apply(&self, name: &str, rc: &ResourceConfig) -> Result<()> {
-        let root = &self.cfg.mount;
-        match self.hierarchy {
-            Hierarchy::V1 => {
-                let cpu = safe_join(&root.join("cpu"), name)?;
-                Self::write_if_changed(&cpu.join("cpu.shares"), &rc.cpu_shares.to_string())?;
-                if let (Some(q), Some(p)) = (rc.cpu_quota, rc.cpu_period) {
-                    Self::write_if_changed(&cpu.join("cpu.cfs_period_us"), &p.to_string())?;
-                    Self::write_if_changed(&cpu.join("cpu.cfs_quota_us"), &q.to_string())?;
-                }
-                if let Some(m) = rc.memory_limit {
-                    let mem = safe_join(&root.join("memory"), name)?;
-                    Self::write_if_changed(&mem.join("memory.limit_in_bytes"), &m.to_string())?;
-                }
-            }
-            Hierarchy::V2 => {
-                let dir = safe_join(root, name)?;
-                Self::write_if_changed(
-                    &dir.join("cpu.weight"),
-                    &shares_to_weight(rc.cpu_shares).to_string(),
-                )?;
-                if let (Some(q), Some(p)) = (rc.cpu_quota, rc.cpu_period) {
-                    Self::write_if_changed(&dir.join("cpu.max"), &format!("{q} {p}"))?;
-                }
-                if let Some(m) = rc.memory_limit {
-                    Self::write_if_changed(&dir.join("memory.max"), &m.to_string())?;
-                }
-            }
+    /// [`Self::set_shares`]; `fresh`: the cgroup was just created, its files hold the defaults.
+    fn set_shares_to(&self, name: &str, shares: u64, fresh: bool) -> Result<()> {
+        let v2 = self.hierarchy == Hierarchy::V2;
+        let dir = safe_join(&self.mounts.cpu, name)?;
+        let cpu = CpuController::new(dir.clone(), PathBuf::new(), v2);
+        // cgroups-rs writes the number it is given into cpu.weight on v2 without converting it
+        // ("conversion is the caller's responsibility"): convert as runc does.
+        let want = if v2 { shares_to_weight(shares) } else { shares };
+        let current = if fresh {
+            Some(if v2 { 100 } else { 1024 })
+        } else {
+            cpu.shares().ok()
+        };
+        if current != Some(want) {
+            cpu.set_shares(want)
+                .map_err(cg_err("writing cpu shares of", &dir))?;
+            self.wrote();
         }
         Ok(())
+    }
+
+    /// Applies a resource config to an existing pod cgroup (a resize), writing only what differs
+    /// from the files. Unset quota and memory limit mean unlimited (a resize may lift a limit).
+    pub fn apply(&self, name: &str, rc: &ResourceConfig) -> Result<()> {
+        self.state().applied.remove(name);
+        self.apply_to(name, rc, false)?;
+        self.state().applied.insert(name.to_owned(), rc.clone());
+        Ok(())
+    }
+
+    /// Writes what differs. `fresh`: the cgroup was just created, so its files hold the kernel's
+    /// defaults (1024 shares / weight 100, period 100 ms, no quota, no memory or pids limit) and
+    /// need not be read.
+    fn apply_to(&self, name: &str, rc: &ResourceConfig, fresh: bool) -> Result<()> {
+        let v2 = self.hierarchy == Hierarchy::V2;
+        let read = |default, f: &dyn Fn() -> Option<i64>| if fresh { Some(default) } else { f() };
+        self.set_shares_to(name, rc.cpu_shares, fresh)?;
+        let dir = safe_join(&self.mounts.cpu, name)?;
+        let cpu = CpuController::new(dir.clone(), PathBuf::new(), v2);
+        let period = rc.cpu_period.unwrap_or(QUOTA_PERIOD_US);
+        let current = read(QUOTA_PERIOD_US as i64, &|| {
+            cpu.cfs_period().ok().map(|p| p as i64)
+        });
+        if current != Some(period as i64) {
+            cpu.set_cfs_period(period)
+                .map_err(cg_err("writing cpu period of", &dir))?;
+            self.wrote();
+        }
+        let quota = rc.cpu_quota.map_or(-1, |q| q as i64);
+        if read(-1, &|| cpu.cfs_quota().ok()) != Some(quota) {
+            cpu.set_cfs_quota(quota)
+                .map_err(cg_err("writing cpu quota of", &dir))?;
+            self.wrote();
+        }
+        let dir = safe_join(&self.mounts.memory, name)?;
+        let limit = rc.memory_limit.map_or(-1, |m| m as i64);
+        if read(-1, &|| self.memory_limit_at(&dir)) != Some(limit) {
+            MemController::new(dir.clone(), PathBuf::new(), v2)
+                .set_limit(limit)
+                .map_err(cg_err("writing memory limit of", &dir))?;
+            self.wrote();
+        }
+        let dir = safe_join(&self.mounts.pids, name)?;
+        let pids = PidController::new(dir.clone(), PathBuf::new(), v2);
+        let want = if self.cfg.pod_pids_limit > 0 {
+            MaxValue::Value(self.cfg.pod_pids_limit)
+        } else {
+            MaxValue::Max
+        };
+        let current = if fresh {
+            Some(MaxValue::Max)
+        } else {
+            pids.get_pid_max().ok()
+        };
+        if current != Some(want) {
+            pids.set_pid_max(want)
+                .map_err(cg_err("writing pids.max of", &dir))?;
+            self.wrote();
+        }
+        Ok(())
+    }
+
+    /// For a resize: `new` with each cpu quota and memory limit raised to the pod cgroup's current
+    /// one where that is larger (unlimited counts as largest). Applied before the containers are
+    /// updated, so that no child ever exceeds its parent; `new` itself is applied after.
+    pub fn grown_config(&self, name: &str, new: &ResourceConfig) -> Result<ResourceConfig> {
+        let v2 = self.hierarchy == Hierarchy::V2;
+        let dir = safe_join(&self.mounts.cpu, name)?;
+        let cpu = CpuController::new(dir.clone(), PathBuf::new(), v2);
+        let quota = cpu
+            .cfs_quota()
+            .map_err(cg_err("reading cpu quota of", &dir))?;
+        let mem_dir = safe_join(&self.mounts.memory, name)?;
+        let memory = self.memory_limit_at(&mem_dir).unwrap_or(-1);
+        // None: unlimited.
+        let larger = |cur: i64, new: Option<u64>| match new {
+            Some(n) if cur >= 0 => Some(n.max(cur as u64)),
+            _ => None,
+        };
+        let cpu_quota = larger(quota, new.cpu_quota);
+        Ok(ResourceConfig {
+            cpu_shares: new.cpu_shares,
+            cpu_quota,
+            cpu_period: cpu_quota.and(new.cpu_period),
+            memory_limit: larger(memory, new.memory_limit),
+        })
+    }
+
+    /// The memory limit in a memory cgroup directory, -1 when unlimited. cgroups-rs reads it only
+    /// as part of `memory_stat()`, a dozen files; this reads the one file.
+    fn memory_limit_at(&self, dir: &Path) -> Option<i64> {
+        let file = match self.hierarchy {
+            Hierarchy::V1 => "memory.limit_in_bytes",
+            Hierarchy::V2 => "memory.max",
+        };
+        let text = fs::read_to_string(dir.join(file)).ok()?;
+        let text = text.trim();
+        if text == "max" {
+            return Some(-1);
+        }
+        // v1 shows "unlimited" as the largest page-aligned counter value.
+        let v: u64 = text.parse().ok()?;
+        Some(if v >= 1 << 62 { -1 } else { v as i64 })
+    }
+
+    /// Bytes of memory the pod cgroup uses now (`memory.usage_in_bytes` / `memory.current`).
+    pub fn memory_usage(&self, name: &str) -> Result<u64> {
+        let dir = safe_join(&self.mounts.memory, name)?;
+        let mem = MemController::new(dir.clone(), PathBuf::new(), self.hierarchy == Hierarchy::V2);
+        Ok(mem.memory_stat().usage_in_bytes)
     }
 
     /// Kills whatever still runs in the pod cgroup and removes it, deepest directories first.
     /// A missing cgroup is not an error.
     pub fn destroy_pod_cgroup(&self, name: &str) -> Result<()> {
+        self.state().applied.remove(name);
         for dir in self.all_hierarchy_dirs(name)? {
             if !dir.exists() {
                 continue;
@@ -456,38 +734,129 @@ impl ContainerManager {
         Ok(())
     }
 
-    /// Names (relative to the controller root) of every `pod*` cgroup under our QoS directories.
-    pub fn list_pod_cgroups(&self) -> Vec<String> {
-        let root = self.cfg.cgroup_root.trim_end_matches('/');
-        let parents = if self.cfg.cgroups_per_qos {
-            vec![
-                format!("{root}/kubepods"),
-                format!("{root}/kubepods/burstable"),
-                format!("{root}/kubepods/besteffort"),
-            ]
+    /// Removes a pod's cgroup under every QoS class (the spec, and so the class, may be unknown
+    /// or may have changed) and drops its share of the burstable QoS cgroup.
+    pub fn destroy_pod_cgroups(&self, uid: &str) -> Result<()> {
+        self.destroy_pod_cgroups_except(uid, None)
+    }
+
+    /// Like [`Self::destroy_pod_cgroups`] but keeps the pod cgroup of class `keep` and the pod's
+    /// share (after a QoS class change the pod lives on in its new class).
+    pub fn destroy_pod_cgroups_except(&self, uid: &str, keep: Option<QosClass>) -> Result<()> {
+        for qos in [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ] {
+            if Some(qos) != keep {
+                self.destroy_pod_cgroup(&self.pod_cgroup_name(uid, qos)?)?;
+            }
+        }
+        if keep.is_none() && self.account(uid, None) {
+            self.update_qos_cgroups()?;
+        }
+        Ok(())
+    }
+
+    /// The UIDs of the `pod<uid>` cgroups under this agent's cgroup root, in any hierarchy (the
+    /// runtime's own ones included), with their QoS class.
+    pub fn list_pod_cgroups(&self) -> Vec<(String, QosClass)> {
+        let mut out: Vec<(String, QosClass)> = Vec::new();
+        let classes = if self.cfg.cgroups_per_qos {
+            &[
+                QosClass::Guaranteed,
+                QosClass::Burstable,
+                QosClass::BestEffort,
+            ][..]
         } else {
-            vec![root.to_owned()]
+            &[QosClass::Guaranteed][..]
         };
-        let mut out = Vec::new();
-        let Ok(dirs) = self.dirs("/") else { return out };
-        let Some(first) = dirs.first() else {
-            return out;
-        };
-        for parent in parents {
-            let Ok(dir) = safe_join(first, &parent) else {
+        for &qos in classes {
+            let Ok(dirs) = self.all_hierarchy_dirs(&self.qos_cgroup_name(qos)) else {
                 continue;
             };
-            let Ok(entries) = fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let n = e.file_name().to_string_lossy().into_owned();
-                if n.starts_with("pod") && e.path().is_dir() {
-                    out.push(format!("{parent}/{n}"));
+            for dir in dirs {
+                let Ok(entries) = fs::read_dir(&dir) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    let name = e.file_name();
+                    let Some(uid) = name.to_str().and_then(|n| n.strip_prefix("pod")) else {
+                        continue;
+                    };
+                    if !uid.is_empty()
+                        && e.file_type().is_ok_and(|t| t.is_dir())
+                        && !out.iter().any(|(u, q)| u == uid && *q == qos)
+                    {
+                        out.push((uid.to_owned(), qos));
+                    }
                 }
             }
         }
         out
+    }
+
+    /// Housekeeping: the pod cgroups under this agent's root that belong to no pod `known` names,
+    /// seen so on two consecutive passes; at most [`ORPHANS_PER_PASS`]. `None` while the previous
+    /// clean-up still runs. Also drops burstable shares of pods no longer known.
+    pub fn orphaned_pod_cgroups(&self, known: &dyn Fn(&str) -> bool) -> Option<Vec<String>> {
+        if self.shared.cleaning.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let found = self.list_pod_cgroups();
+        let mut due = Vec::new();
+        let changed = {
+            let mut st = self.state();
+            let before = st.burstable.len();
+            st.burstable.retain(|uid, _| known(uid));
+            let mut seen = std::mem::take(&mut st.orphans);
+            for (uid, _) in &found {
+                if known(uid) || st.orphans.contains_key(uid) {
+                    continue;
+                }
+                let n = seen.remove(uid).unwrap_or(0) + 1;
+                if n >= ORPHAN_PASSES && due.len() < ORPHANS_PER_PASS {
+                    due.push(uid.clone());
+                }
+                st.orphans.insert(uid.clone(), n);
+            }
+            before != st.burstable.len()
+        };
+        if changed && let Err(e) = self.update_qos_cgroups() {
+            tracing::warn!(%e, "updating the QoS cgroups");
+        }
+        if due.is_empty() {
+            self.shared.cleaning.store(false, Ordering::Release);
+        }
+        Some(due)
+    }
+
+    /// Removes the orphaned pod cgroups a non-empty [`Self::orphaned_pod_cgroups`] returned
+    /// (until then no other pass starts), killing what still runs in them. Blocking: run it off
+    /// the async threads. A failure is logged and retried on a later pass.
+    pub fn remove_orphans(&self, uids: &[String]) {
+        for uid in uids {
+            match self.destroy_pod_cgroups(uid) {
+                Ok(()) => {
+                    tracing::info!(%uid, "removed orphaned pod cgroup");
+                    self.state().orphans.remove(uid);
+                }
+                Err(e) => tracing::warn!(%uid, %e, "removing orphaned pod cgroup; will retry"),
+            }
+        }
+        self.shared.cleaning.store(false, Ordering::Release);
+    }
+}
+
+fn cg_err<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(cgroups_rs::fs::error::Error) -> Error + 'a {
+    move |e| Error::Cgroups {
+        op,
+        path: path.to_owned(),
+        // cgroups-rs's message names the file and its cause.
+        message: e.to_string(),
     }
 }
 
@@ -647,6 +1016,7 @@ mod tests {
             cgroup_root: "/test".into(),
             cgroups_per_qos: true,
             mount: tmp.path().into(),
+            pod_pids_limit: 100,
         });
         assert_eq!(cm.hierarchy(), Hierarchy::V1);
         cm.start().unwrap();
@@ -671,9 +1041,41 @@ mod tests {
             (64u64 << 20).to_string()
         );
         assert_eq!(
-            cm.list_pod_cgroups(),
-            vec!["/test/kubepods/podu1".to_owned()]
+            fs::read_to_string(tmp.path().join("pids/test/kubepods/podu1/pids.max")).unwrap(),
+            "100"
         );
+        // Re-applying the same config writes nothing.
+        let before = cm.writes();
+        cm.ensure_pod_cgroup(&pod(&[(g, g)]), "u1").unwrap();
+        assert_eq!(cm.writes(), before);
+        // Burstable pods' cpu requests add up in the burstable QoS cgroup's shares.
+        let b: &[(&str, &str)] = &[("cpu", "250m")];
+        cm.ensure_pod_cgroup(&pod(&[(b, &[])]), "u2").unwrap();
+        cm.ensure_pod_cgroup(&pod(&[(b, &[]), (b, &[])]), "u3")
+            .unwrap();
+        let qos_shares = || {
+            fs::read_to_string(tmp.path().join("cpu/test/kubepods/burstable/cpu.shares")).unwrap()
+        };
+        assert_eq!(qos_shares(), milli_cpu_to_shares(750).to_string());
+        let mut found = cm.list_pod_cgroups();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            found,
+            vec![
+                ("u1".to_owned(), QosClass::Guaranteed),
+                ("u2".to_owned(), QosClass::Burstable),
+                ("u3".to_owned(), QosClass::Burstable),
+            ]
+        );
+        // Orphans: due only on the second pass that sees them unknown; known pods never.
+        let known = |uid: &str| uid == "u1";
+        assert_eq!(cm.orphaned_pod_cgroups(&known), Some(vec![]));
+        let mut due = cm.orphaned_pod_cgroups(&known).unwrap();
+        due.sort();
+        assert_eq!(due, vec!["u2".to_owned(), "u3".to_owned()]);
+        // Their shares left the burstable QoS cgroup; no new pass starts before the removal ran.
+        assert_eq!(qos_shares(), "2");
+        assert_eq!(cm.orphaned_pod_cgroups(&known), None);
         // Unsafe names never leave the directory.
         assert!(cm.pod_cgroup_name("../x", QosClass::BestEffort).is_err());
         assert!(safe_join(tmp.path(), "a/../../b").is_err());
@@ -689,8 +1091,21 @@ mod tests {
             cgroup_root: "/".into(),
             cgroups_per_qos: true,
             mount: tmp.path().into(),
+            pod_pids_limit: 100,
         });
         assert_eq!(cm.hierarchy(), Hierarchy::V2);
+        cm.start().unwrap();
+        // What the kernel puts in a new cgroup2 directory.
+        let dir = tmp.path().join("kubepods/burstable/podu2");
+        fs::create_dir_all(&dir).unwrap();
+        for (f, v) in [
+            ("cpu.max", "max 100000"),
+            ("cpu.weight", "100"),
+            ("memory.max", "max"),
+            ("pids.max", "max"),
+        ] {
+            fs::write(dir.join(f), v).unwrap();
+        }
         let b: &[(&str, &str)] = &[("cpu", "1")];
         let name = cm
             .ensure_pod_cgroup(&pod(&[(b, &[("cpu", "2"), ("memory", "1Gi")])]), "u2")
@@ -706,5 +1121,19 @@ mod tests {
             fs::read_to_string(dir.join("memory.max")).unwrap(),
             (1u64 << 30).to_string()
         );
+        assert_eq!(fs::read_to_string(dir.join("pids.max")).unwrap(), "100");
+        // The burstable QoS cgroup's weight is converted from shares too.
+        assert_eq!(
+            fs::read_to_string(tmp.path().join("kubepods/burstable/cpu.weight")).unwrap(),
+            shares_to_weight(1024).to_string()
+        );
+        let before = cm.writes();
+        let p = pod(&[(b, &[("cpu", "2"), ("memory", "1Gi")])]);
+        cm.ensure_pod_cgroup(&p, "u2").unwrap();
+        assert_eq!(cm.writes(), before);
+        // After a restart (nothing remembered) the files are read and still nothing is written.
+        let cm = ContainerManager::new(cm.cfg.clone());
+        cm.ensure_pod_cgroup(&p, "u2").unwrap();
+        assert_eq!(cm.writes(), 0);
     }
 }

@@ -288,6 +288,25 @@ impl Cri {
             .map(drop)
     }
 
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: cri::LinuxContainerResources,
+    ) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = cri::UpdateContainerResourcesRequest {
+            container_id: id.to_owned(),
+            linux: Some(linux),
+            ..Default::default()
+        };
+        self.timed(
+            "UpdateContainerResources",
+            c.update_container_resources(req),
+        )
+        .await
+        .map(drop)
+    }
+
     pub async fn remove_container(&self, id: &str) -> Result<()> {
         let mut c = self.runtime.clone();
         let req = cri::RemoveContainerRequest {

@@ -76,6 +76,8 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub sources_ready: SourcesReady,
     pub pleg_rx: mpsc::Receiver<crate::pleg::Event>,
     pub done_rx: mpsc::UnboundedReceiver<String>,
+    /// Probe results that changed.
+    pub probe_rx: mpsc::UnboundedReceiver<crate::prober::Update>,
     pub runtime_pods: RuntimePods,
     pub runtime_state: RuntimeState,
     pub workers: PodWorkers<S>,
@@ -121,6 +123,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                         self.workers.update_pod(&event.uid, Work::new(UpdateType::Sync, pod.clone()));
                     }
                 }
+                Some(u) = self.probe_rx.recv() => self.handle_probe(&pods, u),
                 Some(uid) = self.done_rx.recv() => {
                     let purged = self.workers.on_finished(&uid, &pods);
                     self.handle_purged(&pods, purged, &mut finished);
@@ -193,6 +196,20 @@ impl<S: PodSyncer> SyncLoop<S> {
         }
     }
 
+    /// A probe result changed: sync the pod (kubelet `handleProbeSync`), so its status shows the
+    /// readiness and a failed liveness or startup probe restarts the container. A liveness
+    /// result back to success needs no sync.
+    fn handle_probe(&mut self, pods: &HashMap<String, Arc<Pod>>, u: crate::prober::Update) {
+        use crate::prober::{Kind, ProbeResult};
+        if u.kind == Kind::Liveness && u.result != ProbeResult::Failure {
+            return;
+        }
+        if let Some(pod) = pods.get(&u.pod_uid) {
+            self.workers
+                .update_pod(&u.pod_uid, Work::new(UpdateType::Sync, pod.clone()));
+        }
+    }
+
     /// Purged workers: forget the status of pods gone from every source, create afresh the ones
     /// that were asked to start again while terminating.
     fn handle_purged(
@@ -245,6 +262,17 @@ impl<S: PodSyncer> SyncLoop<S> {
             tracing::info!(uid = %uid, "killing runtime pod that no source knows");
             self.workers.update_pod(&uid, Work::orphan_kill(&uid));
         }
+        // Pod cgroups of no desired, known, lately finished or running pod (cm waits for a second
+        // pass before removing one, so a worker creating or removing it now is left alone).
+        if let Ok(running) = self.runtime_pods.read() {
+            let workers = &self.workers;
+            workers.cleanup_cgroups(&|uid| {
+                pods.contains_key(uid)
+                    || workers.is_known(uid)
+                    || finished.contains_key(uid)
+                    || running.contains(uid)
+            });
+        }
         let took = start.elapsed();
         if took > HOUSEKEEPING_WARNING {
             tracing::warn!(?took, "housekeeping took too long");
@@ -271,6 +299,7 @@ mod tests {
         let (config_tx, config_rx) = mpsc::channel(50);
         let (_pleg_tx, pleg_rx) = mpsc::channel(1);
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (_probe_tx, probe_rx) = mpsc::unbounded_channel();
         let cancel = CancellationToken::new();
         let metrics = crate::metrics::Metrics::new();
         let runtime_state = RuntimeState::default();
@@ -280,6 +309,7 @@ mod tests {
             sources_ready: SourcesReady::default(),
             pleg_rx,
             done_rx,
+            probe_rx,
             runtime_pods: runtime_pods.clone(),
             runtime_state: runtime_state.clone(),
             workers: PodWorkers::new(fake.clone(), done_tx, TaskTracker::new(), cancel.clone()),

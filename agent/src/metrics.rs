@@ -32,6 +32,14 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// Labels of `swiftlet_prober_probe_total`: `Liveness` / `Readiness` / `Startup`, and
+/// `successful` / `failed` / `unknown` (as the kubelet's `prober_probe_total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabel {
+    pub probe_type: &'static str,
+    pub result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
     pub phase: String,
@@ -66,6 +74,7 @@ pub struct Metrics {
     pub pleg_discard_events_total: Counter,
     pub pleg_last_seen_seconds: Gauge,
     pub pleg_fast_path_relists_total: Family<ResultLabel, Counter>,
+    pub prober_probe_total: Family<ProbeLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -178,6 +187,12 @@ impl Metrics {
              exited or its cgroup was removed), by whether the runtime showed a change",
             pleg_fast_path_relists_total.clone(),
         );
+        let prober_probe_total = Family::<ProbeLabel, Counter>::default();
+        registry.register(
+            "prober_probe",
+            "Probe runs, by probe type and result",
+            prober_probe_total.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             pleg_relist_duration_seconds,
@@ -185,6 +200,7 @@ impl Metrics {
             pleg_discard_events_total,
             pleg_last_seen_seconds,
             pleg_fast_path_relists_total,
+            prober_probe_total,
             pod_start_phase_duration_seconds,
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,

@@ -612,6 +612,7 @@ mod tests {
                     ..Default::default()
                 })
                 .collect(),
+            ..Default::default()
         };
         assert_eq!(
             entry_of(&state),

@@ -212,6 +212,8 @@ pub trait PodSyncer: Send + Sync + 'static {
     fn observe(&self, _op: UpdateType, _secs: f64) {}
     /// Housekeeping's share of the runtime's bookkeeping (back-off tables).
     fn housekeeping(&self) {}
+    /// Housekeeping: remove pod cgroups of pods for which `known` is false.
+    fn cleanup_cgroups(&self, _known: &dyn Fn(&str) -> bool) {}
 }
 
 /// The real runtime calls.
@@ -221,6 +223,7 @@ pub struct WorkerContext {
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
     pub tracer: crate::trace::Tracer,
+    pub probes: crate::prober::Manager,
 }
 
 impl PodSyncer for WorkerContext {
@@ -234,7 +237,10 @@ impl PodSyncer for WorkerContext {
         let name = runtime::full_name(pod);
         // The pod's timeline: only the first sync counts.
         self.tracer.worker_started(uid);
-        let result = self.runtime.sync_pod(pod).await;
+        self.probes.add_pod(uid, pod);
+        let mut result = self.runtime.sync_pod(pod).await;
+        // The state after the sync, when the sync knows it; else it is read back.
+        let known = result.as_mut().ok().and_then(|o| o.state.take());
         let waiting = match &result {
             Ok(outcome) => outcome.waiting.clone(),
             Err(e) => {
@@ -246,7 +252,11 @@ impl PodSyncer for WorkerContext {
                     .collect()
             }
         };
-        match self.runtime.pod_state(uid).await {
+        let state = match known {
+            Some(state) => Ok(state),
+            None => self.runtime.pod_state(uid).await,
+        };
+        match state {
             Ok(state) => {
                 if self.status.update(uid, &state, &waiting) {
                     self.tracer.running_observed(uid);
@@ -268,25 +278,39 @@ impl PodSyncer for WorkerContext {
         grace: i64,
     ) -> Result<(), runtime::Error> {
         let name = runtime::full_name(pod);
+        self.probes.stop_liveness_and_startup(uid);
         if self.status.is_terminal(uid) && pod.metadata.deletion_timestamp.is_none() {
             // Finished but still wanted: stop, keep the containers for status and logs.
             self.runtime.stop_pod(&name, uid, grace).await?;
+            self.probes.remove_pod(uid);
             tracing::info!(pod = %name, grace, "finished pod stopped");
             return Ok(());
         }
         self.runtime.kill_pod(&name, uid, grace).await?;
+        self.probes.remove_pod(uid);
         tracing::info!(pod = %name, grace, "pod terminated");
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, _uid: &str, _pod: &Pod) -> Result<(), runtime::Error> {
+    async fn sync_terminated_pod(&self, uid: &str, _pod: &Pod) -> Result<(), runtime::Error> {
         // kill_pod already removed the pod cgroup and its logs directory; the status keeps the
         // last phase it showed.
+        self.probes.remove_pod(uid);
         Ok(())
     }
 
     fn housekeeping(&self) {
         self.runtime.gc_backoffs();
+    }
+
+    fn cleanup_cgroups(&self, known: &dyn Fn(&str) -> bool) {
+        let cm = self.runtime.cm().clone();
+        if let Some(due) = cm.orphaned_pod_cgroups(known)
+            && !due.is_empty()
+        {
+            // Killing leftovers and rmdir retries block: off the sync loop's thread.
+            tokio::task::spawn_blocking(move || cm.remove_orphans(&due));
+        }
     }
 
     fn observe(&self, op: UpdateType, secs: f64) {
@@ -576,6 +600,11 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Lets the runtime side do its periodic bookkeeping (called from housekeeping).
     pub fn runtime_housekeeping(&self) {
         self.syncer.housekeeping();
+    }
+
+    /// Lets the runtime side remove pod cgroups of pods for which `known` is false.
+    pub fn cleanup_cgroups(&self, known: &dyn Fn(&str) -> bool) {
+        self.syncer.cleanup_cgroups(known);
     }
 
     /// `done_tx` receives the UID of each worker that finished its pod (terminated).

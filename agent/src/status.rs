@@ -6,7 +6,9 @@ use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +32,8 @@ pub struct StatusManager {
     inner: Arc<RwLock<BTreeMap<String, Entry>>>,
     host_ip: Option<IpAddr>,
     metrics: crate::metrics::Metrics,
+    /// Readiness and startup probe results, for `ready` and `started`.
+    probes: Option<crate::prober::Results>,
 }
 
 fn ts(nanos: i64) -> Option<Time> {
@@ -92,7 +96,19 @@ impl StatusManager {
             inner: Arc::default(),
             host_ip: host_ip(),
             metrics,
+            probes: None,
         }
+    }
+
+    /// Lets probe results decide the containers' `ready` and `started`.
+    pub fn with_probe_results(mut self, probes: crate::prober::Results) -> Self {
+        self.probes = Some(probes);
+        self
+    }
+
+    /// A copy of the pod's last computed status (probe workers read it).
+    pub fn pod_status(&self, uid: &str) -> Option<PodStatus> {
+        self.inner.read().ok()?.get(uid).map(|e| e.status.clone())
     }
 
     /// Adds or replaces the desired pod, keeping its status.
@@ -206,12 +222,13 @@ impl StatusManager {
             .map(|(name, (w, _))| (name.clone(), w.clone()))
             .collect();
         let mut first_running = false;
-        let status = generate(
+        let status = generate_probed(
             &entry.pod,
             &state,
             &waiting,
             Some(&entry.status),
             self.host_ip,
+            self.probes.as_ref(),
         );
         entry.state = Some(state);
         if status.phase.as_deref() == Some("Running") && !entry.running_observed {
@@ -356,13 +373,15 @@ fn terminated(n: &api::ContainerStatus) -> ContainerState {
 
 /// The status of one spec container from its two newest runtime instances: its state (a waiting
 /// reason from `waiting` wins over an exited instance: that one is then the last state), the last
-/// state (the previous instance's end), restart count, readiness.
+/// state (the previous instance's end), restart count, readiness (from `probes` when the
+/// container has readiness or startup probes).
 fn container_status(
     c: &Container,
     uid: Option<&String>,
     state: &PodState,
     waiting: &HashMap<String, (String, String)>,
     default_reason: &str,
+    probes: Option<&crate::prober::Results>,
 ) -> ContainerStatus {
     let mut instances = state.containers.iter().filter(|s| {
         s.metadata.as_ref().is_some_and(|m| m.name == c.name)
@@ -395,8 +414,9 @@ fn container_status(
     let reason = waiting.get(&c.name);
     let (now, last) = match newest {
         Some(n) if n.state == api::ContainerState::ContainerRunning as i32 => {
-            st.ready = true;
-            st.started = Some(true);
+            let (ready, started) = probes.map_or((true, true), |p| p.ready_and_started(c, &n.id));
+            st.ready = ready;
+            st.started = Some(started);
             let running = ContainerState {
                 running: Some(ContainerStateRunning {
                     started_at: ts(n.started_at),
@@ -426,17 +446,96 @@ fn container_status(
     };
     st.state = Some(now);
     st.last_state = last.map(terminated);
+    st.allocated_resources = c.resources.as_ref().and_then(|r| r.requests.clone());
+    st.resources = newest
+        .filter(|n| n.state == api::ContainerState::ContainerRunning as i32)
+        .and_then(|n| applied_resources(c, n));
     st
 }
 
+/// The resources a running container has now (`containerStatuses[].resources`): the spec's when
+/// they are what is applied (created so, or resized in place), else the applied cgroup values read
+/// back as quantities (a resize not done yet, or refused).
+fn applied_resources(c: &Container, n: &api::ContainerStatus) -> Option<ResourceRequirements> {
+    let applied = n.annotations.get(labels::CONTAINER_RESOURCES)?;
+    let wanted = crate::runtime::container_resources(c).ok()?;
+    if crate::runtime::resources_label(&wanted) == *applied {
+        return Some(c.resources.clone().unwrap_or_default());
+    }
+    // "shares quota period memory"
+    let v: Vec<i64> = applied.split(' ').map(|v| v.parse().unwrap_or(0)).collect();
+    let (shares, quota, period, memory) = (v.first()?, v.get(1)?, v.get(2)?, v.get(3)?);
+    let q = |s: String| Quantity(s);
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    if *shares > 2 {
+        // SharesToMilliCPU: ceil(shares * 1000 / 1024).
+        requests.insert(
+            "cpu".to_owned(),
+            q(format!("{}m", (shares * 1000 + 1023) / 1024)),
+        );
+    }
+    if *quota > 0 && *period > 0 {
+        limits.insert("cpu".to_owned(), q(format!("{}m", quota * 1000 / period)));
+    }
+    if *memory > 0 {
+        limits.insert("memory".to_owned(), q(memory.to_string()));
+    }
+    if let Some(m) = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("memory"))
+    {
+        requests.insert("memory".to_owned(), m.clone());
+    }
+    Some(ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..Default::default()
+    })
+}
+
+/// A refused or failed in-place resize: the `PodResizeInProgress` condition with reason `Error`
+/// and the message, as the kubelet reports a resize it could not carry out.
+fn resize_condition(
+    status: &mut PodStatus,
+    state: &PodState,
+    prev: Option<&PodStatus>,
+    now: &Time,
+) {
+    let Some(message) = &state.resize_error else {
+        return;
+    };
+    let cond = Cond {
+        ok: true,
+        reason: Some("Error"),
+        message: Some(message.clone()),
+    };
+    let cond = condition("PodResizeInProgress", cond, prev, now);
+    status.conditions.get_or_insert_with(Vec::new).push(cond);
+}
+
 /// Builds a PodStatus (phase, conditions, init and app container statuses) from the spec and
-/// runtime state.
+/// runtime state, ignoring probes.
 pub fn generate(
     pod: &Pod,
     state: &PodState,
     waiting: &HashMap<String, (String, String)>,
     prev: Option<&PodStatus>,
     host_ip: Option<IpAddr>,
+) -> PodStatus {
+    generate_probed(pod, state, waiting, prev, host_ip, None)
+}
+
+/// [`generate`] with readiness and startup probe results.
+pub fn generate_probed(
+    pod: &Pod,
+    state: &PodState,
+    waiting: &HashMap<String, (String, String)>,
+    prev: Option<&PodStatus>,
+    host_ip: Option<IpAddr>,
+    probes: Option<&crate::prober::Results>,
 ) -> PodStatus {
     let now = Time(Timestamp::now());
     let spec = pod.spec.as_ref();
@@ -459,11 +558,11 @@ pub fn generate(
     };
     let init_statuses: Vec<ContainerStatus> = inits
         .iter()
-        .map(|c| container_status(c, uid, state, waiting, default_reason))
+        .map(|c| container_status(c, uid, state, waiting, default_reason, probes))
         .collect();
     let statuses: Vec<ContainerStatus> = spec_containers
         .iter()
-        .map(|c| container_status(c, uid, state, waiting, default_reason))
+        .map(|c| container_status(c, uid, state, waiting, default_reason, probes))
         .collect();
     let phase = get_phase(policy, inits, &init_statuses, &statuses);
     let ready_to_start = !crate::runtime::actions::sandbox_changed(pod, state).0;
@@ -491,7 +590,7 @@ pub fn generate(
         .or_else(|| state.sandboxes.last().and_then(|s| ts(s.created_at)))
         .or_else(|| Some(now.clone()));
     let host_ip = host_ip.map(|ip| ip.to_string());
-    PodStatus {
+    let mut status = PodStatus {
         phase: Some(phase.to_owned()),
         conditions: Some(vec![
             condition(
@@ -514,7 +613,9 @@ pub fn generate(
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         ..Default::default()
-    }
+    };
+    resize_condition(&mut status, state, prev, &now);
+    status
 }
 
 /// How the kubelet's `getPhase` reads one container status.
@@ -937,6 +1038,7 @@ mod tests {
                 ..Default::default()
             }),
             containers,
+            ..Default::default()
         }
     }
 
@@ -1226,6 +1328,53 @@ mod tests {
         assert!(
             !m.kernel_exit("u", "a-0", 3, 6_000_000_000),
             "already exited"
+        );
+    }
+
+    #[test]
+    fn resize_shows_applied_resources_and_a_refusal() {
+        let mut c = spec("a", false);
+        let q = |v: &str| Quantity(v.to_owned());
+        c.resources = Some(ResourceRequirements {
+            requests: Some([("cpu".to_owned(), q("300m"))].into()),
+            limits: Some([("memory".to_owned(), q("96Mi"))].into()),
+            ..Default::default()
+        });
+        let p = pod("Always", vec![], vec![c.clone()]);
+        let mut running = inst("a", 0, api::ContainerState::ContainerRunning, 0);
+        // Applied as the spec says: the spec's quantities.
+        let wanted = crate::runtime::container_resources(&c).unwrap();
+        running.annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            crate::runtime::resources_label(&wanted),
+        );
+        let st = status_of(&p, vec![running.clone()]);
+        let cs = &st.container_statuses.unwrap()[0];
+        assert_eq!(cs.resources, c.resources);
+        assert_eq!(
+            cs.allocated_resources,
+            Some([("cpu".to_owned(), q("300m"))].into())
+        );
+        // Still the old values (102 shares, 128 MiB): read back from the cgroup numbers.
+        running.annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            format!("102 0 0 {}", 128u64 << 20),
+        );
+        let mut s = state(vec![running]);
+        s.resize_error = Some("pod memory limit 1 is below".to_owned());
+        let st = gen_state(&p, &s);
+        let r = st.container_statuses.unwrap()[0].resources.clone().unwrap();
+        assert_eq!(r.requests.unwrap()["cpu"], q("100m"));
+        assert_eq!(r.limits.unwrap()["memory"], q(&(128u64 << 20).to_string()));
+        let cond = st
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "PodResizeInProgress")
+            .unwrap();
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_deref()),
+            ("True", Some("Error"))
         );
     }
 }

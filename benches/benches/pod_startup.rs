@@ -11,6 +11,9 @@
 //!    5 ms of the difference is the poll itself).
 //! 3. **podman** `kube play` of the same pods, where podman is installed.
 //!
+//! After each N, the phase table of those pods' starts from the agent's timelines
+//! (`/debug/trace/pods`, eBPF events included when the probes are loaded).
+//!
 //! Then the agent's own cost: RSS and CPU time idle and with 100 pods running (from
 //! `/proc/<pid>/status` VmRSS and `/proc/<pid>/stat` utime+stime).
 //!
@@ -449,6 +452,91 @@ fn cost(agent: &Agent, opts: &Opts, idle: Option<(f64, f64)>) {
     agent.wait_for(|l| l.items.is_empty(), TIMEOUT);
 }
 
+/// The agent's CRI calls so far by operation, from `swiftlet_runtime_operations_duration_seconds`.
+fn cri_calls(agent: &Agent) -> HashMap<String, u64> {
+    let (_, body) = agent.get("/metrics");
+    body.lines()
+        .filter_map(|l| l.strip_prefix("swiftlet_runtime_operations_duration_seconds_count{"))
+        .filter_map(|l| {
+            let (labels, count) = l.split_once("} ")?;
+            let op = labels.split_once("operation=\"")?.1.split('"').next()?;
+            Some((op.to_owned(), count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// CRI calls the agent made while starting and removing `pods` pods (the floor makes four per
+/// pod to start it: ImageStatus, RunPodSandbox, CreateContainer, StartContainer).
+fn print_cri_calls(before: &HashMap<String, u64>, after: &HashMap<String, u64>, pods: usize) {
+    let mut ops: Vec<(&String, u64)> = after
+        .iter()
+        .map(|(op, n)| (op, n - before.get(op).copied().unwrap_or(0).min(*n)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    ops.sort();
+    let list: Vec<String> = ops.iter().map(|(op, n)| format!("{op} {n}")).collect();
+    println!(
+        "  swiftlet's CRI calls for {pods} pods started and removed (incl. its 1 s relists): {}",
+        list.join(", ")
+    );
+}
+
+/// Where the swiftlet pods of this N spent their start, from the agent's timelines
+/// (`/debug/trace/pods`: the agent's own marks, its CRI calls and, with probes loaded, what the
+/// kernel saw), as the phase table `cargo xtask report` prints.
+fn phase_summary(agent: &Agent, n: usize, reps: usize) {
+    let (status, body) = agent.get("/debug/trace/pods");
+    let view: serde_json::Value = match serde_json::from_str(&body) {
+        Ok(v) if status == 200 => v,
+        _ => {
+            println!("  (no phase breakdown: /debug/trace/pods answered {status})");
+            return;
+        }
+    };
+    let prefixes: Vec<String> = (0..reps)
+        .map(|rep| format!("s{}-", n * 1000 + rep))
+        .collect();
+    match xtask::report::build_report(&view, |name| {
+        prefixes.iter().any(|p| name.starts_with(p.as_str()))
+    }) {
+        Ok(r) if !r.pods.is_empty() => {
+            let probes = if view["probes_loaded"].as_bool() == Some(true) {
+                "eBPF probes loaded"
+            } else {
+                "no eBPF probes: agent marks and CRI calls only"
+            };
+            println!(
+                "  where swiftlet's starts went ({} pods, {probes}; events lost: {}):",
+                r.pods.len(),
+                r.events_lost
+            );
+            for line in xtask::report::phase_table(&r).lines() {
+                println!("    {line}");
+            }
+            let mut agent = Histogram::<u64>::new(3).expect("histogram");
+            for p in view["pods"].as_array().into_iter().flatten() {
+                let kept = p["name"]
+                    .as_str()
+                    .is_some_and(|name| prefixes.iter().any(|x| name.starts_with(x.as_str())));
+                if let Some(ms) = p["agent_ms"].as_f64().filter(|_| kept) {
+                    let _ = agent.record((ms * 1000.0).round() as u64);
+                }
+            }
+            if !agent.is_empty() {
+                println!(
+                    "  agent-added per pod (end-to-end minus the pod's CRI calls in flight): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                    ms(agent.value_at_quantile(0.5)),
+                    ms(agent.value_at_quantile(0.9)),
+                    ms(agent.value_at_quantile(0.99)),
+                    ms(agent.max()),
+                );
+            }
+        }
+        Ok(_) => println!("  (no complete pod timelines for N = {n})"),
+        Err(e) => println!("  (no phase breakdown: {e})"),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 fn release_agent() -> PathBuf {
@@ -507,6 +595,7 @@ fn main() -> ExitCode {
     let mut ratios = Vec::new();
     for &n in &opts.pods {
         let (mut floors, mut swift, mut pods_play) = (Vec::new(), Vec::new(), Vec::new());
+        let calls_before = cri_calls(&agent);
         for rep in 0..opts.reps {
             progress(&format!("N={n} rep {}/{}: floor", rep + 1, opts.reps));
             let run = n * 1000 + rep;
@@ -550,10 +639,12 @@ fn main() -> ExitCode {
                 wall.as_secs_f64() * 1000.0
             );
         }
+        phase_summary(&agent, n, opts.reps);
+        print_cri_calls(&calls_before, &cri_calls(&agent), n * opts.reps);
         let ratio = ws.as_secs_f64() / wf.as_secs_f64().max(1e-9);
         ratios.push((n, ratio));
         println!(
-            "  swiftlet / floor (wall): {ratio:.2}x; agent-added per pod (swiftlet - floor): p50 {:+.1} ms, p99 {:+.1} ms",
+            "  swiftlet / floor (wall): {ratio:.2}x; per-pod latency swiftlet - floor: p50 {:+.1} ms, p99 {:+.1} ms",
             ms(hs.value_at_quantile(0.5)) - ms(hf.value_at_quantile(0.5)),
             ms(hs.value_at_quantile(0.99)) - ms(hf.value_at_quantile(0.99)),
         );

@@ -336,7 +336,12 @@ impl PodList {
         self.get(name)?.status.as_ref()?.phase.as_deref()
     }
 
-    /// The status of container `container` of pod `pod`.
+    /// Whether pod `name` is listed and Running.
+    pub fn is_running(&self, name: &str) -> bool {
+        self.phase(name) == Some("Running")
+    }
+
+    /// The status of app container `container` of pod `pod`.
     pub fn container(&self, pod: &str, container: &str) -> Option<&ContainerStatus> {
         self.get(pod)?
             .status
@@ -345,11 +350,6 @@ impl PodList {
             .as_ref()?
             .iter()
             .find(|c| c.name == container)
-    }
-
-    /// Whether pod `name` is listed and Running.
-    pub fn is_running(&self, name: &str) -> bool {
-        self.phase(name) == Some("Running")
     }
 
     /// The UID of pod `name`.
@@ -843,8 +843,8 @@ pub fn looping_pod_manifest(name: &str, labels: &[(&str, &str)]) -> String {
 }
 
 /// A static pod manifest with an explicit UID (`<name>-<node>`, so edits keep the same pod), one
-/// app container `main` running `script` under `policy`, and optional extra spec lines (already
-/// indented by two spaces).
+/// app container `main` running `script` under `policy` (no SIGTERM trap) with a 5 s grace period,
+/// and optional extra spec lines (already indented by two spaces).
 pub fn script_pod_manifest(
     node: &str,
     name: &str,
@@ -865,6 +865,32 @@ spec:
     imagePullPolicy: Never
     command: ["sh", "-c", {script:?}]
 "#
+    )
+}
+
+/// A pod with one busybox container `main` running `script` under `sh -c` (SIGTERM ends it at
+/// once) and a 2 s grace period. `metadata` is the flow mapping's inside (`name: x, ...`),
+/// `spec_extra` spec lines (indented by two spaces, newline-terminated), `container_extra`
+/// container lines such as probes (indented by four spaces, newline-terminated).
+pub fn busybox_pod_manifest(
+    metadata: &str,
+    spec_extra: &str,
+    script: &str,
+    container_extra: &str,
+) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{{metadata}}}
+spec:
+{spec_extra}  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", {script:?}]
+{container_extra}"#,
+        script = format!("trap 'exit 0' TERM; {script}"),
     )
 }
 

@@ -15,10 +15,17 @@
 //! * An app container that is absent or not running is started when the restart policy allows it
 //!   (`Always`; `OnFailure` after a non-zero exit code; never under `Never`); one in Unknown state
 //!   is killed first. A running one whose spec hash changed is killed and restarted whatever the
-//!   policy.
+//!   policy. A running one whose liveness (else startup) probe failed is killed, and restarted
+//!   unless the policy is `Never` (sidecars: always restarted).
 //! * When nothing runs and nothing is to start, the pod is killed (sidecars included) and is
 //!   terminal.
+//! * QoS class change (the sandbox was created for another class): the pod is killed and
+//!   recreated (new sandbox, next attempt) under the new QoS cgroup; the old pod cgroup goes.
+//! * In-place resize (KEP-1287): a running app container whose spec hash (which leaves resources
+//!   out) is unchanged but whose cgroup resources differ from the applied ones is resized, not
+//!   restarted.
 use super::{PodState, hash, labels};
+use crate::prober::Kind;
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -29,6 +36,9 @@ pub struct ToKill {
     pub name: String,
     pub reason: &'static str,
     pub message: String,
+    /// Grace period in seconds instead of the pod's: the failed probe's
+    /// `terminationGracePeriodSeconds`.
+    pub grace: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,6 +59,10 @@ pub struct PodActions {
     pub containers_to_kill: Vec<ToKill>,
     /// Every container has finished and none will run again: the pod is Succeeded or Failed.
     pub terminal: bool,
+    /// The pod's QoS class differs from its sandbox's: recreated under the new QoS cgroup.
+    pub qos_changed: bool,
+    /// Indices into `spec.containers` of running containers to resize in place.
+    pub containers_to_resize: Vec<usize>,
 }
 
 pub fn is_sidecar(c: &Container) -> bool {
@@ -117,17 +131,69 @@ pub(crate) fn sandbox_changed(pod: &Pod, state: &PodState) -> (bool, u32, Option
     (false, attempt, id)
 }
 
+/// The QoS class the newest sandbox was created for differs from the pod's now.
+fn qos_changed(pod: &Pod, state: &PodState) -> bool {
+    let Some(old) = state
+        .sandboxes
+        .first()
+        .and_then(|s| s.annotations.get(labels::POD_QOS_CLASS))
+    else {
+        return false;
+    };
+    crate::cm::pod_qos(pod).is_ok_and(|q| q.as_str() != old)
+}
+
+/// The container's cgroup resources differ from the ones applied to it (unknown: no).
+fn resources_changed(c: &Container, s: &api::ContainerStatus) -> bool {
+    let Some(applied) = s.annotations.get(labels::CONTAINER_RESOURCES) else {
+        return false;
+    };
+    super::container_resources(c).is_ok_and(|r| super::resources_label(&r) != *applied)
+}
+
 fn kill(s: &api::ContainerStatus, name: &str, reason: &'static str, message: String) -> ToKill {
     ToKill {
         id: s.id.clone(),
         name: name.to_owned(),
         reason,
         message,
+        grace: None,
     }
 }
 
-/// What to do for `pod` given `state` (see the module documentation for the rules).
+/// What to do for `pod` given `state` (see the module documentation for the rules), with no
+/// failed probes.
 pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
+    compute_pod_actions_with(pod, state, &|_| None)
+}
+
+/// The kill of running container `s` (spec `c`) whose `probe` failed, within the probe's
+/// `terminationGracePeriodSeconds` when it sets one.
+fn probe_kill(s: &api::ContainerStatus, c: &Container, probe: Kind, restart: bool) -> ToKill {
+    let (reason, what, spec) = match probe {
+        Kind::Startup => ("StartupProbe", "startup", c.startup_probe.as_ref()),
+        _ => ("LivenessProbe", "liveness", c.liveness_probe.as_ref()),
+    };
+    let then = if restart { ", will be restarted" } else { "" };
+    let name = &c.name;
+    ToKill {
+        grace: spec.and_then(|p| p.termination_grace_period_seconds),
+        ..kill(
+            s,
+            name,
+            reason,
+            format!("Container {name} failed {what} probe{then}"),
+        )
+    }
+}
+
+/// [`compute_pod_actions`] where `probe_failed(container_id)` names the liveness or startup probe
+/// that failed for a container.
+pub fn compute_pod_actions_with(
+    pod: &Pod,
+    state: &PodState,
+    probe_failed: &dyn Fn(&str) -> Option<Kind>,
+) -> PodActions {
     let Some(spec) = pod.spec.as_ref() else {
         return PodActions {
             kill_pod: true,
@@ -138,12 +204,20 @@ pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
     let deleting = pod.metadata.deletion_timestamp.is_some();
     let inits = spec.init_containers.as_deref().unwrap_or_default();
     let newest = |name: &str| state.newest(name);
-    let (create, attempt, sandbox_id) = sandbox_changed(pod, state);
+    let (mut create, mut attempt, sandbox_id) = sandbox_changed(pod, state);
+    // Also when the sandbox is to be recreated anyway (e.g. a sync that stopped the old one
+    // failed before it started the new one): the cgroups under the old class must still go.
+    let qos_changed = !deleting && qos_changed(pod, state);
+    if qos_changed && !create {
+        create = true;
+        attempt += 1;
+    }
     let mut a = PodActions {
         kill_pod: create,
         create_sandbox: create,
         sandbox_id,
         attempt,
+        qos_changed,
         ..Default::default()
     };
 
@@ -251,6 +325,9 @@ pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
                             ),
                         ));
                         a.init_to_start.push(i);
+                    } else if let Some(probe) = probe_failed(&s.id) {
+                        a.containers_to_kill.push(probe_kill(s, ic, probe, true));
+                        a.init_to_start.push(i);
                     }
                 }
                 _ => a.init_to_start.push(i),
@@ -275,7 +352,16 @@ pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
                         format!("Container {} definition changed, will be restarted", c.name),
                     ));
                     a.containers_to_start.push(i);
+                } else if let Some(probe) = probe_failed(&s.id).filter(|_| !deleting) {
+                    let restart = policy != "Never";
+                    a.containers_to_kill.push(probe_kill(s, c, probe, restart));
+                    if restart {
+                        a.containers_to_start.push(i);
+                    }
                 } else {
+                    if !deleting && resources_changed(c, s) {
+                        a.containers_to_resize.push(i);
+                    }
                     keep += 1;
                 }
             }
@@ -385,6 +471,7 @@ mod tests {
             sandboxes: vec![sandbox("sb", true, 0, 1)],
             sandbox_status: Some(sandbox_status("sb", POD_NS, "10.0.0.2")),
             containers,
+            ..Default::default()
         }
     }
 
@@ -407,6 +494,137 @@ mod tests {
     }
 
     use api::ContainerState::{ContainerExited as EXITED, ContainerRunning as RUNNING};
+
+    fn with_resources(
+        c: &Container,
+        requests: &[(&str, &str)],
+        limits: &[(&str, &str)],
+    ) -> Container {
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let q = |pairs: &[(&str, &str)]| {
+            (!pairs.is_empty()).then(|| {
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                    .collect()
+            })
+        };
+        Container {
+            resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                requests: q(requests),
+                limits: q(limits),
+                ..Default::default()
+            }),
+            ..c.clone()
+        }
+    }
+
+    /// A running instance of `c` that was created with `c`'s resources, in a sandbox created for
+    /// the QoS class `qos`.
+    fn applied(c: &Container) -> api::ContainerStatus {
+        let mut s = status(c, RUNNING, 0);
+        let r = super::super::container_resources(c).unwrap();
+        s.annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            super::super::resources_label(&r),
+        );
+        s
+    }
+
+    fn in_qos_sandbox(mut s: PodState, qos: &str) -> PodState {
+        s.sandboxes[0]
+            .annotations
+            .insert(labels::POD_QOS_CLASS.to_owned(), qos.to_owned());
+        s
+    }
+
+    #[test]
+    fn resource_change_within_the_qos_class_resizes_in_place() {
+        let g = &[("cpu", "500m"), ("memory", "64Mi")][..];
+        let old = with_resources(&container("a"), g, g);
+        let s = in_qos_sandbox(ready(vec![applied(&old)]), "Guaranteed");
+        // Same resources: nothing.
+        let p = pod("Always", vec![], vec![old.clone()]);
+        assert_eq!(
+            compute_pod_actions(&p, &s).containers_to_resize,
+            Vec::<usize>::new()
+        );
+        // Raised cpu, still Guaranteed: resized, not killed or restarted.
+        let g2 = &[("cpu", "1"), ("memory", "64Mi")][..];
+        let p = pod(
+            "Always",
+            vec![],
+            vec![with_resources(&container("a"), g2, g2)],
+        );
+        let a = compute_pod_actions(&p, &s);
+        assert_eq!(
+            a,
+            PodActions {
+                sandbox_id: Some("sb".into()),
+                containers_to_resize: vec![0],
+                ..Default::default()
+            }
+        );
+        // Lowered memory: resized too.
+        let g3 = &[("cpu", "500m"), ("memory", "32Mi")][..];
+        let p = pod(
+            "Always",
+            vec![],
+            vec![with_resources(&container("a"), g3, g3)],
+        );
+        assert_eq!(compute_pod_actions(&p, &s).containers_to_resize, vec![0]);
+        // Deleting: no resize.
+        let mut p = p;
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert!(compute_pod_actions(&p, &s).containers_to_resize.is_empty());
+    }
+
+    #[test]
+    fn resources_unknown_to_the_runtime_are_not_resized() {
+        // A container created before resources were recorded (no annotation): left alone.
+        let c = with_resources(&container("a"), &[("cpu", "1")], &[]);
+        let p = pod("Always", vec![], vec![c.clone()]);
+        let s = ready(vec![status(
+            &with_resources(&c, &[("cpu", "2")], &[]),
+            RUNNING,
+            0,
+        )]);
+        assert!(compute_pod_actions(&p, &s).containers_to_resize.is_empty());
+    }
+
+    #[test]
+    fn qos_class_change_recreates_the_pod() {
+        let g = &[("cpu", "500m"), ("memory", "64Mi")][..];
+        let old = with_resources(&container("a"), g, g);
+        let s = in_qos_sandbox(ready(vec![applied(&old)]), "Guaranteed");
+        // Guaranteed -> Burstable (limits dropped): kill, new sandbox (next attempt), start.
+        let new = with_resources(&container("a"), g, &[]);
+        let p = pod("Always", vec![], vec![new]);
+        let a = compute_pod_actions(&p, &s);
+        assert_eq!(
+            a,
+            PodActions {
+                kill_pod: true,
+                create_sandbox: true,
+                sandbox_id: Some("sb".into()),
+                attempt: 1,
+                qos_changed: true,
+                containers_to_start: vec![0],
+                ..Default::default()
+            }
+        );
+        // The old sandbox already stopped (a sync failed half-way): still seen, one attempt on.
+        let mut stopped = s.clone();
+        stopped.sandboxes[0].state = api::PodSandboxState::SandboxNotready as i32;
+        let a = compute_pod_actions(&p, &stopped);
+        assert!(a.qos_changed && a.create_sandbox);
+        assert_eq!(a.attempt, 1);
+        // A sandbox without the annotation (created before it was recorded): no change seen.
+        let s = ready(vec![applied(&old)]);
+        assert!(!compute_pod_actions(&p, &s).qos_changed);
+    }
 
     #[test]
     fn new_pod_creates_sandbox_and_starts_all() {
@@ -682,5 +900,76 @@ mod tests {
         assert!(a.containers_to_start.is_empty() && !a.create_sandbox);
         let a = compute_pod_actions(&p, &PodState::default());
         assert!(!a.create_sandbox);
+    }
+
+    #[test]
+    fn failed_liveness_kills_and_restarts_by_policy() {
+        let (c1, c2) = (container("a"), container("b"));
+        let failed = |id: &str| (id == "a-id").then_some(Kind::Liveness);
+        let s = ready(vec![status(&c1, RUNNING, 0), status(&c2, RUNNING, 0)]);
+        for policy in ["Always", "OnFailure"] {
+            let p = pod(policy, vec![], vec![c1.clone(), c2.clone()]);
+            let a = compute_pod_actions_with(&p, &s, &failed);
+            assert_eq!(a.containers_to_start, [0], "{policy}");
+            assert_eq!(
+                a.containers_to_kill,
+                [ToKill {
+                    id: "a-id".into(),
+                    name: "a".into(),
+                    reason: "LivenessProbe",
+                    message: "Container a failed liveness probe, will be restarted".into(),
+                    grace: None,
+                }]
+            );
+            assert!(!a.kill_pod);
+        }
+        // Never: killed, not restarted; the other container keeps the pod going.
+        let p = pod("Never", vec![], vec![c1.clone(), c2.clone()]);
+        let a = compute_pod_actions_with(&p, &s, &failed);
+        assert!(a.containers_to_start.is_empty() && !a.kill_pod);
+        assert_eq!(
+            a.containers_to_kill[0].message,
+            "Container a failed liveness probe"
+        );
+        // Never with nothing else running: the pod is done.
+        let p = pod("Never", vec![], vec![c1.clone()]);
+        let a = compute_pod_actions_with(&p, &ready(vec![status(&c1, RUNNING, 0)]), &failed);
+        assert!(a.kill_pod && a.terminal);
+    }
+
+    #[test]
+    fn failed_startup_kills_and_a_changed_spec_wins() {
+        let mut c = container("a");
+        c.startup_probe = Some(k8s_openapi::api::core::v1::Probe {
+            termination_grace_period_seconds: Some(7),
+            ..Default::default()
+        });
+        let p = pod("Always", vec![], vec![c.clone()]);
+        let startup = |_: &str| Some(Kind::Startup);
+        let a = compute_pod_actions_with(&p, &ready(vec![status(&c, RUNNING, 0)]), &startup);
+        assert_eq!(a.containers_to_kill[0].reason, "StartupProbe");
+        assert_eq!(
+            a.containers_to_kill[0].grace,
+            Some(7),
+            "the probe's grace period"
+        );
+        assert_eq!(a.containers_to_start, [0]);
+        let mut changed = c.clone();
+        changed.args = Some(vec!["x".into()]);
+        let p = pod("Always", vec![], vec![changed]);
+        let a = compute_pod_actions_with(&p, &ready(vec![status(&c, RUNNING, 0)]), &startup);
+        assert_eq!(a.containers_to_kill[0].reason, "Changed");
+    }
+
+    #[test]
+    fn sidecar_failing_liveness_is_restarted() {
+        let (s1, app) = (sidecar("s1"), container("a"));
+        let p = pod("Never", vec![s1.clone()], vec![app.clone()]);
+        let st = ready(vec![status(&app, RUNNING, 0), status(&s1, RUNNING, 0)]);
+        let failed = |id: &str| (id == "s1-id").then_some(Kind::Liveness);
+        let a = compute_pod_actions_with(&p, &st, &failed);
+        assert_eq!(a.init_to_start, [0]);
+        assert_eq!(a.containers_to_kill[0].reason, "LivenessProbe");
+        assert!(a.containers_to_start.is_empty());
     }
 }

@@ -17,3 +17,9 @@ pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationM
 pub const PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
 /// `init`, `sidecar` or `app`: the container's turn when the pod is killed.
 pub const CONTAINER_TYPE: &str = "swiftlet.io/container-type";
+/// Sandbox annotation: the pod's QoS class when its sandbox was created (a change recreates the
+/// pod under the new QoS cgroup).
+pub const POD_QOS_CLASS: &str = "swiftlet.io/qos-class";
+/// Container annotation: the cgroup resources the container was created with ("shares quota
+/// period memory"); after an in-place resize the agent remembers the applied ones.
+pub const CONTAINER_RESOURCES: &str = "swiftlet.io/resources";

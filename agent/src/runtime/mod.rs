@@ -9,7 +9,7 @@ use crate::cm::{self, ContainerManager};
 use crate::cri::{self, Cri};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -148,6 +148,8 @@ pub struct PodState {
     pub sandbox_status: Option<api::PodSandboxStatus>,
     /// Every container of the pod, newest first, with full status.
     pub containers: Vec<api::ContainerStatus>,
+    /// Why the pod's last in-place resize was refused or failed.
+    pub resize_error: Option<String>,
 }
 
 impl PodState {
@@ -189,6 +191,13 @@ pub struct SyncOutcome {
     pub terminal: bool,
     /// What this sync decided.
     pub actions: actions::PodActions,
+    /// What the runtime holds for the pod after this sync, when the sync knows it without asking
+    /// again: the state it read (nothing was changed) or that state plus the sandbox and
+    /// containers it started. `None` when it stopped something or a start failed: then the
+    /// caller reads the runtime.
+    pub state: Option<PodState>,
+    /// The containers this sync started, in start order, as the runtime would report them now.
+    started: Vec<api::ContainerStatus>,
 }
 
 impl SyncOutcome {
@@ -210,6 +219,40 @@ pub struct Manager {
     cm: ContainerManager,
     cfg: Config,
     backoff: Arc<Mutex<Backoffs>>,
+    /// Liveness and startup results: a failed probe kills its container.
+    probes: crate::prober::Results,
+    known: Arc<Mutex<Known>>,
+    resize: Arc<Mutex<ResizeState>>,
+}
+
+/// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
+/// full relist did not have and this agent has not started a sandbox for since holds nothing
+/// (only this agent creates objects with its node name). A new pod's first sync then skips the
+/// read of its runtime state, which under load queues behind other pods' RunPodSandbox.
+#[derive(Debug, Default)]
+struct Known {
+    /// UIDs of the last successful relist; `None` before the first (nothing is known then:
+    /// a previous agent may have left pods to adopt).
+    relisted: Option<HashSet<String>>,
+    /// UIDs this agent ran a sandbox for, until `kill_pod` removed everything of the pod.
+    created: HashSet<String>,
+}
+
+impl Known {
+    fn holds_nothing(&self, uid: &str) -> bool {
+        self.relisted
+            .as_ref()
+            .is_some_and(|r| !r.contains(uid) && !self.created.contains(uid))
+    }
+}
+
+/// What in-place resizes left behind (annotations cannot change after create).
+#[derive(Default)]
+struct ResizeState {
+    /// Container ID -> the resources label applied by UpdateContainerResources.
+    applied: HashMap<String, String>,
+    /// Pod UID -> why its last resize was refused or failed.
+    errors: HashMap<String, String>,
 }
 
 const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
@@ -250,7 +293,20 @@ impl Manager {
             cm,
             cfg,
             backoff: Arc::default(),
+            probes: crate::prober::Results::default(),
+            known: Arc::default(),
+            resize: Arc::default(),
         }
+    }
+
+    /// Lets failed liveness and startup probes kill their containers.
+    pub fn with_probe_results(mut self, probes: crate::prober::Results) -> Self {
+        self.probes = probes;
+        self
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn cri(&self) -> &Cri {
@@ -318,6 +374,7 @@ impl Manager {
             e.sandboxes.sort();
             e.containers.sort();
         }
+        self.known().relisted = Some(out.keys().cloned().collect());
         Ok(out)
     }
 
@@ -343,10 +400,12 @@ impl Manager {
             }
         }
         containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        let resize_error = self.overlay_resized(uid, &mut containers);
         Ok(PodState {
             sandboxes,
             sandbox_status,
             containers,
+            resize_error,
         })
     }
 
@@ -369,13 +428,23 @@ impl Manager {
                 what: "volumes".into(),
             });
         }
-        let state = self.pod_state(uid).await.map_err(Self::cri_err(&name))?;
-        let actions = actions::compute_pod_actions(pod, &state);
+        let known_empty = self.known().holds_nothing(uid);
+        let state = if known_empty {
+            PodState::default()
+        } else {
+            self.pod_state(uid).await.map_err(Self::cri_err(&name))?
+        };
+        let actions =
+            actions::compute_pod_actions_with(pod, &state, &|id| self.probes.kill_reason(id));
         tracing::debug!(pod = %name, ?actions, "computed pod actions");
         let mut outcome = SyncOutcome {
             terminal: actions.terminal,
             ..Default::default()
         };
+        // The sync changes what already runs: the state read before it is stale afterwards.
+        let stops = actions.kill_pod
+            || !actions.containers_to_kill.is_empty()
+            || !actions.containers_to_resize.is_empty();
 
         if actions.kill_pod {
             if actions.create_sandbox && actions.sandbox_id.is_some() {
@@ -385,21 +454,31 @@ impl Manager {
             }
             self.stop_runtime_pod(&name, &state, grace_period_secs(pod), false)
                 .await?;
+            if actions.qos_changed {
+                self.leave_old_qos_cgroup(pod, uid, &name)?;
+            }
         } else {
             let started = Instant::now();
             for k in &actions.containers_to_kill {
                 tracing::info!(pod = %name, container = %k.name, reason = k.reason, message = %k.message, "killing container");
                 if let Some(st) = state.containers.iter().find(|c| c.id == k.id) {
-                    self.kill_container(&name, st, grace_period_secs(pod), started)
-                        .await?;
+                    let grace = k.grace.unwrap_or_else(|| grace_period_secs(pod));
+                    self.kill_container(&name, st, grace, started).await?;
                 }
             }
+        }
+        if !actions.kill_pod && !actions.containers_to_resize.is_empty() {
+            self.resize_in_place(pod, uid, &name, &state, &actions.containers_to_resize)
+                .await;
         }
         if !actions.create_sandbox
             && actions.init_to_start.is_empty()
             && actions.containers_to_start.is_empty()
         {
             outcome.actions = actions;
+            if !stops {
+                outcome.state = Some(state);
+            }
             return Ok(outcome);
         }
 
@@ -410,12 +489,14 @@ impl Manager {
                 pod: name.clone(),
                 source,
             })?;
+        let mut after = (!stops).then(|| state.clone());
         let (sandbox_id, sandbox_config) = match (&actions.sandbox_id, actions.create_sandbox) {
             (Some(id), false) => (
                 id.clone(),
                 self.sandbox_config(pod, uid, actions.attempt, &cgroup),
             ),
             _ => {
+                self.known().created.insert(uid.to_owned());
                 let config = self.sandbox_config(pod, uid, actions.attempt, &cgroup);
                 let log_dir = PathBuf::from(&config.log_directory);
                 if let Err(e) = std::fs::create_dir_all(&log_dir) {
@@ -427,6 +508,11 @@ impl Manager {
                     .await
                     .map_err(Self::cri_err(&name))?;
                 tracing::info!(pod = %name, sandbox = %id, attempt = actions.attempt, "sandbox started");
+                if let Some(a) = &mut after
+                    && !self.add_started_sandbox(pod, &id, &config, a).await
+                {
+                    after = None;
+                }
                 (id, config)
             }
         };
@@ -471,7 +557,51 @@ impl Manager {
             }
         }
         outcome.actions = actions;
+        if let Some(mut after) = after.filter(|_| outcome.waiting.is_empty()) {
+            // Newest first, as `pod_state` orders them.
+            after
+                .containers
+                .splice(0..0, outcome.started.drain(..).rev());
+            outcome.state = Some(after);
+        }
         Ok(outcome)
+    }
+
+    /// Adds the sandbox this sync just ran to `after`. Its status is read only for a pod-network
+    /// pod (for the pod IP); a host-network sandbox's status holds nothing the pod status shows.
+    /// False when that read failed: then `after` is not known.
+    async fn add_started_sandbox(
+        &self,
+        pod: &Pod,
+        id: &str,
+        config: &api::PodSandboxConfig,
+        after: &mut PodState,
+    ) -> bool {
+        let created_at = now_nanos();
+        after.sandboxes.insert(
+            0,
+            api::PodSandbox {
+                id: id.to_owned(),
+                metadata: config.metadata.clone(),
+                state: api::PodSandboxState::SandboxReady as i32,
+                created_at,
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
+                ..Default::default()
+            },
+        );
+        after.sandbox_status = if Self::host_network(pod) {
+            Some(api::PodSandboxStatus {
+                id: id.to_owned(),
+                metadata: config.metadata.clone(),
+                state: api::PodSandboxState::SandboxReady as i32,
+                created_at,
+                ..Default::default()
+            })
+        } else {
+            self.cri.pod_sandbox_status(id).await.ok().flatten()
+        };
+        after.sandbox_status.is_some()
     }
 
     /// Starts one container unless it is in crash-loop back-off. `Ok(true)` when started,
@@ -485,8 +615,13 @@ impl Manager {
     ) -> std::result::Result<bool, ()> {
         let hash = hash::container_hash(c);
         let prev = t.state.newest(&c.name);
-        if let Some(prev) = prev.filter(|p| p.state == api::ContainerState::ContainerExited as i32)
-        {
+        // The kubelet's doBackOff: from the newest instance that exited, even when a newer one
+        // was running (killed for a failed liveness probe, it backs off from its predecessor).
+        let exited = t.state.containers.iter().find(|s| {
+            s.state == api::ContainerState::ContainerExited as i32
+                && s.metadata.as_ref().is_some_and(|m| m.name == c.name)
+        });
+        if let Some(prev) = exited {
             let key = format!("{}_{}_{}", t.uid, c.name, hash::hash_label(hash));
             let now = now_nanos();
             let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
@@ -512,7 +647,10 @@ impl Manager {
             .and_then(|p| p.metadata.as_ref())
             .map_or(0, |m| m.attempt + 1);
         match self.start_container(t, c, kind, restart_count, hash).await {
-            Ok(()) => Ok(true),
+            Ok(started) => {
+                outcome.started.push(started);
+                Ok(true)
+            }
             Err(e) => {
                 tracing::warn!(pod = %t.name, container = %c.name, error = %e, "starting container");
                 let retry = e.retry_after();
@@ -529,45 +667,65 @@ impl Manager {
         kind: ContainerKind,
         restart_count: u32,
         hash: u64,
-    ) -> Result<()> {
+    ) -> Result<api::ContainerStatus> {
         let image = container.image.clone().unwrap_or_default();
-        self.ensure_image(t.name, t.uid, container, &image).await?;
+        let image_ref = self.ensure_image(t.name, t.uid, container, &image).await?;
         let config = self.container_config(t.pod, t.uid, container, kind, restart_count, hash)?;
         let id = self
             .cri
-            .create_container(t.sandbox_id, config, t.sandbox_config.clone())
+            .create_container(t.sandbox_id, config.clone(), t.sandbox_config.clone())
             .await
             .map_err(Self::cri_err(t.name))?;
+        let created_at = now_nanos();
         self.cri
             .start_container(&id)
             .await
             .map_err(Self::cri_err(t.name))?;
         tracing::info!(pod = %t.name, container = %container.name, id = %id, restart_count, kind = kind.as_str(), "container started");
-        Ok(())
+        // What ContainerStatus would say now (StartContainer returned: the container runs). The
+        // next relist replaces it with the runtime's own answer.
+        Ok(api::ContainerStatus {
+            id,
+            metadata: config.metadata,
+            state: api::ContainerState::ContainerRunning as i32,
+            created_at,
+            started_at: now_nanos(),
+            image: config.image,
+            image_ref,
+            labels: config.labels,
+            annotations: config.annotations,
+            log_path: config.log_path,
+            ..Default::default()
+        })
     }
 
     /// Makes the image present as the pull policy says (default IfNotPresent). A failed pull
     /// backs off per pod and image (10 s doubling to 300 s): ErrImagePull, then ImagePullBackOff.
+    /// Returns the image's reference (its id) as the runtime knows it.
     async fn ensure_image(
         &self,
         pod: &str,
         uid: &str,
         container: &Container,
         image: &str,
-    ) -> Result<()> {
+    ) -> Result<String> {
         let policy = container
             .image_pull_policy
             .as_deref()
             .unwrap_or("IfNotPresent");
-        let present = || async {
+        let found = if policy == "Always" {
+            None
+        } else {
             self.cri
                 .image_status(image)
                 .await
-                .map(|i| i.is_some())
-                .map_err(Self::cri_err(pod))
+                .map_err(Self::cri_err(pod))?
+                .map(|i| i.id)
         };
-        let pull = policy == "Always" || (policy != "Never" && !present().await?);
-        if pull {
+        if let Some(id) = found {
+            return Ok(id);
+        }
+        if policy != "Never" {
             let key = format!("{uid}_{image}");
             let now = now_nanos();
             let left = self
@@ -587,25 +745,27 @@ impl Manager {
             let res = self.cri.pull_image(image).await;
             let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
             match res {
-                Ok(_) => backoffs.image.forget(&key),
+                Ok(image_ref) => {
+                    backoffs.image.forget(&key);
+                    Ok(image_ref)
+                }
                 Err(source) => {
                     backoffs.image.next(&key, now, now_nanos());
-                    return Err(Error::ImagePull {
+                    Err(Error::ImagePull {
                         pod: pod.to_owned(),
                         container: container.name.clone(),
                         image: image.to_owned(),
                         source,
-                    });
+                    })
                 }
             }
-        } else if policy == "Never" && !present().await? {
-            return Err(Error::ImageNeverPull {
+        } else {
+            Err(Error::ImageNeverPull {
                 pod: pod.to_owned(),
                 container: container.name.clone(),
                 image: image.to_owned(),
-            });
+            })
         }
-        Ok(())
     }
 
     fn pod_labels(&self, pod: &Pod, uid: &str) -> HashMap<String, String> {
@@ -684,13 +844,16 @@ impl Manager {
             .into_iter()
             .collect::<HashMap<_, _>>();
         labels.extend(self.pod_labels(pod, uid));
-        let annotations = pod
+        let mut annotations: HashMap<String, String> = pod
             .metadata
             .annotations
             .clone()
             .unwrap_or_default()
             .into_iter()
             .collect();
+        if let Ok(qos) = cm::pod_qos(pod) {
+            annotations.insert(labels::POD_QOS_CLASS.to_owned(), qos.as_str().to_owned());
+        }
         let port_mappings = spec
             .map(|s| s.containers.as_slice())
             .unwrap_or_default()
@@ -805,6 +968,10 @@ impl Manager {
             pod: name.clone(),
             source,
         })?;
+        annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            resources_label(&resources),
+        );
         let sc = c.security_context.as_ref();
         Ok(api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
@@ -1011,6 +1178,133 @@ impl Manager {
         self.stop_runtime_pod(name, &state, grace, false).await
     }
 
+    /// Puts the resources applied by in-place resizes over the create-time annotation of each
+    /// container, forgets containers that are gone; returns the pod's resize error.
+    fn overlay_resized(
+        &self,
+        uid: &str,
+        containers: &mut [api::ContainerStatus],
+    ) -> Option<String> {
+        let r = self.resize.lock().unwrap_or_else(|p| p.into_inner());
+        if r.applied.is_empty() && r.errors.is_empty() {
+            return None;
+        }
+        for c in containers.iter_mut() {
+            if let Some(applied) = r.applied.get(&c.id) {
+                c.annotations
+                    .insert(labels::CONTAINER_RESOURCES.to_owned(), applied.clone());
+            }
+        }
+        r.errors.get(uid).cloned()
+    }
+
+    /// After a QoS class change: the pod's cgroups under other classes go (the kubelet leaves
+    /// the old one behind until the pod is deleted).
+    fn leave_old_qos_cgroup(&self, pod: &Pod, uid: &str, name: &str) -> Result<()> {
+        let err = |source| Error::Cgroup {
+            pod: name.to_owned(),
+            source,
+        };
+        let qos = cm::pod_qos(pod).map_err(err)?;
+        tracing::info!(pod = %name, qos = qos.as_str(), "QoS class changed: pod recreated under the new QoS cgroup");
+        self.cm
+            .destroy_pod_cgroups_except(uid, Some(qos))
+            .map_err(err)
+    }
+
+    /// In-place resize (KEP-1287): the pod cgroup and each container's resources through CRI
+    /// `UpdateContainerResources`, no restart. A pod memory limit below what the pod uses now is
+    /// refused. The outcome is kept for the status.
+    async fn resize_in_place(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        name: &str,
+        state: &PodState,
+        indices: &[usize],
+    ) {
+        let result = self.try_resize(pod, uid, state, indices).await;
+        let mut r = self.resize.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(applied) => {
+                tracing::info!(pod = %name, containers = applied.len(), "resized in place");
+                r.errors.remove(uid);
+                let live: std::collections::HashSet<&str> =
+                    state.containers.iter().map(|c| c.id.as_str()).collect();
+                r.applied.retain(|id, _| live.contains(id.as_str()));
+                r.applied.extend(applied);
+            }
+            Err(message) => {
+                tracing::warn!(pod = %name, %message, "resize not done");
+                r.errors.insert(uid.to_owned(), message);
+            }
+        }
+    }
+
+    async fn try_resize(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        state: &PodState,
+        indices: &[usize],
+    ) -> std::result::Result<Vec<(String, String)>, String> {
+        let spec = pod.spec.as_ref().ok_or("no spec")?;
+        let qos = cm::pod_qos(pod).map_err(|e| e.to_string())?;
+        let cgroup = self
+            .cm
+            .pod_cgroup_name(uid, qos)
+            .map_err(|e| e.to_string())?;
+        let rc = cm::resource_config_for_pod(pod).map_err(|e| e.to_string())?;
+        if let Some(limit) = rc.memory_limit {
+            let usage = self.cm.memory_usage(&cgroup).map_err(|e| e.to_string())?;
+            if limit < usage {
+                return Err(format!(
+                    "pod memory limit {limit} is below the pod's current memory usage {usage}: resize refused"
+                ));
+            }
+        }
+        let mut updates = Vec::new();
+        for &i in indices {
+            let Some(c) = spec.containers.get(i) else {
+                continue;
+            };
+            let Some(st) = state.newest(&c.name) else {
+                continue;
+            };
+            updates.push((
+                st.id.clone(),
+                container_resources(c).map_err(|e| e.to_string())?,
+            ));
+        }
+        // First the pod cgroup's limits that grow, then the containers, then the pod cgroup's
+        // limits that shrink: a parent's limit must hold its children's.
+        let grown = self
+            .cm
+            .grown_config(&cgroup, &rc)
+            .map_err(|e| format!("reading the pod cgroup: {e}"))?;
+        self.cm
+            .apply(&cgroup, &grown)
+            .map_err(|e| format!("updating the pod cgroup: {e}"))?;
+        let mut applied = Vec::new();
+        for (id, res) in updates {
+            let label = resources_label(&res);
+            self.cri
+                .update_container_resources(&id, res)
+                .await
+                .map_err(|e| format!("UpdateContainerResources {id}: {e}"))?;
+            applied.push((id, label));
+        }
+        self.cm
+            .ensure_pod_cgroup(pod, uid)
+            .map_err(|e| format!("updating the pod cgroup: {e}"))?;
+        Ok(applied)
+    }
+
+    /// The container manager (pod cgroups).
+    pub fn cm(&self) -> &ContainerManager {
+        &self.cm
+    }
+
     /// Forgets back-off entries untouched for ten minutes (for housekeeping; a killed pod's
     /// entries are forgotten by `kill_pod` already).
     pub fn gc_backoffs(&self) {
@@ -1034,19 +1328,12 @@ impl Manager {
         let state = self.pod_state(uid).await.map_err(Self::cri_err(name))?;
         self.stop_runtime_pod(name, &state, grace, true).await?;
         // Without the spec (orphans) the QoS class is unknown: try the pod's place under each.
-        for qos in [
-            cm::QosClass::Guaranteed,
-            cm::QosClass::Burstable,
-            cm::QosClass::BestEffort,
-        ] {
-            self.cm
-                .pod_cgroup_name(uid, qos)
-                .and_then(|cg| self.cm.destroy_pod_cgroup(&cg))
-                .map_err(|source| Error::Cgroup {
-                    pod: name.to_owned(),
-                    source,
-                })?;
-        }
+        self.cm
+            .destroy_pod_cgroups(uid)
+            .map_err(|source| Error::Cgroup {
+                pod: name.to_owned(),
+                source,
+            })?;
         for s in &state.sandboxes {
             if let Some(m) = &s.metadata {
                 let dir = self
@@ -1064,12 +1351,21 @@ impl Manager {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .forget_prefix(&format!("{uid}_"));
+        self.known().created.remove(uid);
         Ok(())
     }
 }
 
+/// The resources part that a resize compares: "shares quota period memory".
+pub(crate) fn resources_label(r: &api::LinuxContainerResources) -> String {
+    format!(
+        "{} {} {} {}",
+        r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes
+    )
+}
+
 /// The container's own cgroup limits (CPU shares, CFS quota, memory limit).
-fn container_resources(c: &Container) -> cm::Result<api::LinuxContainerResources> {
+pub(crate) fn container_resources(c: &Container) -> cm::Result<api::LinuxContainerResources> {
     let r = c.resources.as_ref();
     let get = |m: Option<
         &std::collections::BTreeMap<
@@ -1098,4 +1394,25 @@ fn container_resources(c: &Container) -> cm::Result<api::LinuxContainerResources
         memory_limit_in_bytes: lim_mem.unwrap_or(0) as i64,
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Known;
+    use std::collections::HashSet;
+
+    #[test]
+    fn a_pod_holds_nothing_only_when_the_last_relist_and_our_own_starts_say_so() {
+        let mut k = Known::default();
+        // Before the first relist a previous agent's pods may be there to adopt.
+        assert!(!k.holds_nothing("a"));
+        k.relisted = Some(HashSet::from(["b".to_owned()]));
+        assert!(k.holds_nothing("a"));
+        assert!(!k.holds_nothing("b"), "the relist found it");
+        // A sandbox started after the relist listed the runtime.
+        k.created.insert("a".to_owned());
+        assert!(!k.holds_nothing("a"));
+        k.created.remove("a");
+        assert!(k.holds_nothing("a"));
+    }
 }

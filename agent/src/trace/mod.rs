@@ -526,6 +526,8 @@ pub struct PodView {
     pub namespace: String,
     pub name: String,
     pub e2e_ms: Option<f64>,
+    /// End-to-end minus the time a CRI call for the pod was in flight.
+    pub agent_ms: Option<f64>,
     pub complete: bool,
     pub phases: Vec<PhaseView>,
     pub marks: Vec<Mark>,
@@ -560,6 +562,7 @@ impl Tracer {
                 .into_iter()
                 .map(|p| PodView {
                     e2e_ms: p.e2e_ms(),
+                    agent_ms: p.agent_ms(),
                     complete: p.complete(kernel),
                     phases: p
                         .breakdown()

@@ -310,6 +310,33 @@ impl PodRecord {
         Some(last.end_ns.saturating_sub(first.start_ns) as f64 / 1e6)
     }
 
+    /// The agent's own share of the start, in ms: end-to-end minus the time some CRI call for
+    /// this pod was in flight (the union of its spans within the breakdown), once Running was
+    /// observed. Scheduling delays between calls, file and cgroup work, the status update: all
+    /// count as the agent's; a container's exec seen after Running does not.
+    pub fn agent_ms(&self) -> Option<f64> {
+        let running = self.running_observed_ns?;
+        let phases = self.breakdown();
+        let start = phases.first()?.start_ns;
+        let end = running.max(start);
+        let mut spans: Vec<(u64, u64)> = self
+            .cri
+            .iter()
+            .filter_map(|s| Some((s.begin_ns.max(start), s.end_ns?.min(end))))
+            .filter(|(b, e)| b < e)
+            .collect();
+        spans.sort_unstable();
+        let (mut in_cri, mut covered_to) = (0, start);
+        for (b, e) in spans {
+            let b = b.max(covered_to);
+            if e > b {
+                in_cri += e - b;
+                covered_to = e;
+            }
+        }
+        Some((end - start).saturating_sub(in_cri) as f64 / 1e6)
+    }
+
     /// True once every phase the observers can see has been seen: Running observed, and with
     /// `kernel` (probes loaded) the pod cgroup, and each container's StartContainer return and
     /// first exec.
@@ -483,6 +510,21 @@ mod tests {
         );
         assert_eq!(exec.ms(), 5.0);
         assert!(pod.complete(true));
+    }
+
+    #[test]
+    fn agent_time_is_e2e_minus_the_union_of_cri_calls() {
+        let mut pod = full();
+        // 100 ms end to end, 46 + 5 + 32 ms in CRI calls.
+        assert_eq!(pod.agent_ms(), Some(17.0));
+        // An image check overlapping CreateContainer adds only its uncovered 2 ms.
+        pod.cri.push(span("ImageStatus", 150, 153));
+        assert_eq!(pod.agent_ms(), Some(15.0));
+        // Waiting for an exec after Running was observed is not the agent's.
+        pod.execs[1].first_exec_ns = 205 * MS;
+        assert_eq!(pod.agent_ms(), Some(15.0));
+        pod.running_observed_ns = None;
+        assert_eq!(pod.agent_ms(), None);
     }
 
     #[test]

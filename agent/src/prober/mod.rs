@@ -1,0 +1,603 @@
+//! Liveness, readiness and startup probes (kubelet-behaviour.md §3 #22).
+//!
+//! * [`Manager`] keeps one [`worker`] task per pod container and probe kind. Pod workers call
+//!   [`Manager::add_pod`] before each sync (idempotent), [`Manager::stop_liveness_and_startup`]
+//!   when the pod starts terminating and [`Manager::remove_pod`] once it is stopped.
+//! * A worker reads the container's ID, start time and the pod IP from the status manager, runs
+//!   its probe every `periodSeconds` ([`probe`]: exec through CRI `ExecSync`, httpGet, tcpSocket)
+//!   and records the result in [`Results`] once `successThreshold` / `failureThreshold`
+//!   consecutive results agree.
+//! * [`Results`] is shared: the status uses readiness and startup results for a container's
+//!   `ready` and `started`, the runtime kills a container whose liveness or startup probe failed,
+//!   and every change is sent to the sync loop, which then syncs the pod.
+use crate::runtime::actions::is_sidecar;
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub mod probe;
+pub mod worker;
+
+/// The three kinds of probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Liveness,
+    Readiness,
+    Startup,
+}
+
+impl Kind {
+    /// The name the kubelet's metrics use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Liveness => "Liveness",
+            Kind::Readiness => "Readiness",
+            Kind::Startup => "Startup",
+        }
+    }
+
+    /// The result a container has before its first probe result counts: readiness starts
+    /// failed, liveness succeeded, startup unknown.
+    pub fn initial(self) -> ProbeResult {
+        match self {
+            Kind::Liveness => ProbeResult::Success,
+            Kind::Readiness => ProbeResult::Failure,
+            Kind::Startup => ProbeResult::Unknown,
+        }
+    }
+
+    fn of(self, c: &Container) -> Option<&Probe> {
+        match self {
+            Kind::Liveness => c.liveness_probe.as_ref(),
+            Kind::Readiness => c.readiness_probe.as_ref(),
+            Kind::Startup => c.startup_probe.as_ref(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeResult {
+    Success,
+    Failure,
+    /// The probe could not be run (for example a named port the container does not declare):
+    /// such a run does not count towards either threshold.
+    Unknown,
+}
+
+impl ProbeResult {
+    /// The `result` label of `swiftlet_prober_probe_total`, as the kubelet's.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            ProbeResult::Success => "successful",
+            ProbeResult::Failure => "failed",
+            ProbeResult::Unknown => "unknown",
+        }
+    }
+}
+
+/// A probe result that changed, for the sync loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    pub pod_uid: String,
+    pub container_id: String,
+    pub kind: Kind,
+    pub result: ProbeResult,
+}
+
+/// Probe results by container ID and kind, shared by the prober workers (writers), the status
+/// and the runtime (readers). Cheap to clone. A change is sent on the update channel.
+#[derive(Clone, Default)]
+pub struct Results {
+    inner: Arc<RwLock<HashMap<(String, Kind), ProbeResult>>>,
+    tx: Option<mpsc::UnboundedSender<Update>>,
+}
+
+impl Results {
+    pub fn new(tx: mpsc::UnboundedSender<Update>) -> Self {
+        Self {
+            inner: Arc::default(),
+            tx: Some(tx),
+        }
+    }
+
+    pub fn get(&self, container_id: &str, kind: Kind) -> Option<ProbeResult> {
+        let map = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        map.get(&(container_id.to_owned(), kind)).copied()
+    }
+
+    /// Records a result; a change (or a first value) is sent to the sync loop.
+    pub fn set(&self, pod_uid: &str, container_id: &str, kind: Kind, result: ProbeResult) {
+        let mut map = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let prev = map.insert((container_id.to_owned(), kind), result);
+        drop(map);
+        if prev != Some(result)
+            && let Some(tx) = &self.tx
+        {
+            // The sync loop only stops at shutdown; nothing is lost that matters then.
+            let _ = tx.send(Update {
+                pod_uid: pod_uid.to_owned(),
+                container_id: container_id.to_owned(),
+                kind,
+                result,
+            });
+        }
+    }
+
+    /// Records a container's initial result without telling the sync loop: it changes nothing
+    /// the status or the runtime would do (no result reads the same), so it needs no sync.
+    pub fn set_initial(&self, container_id: &str, kind: Kind) {
+        let mut map = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        map.insert((container_id.to_owned(), kind), kind.initial());
+    }
+
+    pub fn remove(&self, container_id: &str, kind: Kind) {
+        let mut map = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        map.remove(&(container_id.to_owned(), kind));
+    }
+
+    /// The probe whose failure means container `id` must be killed: liveness, then startup.
+    pub fn kill_reason(&self, container_id: &str) -> Option<Kind> {
+        [Kind::Liveness, Kind::Startup]
+            .into_iter()
+            .find(|&k| self.get(container_id, k) == Some(ProbeResult::Failure))
+    }
+
+    /// `(ready, started)` of running container `id` with spec `c` (kubelet `UpdatePodStatus`):
+    /// started once its startup probe succeeded (at once without one); ready once started and its
+    /// readiness probe succeeded (at once without one).
+    pub fn ready_and_started(&self, c: &Container, container_id: &str) -> (bool, bool) {
+        let ok = |kind: Kind| {
+            kind.of(c).is_none() || self.get(container_id, kind) == Some(ProbeResult::Success)
+        };
+        let started = ok(Kind::Startup);
+        (started && ok(Kind::Readiness), started)
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("container {container}: invalid {kind} probe: {reason}")]
+pub struct InvalidProbe {
+    pub container: String,
+    pub kind: &'static str,
+    pub reason: String,
+}
+
+/// What a probe does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handler {
+    Exec(Vec<String>),
+    Http(HttpGet),
+    Tcp {
+        host: Option<String>,
+        port: IntOrString,
+    },
+    Grpc,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpGet {
+    pub host: Option<String>,
+    pub port: IntOrString,
+    pub path: String,
+    pub scheme: String,
+    pub headers: Vec<(String, String)>,
+}
+
+/// A probe with the API defaults applied (period 10 s, timeout 1 s, thresholds 1 and 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub handler: Handler,
+    pub initial_delay: Duration,
+    pub period: Duration,
+    pub timeout: Duration,
+    pub success_threshold: u32,
+    pub failure_threshold: u32,
+}
+
+/// A non-negative seconds field; 0 or unset takes `default` (the API's defaulting).
+fn seconds(v: Option<i32>, default: u32, field: &str) -> Result<u32, String> {
+    match v {
+        None | Some(0) => Ok(default),
+        Some(n) if n < 0 => Err(format!("{field} must not be negative (got {n})")),
+        Some(n) => Ok(n.unsigned_abs()),
+    }
+}
+
+impl Spec {
+    /// Validates a probe of container `container` and applies the defaults.
+    pub fn parse(kind: Kind, container: &str, p: &Probe) -> Result<Spec, InvalidProbe> {
+        Self::parse_inner(kind, p).map_err(|reason| InvalidProbe {
+            container: container.to_owned(),
+            kind: kind.as_str(),
+            reason,
+        })
+    }
+
+    fn parse_inner(kind: Kind, p: &Probe) -> Result<Spec, String> {
+        let mut handlers = Vec::new();
+        if let Some(e) = &p.exec {
+            let cmd = e.command.clone().unwrap_or_default();
+            if cmd.is_empty() {
+                return Err("exec.command is empty".into());
+            }
+            handlers.push(Handler::Exec(cmd));
+        }
+        if let Some(h) = &p.http_get {
+            check_port(&h.port)?;
+            let scheme = h.scheme.clone().unwrap_or_else(|| "HTTP".into());
+            if !matches!(scheme.as_str(), "HTTP" | "HTTPS") {
+                return Err(format!(
+                    "httpGet.scheme must be HTTP or HTTPS (got {scheme:?})"
+                ));
+            }
+            let path = match h.path.as_deref() {
+                None | Some("") => "/".to_owned(),
+                Some(p) if p.starts_with('/') => p.to_owned(),
+                Some(p) => format!("/{p}"),
+            };
+            handlers.push(Handler::Http(HttpGet {
+                host: h.host.clone().filter(|h| !h.is_empty()),
+                port: h.port.clone(),
+                path,
+                scheme,
+                headers: h
+                    .http_headers
+                    .iter()
+                    .flatten()
+                    .map(|h| (h.name.clone(), h.value.clone()))
+                    .collect(),
+            }));
+        }
+        if let Some(t) = &p.tcp_socket {
+            check_port(&t.port)?;
+            handlers.push(Handler::Tcp {
+                host: t.host.clone().filter(|h| !h.is_empty()),
+                port: t.port.clone(),
+            });
+        }
+        if p.grpc.is_some() {
+            handlers.push(Handler::Grpc);
+        }
+        let handler = match handlers.len() {
+            1 => handlers.remove(0),
+            0 => return Err("no handler (exec, httpGet, tcpSocket or grpc)".into()),
+            _ => return Err("more than one handler".into()),
+        };
+        let success_threshold = seconds(p.success_threshold, 1, "successThreshold")?;
+        if kind != Kind::Readiness && success_threshold != 1 {
+            return Err(format!(
+                "successThreshold must be 1 (got {success_threshold})"
+            ));
+        }
+        Ok(Spec {
+            handler,
+            initial_delay: Duration::from_secs(
+                seconds(p.initial_delay_seconds, 0, "initialDelaySeconds")?.into(),
+            ),
+            period: Duration::from_secs(seconds(p.period_seconds, 10, "periodSeconds")?.into()),
+            timeout: Duration::from_secs(seconds(p.timeout_seconds, 1, "timeoutSeconds")?.into()),
+            success_threshold,
+            failure_threshold: seconds(p.failure_threshold, 3, "failureThreshold")?,
+        })
+    }
+}
+
+fn check_port(p: &IntOrString) -> Result<(), String> {
+    match p {
+        IntOrString::Int(n) if !(1..=65535).contains(n) => {
+            Err(format!("port {n} is not between 1 and 65535"))
+        }
+        IntOrString::String(s) if s.is_empty() => Err("port name is empty".into()),
+        _ => Ok(()),
+    }
+}
+
+type Key = (String, String, Kind);
+
+/// A started worker and the container spec it probes.
+struct Running {
+    cancel: CancellationToken,
+    container: Container,
+}
+
+/// Starts and stops the probe workers. Cheap to clone.
+#[derive(Clone)]
+pub struct Manager {
+    workers: Arc<Mutex<HashMap<Key, Running>>>,
+    ctx: worker::Context<probe::Prober, crate::status::StatusManager>,
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+}
+
+impl Manager {
+    pub fn new(
+        results: Results,
+        prober: probe::Prober,
+        status: crate::status::StatusManager,
+        metrics: crate::metrics::Metrics,
+        tracker: TaskTracker,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self {
+            workers: Arc::default(),
+            ctx: worker::Context {
+                results,
+                runner: Arc::new(prober),
+                source: status,
+                metrics: Some(metrics),
+            },
+            tracker,
+            cancel,
+        }
+    }
+
+    /// Starts the workers of the pod's probes that are not running yet and restarts those whose
+    /// container spec changed; stops the ones whose probe is gone (kubelet `AddPod`). An invalid
+    /// probe is logged and gets no worker: a readiness or startup probe then never succeeds, a
+    /// liveness probe never fails.
+    pub fn add_pod(&self, uid: &str, pod: &Pod) {
+        let Some(spec) = pod.spec.as_ref() else {
+            return;
+        };
+        let sidecars = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| is_sidecar(c));
+        let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut shared: Option<Arc<Pod>> = None;
+        let mut wanted = Vec::new();
+        for c in spec.containers.iter().chain(sidecars) {
+            for kind in [Kind::Startup, Kind::Readiness, Kind::Liveness] {
+                let Some(p) = kind.of(c) else { continue };
+                let key = (uid.to_owned(), c.name.clone(), kind);
+                wanted.push(key.clone());
+                match workers.get(&key) {
+                    Some(w) if w.container == *c => continue,
+                    Some(w) => w.cancel.cancel(),
+                    None => {}
+                }
+                let cancel = self.cancel.child_token();
+                workers.insert(
+                    key,
+                    Running {
+                        cancel: cancel.clone(),
+                        container: c.clone(),
+                    },
+                );
+                let spec = match Spec::parse(kind, &c.name, p) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // Logged once per container spec: the entry stays, with no task.
+                        tracing::error!(pod = %crate::runtime::full_name(pod), error = %e, "probe not started");
+                        continue;
+                    }
+                };
+                let pod = shared.get_or_insert_with(|| Arc::new(pod.clone())).clone();
+                let w = worker::Worker::new(self.ctx.clone(), uid, pod, c.clone(), kind, spec);
+                self.tracker.spawn(w.run(cancel));
+            }
+        }
+        workers.retain(|key, w| {
+            let keep = key.0 != uid || wanted.contains(key);
+            if !keep {
+                w.cancel.cancel();
+            }
+            keep
+        });
+    }
+
+    fn stop(&self, uid: &str, kinds: &[Kind]) {
+        let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        workers.retain(|(u, _, kind), w| {
+            let stop = u == uid && kinds.contains(kind);
+            if stop {
+                w.cancel.cancel();
+            }
+            !stop
+        });
+    }
+
+    /// Stops the liveness and startup workers of a terminating pod: nothing is restarted any more.
+    pub fn stop_liveness_and_startup(&self, uid: &str) {
+        self.stop(uid, &[Kind::Liveness, Kind::Startup]);
+    }
+
+    /// Stops every worker of the pod.
+    pub fn remove_pod(&self, uid: &str) {
+        self.stop(uid, &[Kind::Liveness, Kind::Readiness, Kind::Startup]);
+    }
+
+    /// How many workers run (tests, debugging).
+    pub fn worker_count(&self) -> usize {
+        self.workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ExecAction, HTTPGetAction, TCPSocketAction};
+
+    fn exec() -> Probe {
+        Probe {
+            exec: Some(ExecAction {
+                command: Some(vec!["true".into()]),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_apis() {
+        let s = Spec::parse(Kind::Readiness, "c", &exec()).unwrap();
+        assert_eq!(s.handler, Handler::Exec(vec!["true".into()]));
+        assert_eq!(s.initial_delay, Duration::ZERO);
+        assert_eq!(s.period, Duration::from_secs(10));
+        assert_eq!(s.timeout, Duration::from_secs(1));
+        assert_eq!((s.success_threshold, s.failure_threshold), (1, 3));
+    }
+
+    #[test]
+    fn http_path_and_scheme_defaults() {
+        let p = Probe {
+            http_get: Some(HTTPGetAction {
+                port: IntOrString::String("web".into()),
+                path: Some("healthz".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let Handler::Http(h) = Spec::parse(Kind::Liveness, "c", &p).unwrap().handler else {
+            panic!("not http")
+        };
+        assert_eq!((h.path.as_str(), h.scheme.as_str()), ("/healthz", "HTTP"));
+    }
+
+    #[test]
+    fn invalid_probes_are_rejected_with_a_reason() {
+        let bad = |p: Probe, kind: Kind| Spec::parse(kind, "c", &p).unwrap_err().reason;
+        assert!(bad(Probe::default(), Kind::Readiness).contains("no handler"));
+        let mut two = exec();
+        two.tcp_socket = Some(TCPSocketAction {
+            port: IntOrString::Int(80),
+            ..Default::default()
+        });
+        assert!(bad(two, Kind::Readiness).contains("more than one"));
+        let mut success = exec();
+        success.success_threshold = Some(2);
+        assert!(Spec::parse(Kind::Readiness, "c", &success).is_ok());
+        assert!(bad(success, Kind::Liveness).contains("successThreshold must be 1"));
+        let mut neg = exec();
+        neg.period_seconds = Some(-1);
+        assert!(bad(neg, Kind::Startup).contains("periodSeconds"));
+        let port = Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(70000),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(bad(port, Kind::Readiness).contains("70000"));
+        let empty = Probe {
+            exec: Some(ExecAction { command: None }),
+            ..Default::default()
+        };
+        assert!(bad(empty, Kind::Readiness).contains("empty"));
+    }
+
+    #[test]
+    fn results_send_only_changes() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let r = Results::new(tx);
+        r.set_initial("c1", Kind::Readiness);
+        r.set("u", "c1", Kind::Readiness, ProbeResult::Failure);
+        r.set("u", "c1", Kind::Readiness, ProbeResult::Success);
+        r.set("u", "c1", Kind::Readiness, ProbeResult::Success);
+        r.set("u", "c1", Kind::Readiness, ProbeResult::Failure);
+        let got: Vec<ProbeResult> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|u| u.result)
+            .collect();
+        assert_eq!(got, [ProbeResult::Success, ProbeResult::Failure]);
+    }
+
+    #[test]
+    fn readiness_waits_for_startup() {
+        let r = Results::default();
+        let c = Container {
+            name: "c".into(),
+            readiness_probe: Some(exec()),
+            startup_probe: Some(exec()),
+            ..Default::default()
+        };
+        assert_eq!(r.ready_and_started(&c, "id"), (false, false));
+        r.set("u", "id", Kind::Readiness, ProbeResult::Success);
+        assert_eq!(r.ready_and_started(&c, "id"), (false, false));
+        r.set("u", "id", Kind::Startup, ProbeResult::Success);
+        assert_eq!(r.ready_and_started(&c, "id"), (true, true));
+        let plain = Container::default();
+        assert_eq!(r.ready_and_started(&plain, "other"), (true, true));
+    }
+
+    #[test]
+    fn kill_reason_is_liveness_then_startup() {
+        let r = Results::default();
+        assert_eq!(r.kill_reason("id"), None);
+        r.set("u", "id", Kind::Startup, ProbeResult::Failure);
+        assert_eq!(r.kill_reason("id"), Some(Kind::Startup));
+        r.set("u", "id", Kind::Liveness, ProbeResult::Failure);
+        assert_eq!(r.kill_reason("id"), Some(Kind::Liveness));
+    }
+
+    fn pod_with(containers: Vec<Container>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some("u".into());
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            containers,
+            ..Default::default()
+        });
+        p
+    }
+
+    #[tokio::test]
+    async fn manager_follows_the_spec() {
+        let metrics = crate::metrics::Metrics::new();
+        let cri = crate::cri::Cri::new("unix:///nonexistent/swiftlet-test.sock", metrics.clone())
+            .unwrap();
+        let cancel = CancellationToken::new();
+        let m = Manager::new(
+            Results::default(),
+            probe::Prober::new(cri),
+            crate::status::StatusManager::new(metrics.clone()),
+            metrics,
+            TaskTracker::new(),
+            cancel.clone(),
+        );
+        let tokens = |m: &Manager| -> Vec<(Kind, CancellationToken)> {
+            let w = m.workers.lock().unwrap();
+            let mut v: Vec<_> = w.iter().map(|(k, r)| (k.2, r.cancel.clone())).collect();
+            v.sort_by_key(|(k, _)| k.as_str());
+            v
+        };
+        let mut c = Container {
+            name: "c".into(),
+            readiness_probe: Some(exec()),
+            liveness_probe: Some(exec()),
+            ..Default::default()
+        };
+        m.add_pod("u", &pod_with(vec![c.clone()]));
+        let first = tokens(&m);
+        assert_eq!(first.len(), 2);
+        // The same spec again: the same workers.
+        m.add_pod("u", &pod_with(vec![c.clone()]));
+        assert!(first.iter().all(|(_, t)| !t.is_cancelled()));
+        // A changed container: its workers start afresh; a probe gone: its worker stops.
+        c.readiness_probe.as_mut().unwrap().period_seconds = Some(3);
+        c.liveness_probe = None;
+        m.add_pod("u", &pod_with(vec![c.clone()]));
+        assert!(first.iter().all(|(_, t)| t.is_cancelled()));
+        let second = tokens(&m);
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].0, Kind::Readiness);
+        // Terminating stops liveness and startup only; removal stops the rest.
+        c.startup_probe = Some(exec());
+        m.add_pod("u", &pod_with(vec![c.clone()]));
+        assert_eq!(m.worker_count(), 2);
+        m.stop_liveness_and_startup("u");
+        assert_eq!(
+            tokens(&m).iter().map(|t| t.0).collect::<Vec<_>>(),
+            [Kind::Readiness]
+        );
+        m.remove_pod("u");
+        assert_eq!(m.worker_count(), 0);
+        cancel.cancel();
+    }
+}
