@@ -29,6 +29,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use swiftlet::cri::Cri;
 use swiftlet::metrics::Metrics;
+use swiftlet_benches::{cpu_ticks, rss_kib, ticks_per_sec};
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
 
 const IMAGE: &str = "localhost/swiftlet/busybox:v1";
@@ -382,29 +383,6 @@ fn row(what: &str, h: &Histogram<u64>, wall: Duration) {
 
 // ---------------------------------------------------------------------------------------------
 // The agent's own cost.
-
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-}
-
-/// utime + stime in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
-fn ticks_per_sec() -> f64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as f64 } else { 100.0 }
-}
 
 /// (RSS MiB at the end, CPU % of one core over the window).
 fn measure_cost(pid: u32, window: Duration) -> Option<(f64, f64)> {

@@ -14,6 +14,7 @@
 use k8s_openapi::jiff::Timestamp;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use swiftlet_benches::{cpu_ticks, ticks_per_sec};
 use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, busybox_pod_manifest};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -81,26 +82,11 @@ fn probe_runs(agent: &Agent) -> f64 {
         .sum()
 }
 
-/// utime + stime in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |r| r.1);
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    f.iter().sum()
-}
-
 fn cpu_ms(agent: &Agent, window: Duration) -> f64 {
     let pid = agent.pid().expect("the agent runs");
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let t0 = cpu_ticks(pid);
+    let t0 = cpu_ticks(pid).unwrap_or_default();
     std::thread::sleep(window);
-    (cpu_ticks(pid) - t0) as f64 * 1000.0 / hz
+    cpu_ticks(pid).unwrap_or_default().saturating_sub(t0) as f64 * 1000.0 / ticks_per_sec()
 }
 
 fn flip_latency(agent: &Agent, window: Duration) {

@@ -1,1 +1,26 @@
-//! Benches live in `benches/`.
+//! Benches live in `benches/`. This library holds what several of them measure the same way.
+
+/// A process's resident set size in KiB (`VmRSS` of `/proc/<pid>/status`).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// A process's CPU time so far, utime + stime from `/proc/<pid>/stat`, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Clock ticks per second (`_SC_CLK_TCK`), the unit of [`cpu_ticks`].
+pub fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
