@@ -133,6 +133,46 @@ fn without_ebpf_the_relist_alone_reports_the_exit() {
     assert!(metric(&body, "swiftlet_pleg_relist_duration_seconds_count") >= 1.0);
 }
 
+/// A new pod starts without a read of its runtime state: the agent knows from its last relist
+/// that the runtime holds nothing for the pod, and the status after the start is built from what
+/// the start did. A read there would queue behind other pods' starts in containerd and delay the
+/// pod's Running. Before the fix, a new pod's actions (`kill_pod` set, as the kubelet sets it
+/// whenever it creates a sandbox) made the worker treat its state as stale and read it back.
+#[test]
+fn a_new_pod_starts_without_reading_its_runtime_state() {
+    let args = ["--ebpf", "on", "--pleg-relist-period", "1h"];
+    let Some(agent) = start("pleg-noread", &args) else {
+        return;
+    };
+    // The relist at start up tells the agent what the runtime holds.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while metric(
+        &agent.get("/metrics").1,
+        "swiftlet_pleg_relist_duration_seconds_count",
+    ) < 1.0
+    {
+        assert!(std::time::Instant::now() < deadline, "no first relist");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let script = "trap 'exit 0' TERM; while true; do sleep 1; done";
+    let host_network = "  hostNetwork: true\n";
+    let manifest = script_pod_manifest(agent.node_name(), "noread", "Always", script, host_network);
+    agent.write_manifest("noread.yaml", &manifest);
+    let pod = &agent.static_pod_name("noread");
+    agent.wait_for(|l| l.is_running(pod), TIMEOUT);
+    let body = agent.get("/metrics").1;
+    let calls = |op: &str| {
+        metric(
+            &body,
+            &format!("swiftlet_runtime_operations_duration_seconds_count{{operation=\"{op}\"}}"),
+        )
+    };
+    assert_eq!(calls("StartContainer"), 1.0, "one start:\n{body}");
+    for op in ["PodSandboxStatus", "ContainerStatus"] {
+        assert_eq!(calls(op), 0.0, "{op} before Running was seen:\n{body}");
+    }
+}
+
 /// One condition as `/pods` showed it: (status, reason, lastTransitionTime).
 type Seen = (String, Option<String>, String);
 

@@ -159,6 +159,21 @@ impl PodState {
             .filter(|s| s.state == api::PodSandboxState::SandboxReady as i32)
     }
 
+    /// Something a pod kill would stop: a ready sandbox or a created or running container.
+    /// False for a new pod (nothing at all) and for one whose every container exited and whose
+    /// sandboxes stopped: killing it changes nothing.
+    pub fn anything_live(&self) -> bool {
+        let live = |c: &api::ContainerStatus| {
+            c.state == api::ContainerState::ContainerRunning as i32
+                || c.state == api::ContainerState::ContainerCreated as i32
+        };
+        self.containers.iter().any(live)
+            || self
+                .sandboxes
+                .iter()
+                .any(|s| s.state == api::PodSandboxState::SandboxReady as i32)
+    }
+
     /// The newest container with this name in the given sandbox (or any sandbox when None).
     pub fn newest(&self, name: &str) -> Option<&api::ContainerStatus> {
         self.containers
@@ -441,8 +456,11 @@ impl Manager {
             terminal: actions.terminal,
             ..Default::default()
         };
-        // The sync changes what already runs: the state read before it is stale afterwards.
-        let stops = actions.kill_pod
+        // The sync changes what already runs: the state read before it is stale afterwards. A
+        // new pod's actions say kill_pod too (the kubelet's computePodActions kills whenever it
+        // creates a sandbox), but with nothing live the kill stops nothing.
+        let kills_live = actions.kill_pod && state.anything_live();
+        let stops = kills_live
             || !actions.containers_to_kill.is_empty()
             || !actions.containers_to_resize.is_empty();
 
@@ -452,8 +470,10 @@ impl Manager {
             } else if actions.terminal {
                 tracing::info!(pod = %name, "pod finished: stopping what is left");
             }
-            self.stop_runtime_pod(&name, &state, grace_period_secs(pod), false)
-                .await?;
+            if kills_live {
+                self.stop_runtime_pod(&name, &state, grace_period_secs(pod), false)
+                    .await?;
+            }
             if actions.qos_changed {
                 self.leave_old_qos_cgroup(pod, uid, &name)?;
             }
