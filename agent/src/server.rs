@@ -10,8 +10,6 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use k8s_openapi::List;
-use k8s_openapi::api::core::v1::Pod;
 use std::net::SocketAddr;
 use tokio_util::sync::CancellationToken;
 
@@ -36,11 +34,11 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn pods(State(s): State<AppState>) -> Json<List<Pod>> {
-    Json(List {
-        items: s.status.pods(),
-        ..Default::default()
-    })
+async fn pods(State(s): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        s.status.pods_json(),
+    )
 }
 
 async fn metrics(State(s): State<AppState>) -> impl IntoResponse {

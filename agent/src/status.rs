@@ -13,7 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 
 struct Entry {
     pod: Arc<Pod>,
@@ -30,11 +31,45 @@ struct Entry {
 #[derive(Clone)]
 pub struct StatusManager {
     inner: Arc<RwLock<BTreeMap<String, Entry>>>,
+    /// Bumped by every writer while it holds `inner`'s write lock: what `/pods` shows can have
+    /// changed only when this did.
+    version: Arc<AtomicU64>,
+    /// `/pods` as last served, with the `version` it shows. Pollers (monitoring, the benches,
+    /// tests) ask far more often than statuses change: serving the same bytes again costs a
+    /// reference count instead of a deep copy and a serialisation of every pod.
+    pods_json: Arc<Mutex<Option<(u64, bytes::Bytes)>>>,
     host_ip: Option<IpAddr>,
     metrics: crate::metrics::Metrics,
     /// Readiness and startup probe results, for `ready` and `started`.
     probes: Option<crate::prober::Results>,
 }
+
+const EMPTY_POD_LIST: &str = r#"{"apiVersion":"v1","kind":"PodList","items":[],"metadata":{}}"#;
+
+/// `/pods` borrowing the entries (a `v1` `PodList`, fields in `k8s_openapi::List`'s order).
+#[derive(serde::Serialize)]
+struct PodListView<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    kind: &'static str,
+    items: Vec<PodView<'a>>,
+    metadata: EmptyMeta,
+}
+
+/// One pod of [`PodListView`]: the desired pod with its status.
+#[derive(serde::Serialize)]
+struct PodView<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec: Option<&'a k8s_openapi::api::core::v1::PodSpec>,
+    status: &'a PodStatus,
+}
+
+#[derive(serde::Serialize)]
+struct EmptyMeta {}
 
 fn ts(nanos: i64) -> Option<Time> {
     (nanos > 0)
@@ -94,10 +129,19 @@ impl StatusManager {
     pub fn new(metrics: crate::metrics::Metrics) -> Self {
         Self {
             inner: Arc::default(),
+            version: Arc::default(),
+            pods_json: Arc::default(),
             host_ip: host_ip(),
             metrics,
             probes: None,
         }
+    }
+
+    /// The write lock on every entry; taking it marks what `/pods` shows as changed.
+    fn write(&self) -> Option<RwLockWriteGuard<'_, BTreeMap<String, Entry>>> {
+        let map = self.inner.write().ok()?;
+        self.version.fetch_add(1, Ordering::Release);
+        Some(map)
     }
 
     /// Lets probe results decide the containers' `ready` and `started`.
@@ -113,7 +157,7 @@ impl StatusManager {
 
     /// Adds or replaces the desired pod, keeping its status.
     pub fn set_pod(&self, uid: &str, pod: Arc<Pod>) {
-        let Ok(mut map) = self.inner.write() else {
+        let Some(mut map) = self.write() else {
             return;
         };
         match map.get_mut(uid) {
@@ -140,7 +184,7 @@ impl StatusManager {
     }
 
     pub fn remove_pod(&self, uid: &str) {
-        if let Ok(mut map) = self.inner.write() {
+        if let Some(mut map) = self.write() {
             map.remove(uid);
         }
     }
@@ -153,7 +197,7 @@ impl StatusManager {
         state: &PodState,
         waiting: &HashMap<String, (String, String)>,
     ) -> bool {
-        let Ok(mut map) = self.inner.write() else {
+        let Some(mut map) = self.write() else {
             return false;
         };
         let Some(entry) = map.get_mut(uid) else {
@@ -174,7 +218,7 @@ impl StatusManager {
     /// instance is unchanged. False when the pod is unknown. True when this update is the first
     /// to see the pod Running.
     pub fn refresh(&self, uid: &str, state: &PodState) -> bool {
-        let Ok(mut map) = self.inner.write() else {
+        let Some(mut map) = self.write() else {
             return false;
         };
         let Some(entry) = map.get_mut(uid) else {
@@ -188,7 +232,7 @@ impl StatusManager {
     /// the status shows the exit at once, and the runtime's own record (reason, exact times)
     /// replaces it with the next read. False when the pod or a running container `id` is unknown.
     pub fn kernel_exit(&self, uid: &str, id: &str, code: i32, finished_ns: i64) -> bool {
-        let Ok(mut map) = self.inner.write() else {
+        let Some(mut map) = self.write() else {
             return false;
         };
         let Some(entry) = map.get_mut(uid) else {
@@ -269,6 +313,53 @@ impl StatusManager {
                 p
             })
             .collect()
+    }
+
+    /// `/pods` as JSON: a `v1` `PodList` of the pods with their statuses, the same document
+    /// `List { items: self.pods() }` serialises to. Served from the last answer while no status
+    /// changed since; else serialised straight from the entries, without copying them.
+    pub fn pods_json(&self) -> bytes::Bytes {
+        let mut cache = self
+            .pods_json
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let current = self.version.load(Ordering::Acquire);
+        if let Some((version, body)) = cache.as_ref()
+            && *version == current
+        {
+            return body.clone();
+        }
+        let Ok(map) = self.inner.read() else {
+            return bytes::Bytes::from_static(EMPTY_POD_LIST.as_bytes());
+        };
+        // Writers bump the version only while holding the write lock: under the read lock it
+        // names exactly what is serialised.
+        let version = self.version.load(Ordering::Acquire);
+        let list = PodListView {
+            api_version: "v1",
+            kind: "PodList",
+            items: map
+                .values()
+                .map(|e| PodView {
+                    api_version: "v1",
+                    kind: "Pod",
+                    metadata: &e.pod.metadata,
+                    spec: e.pod.spec.as_ref(),
+                    status: &e.status,
+                })
+                .collect(),
+            metadata: EmptyMeta {},
+        };
+        let body = match serde_json::to_vec(&list) {
+            Ok(v) => bytes::Bytes::from(v),
+            Err(e) => {
+                tracing::warn!(error = %e, "serialising /pods");
+                return bytes::Bytes::from_static(EMPTY_POD_LIST.as_bytes());
+            }
+        };
+        drop(map);
+        *cache = Some((version, body.clone()));
+        body
     }
 
     /// Whether the pod is one the agent was asked to run.
@@ -1283,6 +1374,43 @@ mod tests {
         );
         assert_eq!(reason(&m), None);
         assert!(!m.refresh("unknown", &crashed));
+    }
+
+    #[test]
+    fn pods_json_is_the_pod_list_and_follows_every_change() {
+        let m = StatusManager::new(crate::metrics::Metrics::new());
+        let as_list = |m: &StatusManager| {
+            serde_json::to_value(k8s_openapi::List {
+                items: m.pods(),
+                ..Default::default()
+            })
+            .unwrap_or_default()
+        };
+        let served = |m: &StatusManager| {
+            serde_json::from_slice::<serde_json::Value>(&m.pods_json()).unwrap_or_default()
+        };
+        assert_eq!(served(&m), as_list(&m), "no pods");
+        m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+        assert_eq!(served(&m), as_list(&m), "a pending pod");
+        let first = m.pods_json();
+        assert!(
+            first.as_ptr() == m.pods_json().as_ptr(),
+            "unchanged: the same bytes again"
+        );
+        let running = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+        m.update("u", &running, &HashMap::new());
+        assert_eq!(served(&m), as_list(&m), "after an update");
+        assert_eq!(served(&m)["items"][0]["status"]["phase"], "Running");
+        let restarted = sandboxed(
+            true,
+            vec![inst("a", 1, RUNNING, 0), inst("a", 0, EXITED, 1)],
+        );
+        m.refresh("u", &restarted);
+        assert_eq!(served(&m), as_list(&m), "after a refresh");
+        assert!(m.kernel_exit("u", "a-1", 2, i64::MAX));
+        assert_eq!(served(&m), as_list(&m), "after a kernel-seen exit");
+        m.remove_pod("u");
+        assert_eq!(served(&m)["items"], serde_json::json!([]), "removed");
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //!    5 ms of the difference is the poll itself).
 //! 3. **podman** `kube play` of the same pods, where podman is installed.
 //!
+//! For each N, the CPU the batch cost: the whole machine busy (`/proc/stat`), containerd and the
+//! agent (`/proc/<pid>/stat` utime+stime), so a gap to the floor can be charged to the agent's own
+//! work, to the runtime work it asked for, or to neither (waiting).
+//!
 //! After each N, the phase table of those pods' starts from the agent's timelines
 //! (`/debug/trace/pods`, eBPF events included when the probes are loaded).
 //!
@@ -29,7 +33,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use swiftlet::cri::Cri;
 use swiftlet::metrics::Metrics;
-use swiftlet_benches::{cpu_ticks, rss_kib, ticks_per_sec};
+use swiftlet_benches::{cpu_ticks, rss_kib, system_busy_ticks, ticks_per_sec};
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
 
 const IMAGE: &str = "localhost/swiftlet/busybox:v1";
@@ -92,10 +96,48 @@ fn parse_opts() -> Result<Opts, String> {
     Ok(o)
 }
 
-/// Per-pod latencies and the batch wall time of one run.
+/// Per-pod latencies, the batch wall time and the CPU spent during one run.
 struct Sample {
     per_pod: Vec<Duration>,
     wall: Duration,
+    cpu: CpuUse,
+}
+
+/// The processes whose CPU time a run is charged with.
+#[derive(Clone, Copy)]
+struct Pids {
+    containerd: Option<u32>,
+    agent: Option<u32>,
+}
+
+/// CPU time (clock ticks) spent during one run: the whole machine busy (containerd, its shims,
+/// runc, the pods, the agent, the bench), containerd itself and the agent.
+#[derive(Clone, Copy, Default)]
+struct CpuUse {
+    system: u64,
+    containerd: u64,
+    agent: u64,
+}
+
+impl CpuUse {
+    fn now(pids: Pids) -> CpuUse {
+        let of = |pid: Option<u32>| pid.and_then(cpu_ticks).unwrap_or(0);
+        CpuUse {
+            system: system_busy_ticks().unwrap_or(0),
+            containerd: of(pids.containerd),
+            agent: of(pids.agent),
+        }
+    }
+
+    /// What was spent since `start` (taken with [`CpuUse::now`]).
+    fn since(start: CpuUse, pids: Pids) -> CpuUse {
+        let end = CpuUse::now(pids);
+        CpuUse {
+            system: end.system.saturating_sub(start.system),
+            containerd: end.containerd.saturating_sub(start.containerd),
+            agent: end.agent.saturating_sub(start.agent),
+        }
+    }
 }
 
 fn progress(msg: &str) {
@@ -183,7 +225,13 @@ async fn floor_one(cri: Cri, i: usize, run: usize) -> Result<Duration, swiftlet:
     Ok(start.elapsed())
 }
 
-async fn floor(cri: &Cri, n: usize, run: usize) -> Result<Sample, swiftlet::cri::Error> {
+async fn floor(
+    cri: &Cri,
+    n: usize,
+    run: usize,
+    pids: Pids,
+) -> Result<Sample, swiftlet::cri::Error> {
+    let cpu = CpuUse::now(pids);
     let start = Instant::now();
     let mut set = tokio::task::JoinSet::new();
     for i in 0..n {
@@ -196,9 +244,11 @@ async fn floor(cri: &Cri, n: usize, run: usize) -> Result<Sample, swiftlet::cri:
             Err(e) => panic!("floor task: {e}"),
         }
     }
+    let wall = start.elapsed();
     Ok(Sample {
         per_pod,
-        wall: start.elapsed(),
+        wall,
+        cpu: CpuUse::since(cpu, pids),
     })
 }
 
@@ -229,9 +279,10 @@ fn manifest(name: &str) -> String {
     )
 }
 
-fn swiftlet_run(agent: &Agent, n: usize, run: usize) -> Sample {
+fn swiftlet_run(agent: &Agent, n: usize, run: usize, pids: Pids) -> Sample {
     let names: Vec<String> = (0..n).map(|i| format!("s{run}-{i}")).collect();
     let pods: Vec<String> = names.iter().map(|m| agent.static_pod_name(m)).collect();
+    let cpu = CpuUse::now(pids);
     let start = Instant::now();
     let mut written = Vec::with_capacity(n);
     for m in &names {
@@ -254,6 +305,7 @@ fn swiftlet_run(agent: &Agent, n: usize, run: usize) -> Sample {
         }
         std::thread::sleep(POLL);
     }
+    let cpu = CpuUse::since(cpu, pids);
     let last = running.iter().flatten().max().copied().unwrap_or(start);
     let per_pod = running
         .iter()
@@ -267,6 +319,7 @@ fn swiftlet_run(agent: &Agent, n: usize, run: usize) -> Sample {
     Sample {
         per_pod,
         wall: last.duration_since(start),
+        cpu,
     }
 }
 
@@ -368,6 +421,20 @@ fn ms(us: u64) -> f64 {
 fn mean_wall(samples: &[Sample]) -> Duration {
     let total: Duration = samples.iter().map(|s| s.wall).sum();
     total / samples.len().max(1) as u32
+}
+
+/// Mean CPU milliseconds per run: (machine busy, containerd, agent).
+fn mean_cpu_ms(samples: &[Sample]) -> (f64, f64, f64) {
+    let n = samples.len().max(1) as f64;
+    let ms = |f: fn(&CpuUse) -> u64| {
+        samples.iter().map(|s| f(&s.cpu)).sum::<u64>() as f64 / n / ticks_per_sec() * 1000.0
+    };
+    (ms(|c| c.system), ms(|c| c.containerd), ms(|c| c.agent))
+}
+
+fn cpu_row(what: &str, samples: &[Sample]) {
+    let (system, containerd, agent) = mean_cpu_ms(samples);
+    println!("  {what:<10} {system:>12.0} {containerd:>12.0} {agent:>12.0}");
 }
 
 fn row(what: &str, h: &Histogram<u64>, wall: Duration) {
@@ -560,6 +627,10 @@ fn main() -> ExitCode {
         .block_on(async { Cri::new(&rt.endpoint, Metrics::new()) })
         .expect("CRI client");
     let podman = Podman::setup(rt);
+    let pids = Pids {
+        containerd: rt.layout.pid().and_then(|p| u32::try_from(p).ok()),
+        agent: agent.pid(),
+    };
 
     println!(
         "pod_startup: host-network pods, one container each; {} repetition(s) per N",
@@ -577,13 +648,15 @@ fn main() -> ExitCode {
         for rep in 0..opts.reps {
             progress(&format!("N={n} rep {}/{}: floor", rep + 1, opts.reps));
             let run = n * 1000 + rep;
-            let s = tokio.block_on(floor(&cri, n, run)).expect("CRI floor run");
+            let s = tokio
+                .block_on(floor(&cri, n, run, pids))
+                .expect("CRI floor run");
             tokio
                 .block_on(floor_cleanup(&cri))
                 .expect("cleaning up the floor pods");
             floors.push(s);
             progress(", swiftlet");
-            swift.push(swiftlet_run(&agent, n, run));
+            swift.push(swiftlet_run(&agent, n, run, pids));
             if let Some(p) = &podman {
                 progress(", podman");
                 match p.play(n, run) {
@@ -617,6 +690,17 @@ fn main() -> ExitCode {
                 wall.as_secs_f64() * 1000.0
             );
         }
+        println!(
+            "  CPU during the batch (ms, mean of {} runs; clock ticks of {:.0} ms):",
+            opts.reps,
+            1000.0 / ticks_per_sec()
+        );
+        println!(
+            "  {:<10} {:>12} {:>12} {:>12}",
+            "", "machine", "containerd", "agent"
+        );
+        cpu_row("CRI floor", &floors);
+        cpu_row("swiftlet", &swift);
         phase_summary(&agent, n, opts.reps);
         print_cri_calls(&calls_before, &cri_calls(&agent), n * opts.reps);
         let ratio = ws.as_secs_f64() / wf.as_secs_f64().max(1e-9);

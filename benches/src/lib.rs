@@ -24,3 +24,17 @@ pub fn ticks_per_sec() -> f64 {
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if t > 0 { t as f64 } else { 100.0 }
 }
+
+/// CPU time the whole machine spent busy so far (every CPU's user, nice, system, irq, softirq
+/// and steal from the `cpu` line of `/proc/stat`), in clock ticks.
+pub fn system_busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    Some([0, 1, 2, 5, 6, 7].iter().filter_map(|&i| f.get(i)).sum())
+}

@@ -489,12 +489,13 @@ impl Tracer {
     }
 
     pub fn to_proto(&self, pod: &PodRecord) -> proto::PodTimeline {
+        let phases = pod.breakdown();
         proto::PodTimeline {
             uid: pod.uid.clone(),
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
-            phases: pod
-                .breakdown()
+            e2e_ms: pod.e2e_ms_of(&phases).unwrap_or(0.0),
+            phases: phases
                 .into_iter()
                 .map(|p| proto::Phase {
                     name: p.name,
@@ -503,7 +504,6 @@ impl Tracer {
                     observer: p.observer.as_str().to_owned(),
                 })
                 .collect(),
-            e2e_ms: pod.e2e_ms().unwrap_or(0.0),
             marks: pod
                 .marks()
                 .into_iter()
@@ -560,12 +560,12 @@ impl Tracer {
             pods: self
                 .pods()
                 .into_iter()
-                .map(|p| PodView {
-                    e2e_ms: p.e2e_ms(),
-                    agent_ms: p.agent_ms(),
+                .map(|p| (p.breakdown(), p))
+                .map(|(phases, p)| PodView {
+                    e2e_ms: p.e2e_ms_of(&phases),
+                    agent_ms: p.agent_ms_of(&phases),
                     complete: p.complete(kernel),
-                    phases: p
-                        .breakdown()
+                    phases: phases
                         .into_iter()
                         .map(|ph| PhaseView {
                             ms: ph.ms(),

@@ -304,7 +304,11 @@ impl PodRecord {
     /// Source seen to the end of the breakdown (Running observed or a later first exec), in ms,
     /// once Running was observed.
     pub fn e2e_ms(&self) -> Option<f64> {
-        let phases = self.breakdown();
+        self.e2e_ms_of(&self.breakdown())
+    }
+
+    /// [`Self::e2e_ms`] from this record's [`Self::breakdown`], already computed.
+    pub fn e2e_ms_of(&self, phases: &[Phase]) -> Option<f64> {
         let (first, last) = (phases.first()?, phases.last()?);
         self.running_observed_ns?;
         Some(last.end_ns.saturating_sub(first.start_ns) as f64 / 1e6)
@@ -315,8 +319,12 @@ impl PodRecord {
     /// observed. Scheduling delays between calls, file and cgroup work, the status update: all
     /// count as the agent's; a container's exec seen after Running does not.
     pub fn agent_ms(&self) -> Option<f64> {
+        self.agent_ms_of(&self.breakdown())
+    }
+
+    /// [`Self::agent_ms`] from this record's [`Self::breakdown`], already computed.
+    pub fn agent_ms_of(&self, phases: &[Phase]) -> Option<f64> {
         let running = self.running_observed_ns?;
-        let phases = self.breakdown();
         let start = phases.first()?.start_ns;
         let end = running.max(start);
         let mut spans: Vec<(u64, u64)> = self
