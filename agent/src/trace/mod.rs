@@ -236,8 +236,10 @@ impl Tracer {
                     .observe(phase.ms() / 1e3);
             }
         }
-        if pod.running_observed_ns.is_some() {
-            // No watcher is fine.
+        // Built only for a watcher: with none (the usual case), a start costs no copy of its
+        // timeline per change.
+        if pod.running_observed_ns.is_some() && self.shared.updates.receiver_count() > 0 {
+            // A watcher gone since is fine.
             let _ = self.shared.updates.send(self.to_proto(pod));
         }
     }
