@@ -13,7 +13,9 @@
 //!
 //! For each N, the CPU the batch cost: the whole machine busy (`/proc/stat`), containerd and the
 //! agent (`/proc/<pid>/stat` utime+stime), so a gap to the floor can be charged to the agent's own
-//! work, to the runtime work it asked for, or to neither (waiting).
+//! work, to the runtime work it asked for, or to neither; and how long the agent's threads waited
+//! for a CPU while runnable (`/proc/<pid>/task/*/schedstat`), the part of its added time that is
+//! the machine's contention rather than its own work.
 //!
 //! After each N, the phase table of those pods' starts from the agent's timelines
 //! (`/debug/trace/pods`, eBPF events included when the probes are loaded).
@@ -33,7 +35,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use swiftlet::cri::Cri;
 use swiftlet::metrics::Metrics;
-use swiftlet_benches::{cpu_ticks, rss_kib, system_busy_ticks, ticks_per_sec};
+use swiftlet_benches::{cpu_ticks, rss_kib, run_queue_wait_ns, system_busy_ticks, ticks_per_sec};
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
 
 const IMAGE: &str = "localhost/swiftlet/busybox:v1";
@@ -111,12 +113,14 @@ struct Pids {
 }
 
 /// CPU time (clock ticks) spent during one run: the whole machine busy (containerd, its shims,
-/// runc, the pods, the agent, the bench), containerd itself and the agent.
+/// runc, the pods, the agent, the bench), containerd itself and the agent; and how long the
+/// agent's threads waited for a CPU (ns).
 #[derive(Clone, Copy, Default)]
 struct CpuUse {
     system: u64,
     containerd: u64,
     agent: u64,
+    agent_wait_ns: u64,
 }
 
 impl CpuUse {
@@ -126,6 +130,7 @@ impl CpuUse {
             system: system_busy_ticks().unwrap_or(0),
             containerd: of(pids.containerd),
             agent: of(pids.agent),
+            agent_wait_ns: pids.agent.and_then(run_queue_wait_ns).unwrap_or(0),
         }
     }
 
@@ -136,6 +141,7 @@ impl CpuUse {
             system: end.system.saturating_sub(start.system),
             containerd: end.containerd.saturating_sub(start.containerd),
             agent: end.agent.saturating_sub(start.agent),
+            agent_wait_ns: end.agent_wait_ns.saturating_sub(start.agent_wait_ns),
         }
     }
 }
@@ -434,7 +440,9 @@ fn mean_cpu_ms(samples: &[Sample]) -> (f64, f64, f64) {
 
 fn cpu_row(what: &str, samples: &[Sample]) {
     let (system, containerd, agent) = mean_cpu_ms(samples);
-    println!("  {what:<10} {system:>12.0} {containerd:>12.0} {agent:>12.0}");
+    let n = samples.len().max(1) as f64;
+    let wait = samples.iter().map(|s| s.cpu.agent_wait_ns).sum::<u64>() as f64 / n / 1e6;
+    println!("  {what:<10} {system:>12.0} {containerd:>12.0} {agent:>12.0} {wait:>16.1}");
 }
 
 fn row(what: &str, h: &Histogram<u64>, wall: Duration) {
@@ -696,8 +704,8 @@ fn main() -> ExitCode {
             1000.0 / ticks_per_sec()
         );
         println!(
-            "  {:<10} {:>12} {:>12} {:>12}",
-            "", "machine", "containerd", "agent"
+            "  {:<10} {:>12} {:>12} {:>12} {:>16}",
+            "", "machine", "containerd", "agent", "agent runq wait"
         );
         cpu_row("CRI floor", &floors);
         cpu_row("swiftlet", &swift);

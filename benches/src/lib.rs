@@ -38,3 +38,22 @@ pub fn system_busy_ticks() -> Option<u64> {
     // user nice system idle iowait irq softirq steal ...
     Some([0, 1, 2, 5, 6, 7].iter().filter_map(|&i| f.get(i)).sum())
 }
+
+/// How long the process's threads have waited on a run queue so far (runnable, not running), in
+/// nanoseconds: the second field of `/proc/<pid>/task/<tid>/schedstat`, summed over its threads
+/// alive now.
+pub fn run_queue_wait_ns(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for t in tasks.flatten() {
+        let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) else {
+            continue;
+        };
+        total += s
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(total)
+}
