@@ -161,6 +161,11 @@ impl Cri {
         })
     }
 
+    /// The metrics the calls are counted in.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// Times one call and records its outcome. `method` is the CRI method name.
     async fn timed<T, F>(&self, method: &'static str, fut: F) -> Result<T>
     where

@@ -75,6 +75,7 @@ pub struct Metrics {
     pub pleg_last_seen_seconds: Gauge,
     pub pleg_fast_path_relists_total: Family<ResultLabel, Counter>,
     pub prober_probe_total: Family<ProbeLabel, Counter>,
+    pub runtime_pod_state_reads_total: Family<SourceLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -184,7 +185,8 @@ impl Metrics {
         registry.register(
             "pleg_fast_path_relists",
             "Relists of one pod triggered by the eBPF probes (its container's main process \
-             exited or its cgroup was removed), by whether the runtime showed a change",
+             exited or its cgroup was removed), by whether the runtime showed a change; \
+             skipped: not relisted, the agent was stopping that pod or container itself",
             pleg_fast_path_relists_total.clone(),
         );
         let prober_probe_total = Family::<ProbeLabel, Counter>::default();
@@ -193,8 +195,18 @@ impl Metrics {
             "Probe runs, by probe type and result",
             prober_probe_total.clone(),
         );
+        let runtime_pod_state_reads_total = Family::<SourceLabel, Counter>::default();
+        registry.register(
+            "runtime_pod_state_reads",
+            "Reads of one pod's full runtime state (ListPodSandbox, ListContainers, \
+             PodSandboxStatus, one ContainerStatus per container), by who read: pleg, fast_path, \
+             sync (a sync's own read), worker (after a sync that changed the pod), kill; handoff \
+             counts syncs that took the PLEG's read instead of reading",
+            runtime_pod_state_reads_total.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            runtime_pod_state_reads_total,
             pleg_relist_duration_seconds,
             pleg_relist_interval_seconds,
             pleg_discard_events_total,

@@ -345,10 +345,16 @@ impl Relister {
             container_id,
             exit,
         } = exit;
-        tracing::debug!(%uid, ?container_id, ?exit, "PLEG fast path: relisting the pod");
-        if let (Some(id), Some((code, at))) = (container_id, exit) {
-            self.p.status.kernel_exit(&uid, &id, code, at);
+        if let (Some(id), Some((code, at))) = (&container_id, exit) {
+            self.p.status.kernel_exit(&uid, id, code, at);
         }
+        if self.p.runtime.is_stopping(&uid, container_id.as_deref()) {
+            // The worker stopping it reads (or forgets) the pod when the stop is done.
+            tracing::debug!(%uid, ?container_id, ?exit, "PLEG fast path: the agent is stopping it; no relist");
+            self.count_skipped();
+            return;
+        }
+        tracing::debug!(%uid, ?container_id, ?exit, "PLEG fast path: relisting the pod");
         let now = Instant::now();
         self.pending.insert(
             uid,
@@ -360,9 +366,25 @@ impl Relister {
         );
     }
 
+    fn count_skipped(&self) {
+        self.p
+            .metrics
+            .pleg_fast_path_relists_total
+            .get_or_create(&ResultLabel { result: "skipped" })
+            .inc();
+    }
+
     /// Relists the pods whose fast-path relist is due, reading their states concurrently.
+    /// A pod the agent started stopping meanwhile is left to the stopping code.
     async fn relist_due(&mut self) {
         let now = Instant::now();
+        let runtime = &self.p.runtime;
+        let before = self.pending.len();
+        self.pending
+            .retain(|uid, _| !runtime.is_stopping(uid, None));
+        for _ in self.pending.len()..before {
+            self.count_skipped();
+        }
         let due: Vec<String> = self
             .pending
             .iter()
@@ -375,7 +397,7 @@ impl Relister {
         let runtime = &self.p.runtime;
         let reads: Vec<_> = futures::stream::iter(due)
             .map(|uid| async move {
-                let state = runtime.pod_state(&uid).await;
+                let state = runtime.pod_state_for_sync(&uid, "fast_path").await;
                 (uid, state)
             })
             .buffer_unordered(READ_CONCURRENCY)
@@ -472,7 +494,7 @@ impl Relister {
         let runtime = &self.p.runtime;
         let results: Vec<_> = futures::stream::iter(reads)
             .map(|(uid, entry, events)| async move {
-                let state = runtime.pod_state(&uid).await;
+                let state = runtime.pod_state_for_sync(&uid, "pleg").await;
                 (uid, entry, events, state)
             })
             .buffer_unordered(READ_CONCURRENCY)

@@ -254,7 +254,7 @@ impl PodSyncer for WorkerContext {
         };
         let state = match known {
             Some(state) => Ok(state),
-            None => self.runtime.pod_state(uid).await,
+            None => self.runtime.pod_state_counted(uid, "worker").await,
         };
         match state {
             Ok(state) => {

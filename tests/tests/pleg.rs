@@ -276,3 +276,107 @@ fn conditions_walk_their_transitions() {
     assert_eq!(init.and_then(|t| t.reason).as_deref(), Some("Completed"));
     assert_failed_with(&list, pod, 4);
 }
+
+/// Reads of one pod's runtime state, by source, from a metrics body.
+fn reads(body: &str, source: &str) -> f64 {
+    metric(
+        body,
+        &format!("swiftlet_runtime_pod_state_reads_total{{source=\"{source}\"}}"),
+    )
+}
+
+/// The pod's worker takes the state the PLEG just read instead of reading it again: after the
+/// PLEG relists the new pod and sends its events, the sync that follows computes its actions
+/// from the PLEG's read (`handoff`), so each CRI read of the pod is one the PLEG made or one of
+/// a sync that followed a change of the agent's own. Before the handoff every PLEG read was
+/// followed by the sync's own read of the same state.
+#[test]
+fn the_worker_takes_the_pleg_read_instead_of_reading_again() {
+    let args = ["--ebpf", "off", "--pleg-relist-period", "300ms"];
+    let Some(agent) = start("pleg-handoff", &args) else {
+        return;
+    };
+    let script = "trap 'exit 0' TERM; while true; do sleep 1; done";
+    let host_network = "  hostNetwork: true\n";
+    let manifest =
+        script_pod_manifest(agent.node_name(), "handoff", "Always", script, host_network);
+    agent.write_manifest("handoff.yaml", &manifest);
+    let pod = &agent.static_pod_name("handoff");
+    agent.wait_for(|l| l.is_running(pod), TIMEOUT);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut body = agent.get("/metrics").1;
+    while reads(&body, "handoff") < 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no sync took the PLEG's read:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        body = agent.get("/metrics").1;
+    }
+    // Let the relists settle (no change: no reads), then compare.
+    std::thread::sleep(Duration::from_secs(1));
+    let body = agent.get("/metrics").1;
+    let sources = ["pleg", "fast_path", "sync", "worker", "kill", "handoff"];
+    let counts: Vec<(&str, f64)> = sources.iter().map(|s| (*s, reads(&body, s))).collect();
+    eprintln!("pod state reads by source: {counts:?}");
+    let calls = metric(
+        &body,
+        "swiftlet_runtime_operations_duration_seconds_count{operation=\"ContainerStatus\"}",
+    );
+    eprintln!("ContainerStatus calls: {calls}");
+    // One container: each CRI read of the pod is one ContainerStatus call.
+    let cri_reads: f64 = counts
+        .iter()
+        .filter(|(s, _)| *s != "handoff")
+        .map(|c| c.1)
+        .sum();
+    assert_eq!(calls, cri_reads, "every read is counted:\n{body}");
+    // A new pod's first sync needs no read; without the handoff each PLEG read (with events)
+    // would be followed by a sync's read. A PLEG read that began while the first sync still
+    // ran is not handed over, but the one after it is.
+    assert!(
+        reads(&body, "sync") < reads(&body, "pleg"),
+        "syncs read what the PLEG had just read: {counts:?}"
+    );
+}
+
+/// Waits until the metric `series` reaches `at_least`; returns the last metrics body.
+fn wait_metric(agent: &Agent, series: &str, at_least: f64) -> String {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let body = agent.get("/metrics").1;
+        if metric(&body, series) >= at_least || std::time::Instant::now() >= deadline {
+            return body;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A pod the agent kills itself is not re-read by the eBPF fast path: its containers' exits
+/// come while the kill runs, and the kill removes the pod. (Before, each exit queued reads of
+/// the pod, retried until the runtime recorded the exit.)
+#[test]
+fn the_fast_path_leaves_a_pod_being_killed_to_its_kill() {
+    let args = ["--ebpf", "on"];
+    let Some(agent) = start("pleg-killing", &args) else {
+        return;
+    };
+    let script = "trap 'exit 0' TERM; while true; do sleep 1; done";
+    let manifest = script_pod_manifest(agent.node_name(), "killed", "Always", script, "");
+    agent.write_manifest("killed.yaml", &manifest);
+    let pod = &agent.static_pod_name("killed");
+    agent.wait_for(|l| l.is_running(pod), TIMEOUT);
+    agent.remove_manifest("killed.yaml");
+    agent.wait_for(|l| l.get(pod).is_none(), TIMEOUT);
+    let skipped = "swiftlet_pleg_fast_path_relists_total{result=\"skipped\"}";
+    let body = wait_metric(&agent, skipped, 1.0);
+    eprintln!(
+        "fast path: {} skipped, {} reads",
+        metric(&body, skipped),
+        reads(&body, "fast_path")
+    );
+    assert!(
+        metric(&body, skipped) >= 1.0,
+        "the container's exit during the kill was not relisted:\n{body}"
+    );
+}

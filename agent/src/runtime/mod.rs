@@ -2,6 +2,7 @@
 //! back what the runtime holds (`pod_state`, `relist`). Every call goes through [`crate::cri::Cri`].
 pub mod actions;
 pub mod backoff;
+pub mod fresh;
 pub mod hash;
 pub mod labels;
 
@@ -238,6 +239,26 @@ pub struct Manager {
     probes: crate::prober::Results,
     known: Arc<Mutex<Known>>,
     resize: Arc<Mutex<ResizeState>>,
+    /// The PLEG's pod reads handed to the pods' syncs, and the pods being stopped.
+    fresh: Arc<Mutex<fresh::Fresh>>,
+}
+
+/// Marks a mutation of one pod (or the stop of one container) for as long as it lives.
+struct Mutating {
+    fresh: Arc<Mutex<fresh::Fresh>>,
+    uid: String,
+    kill: bool,
+    container: Option<String>,
+}
+
+impl Drop for Mutating {
+    fn drop(&mut self) {
+        let mut f = self.fresh.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = &self.container {
+            f.container_stop(id, false);
+        }
+        f.end(&self.uid, self.kill);
+    }
 }
 
 /// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
@@ -311,7 +332,68 @@ impl Manager {
             probes: crate::prober::Results::default(),
             known: Arc::default(),
             resize: Arc::default(),
+            fresh: Arc::default(),
         }
+    }
+
+    fn fresh(&self) -> std::sync::MutexGuard<'_, fresh::Fresh> {
+        self.fresh.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks a mutation of pod `uid` (`kill`: stopping the whole pod; `container`: stopping
+    /// that one container) until the returned guard drops.
+    fn mutating(&self, uid: &str, kill: bool, container: Option<&str>) -> Mutating {
+        let mut f = self.fresh();
+        f.begin(uid, kill);
+        if let Some(id) = container {
+            f.container_stop(id, true);
+        }
+        Mutating {
+            fresh: self.fresh.clone(),
+            uid: uid.to_owned(),
+            kill,
+            container: container.map(str::to_owned),
+        }
+    }
+
+    /// Whether this agent is stopping pod `uid` as a whole, or its container `container`,
+    /// right now: the stopping code reads (or forgets) the pod when done.
+    pub fn is_stopping(&self, uid: &str, container: Option<&str>) -> bool {
+        self.fresh().is_stopping(uid, container)
+    }
+
+    /// Reads pod `uid` for its next sync (the PLEG's read): counted as `source`, and stored for
+    /// the pod's next sync when no mutation of the pod began since the read began.
+    pub async fn pod_state_for_sync(
+        &self,
+        uid: &str,
+        source: &'static str,
+    ) -> cri::Result<PodState> {
+        let token = self.fresh().token(uid);
+        let state = self.pod_state_counted(uid, source).await?;
+        if let Some(token) = token {
+            self.fresh()
+                .store(uid, token, state.clone(), Instant::now());
+        }
+        Ok(state)
+    }
+
+    /// [`Manager::pod_state`], counted in `swiftlet_runtime_pod_state_reads_total` as `source`.
+    pub async fn pod_state_counted(
+        &self,
+        uid: &str,
+        source: &'static str,
+    ) -> cri::Result<PodState> {
+        self.count_read(source);
+        self.pod_state(uid).await
+    }
+
+    fn count_read(&self, source: &'static str) {
+        self.cri
+            .metrics()
+            .runtime_pod_state_reads_total
+            .get_or_create(&crate::metrics::SourceLabel { source })
+            .inc();
     }
 
     /// Lets failed liveness and startup probes kill their containers.
@@ -367,6 +449,7 @@ impl Manager {
 
     /// Every pod this agent has in the runtime, by UID.
     pub async fn relist(&self) -> cri::Result<HashMap<String, RelistEntry>> {
+        let listed = self.fresh().now();
         let (sandboxes, containers) = self.list(None).await?;
         let mut out: HashMap<String, RelistEntry> = HashMap::new();
         for s in sandboxes {
@@ -390,6 +473,8 @@ impl Manager {
             e.containers.sort();
         }
         self.known().relisted = Some(out.keys().cloned().collect());
+        // Forget the fresh reads and mutation records of pods gone from the runtime.
+        self.fresh().retain(|uid| out.contains_key(uid), listed);
         Ok(out)
     }
 
@@ -444,10 +529,21 @@ impl Manager {
             });
         }
         let known_empty = self.known().holds_nothing(uid);
-        let state = if known_empty {
-            PodState::default()
+        let handed = if known_empty {
+            None
         } else {
-            self.pod_state(uid).await.map_err(Self::cri_err(&name))?
+            self.fresh().take(uid, Instant::now())
+        };
+        let state = match handed {
+            _ if known_empty => PodState::default(),
+            Some(state) => {
+                self.count_read("handoff");
+                state
+            }
+            None => self
+                .pod_state_counted(uid, "sync")
+                .await
+                .map_err(Self::cri_err(&name))?,
         };
         let actions =
             actions::compute_pod_actions_with(pod, &state, &|id| self.probes.kill_reason(id));
@@ -463,6 +559,12 @@ impl Manager {
         let stops = kills_live
             || !actions.containers_to_kill.is_empty()
             || !actions.containers_to_resize.is_empty();
+        // From here on the runtime may change: a read that began before is stale.
+        let changes = stops
+            || actions.create_sandbox
+            || !actions.init_to_start.is_empty()
+            || !actions.containers_to_start.is_empty();
+        let _mutating = changes.then(|| self.mutating(uid, false, None));
 
         if actions.kill_pod {
             if actions.create_sandbox && actions.sandbox_id.is_some() {
@@ -471,6 +573,7 @@ impl Manager {
                 tracing::info!(pod = %name, "pod finished: stopping what is left");
             }
             if kills_live {
+                let _killing = self.mutating(uid, true, None);
                 self.stop_runtime_pod(&name, &state, grace_period_secs(pod), false)
                     .await?;
             }
@@ -482,6 +585,7 @@ impl Manager {
             for k in &actions.containers_to_kill {
                 tracing::info!(pod = %name, container = %k.name, reason = k.reason, message = %k.message, "killing container");
                 if let Some(st) = state.containers.iter().find(|c| c.id == k.id) {
+                    let _stopping = self.mutating(uid, false, Some(&st.id));
                     let grace = k.grace.unwrap_or_else(|| grace_period_secs(pod));
                     self.kill_container(&name, st, grace, started).await?;
                 }
@@ -1187,14 +1291,24 @@ impl Manager {
     /// forgets its back-offs. Works from the UID alone (hooks and order come from the containers'
     /// annotations), so orphans can be killed too.
     pub async fn kill_pod(&self, name: &str, uid: &str, grace: i64) -> Result<()> {
-        cri::with_pod(uid, self.kill_pod_traced(name, uid, grace)).await
+        let killing = self.mutating(uid, true, None);
+        let result = cri::with_pod(uid, self.kill_pod_traced(name, uid, grace)).await;
+        drop(killing);
+        if result.is_ok() {
+            self.fresh().forget(uid);
+        }
+        result
     }
 
     /// Stops a pod that finished (Succeeded or Failed) without removing anything: its containers
     /// stay for their status and logs, as the kubelet leaves them to container GC. Removal comes
     /// with `kill_pod` once no source wants the pod.
     pub async fn stop_pod(&self, name: &str, uid: &str, grace: i64) -> Result<()> {
-        let state = self.pod_state(uid).await.map_err(Self::cri_err(name))?;
+        let _killing = self.mutating(uid, true, None);
+        let state = self
+            .pod_state_counted(uid, "kill")
+            .await
+            .map_err(Self::cri_err(name))?;
         self.stop_runtime_pod(name, &state, grace, false).await
     }
 
@@ -1345,7 +1459,10 @@ impl Manager {
     }
 
     async fn kill_pod_traced(&self, name: &str, uid: &str, grace: i64) -> Result<()> {
-        let state = self.pod_state(uid).await.map_err(Self::cri_err(name))?;
+        let state = self
+            .pod_state_counted(uid, "kill")
+            .await
+            .map_err(Self::cri_err(name))?;
         self.stop_runtime_pod(name, &state, grace, true).await?;
         // Without the spec (orphans) the QoS class is unknown: try the pod's place under each.
         self.cm
