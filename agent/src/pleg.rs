@@ -461,7 +461,7 @@ impl Relister {
                 .pleg_relist_interval_seconds
                 .observe(start.duration_since(last).as_secs_f64());
         }
-        let new = match self.p.runtime.relist().await {
+        let (new, mut listing) = match self.p.runtime.relist().await {
             Ok(n) => n,
             Err(e) => {
                 // Keep every snapshot: the events are generated on the next good relist.
@@ -487,14 +487,19 @@ impl Relister {
         let mut reads = Vec::new();
         for step in self.snap.plan(new, |uid| status.knows(uid)) {
             match step {
-                Step::Read(uid, entry, events) => reads.push((uid, entry, events)),
+                Step::Read(uid, entry, events) => {
+                    let listed = listing.pods.remove(&uid);
+                    reads.push((uid, entry, events, listed));
+                }
                 Step::Send(events) => self.send(events),
             }
         }
         let runtime = &self.p.runtime;
         let results: Vec<_> = futures::stream::iter(reads)
-            .map(|(uid, entry, events)| async move {
-                let state = runtime.pod_state_for_sync(&uid, "pleg").await;
+            .map(|(uid, entry, events, listed)| async move {
+                let state = runtime
+                    .pod_state_listed(&uid, listed, listing.token, "pleg")
+                    .await;
                 (uid, entry, events, state)
             })
             .buffer_unordered(READ_CONCURRENCY)

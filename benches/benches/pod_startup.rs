@@ -505,22 +505,37 @@ fn cost(agent: &Agent, opts: &Opts, idle: Option<(f64, f64)>) {
     agent.wait_for(|l| l.items.is_empty(), TIMEOUT);
 }
 
-/// The agent's CRI calls so far by operation, from `swiftlet_runtime_operations_duration_seconds`.
-fn cri_calls(agent: &Agent) -> HashMap<String, u64> {
+/// The agent's counters so far by one label: `series` is the metric name with `_count` or
+/// `_total` and `label` the label whose values key the map (the first label of the series).
+fn counters(agent: &Agent, series: &str, label: &str) -> HashMap<String, u64> {
     let (_, body) = agent.get("/metrics");
+    let open = format!("{series}{{");
+    let key = format!("{label}=\"");
     body.lines()
-        .filter_map(|l| l.strip_prefix("swiftlet_runtime_operations_duration_seconds_count{"))
+        .filter_map(|l| l.strip_prefix(open.as_str()))
         .filter_map(|l| {
             let (labels, count) = l.split_once("} ")?;
-            let op = labels.split_once("operation=\"")?.1.split('"').next()?;
-            Some((op.to_owned(), count.trim().parse().ok()?))
+            let value = labels.split_once(key.as_str())?.1.split('"').next()?;
+            Some((value.to_owned(), count.trim().parse().ok()?))
         })
         .collect()
 }
 
-/// CRI calls the agent made while starting and removing `pods` pods (the floor makes four per
-/// pod to start it: ImageStatus, RunPodSandbox, CreateContainer, StartContainer).
-fn print_cri_calls(before: &HashMap<String, u64>, after: &HashMap<String, u64>, pods: usize) {
+/// The agent's CRI calls (by operation) and pod reads (by who read: the PLEG, its fast path, a
+/// sync, a kill, or `handoff` for a sync that took the PLEG's read instead) so far.
+fn cri_calls(agent: &Agent) -> (HashMap<String, u64>, HashMap<String, u64>) {
+    (
+        counters(
+            agent,
+            "swiftlet_runtime_operations_duration_seconds_count",
+            "operation",
+        ),
+        counters(agent, "swiftlet_runtime_pod_state_reads_total", "source"),
+    )
+}
+
+/// `after - before` per key, as "key n, ..." in key order (zeros left out).
+fn deltas(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> String {
     let mut ops: Vec<(&String, u64)> = after
         .iter()
         .map(|(op, n)| (op, n - before.get(op).copied().unwrap_or(0).min(*n)))
@@ -528,9 +543,23 @@ fn print_cri_calls(before: &HashMap<String, u64>, after: &HashMap<String, u64>, 
         .collect();
     ops.sort();
     let list: Vec<String> = ops.iter().map(|(op, n)| format!("{op} {n}")).collect();
+    list.join(", ")
+}
+
+/// The agent's CRI calls and pod reads, as [`cri_calls`] returns them.
+type Calls = (HashMap<String, u64>, HashMap<String, u64>);
+
+/// CRI calls and pod reads the agent made while starting and removing `pods` pods (the floor
+/// makes four calls per pod to start it: ImageStatus, RunPodSandbox, CreateContainer,
+/// StartContainer).
+fn print_cri_calls(before: &Calls, after: &Calls, pods: usize) {
     println!(
         "  swiftlet's CRI calls for {pods} pods started and removed (incl. its 1 s relists): {}",
-        list.join(", ")
+        deltas(&before.0, &after.0)
+    );
+    println!(
+        "  swiftlet's pod reads by who read (handoff: a sync took the PLEG's read): {}",
+        deltas(&before.1, &after.1)
     );
 }
 

@@ -105,6 +105,13 @@ impl Fresh {
                 .is_none_or(|m| m.active == 0 && m.last <= token)
     }
 
+    /// The token of reads beginning now for every pod at once (a full listing of the runtime).
+    /// A pod mutated meanwhile gets no stored read from it: its mutation still runs when the
+    /// read is stored, or its end moved the pod's record past the token.
+    pub fn token_for_all(&self) -> ReadToken {
+        ReadToken(self.clock)
+    }
+
     /// Stores a read of pod `uid` that began at `token`, for the pod's next sync, unless a
     /// mutation began since. Replaces an older stored read.
     pub fn store(&mut self, uid: &str, token: ReadToken, state: PodState, now: Instant) {
