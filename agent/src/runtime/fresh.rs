@@ -120,11 +120,17 @@ impl Fresh {
         }
     }
 
-    /// Takes the stored read of pod `uid` when it is still good: nothing mutated since it
-    /// began and younger than [`MAX_AGE`]. Once only.
+    /// The stored read of pod `uid` when it is still good: nothing mutated since it began and
+    /// younger than [`MAX_AGE`]. It stays for the next sync until a mutation begins (the PLEG's
+    /// events of one change can sync a pod twice; both may use the read), and a stale one is
+    /// dropped.
     pub fn take(&mut self, uid: &str, now: Instant) -> Option<PodState> {
-        let (token, at, state) = self.reads.remove(uid)?;
-        (self.valid(uid, token) && now.saturating_duration_since(at) < MAX_AGE).then_some(state)
+        let (token, at, state) = self.reads.get(uid)?;
+        if self.valid(uid, *token) && now.saturating_duration_since(*at) < MAX_AGE {
+            return Some(state.clone());
+        }
+        self.reads.remove(uid);
+        None
     }
 
     /// Forgets pod `uid` (removed from the runtime), unless a mutation of it still runs.
@@ -196,14 +202,22 @@ mod tests {
     }
 
     #[test]
-    fn a_read_after_the_last_mutation_is_used_once() {
+    fn a_read_after_the_last_mutation_is_used_until_the_next() {
         let mut f = Fresh::default();
         let now = Instant::now();
         mutation(&mut f, "u", false);
         let t = f.token("u").expect("no mutation runs");
         f.store("u", t, state("a"), now);
         assert_eq!(id(f.take("u", now)), Some("a".into()));
-        assert_eq!(f.take("u", now).map(|_| ()), None, "used once");
+        assert_eq!(
+            id(f.take("u", now)),
+            Some("a".into()),
+            "nothing changed since"
+        );
+        f.begin("u", false);
+        assert_eq!(f.take("u", now).map(|_| ()), None, "a mutation runs");
+        f.end("u", false);
+        assert_eq!(f.take("u", now).map(|_| ()), None, "mutated since the read");
         // A pod never mutated by this agent (adopted) works too.
         let t = f.token("v").unwrap();
         f.store("v", t, state("b"), now);

@@ -224,6 +224,9 @@ pub struct SyncOutcome {
     pub state: Option<PodState>,
     /// The containers this sync started, in start order, as the runtime would report them now.
     started: Vec<api::ContainerStatus>,
+    /// The runtime held nothing for the pod before this sync: `state` is exactly what this sync
+    /// created, as of its end.
+    from_nothing: bool,
 }
 
 impl SyncOutcome {
@@ -562,7 +565,21 @@ impl Manager {
     /// kills, the sandbox, init containers and app containers (kubelet-behaviour.md §1.6 SyncPod).
     pub async fn sync_pod(&self, pod: &Pod) -> Result<SyncOutcome> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        cri::with_pod(&uid, self.sync_pod_traced(pod, &uid)).await
+        let outcome = cri::with_pod(&uid, self.sync_pod_traced(pod, &uid)).await;
+        if let Ok(o) = &outcome
+            && o.from_nothing
+            && let Some(state) = &o.state
+        {
+            // A new pod's start: what it created is all the pod has, known as of now (its
+            // mutation ended). The PLEG's events for these very starts sync the pod again, and
+            // its read of them, if it overlapped the start, is rejected: that sync takes this
+            // instead of reading back what was just made.
+            let mut fresh = self.fresh();
+            if let Some(token) = fresh.token(&uid) {
+                fresh.store(&uid, token, state.clone(), Instant::now());
+            }
+        }
+        outcome
     }
 
     async fn sync_pod_traced(&self, pod: &Pod, uid: &str) -> Result<SyncOutcome> {
@@ -594,6 +611,7 @@ impl Manager {
                 .await
                 .map_err(Self::cri_err(&name))?,
         };
+        let held_nothing = state.sandboxes.is_empty() && state.containers.is_empty();
         let actions =
             actions::compute_pod_actions_with(pod, &state, &|id| self.probes.kill_reason(id));
         tracing::debug!(pod = %name, ?actions, "computed pod actions");
@@ -736,6 +754,7 @@ impl Manager {
                 .containers
                 .splice(0..0, outcome.started.drain(..).rev());
             outcome.state = Some(after);
+            outcome.from_nothing = held_nothing;
         }
         Ok(outcome)
     }
