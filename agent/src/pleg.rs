@@ -351,7 +351,7 @@ impl Relister {
         if self.p.runtime.is_stopping(&uid, container_id.as_deref()) {
             // The worker stopping it reads (or forgets) the pod when the stop is done.
             tracing::debug!(%uid, ?container_id, ?exit, "PLEG fast path: the agent is stopping it; no relist");
-            self.count_skipped();
+            self.count_skipped(1);
             return;
         }
         tracing::debug!(%uid, ?container_id, ?exit, "PLEG fast path: relisting the pod");
@@ -366,12 +366,15 @@ impl Relister {
         );
     }
 
-    fn count_skipped(&self) {
+    fn count_skipped(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
         self.p
             .metrics
             .pleg_fast_path_relists_total
             .get_or_create(&ResultLabel { result: "skipped" })
-            .inc();
+            .inc_by(n as u64);
     }
 
     /// Relists the pods whose fast-path relist is due, reading their states concurrently.
@@ -382,9 +385,7 @@ impl Relister {
         let before = self.pending.len();
         self.pending
             .retain(|uid, _| !runtime.is_stopping(uid, None));
-        for _ in self.pending.len()..before {
-            self.count_skipped();
-        }
+        self.count_skipped(before - self.pending.len());
         let due: Vec<String> = self
             .pending
             .iter()

@@ -301,7 +301,9 @@ impl StatusManager {
         first_running
     }
 
-    /// The pods with their statuses, for `/pods`.
+    /// The pods with their statuses as owned values: what [`StatusManager::pods_json`]
+    /// serialises without copying (its tests compare the two).
+    #[cfg(test)]
     pub fn pods(&self) -> Vec<Pod> {
         let Ok(map) = self.inner.read() else {
             return Vec::new();

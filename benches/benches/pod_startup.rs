@@ -429,29 +429,34 @@ fn mean_wall(samples: &[Sample]) -> Duration {
     total / samples.len().max(1) as u32
 }
 
-/// Mean CPU milliseconds per run: (machine busy, containerd, agent).
-fn mean_cpu_ms(samples: &[Sample]) -> (f64, f64, f64) {
-    let n = samples.len().max(1) as f64;
-    let ms = |f: fn(&CpuUse) -> u64| {
-        samples.iter().map(|s| f(&s.cpu)).sum::<u64>() as f64 / n / ticks_per_sec() * 1000.0
-    };
-    (ms(|c| c.system), ms(|c| c.containerd), ms(|c| c.agent))
+/// Mean per run, in ms, of one [`CpuUse`] field read with `f` (ms per unit: `scale`).
+fn mean_ms(samples: &[Sample], f: fn(&CpuUse) -> u64, scale: f64) -> f64 {
+    samples.iter().map(|s| f(&s.cpu)).sum::<u64>() as f64 / samples.len().max(1) as f64 * scale
 }
 
 fn cpu_row(what: &str, samples: &[Sample]) {
-    let (system, containerd, agent) = mean_cpu_ms(samples);
-    let n = samples.len().max(1) as f64;
-    let wait = samples.iter().map(|s| s.cpu.agent_wait_ns).sum::<u64>() as f64 / n / 1e6;
+    let tick = 1000.0 / ticks_per_sec();
+    let system = mean_ms(samples, |c| c.system, tick);
+    let containerd = mean_ms(samples, |c| c.containerd, tick);
+    let agent = mean_ms(samples, |c| c.agent, tick);
+    let wait = mean_ms(samples, |c| c.agent_wait_ns, 1e-6);
     println!("  {what:<10} {system:>12.0} {containerd:>12.0} {agent:>12.0} {wait:>16.1}");
 }
 
-fn row(what: &str, h: &Histogram<u64>, wall: Duration) {
-    println!(
-        "  {what:<10} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>10.1}",
+/// p50, p90, p99 and max of a histogram of microseconds, in ms.
+fn quantiles_ms(h: &Histogram<u64>) -> [f64; 4] {
+    [
         ms(h.value_at_quantile(0.5)),
         ms(h.value_at_quantile(0.9)),
         ms(h.value_at_quantile(0.99)),
         ms(h.max()),
+    ]
+}
+
+fn row(what: &str, h: &Histogram<u64>, wall: Duration) {
+    let [p50, p90, p99, max] = quantiles_ms(h);
+    println!(
+        "  {what:<10} {p50:>8.1} {p90:>8.1} {p99:>8.1} {max:>8.1} {:>10.1}",
         wall.as_secs_f64() * 1000.0
     );
 }
@@ -605,12 +610,9 @@ fn phase_summary(agent: &Agent, n: usize, reps: usize) {
                 }
             }
             if !agent.is_empty() {
+                let [p50, p90, p99, max] = quantiles_ms(&agent);
                 println!(
-                    "  agent-added per pod (end-to-end minus the pod's CRI calls in flight): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-                    ms(agent.value_at_quantile(0.5)),
-                    ms(agent.value_at_quantile(0.9)),
-                    ms(agent.value_at_quantile(0.99)),
-                    ms(agent.max()),
+                    "  agent-added per pod (end-to-end minus the pod's CRI calls in flight): p50 {p50:.2} ms, p90 {p90:.2} ms, p99 {p99:.2} ms, max {max:.2} ms"
                 );
             }
         }

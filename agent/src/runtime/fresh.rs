@@ -105,9 +105,10 @@ impl Fresh {
                 .is_none_or(|m| m.active == 0 && m.last <= token)
     }
 
-    /// The token of reads beginning now for every pod at once (a full listing of the runtime).
-    /// A pod mutated meanwhile gets no stored read from it: its mutation still runs when the
-    /// read is stored, or its end moved the pod's record past the token.
+    /// The token of reads beginning now for every pod at once (a full listing of the runtime;
+    /// pass it to [`Fresh::retain`] too). A pod mutated meanwhile gets no stored read from it:
+    /// its mutation still runs when the read is stored, or its end moved the pod's record past
+    /// the token.
     pub fn token_for_all(&self) -> ReadToken {
         ReadToken(self.clock)
     }
@@ -141,14 +142,10 @@ impl Fresh {
         }
     }
 
-    /// The clock now: pass it to [`Fresh::retain`] with a listing of the runtime begun after.
-    pub fn now(&self) -> u64 {
-        self.clock
-    }
-
-    /// Keeps the records of the pods `keep` says (the runtime's pods, listed after the clock
-    /// showed `listed`), of pods being mutated and of pods mutated since `listed`.
-    pub fn retain(&mut self, keep: impl Fn(&str) -> bool, listed: u64) {
+    /// Keeps the records of the pods `keep` says (the runtime's pods, from a listing begun at
+    /// `listed`), of pods being mutated and of pods mutated since `listed`.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool, listed: ReadToken) {
+        let listed = listed.0;
         self.reads.retain(|uid, _| keep(uid));
         let recent: Vec<String> = self
             .pods
@@ -283,7 +280,7 @@ mod tests {
             let t = f.token(uid).unwrap();
             f.store(uid, t, state(uid), now);
         }
-        let listed = f.now();
+        let listed = f.token_for_all();
         mutation(&mut f, "d", false);
         f.begin("c", false);
         f.retain(|uid| uid == "a", listed);

@@ -160,15 +160,11 @@ impl PodState {
             .filter(|s| s.state == api::PodSandboxState::SandboxReady as i32)
     }
 
-    /// Something a pod kill would stop: a ready sandbox or a created or running container.
-    /// False for a new pod (nothing at all) and for one whose every container exited and whose
-    /// sandboxes stopped: killing it changes nothing.
+    /// Something a pod kill would stop: a ready sandbox or a live container
+    /// ([`is_live`]). False for a new pod (nothing at all) and for one whose every container
+    /// exited and whose sandboxes stopped: killing it changes nothing.
     pub fn anything_live(&self) -> bool {
-        let live = |c: &api::ContainerStatus| {
-            c.state == api::ContainerState::ContainerRunning as i32
-                || c.state == api::ContainerState::ContainerCreated as i32
-        };
-        self.containers.iter().any(live)
+        self.containers.iter().any(is_live)
             || self
                 .sandboxes
                 .iter()
@@ -181,6 +177,12 @@ impl PodState {
             .iter()
             .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
     }
+}
+
+/// A container a stop has to stop: created or running.
+fn is_live(c: &api::ContainerStatus) -> bool {
+    c.state == api::ContainerState::ContainerRunning as i32
+        || c.state == api::ContainerState::ContainerCreated as i32
 }
 
 /// One pod's sandboxes and containers as a listing returned them.
@@ -384,11 +386,17 @@ impl Manager {
     ) -> cri::Result<PodState> {
         let token = self.fresh().token(uid);
         let state = self.pod_state_counted(uid, source).await?;
+        self.hand_over(uid, token, &state);
+        Ok(state)
+    }
+
+    /// Stores `state`, read from a start at `token`, for pod `uid`'s next sync (the store
+    /// rejects it when the pod was mutated since `token`; `None`: not to be stored).
+    fn hand_over(&self, uid: &str, token: Option<fresh::ReadToken>, state: &PodState) {
         if let Some(token) = token {
             self.fresh()
                 .store(uid, token, state.clone(), Instant::now());
         }
-        Ok(state)
     }
 
     /// [`Manager::pod_state`], counted in `swiftlet_runtime_pod_state_reads_total` as `source`.
@@ -463,39 +471,38 @@ impl Manager {
     /// Every pod this agent has in the runtime, by UID, and what the listing said of each
     /// (for [`Manager::pod_state_listed`]).
     pub async fn relist(&self) -> cri::Result<(HashMap<String, RelistEntry>, Listing)> {
-        let listed = self.fresh().now();
         let token = self.fresh().token_for_all();
         let (sandboxes, containers) = self.list(None).await?;
-        let mut out: HashMap<String, RelistEntry> = HashMap::new();
         let mut listing = Listing {
             token,
             pods: HashMap::new(),
         };
         for s in sandboxes {
             if let Some(uid) = s.labels.get(labels::POD_UID) {
-                out.entry(uid.clone())
-                    .or_default()
-                    .sandboxes
-                    .push((s.id.clone(), s.state));
                 listing.pods.entry(uid.clone()).or_default().0.push(s);
             }
         }
         for c in containers {
             if let Some(uid) = c.labels.get(labels::POD_UID) {
-                out.entry(uid.clone())
-                    .or_default()
-                    .containers
-                    .push((c.id.clone(), c.state));
                 listing.pods.entry(uid.clone()).or_default().1.push(c);
             }
         }
-        for e in out.values_mut() {
-            e.sandboxes.sort();
-            e.containers.sort();
-        }
+        let out: HashMap<String, RelistEntry> = listing
+            .pods
+            .iter()
+            .map(|(uid, (sandboxes, containers))| {
+                let mut e = RelistEntry {
+                    sandboxes: sandboxes.iter().map(|s| (s.id.clone(), s.state)).collect(),
+                    containers: containers.iter().map(|c| (c.id.clone(), c.state)).collect(),
+                };
+                e.sandboxes.sort();
+                e.containers.sort();
+                (uid.clone(), e)
+            })
+            .collect();
         self.known().relisted = Some(out.keys().cloned().collect());
         // Forget the fresh reads and mutation records of pods gone from the runtime.
-        self.fresh().retain(|uid| out.contains_key(uid), listed);
+        self.fresh().retain(|uid| out.contains_key(uid), token);
         Ok((out, listing))
     }
 
@@ -515,8 +522,7 @@ impl Manager {
         };
         self.count_read(source);
         let state = self.state_of(uid, sandboxes, containers).await?;
-        self.fresh()
-            .store(uid, token, state.clone(), Instant::now());
+        self.hand_over(uid, Some(token), &state);
         Ok(state)
     }
 
@@ -574,10 +580,8 @@ impl Manager {
             // mutation ended). The PLEG's events for these very starts sync the pod again, and
             // its read of them, if it overlapped the start, is rejected: that sync takes this
             // instead of reading back what was just made.
-            let mut fresh = self.fresh();
-            if let Some(token) = fresh.token(&uid) {
-                fresh.store(&uid, token, state.clone(), Instant::now());
-            }
+            let token = self.fresh().token(&uid);
+            self.hand_over(&uid, token, state);
         }
         outcome
     }
@@ -601,11 +605,11 @@ impl Manager {
             self.fresh().take(uid, Instant::now())
         };
         let state = match handed {
-            _ if known_empty => PodState::default(),
             Some(state) => {
                 self.count_read("handoff");
                 state
             }
+            None if known_empty => PodState::default(),
             None => self
                 .pod_state_counted(uid, "sync")
                 .await
@@ -1289,10 +1293,7 @@ impl Manager {
         remove: bool,
     ) -> Result<()> {
         let since = Instant::now();
-        let live = |c: &&api::ContainerStatus| {
-            c.state == api::ContainerState::ContainerRunning as i32
-                || c.state == api::ContainerState::ContainerCreated as i32
-        };
+        let live = |c: &&api::ContainerStatus| is_live(c);
         let is_sidecar = |c: &&api::ContainerStatus| {
             c.annotations
                 .get(labels::CONTAINER_TYPE)
