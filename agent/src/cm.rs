@@ -398,6 +398,9 @@ struct Shared {
     /// Files written and directories created: re-applying an unchanged config adds nothing.
     writes: AtomicU64,
     state: Mutex<State>,
+    /// Held while the QoS level cgroups are computed and written, so that concurrent pod workers
+    /// cannot let an older sum overwrite a newer one.
+    qos: Mutex<()>,
     /// An orphan clean-up is running (the next pass skips rather than queue up).
     cleaning: AtomicBool,
 }
@@ -522,6 +525,13 @@ impl ContainerManager {
         if !self.cfg.cgroups_per_qos {
             return Ok(());
         }
+        // Every change to the bookkeeping is followed by a call here: whoever writes last has
+        // read the sum after every change that came before its write.
+        let _writing = self
+            .shared
+            .qos
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let burstable: u64 = self.state().burstable.values().sum();
         self.set_shares(
             &self.qos_cgroup_name(QosClass::Burstable),
@@ -1006,20 +1016,26 @@ mod tests {
         assert_eq!(shares_to_weight(1024), 39);
     }
 
-    #[test]
-    fn cgroup_names_and_files_v1_fixture() {
+    /// A started container manager over a directory laid out like a cgroup v1 mount.
+    fn v1_fixture(cgroup_root: &str) -> (tempfile::TempDir, ContainerManager) {
         let tmp = tempfile::tempdir().unwrap();
         for c in V1_CONTROLLERS {
             fs::create_dir_all(tmp.path().join(c)).unwrap();
         }
         let cm = ContainerManager::new(Config {
-            cgroup_root: "/test".into(),
+            cgroup_root: cgroup_root.into(),
             cgroups_per_qos: true,
             mount: tmp.path().into(),
             pod_pids_limit: 100,
         });
         assert_eq!(cm.hierarchy(), Hierarchy::V1);
         cm.start().unwrap();
+        (tmp, cm)
+    }
+
+    #[test]
+    fn cgroup_names_and_files_v1_fixture() {
+        let (tmp, cm) = v1_fixture("/test");
         assert_eq!(
             fs::read_to_string(tmp.path().join("cpu/test/kubepods/besteffort/cpu.shares")).unwrap(),
             "2"
@@ -1081,6 +1097,31 @@ mod tests {
         assert!(safe_join(tmp.path(), "a/../../b").is_err());
         // Files written by a test fixture are plain files, so remove_dir fails on a non-empty dir:
         // destroy is exercised against the real cgroupfs in the integration tests.
+    }
+
+    #[test]
+    fn concurrent_pod_workers_leave_the_burstable_qos_shares_at_the_full_sum() {
+        let (tmp, cm) = v1_fixture("/race");
+        let shares = tmp.path().join("cpu/race/kubepods/burstable/cpu.shares");
+        for round in 0..20 {
+            let pods = 8;
+            std::thread::scope(|s| {
+                for i in 0..pods {
+                    let cm = cm.clone();
+                    s.spawn(move || {
+                        let b: &[(&str, &str)] = &[("cpu", "100m")];
+                        cm.ensure_pod_cgroup(&pod(&[(b, &[])]), &format!("r{round}p{i}"))
+                            .unwrap();
+                    });
+                }
+            });
+            let want = milli_cpu_to_shares(100 * pods * (round + 1));
+            assert_eq!(
+                fs::read_to_string(&shares).unwrap(),
+                want.to_string(),
+                "round {round}"
+            );
+        }
     }
 
     #[test]
