@@ -36,6 +36,8 @@ pub enum Error {
         path: PathBuf,
         message: String,
     },
+    #[error("the cgroup work was interrupted: {0}")]
+    Interrupted(String),
     #[error("cgroup name {0:?} would leave its parent directory")]
     UnsafeName(String),
     #[error("resource quantity {value:?} for {resource}: {reason}")]
@@ -592,6 +594,15 @@ impl ContainerManager {
         self.apply_to(&name, &rc, fresh)?;
         self.state().applied.insert(name.clone(), rc);
         Ok(name)
+    }
+
+    /// [`Self::destroy_pod_cgroups`] on one of tokio's blocking threads: it may wait for
+    /// leftovers to die, and must not hold up the async threads meanwhile.
+    pub async fn destroy_pod_cgroups_async(&self, uid: &str) -> Result<()> {
+        let (cm, uid) = (self.clone(), uid.to_owned());
+        tokio::task::spawn_blocking(move || cm.destroy_pod_cgroups(&uid))
+            .await
+            .unwrap_or_else(|e| Err(Error::Interrupted(e.to_string())))
     }
 
     /// Writes the cpu shares of a cgroup (as cgroup v2 weight there) when they differ.

@@ -1535,7 +1535,8 @@ impl Manager {
         self.stop_runtime_pod(name, &state, grace, true).await?;
         // Without the spec (orphans) the QoS class is unknown: try the pod's place under each.
         self.cm
-            .destroy_pod_cgroups(uid)
+            .destroy_pod_cgroups_async(uid)
+            .await
             .map_err(|source| Error::Cgroup {
                 pod: name.to_owned(),
                 source,
