@@ -76,8 +76,8 @@ struct State {
     /// cgroup2 id of a container cgroup -> its name (the container id), for the PLEG.
     cgroup_container: HashMap<u64, String>,
     /// cgroup2 id of a container cgroup -> its main process (tgid) and that one's exit (code,
-    /// CLOCK_MONOTONIC ns): the first process to exec there while no earlier one still runs
-    /// (runc's own helper can exec in the cgroup and exit before the container's process does).
+    /// CLOCK_MONOTONIC ns): the first process other than the OCI runtime's helper to exec there
+    /// while no earlier one still runs.
     cgroup_main: HashMap<u64, MainProcess>,
 }
 
@@ -129,6 +129,12 @@ impl std::fmt::Debug for Tracer {
 
 /// The hierarchy id of cgroup2 (`0::/...` in `/proc/<pid>/cgroup`).
 const CGROUP2_HIERARCHY: u32 = 0;
+
+/// True for the command name of an OCI runtime's helper process (runc's `runc init` and its
+/// `runc:[N:STAGE]` stages, crun), which execs in a container cgroup before the container does.
+fn is_runtime_helper(comm: &str) -> bool {
+    comm == "runc" || comm == "crun" || comm.starts_with("runc:[")
+}
 
 /// `(pod uid, child)` when `path` names a pod cgroup `.../pod<uid>` (child `None`) or a cgroup
 /// right below one (`.../pod<uid>/<child>`).
@@ -343,7 +349,10 @@ impl Tracer {
                 let Some((uid, created_ns)) = self.owner(e.cgroup_id) else {
                     return;
                 };
-                {
+                // The OCI runtime's own helper execs in the cgroup first and exits before the
+                // container's process runs: its exit is not the container's, and reporting it
+                // would only make the PLEG read a pod that is still starting.
+                if !is_runtime_helper(&e.comm) {
                     let mut state = self
                         .shared
                         .state
@@ -779,8 +788,12 @@ mod tests {
             ..process(7, at, code)
         };
         // runc's helper execs and exits first; then the container's process and its child.
-        tracer.kernel_event(&KernelEvent::Exec(proc_(10, 2, None)));
-        tracer.kernel_event(&KernelEvent::Exit(proc_(10, 3, Some(0))));
+        let helper = |at: u64, code: Option<i32>| ProcessEvent {
+            comm: "runc".into(),
+            ..proc_(10, at, code)
+        };
+        tracer.kernel_event(&KernelEvent::Exec(helper(2, None)));
+        tracer.kernel_event(&KernelEvent::Exit(helper(3, Some(0))));
         tracer.kernel_event(&KernelEvent::Exec(proc_(11, 4, None)));
         tracer.kernel_event(&KernelEvent::Exec(proc_(12, 5, None)));
         tracer.kernel_event(&KernelEvent::Exit(proc_(12, 6, Some(0))));
@@ -794,12 +807,13 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("u1".to_owned(), c1.clone(), Some(0)),
                 ("u1".to_owned(), c1.clone(), Some(3)),
                 ("u1".to_owned(), c1, Some(3)),
             ],
-            "the helper's and the main process's exits, then the cgroup's removal with the main \
-             process's code"
+            "the main process's exit (not the runtime helper's, nor its child's), then the \
+             cgroup's removal with the main process's code"
         );
+        assert!(is_runtime_helper("runc:[2:INIT]") && is_runtime_helper("crun"));
+        assert!(!is_runtime_helper("runcible") && !is_runtime_helper("sh"));
     }
 }
