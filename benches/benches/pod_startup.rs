@@ -121,6 +121,8 @@ struct CpuUse {
     containerd: u64,
     agent: u64,
     agent_wait_ns: u64,
+    /// This process: the floor's CRI client, or the `/pods` poller watching swiftlet.
+    bench: u64,
 }
 
 impl CpuUse {
@@ -131,6 +133,7 @@ impl CpuUse {
             containerd: of(pids.containerd),
             agent: of(pids.agent),
             agent_wait_ns: pids.agent.and_then(run_queue_wait_ns).unwrap_or(0),
+            bench: cpu_ticks(std::process::id()).unwrap_or(0),
         }
     }
 
@@ -142,6 +145,7 @@ impl CpuUse {
             containerd: end.containerd.saturating_sub(start.containerd),
             agent: end.agent.saturating_sub(start.agent),
             agent_wait_ns: end.agent_wait_ns.saturating_sub(start.agent_wait_ns),
+            bench: end.bench.saturating_sub(start.bench),
         }
     }
 }
@@ -440,7 +444,10 @@ fn cpu_row(what: &str, samples: &[Sample]) {
     let containerd = mean_ms(samples, |c| c.containerd, tick);
     let agent = mean_ms(samples, |c| c.agent, tick);
     let wait = mean_ms(samples, |c| c.agent_wait_ns, 1e-6);
-    println!("  {what:<10} {system:>12.0} {containerd:>12.0} {agent:>12.0} {wait:>16.1}");
+    let bench = mean_ms(samples, |c| c.bench, tick);
+    println!(
+        "  {what:<10} {system:>12.0} {containerd:>12.0} {agent:>12.0} {wait:>16.1} {bench:>8.0}"
+    );
 }
 
 /// p50, p90, p99 and max of a histogram of microseconds, in ms.
@@ -760,8 +767,8 @@ fn main() -> ExitCode {
             1000.0 / ticks_per_sec()
         );
         println!(
-            "  {:<10} {:>12} {:>12} {:>12} {:>16}",
-            "", "machine", "containerd", "agent", "agent runq wait"
+            "  {:<10} {:>12} {:>12} {:>12} {:>16} {:>8}",
+            "", "machine", "containerd", "agent", "agent runq wait", "bench"
         );
         cpu_row("CRI floor", &floors);
         cpu_row("swiftlet", &swift);
