@@ -395,7 +395,6 @@ impl Relister {
         if due.is_empty() {
             return;
         }
-        let runtime = &self.p.runtime;
         let reads: Vec<_> = futures::stream::iter(due)
             .map(|uid| async move {
                 let state = runtime.pod_state_for_sync(&uid, "fast_path").await;

@@ -242,7 +242,8 @@ impl StatusManager {
             return false;
         };
         let running = api::ContainerState::ContainerRunning as i32;
-        // An exit from before the container started is runc's helper's, not the container's.
+        // An exit from before the container started is the OCI runtime's helper's (one the
+        // tracer did not recognise by name), not the container's.
         let Some(c) = state
             .containers
             .iter_mut()

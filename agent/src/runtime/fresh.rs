@@ -147,13 +147,13 @@ impl Fresh {
     pub fn retain(&mut self, keep: impl Fn(&str) -> bool, listed: ReadToken) {
         let listed = listed.0;
         self.reads.retain(|uid, _| keep(uid));
-        let recent: Vec<String> = self
+        let recent: std::collections::HashSet<String> = self
             .pods
             .iter()
             .filter(|(_, m)| m.last > listed)
             .map(|(uid, _)| uid.clone())
             .collect();
-        self.drop_records(|uid| keep(uid) || recent.iter().any(|r| r == uid));
+        self.drop_records(|uid| keep(uid) || recent.contains(uid));
     }
 
     /// Drops the idle pods' mutation records that `keep` does not keep. A read that began before

@@ -413,8 +413,9 @@ impl Tracer {
                     }
                 });
                 if main {
-                    // This may still be runc's helper, which exits before the container's
-                    // process runs: the status ignores an exit from before the container started.
+                    // An OCI runtime helper under a name `is_runtime_helper` does not know may
+                    // still be taken for the main process: the status ignores an exit from
+                    // before the container started.
                     let exit = e.exit_code.map(|code| (code, e.ktime_ns));
                     self.container_exited(uid, container, exit);
                 }
