@@ -506,3 +506,56 @@ fn sigkilled_agent_adopts_running_pods_without_restarts() {
         );
     }
 }
+
+#[test]
+fn container_output_lands_in_the_pods_log_directory() {
+    let Some(agent) = start("logs") else {
+        return;
+    };
+    // The pod log directory is made while containerd runs the sandbox, not before: the
+    // container's log file must still be there, in the kubelet's layout, with what it printed.
+    let text = manifest(
+        &agent,
+        "talker",
+        "Always",
+        "echo hello-from-talker; sleep 1000",
+        "",
+    );
+    agent.write_manifest("talker.yaml", &text);
+    let pod = agent.static_pod_name("talker");
+    let list = agent.wait_for(|l| l.phase(&pod) == Some("Running"), TIMEOUT);
+    let uid = list.uid(&pod).expect("uid").to_owned();
+    let dir = agent
+        .root_dir()
+        .join("pod-logs")
+        .join(format!("default_{pod}_{uid}"));
+    let file = dir.join("main").join("0.log");
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        // CRI log format: <RFC3339 time> <stream> <P|F> <text>.
+        if text
+            .lines()
+            .any(|l| l.ends_with(" stdout F hello-from-talker"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never held the container's output: {text:?}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Removing the pod removes its log directory.
+    agent.remove_manifest("talker.yaml");
+    let deadline = Instant::now() + TIMEOUT;
+    while dir.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} is still there after the pod went away",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -693,15 +693,18 @@ impl Manager {
             _ => {
                 self.known().created.insert(uid.to_owned());
                 let config = self.sandbox_config(pod, uid, actions.attempt, &cgroup);
+                // The log directory is first needed by CreateContainer: it is made while
+                // containerd runs the sandbox, after every other pod ready to start has sent its
+                // RunPodSandbox (the yield puts this task behind them), not before this one's.
                 let log_dir = PathBuf::from(&config.log_directory);
-                if let Err(e) = std::fs::create_dir_all(&log_dir) {
-                    tracing::warn!(pod = %name, dir = %log_dir.display(), %e, "creating pod log directory");
-                }
-                let id = self
-                    .cri
-                    .run_pod_sandbox(config.clone())
-                    .await
-                    .map_err(Self::cri_err(&name))?;
+                let make_log_dir = async {
+                    tokio::task::yield_now().await;
+                    if let Err(e) = std::fs::create_dir_all(&log_dir) {
+                        tracing::warn!(pod = %name, dir = %log_dir.display(), %e, "creating pod log directory");
+                    }
+                };
+                let (id, ()) = tokio::join!(self.cri.run_pod_sandbox(config.clone()), make_log_dir);
+                let id = id.map_err(Self::cri_err(&name))?;
                 tracing::info!(pod = %name, sandbox = %id, attempt = actions.attempt, "sandbox started");
                 if let Some(a) = &mut after
                     && !self.add_started_sandbox(pod, &id, &config, a).await
