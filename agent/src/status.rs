@@ -31,8 +31,8 @@ struct Entry {
 #[derive(Clone)]
 pub struct StatusManager {
     inner: Arc<RwLock<BTreeMap<String, Entry>>>,
-    /// Bumped by every writer while it holds `inner`'s write lock: what `/pods` shows can have
-    /// changed only when this did.
+    /// Bumped while `inner`'s write lock is held by every writer that changed what `/pods` shows
+    /// (a pod or a status): the served answer is stale exactly when this moved.
     version: Arc<AtomicU64>,
     /// `/pods` as last served, with the `version` it shows. Pollers (monitoring, the benches,
     /// tests) ask far more often than statuses change: serving the same bytes again costs a
@@ -139,9 +139,12 @@ impl StatusManager {
 
     /// The write lock on every entry; taking it marks what `/pods` shows as changed.
     fn write(&self) -> Option<RwLockWriteGuard<'_, BTreeMap<String, Entry>>> {
-        let map = self.inner.write().ok()?;
+        self.inner.write().ok()
+    }
+
+    /// What `/pods` shows changed. Call with the write lock held.
+    fn changed(&self) {
         self.version.fetch_add(1, Ordering::Release);
-        Some(map)
     }
 
     /// Lets probe results decide the containers' `ready` and `started`.
@@ -161,8 +164,14 @@ impl StatusManager {
             return;
         };
         match map.get_mut(uid) {
-            Some(e) => e.pod = pod,
+            Some(e) => {
+                if !Arc::ptr_eq(&e.pod, &pod) && *e.pod != *pod {
+                    self.changed();
+                }
+                e.pod = pod;
+            }
             None => {
+                self.changed();
                 let status = PodStatus {
                     phase: Some("Pending".into()),
                     host_ip: self.host_ip.map(|ip| ip.to_string()),
@@ -184,8 +193,10 @@ impl StatusManager {
     }
 
     pub fn remove_pod(&self, uid: &str) {
-        if let Some(mut map) = self.write() {
-            map.remove(uid);
+        if let Some(mut map) = self.write()
+            && map.remove(uid).is_some()
+        {
+            self.changed();
         }
     }
 
@@ -298,7 +309,10 @@ impl StatusManager {
                 );
             }
         }
-        entry.status = status;
+        if status != entry.status {
+            self.changed();
+            entry.status = status;
+        }
         first_running
     }
 
@@ -1404,6 +1418,20 @@ mod tests {
         m.update("u", &running, &HashMap::new());
         assert_eq!(served(&m), as_list(&m), "after an update");
         assert_eq!(served(&m)["items"][0]["status"]["phase"], "Running");
+        // Writes that change nothing shown keep the served bytes.
+        let after_update = m.pods_json();
+        m.update("u", &running, &HashMap::new());
+        m.refresh("u", &running);
+        m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+        m.remove_pod("nobody");
+        assert!(
+            after_update.as_ptr() == m.pods_json().as_ptr(),
+            "writes that change nothing shown keep the served bytes"
+        );
+        m.set_pod("u", Arc::new(pod("Never", vec![], vec![spec("a", false)])));
+        assert_eq!(served(&m), as_list(&m), "after the pod changed");
+        assert_eq!(served(&m)["items"][0]["spec"]["restartPolicy"], "Never");
+        m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
         let restarted = sandboxed(
             true,
             vec![inst("a", 1, RUNNING, 0), inst("a", 0, EXITED, 1)],

@@ -660,6 +660,11 @@ impl Agent {
         &self.cgroup_root
     }
 
+    /// The read-only server's address (`/pods`, `/metrics`, `/debug/...`).
+    pub fn read_only_addr(&self) -> SocketAddr {
+        self.read_only
+    }
+
     /// The CRI endpoint the agent talks to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
