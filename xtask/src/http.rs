@@ -67,32 +67,15 @@ pub fn parse_response(raw: &[u8]) -> Result<Response, &'static str> {
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .ok_or("no end of headers")?;
-    let head = std::str::from_utf8(&raw[..header_end]).map_err(|_| "headers are not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().ok_or("no status line")?;
-    let mut parts = status_line.split_whitespace();
-    let version = parts.next().ok_or("no HTTP version")?;
-    if !version.starts_with("HTTP/1.") {
-        return Err("not an HTTP/1.x response");
-    }
-    let status = parts
-        .next()
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or("bad status code")?;
-    let chunked = lines.any(|l| {
-        l.split_once(':').is_some_and(|(k, v)| {
-            k.trim().eq_ignore_ascii_case("transfer-encoding")
-                && v.trim().eq_ignore_ascii_case("chunked")
-        })
-    });
+    let head = parse_head(&raw[..header_end])?;
     let body = &raw[header_end + 4..];
-    let body = if chunked {
+    let body = if head.framing == Framing::Chunked {
         decode_chunked(body)?
     } else {
         body.to_vec()
     };
     Ok(Response {
-        status,
+        status: head.status,
         body: String::from_utf8_lossy(&body).into_owned(),
     })
 }
