@@ -137,7 +137,8 @@ impl StatusManager {
         }
     }
 
-    /// The write lock on every entry; taking it marks what `/pods` shows as changed.
+    /// The write lock on every entry. A writer that changes what `/pods` shows calls
+    /// [`Self::changed`] before releasing it.
     fn write(&self) -> Option<RwLockWriteGuard<'_, BTreeMap<String, Entry>>> {
         self.inner.write().ok()
     }
