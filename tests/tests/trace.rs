@@ -76,6 +76,8 @@ fn pod_start_yields_every_phase_in_order() {
         "pod_cgroup",
         "agent/RunPodSandbox",
         "RunPodSandbox",
+        "agent/image/main",
+        "image/main",
         "agent/CreateContainer/main",
         "CreateContainer/main",
         "agent/StartContainer/main",

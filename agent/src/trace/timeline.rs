@@ -17,7 +17,9 @@
 //! | `agent/RunPodSandbox` | the agent issued RunPodSandbox | cri |
 //! | `sandbox_exec` | the sandbox's first process ran `execve` | kernel |
 //! | `RunPodSandbox` | RunPodSandbox returned | cri |
-//! | `agent/CreateContainer/<c>` | the agent issued CreateContainer (image checks before it) | cri |
+//! | `agent/image/<c>` | the agent issued the container's image check (ImageStatus) | cri |
+//! | `image/<c>` | the image check returned (after PullImage when the image was absent) | cri |
+//! | `agent/CreateContainer/<c>` | the agent issued CreateContainer | cri |
 //! | `CreateContainer/<c>` | CreateContainer returned | cri |
 //! | `agent/StartContainer/<c>` | the agent issued StartContainer | cri |
 //! | `exec/<c>` | the container's first process ran `execve` | kernel |
@@ -228,8 +230,30 @@ impl PodRecord {
             Observer::Kernel,
         );
         let n = self.containers.len().max(1);
+        // A container's image check (ImageStatus, PullImage when absent) is the CRI calls of
+        // that kind begun after the previous container's CreateContainer and before its own.
+        let mut after = 0;
         for (i, span) in self.first_calls("CreateContainer").take(n).enumerate() {
             let c = container_name(&self.containers, i);
+            let check = self.cri.iter().filter(|s| {
+                matches!(s.method, "ImageStatus" | "PullImage")
+                    && s.begin_ns >= after
+                    && s.begin_ns <= span.begin_ns
+            });
+            let (begin, end) = check.fold((None, None), |(b, e), s| {
+                (
+                    Some(b.map_or(s.begin_ns, |b: u64| b.min(s.begin_ns))),
+                    s.end_ns.map(|x| e.map_or(x, |e: u64| e.max(x))).or(e),
+                )
+            });
+            after = span.begin_ns;
+            push(
+                begin,
+                format!("agent/image/{c}"),
+                "agent/image",
+                Observer::Cri,
+            );
+            push(end, format!("image/{c}"), "image", Observer::Cri);
             push(
                 Some(span.begin_ns),
                 format!("agent/CreateContainer/{c}"),
@@ -470,6 +494,7 @@ mod tests {
             pod_cgroup_ns: Some(103 * MS),
             cri: vec![
                 span("RunPodSandbox", 104, 150),
+                span("ImageStatus", 151, 152),
                 span("CreateContainer", 152, 157),
                 // StartContainer returns before the exec is seen: runc start does not wait.
                 span("StartContainer", 158, 190),
@@ -494,6 +519,8 @@ mod tests {
                 "agent/RunPodSandbox",
                 "sandbox_exec",
                 "RunPodSandbox",
+                "agent/image/app",
+                "image/app",
                 "agent/CreateContainer/app",
                 "CreateContainer/app",
                 "agent/StartContainer/app",
@@ -523,16 +550,54 @@ mod tests {
     #[test]
     fn agent_time_is_e2e_minus_the_union_of_cri_calls() {
         let mut pod = full();
-        // 100 ms end to end, 46 + 5 + 32 ms in CRI calls.
-        assert_eq!(pod.agent_ms(), Some(17.0));
-        // An image check overlapping CreateContainer adds only its uncovered 2 ms.
-        pod.cri.push(span("ImageStatus", 150, 153));
+        // 100 ms end to end, 46 + 1 + 5 + 32 ms in CRI calls.
+        assert_eq!(pod.agent_ms(), Some(16.0));
+        // An image check overlapping CreateContainer adds only its uncovered 1 ms.
+        pod.cri[1] = span("ImageStatus", 150, 153);
         assert_eq!(pod.agent_ms(), Some(15.0));
         // Waiting for an exec after Running was observed is not the agent's.
         pod.execs[1].first_exec_ns = 205 * MS;
         assert_eq!(pod.agent_ms(), Some(15.0));
         pod.running_observed_ns = None;
         assert_eq!(pod.agent_ms(), None);
+    }
+
+    #[test]
+    fn each_containers_image_check_is_its_own_phase_and_includes_a_pull() {
+        let mut pod = full();
+        pod.containers = vec!["a".into(), "b".into()];
+        // a's process ran before its StartContainer returned, so no milestone splits b's check.
+        pod.execs[1].first_exec_ns = 189 * MS;
+        // b's image was absent: ImageStatus found nothing, PullImage fetched it.
+        pod.cri.push(span("ImageStatus", 191, 192));
+        pod.cri.push(span("PullImage", 192, 260));
+        pod.cri.push(span("CreateContainer", 261, 262));
+        pod.cri.push(span("StartContainer", 263, 264));
+        pod.running_observed_ns = Some(270 * MS);
+        let phases = pod.breakdown();
+        let ms = |n: &str| {
+            phases
+                .iter()
+                .find(|p| p.name == n)
+                .unwrap_or_else(|| panic!("{n} missing"))
+                .ms()
+        };
+        // a: RunPodSandbox returned at 150, its ImageStatus ran 151-152, CreateContainer at 152.
+        assert_eq!(ms("agent/image/a"), 1.0);
+        assert_eq!(ms("image/a"), 1.0);
+        assert_eq!(ms("agent/CreateContainer/a"), 0.0);
+        // b: the check began at 191 (after a's StartContainer returned at 190), the pull ended
+        // at 260, CreateContainer began at 261.
+        assert_eq!(ms("agent/image/b"), 1.0);
+        assert_eq!(ms("image/b"), 69.0);
+        assert_eq!(ms("agent/CreateContainer/b"), 1.0);
+        let image = phases.iter().find(|p| p.name == "image/b").expect("image");
+        assert_eq!(
+            (image.kind.as_str(), image.observer),
+            ("image", Observer::Cri)
+        );
+        let sum: f64 = phases.iter().map(Phase::ms).sum();
+        assert!((sum - 170.0).abs() < 1e-9, "{sum}");
     }
 
     #[test]
