@@ -4,8 +4,10 @@
 //! For each N (default 1, 10, 50) and each repetition:
 //! 1. **CRI floor**: the CRI calls on swiftlet's start path (ImageStatus, RunPodSandbox,
 //!    CreateContainer, StartContainer) for N host-network pods, issued directly, all N at once
-//!    (swiftlet runs one worker per pod, so its concurrency is N too). Per pod: from the first call
-//!    to StartContainer returning.
+//!    (swiftlet runs one worker per pod, so its concurrency is N too). The requests are the ones
+//!    swiftlet sends: the same manifests, parsed by its file source and built by its runtime
+//!    manager (`first_start_requests`), so containerd does the same work in both. Per pod: from
+//!    the first call to StartContainer returning.
 //! 2. **swiftlet**: N manifests written into the agent's manifest directory; per pod: from its
 //!    manifest written to the pod first seen `Running` on `/pods` (polled every 10 ms, so about
 //!    5 ms of the difference is the poll itself). The poller keeps one HTTP/1.1 connection and
@@ -45,6 +47,7 @@ const IMAGE: &str = "localhost/swiftlet/busybox:v1";
 const COMMAND: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
 const FLOOR_NODE: &str = "bench-floor";
 const FLOOR_CGROUP_ROOT: &str = "/swiftlet-bench-floor";
+const FLOOR_LOGS: &str = "/tmp/swiftlet-bench-floor";
 const POLL: Duration = Duration::from_millis(10);
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -160,78 +163,57 @@ fn progress(msg: &str) {
 // ---------------------------------------------------------------------------------------------
 // 1. The CRI floor.
 
-fn floor_sandbox(i: usize, uid: &str) -> api::PodSandboxConfig {
-    let labels = HashMap::from([
-        ("swiftlet.io/node-name".to_owned(), FLOOR_NODE.to_owned()),
-        ("io.kubernetes.pod.uid".to_owned(), uid.to_owned()),
-        ("io.kubernetes.pod.name".to_owned(), format!("floor-{i}")),
-        (
-            "io.kubernetes.pod.namespace".to_owned(),
-            "default".to_owned(),
-        ),
-    ]);
-    api::PodSandboxConfig {
-        metadata: Some(api::PodSandboxMetadata {
-            name: format!("floor-{i}"),
-            uid: uid.to_owned(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        log_directory: format!("/tmp/swiftlet-bench-floor/{uid}"),
-        labels,
-        linux: Some(api::LinuxPodSandboxConfig {
-            cgroup_parent: format!("{FLOOR_CGROUP_ROOT}/kubepods/besteffort/pod{uid}"),
-            security_context: Some(api::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespaces()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
+/// swiftlet's own request builder, pointed at the floor's node name, cgroup root and log
+/// directory: the floor sends containerd the very requests a swiftlet start sends.
+fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
+    let cm = swiftlet::cm::ContainerManager::new(swiftlet::cm::Config {
+        cgroup_root: FLOOR_CGROUP_ROOT.into(),
+        cgroups_per_qos: true,
+        mount: swiftlet::cm::CGROUP_MOUNT.into(),
+        pod_pids_limit: -1,
+    });
+    swiftlet::runtime::Manager::new(
+        cri.clone(),
+        cm,
+        swiftlet::runtime::Config {
+            node_name: FLOOR_NODE.into(),
+            pod_logs_dir: FLOOR_LOGS.into(),
+        },
+    )
+}
+
+/// One floor pod's requests: the manifest swiftlet's run writes, parsed by swiftlet's file
+/// source and built into CRI requests by swiftlet's runtime manager (its one container's image
+/// first, for the ImageStatus call).
+struct FloorPod {
+    image: String,
+    sandbox: api::PodSandboxConfig,
+    container: api::ContainerConfig,
+}
+
+fn floor_pod(builder: &swiftlet::runtime::Manager, name: &str) -> FloorPod {
+    let path = PathBuf::from(format!("{name}.yaml"));
+    let pod = swiftlet::config::manifest::parse(&path, manifest(name).as_bytes(), FLOOR_NODE)
+        .unwrap_or_else(|e| panic!("the floor's manifest: {e}"));
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let (sandbox, containers) = builder
+        .first_start_requests(&pod, &uid)
+        .unwrap_or_else(|e| panic!("the floor's requests: {e}"));
+    let [container] = <[_; 1]>::try_from(containers).expect("one container per pod");
+    FloorPod {
+        image: IMAGE.into(),
+        sandbox,
+        container,
     }
 }
 
-fn namespaces() -> api::NamespaceOption {
-    api::NamespaceOption {
-        network: api::NamespaceMode::Node as i32,
-        pid: api::NamespaceMode::Container as i32,
-        ipc: api::NamespaceMode::Pod as i32,
-        ..Default::default()
-    }
-}
-
-fn floor_container(sandbox: &api::PodSandboxConfig) -> api::ContainerConfig {
-    let mut labels = sandbox.labels.clone();
-    labels.insert("io.kubernetes.container.name".into(), "main".into());
-    api::ContainerConfig {
-        metadata: Some(api::ContainerMetadata {
-            name: "main".into(),
-            attempt: 0,
-        }),
-        image: Some(swiftlet::cri::image_spec(IMAGE)),
-        command: vec!["sh".into(), "-c".into(), COMMAND.into()],
-        labels,
-        log_path: "main/0.log".into(),
-        linux: Some(api::LinuxContainerConfig {
-            security_context: Some(api::LinuxContainerSecurityContext {
-                namespace_options: Some(namespaces()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-async fn floor_one(cri: Cri, i: usize, run: usize) -> Result<Duration, swiftlet::cri::Error> {
-    let uid = format!("floor-{run}-{i}");
-    let config = floor_sandbox(i, &uid);
-    let _ = std::fs::create_dir_all(&config.log_directory);
+async fn floor_one(cri: Cri, pod: FloorPod) -> Result<Duration, swiftlet::cri::Error> {
+    let _ = std::fs::create_dir_all(&pod.sandbox.log_directory);
     let start = Instant::now();
-    cri.image_status(IMAGE).await?;
-    let sandbox = cri.run_pod_sandbox(config.clone()).await?;
+    cri.image_status(&pod.image).await?;
+    let sandbox = cri.run_pod_sandbox(pod.sandbox.clone()).await?;
     let id = cri
-        .create_container(&sandbox, floor_container(&config), config)
+        .create_container(&sandbox, pod.container, pod.sandbox)
         .await?;
     cri.start_container(&id).await?;
     Ok(start.elapsed())
@@ -243,11 +225,15 @@ async fn floor(
     run: usize,
     pids: Pids,
 ) -> Result<Sample, swiftlet::cri::Error> {
+    let builder = floor_builder(cri);
+    let pods: Vec<FloorPod> = (0..n)
+        .map(|i| floor_pod(&builder, &format!("floor{run}-{i}")))
+        .collect();
     let cpu = CpuUse::now(pids);
     let start = Instant::now();
     let mut set = tokio::task::JoinSet::new();
-    for i in 0..n {
-        set.spawn(floor_one(cri.clone(), i, run));
+    for pod in pods {
+        set.spawn(floor_one(cri.clone(), pod));
     }
     let mut per_pod = Vec::with_capacity(n);
     while let Some(r) = set.join_next().await {
@@ -276,7 +262,7 @@ async fn floor_cleanup(cri: &Cri) -> Result<(), swiftlet::cri::Error> {
         cri.remove_pod_sandbox(&s.id).await?;
     }
     xtask::runtime::remove_cgroup_root(FLOOR_CGROUP_ROOT);
-    let _ = std::fs::remove_dir_all("/tmp/swiftlet-bench-floor");
+    let _ = std::fs::remove_dir_all(FLOOR_LOGS);
     Ok(())
 }
 

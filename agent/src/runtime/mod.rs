@@ -1111,6 +1111,33 @@ impl Manager {
         }
     }
 
+    /// The requests a new pod's first start sends, built as its sync builds them: the sandbox
+    /// config (its pod cgroup named, not created) and each regular container's config (attempt
+    /// 0), in start order. The `pod_startup` bench's CRI floor issues exactly these, so that
+    /// containerd is asked for the same work by the floor as by swiftlet.
+    pub fn first_start_requests(
+        &self,
+        pod: &Pod,
+        uid: &str,
+    ) -> Result<(api::PodSandboxConfig, Vec<api::ContainerConfig>)> {
+        let cgroup = cm::pod_qos(pod)
+            .and_then(|qos| self.cm.pod_cgroup_name(uid, qos))
+            .map_err(|source| Error::Cgroup {
+                pod: full_name(pod),
+                source,
+            })?;
+        let containers = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .map(|c| {
+                let hash = hash::container_hash(c);
+                self.container_config(pod, uid, c, ContainerKind::App, 0, hash)
+            })
+            .collect::<Result<_>>()?;
+        Ok((self.sandbox_config(pod, uid, 0, &cgroup), containers))
+    }
+
     fn container_config(
         &self,
         pod: &Pod,
@@ -1608,8 +1635,65 @@ pub(crate) fn container_resources(c: &Container) -> cm::Result<api::LinuxContain
 
 #[cfg(test)]
 mod tests {
-    use super::Known;
+    use super::{Config, Known, Manager, hash, labels};
+    use crate::{cm, cri::Cri, metrics::Metrics};
     use std::collections::HashSet;
+
+    #[tokio::test]
+    async fn first_start_requests_are_what_a_new_pods_sync_sends() {
+        let mount = tempfile::tempdir().expect("tempdir");
+        let manager = Manager::new(
+            Cri::new("unix:///nonexistent/cri.sock", Metrics::new()).expect("lazy client"),
+            cm::ContainerManager::new(cm::Config {
+                cgroup_root: "/t".into(),
+                cgroups_per_qos: true,
+                mount: mount.path().into(),
+                pod_pids_limit: -1,
+            }),
+            Config {
+                node_name: "n1".into(),
+                pod_logs_dir: "/logs".into(),
+            },
+        );
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"containers": [
+                {"name": "a", "image": "img:1", "resources": {"requests": {"cpu": "250m"}}},
+                {"name": "b", "image": "img:2"}
+            ]}
+        }))
+        .expect("pod");
+        let (sandbox, containers) = manager.first_start_requests(&pod, "u1").expect("requests");
+        let linux = sandbox.linux.as_ref().expect("linux");
+        // Burstable (a request, no limits): the pod cgroup the sync creates, named, not made.
+        assert_eq!(linux.cgroup_parent, "/t/kubepods/burstable/podu1");
+        let made = std::fs::read_dir(mount.path()).expect("mount").count();
+        assert_eq!(made, 0, "nothing is created under the cgroup mount");
+        assert_eq!(sandbox.log_directory, "/logs/ns_web_u1");
+        assert_eq!(
+            sandbox.labels.get(labels::NODE_NAME).map(String::as_str),
+            Some("n1")
+        );
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(containers.len(), 2);
+        for (config, c) in containers.iter().zip(&spec.containers) {
+            let meta = config.metadata.as_ref().expect("metadata");
+            assert_eq!((meta.name.as_str(), meta.attempt), (c.name.as_str(), 0));
+            assert_eq!(config.log_path, format!("{}/0.log", c.name));
+            assert_eq!(
+                config.annotations.get(labels::CONTAINER_HASH),
+                Some(&hash::hash_label(hash::container_hash(c)))
+            );
+        }
+        let shares = |i: usize| {
+            containers[i]
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.as_ref())
+                .map(|r| r.cpu_shares)
+        };
+        assert_eq!((shares(0), shares(1)), (Some(256), Some(2)));
+    }
 
     #[test]
     fn a_pod_holds_nothing_only_when_the_last_relist_and_our_own_starts_say_so() {
