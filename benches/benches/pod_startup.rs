@@ -27,8 +27,12 @@
 //! Then the agent's own cost: RSS and CPU time idle and with 100 pods running (from
 //! `/proc/<pid>/status` VmRSS and `/proc/<pid>/stat` utime+stime).
 //!
+//! With `--reserved-core`, the largest N's swiftlet batches run again with the agent on CPU 0 and
+//! the runtime (containerd, shims, runc, the pods) and the bench on the other CPUs: the agent-added
+//! time when the agent does not queue for a CPU behind the runtime.
+//!
 //! Options (after `--`): `--pods 1,10,50`, `--reps 3`, `--no-cost`, `--cost-secs 60`,
-//! `--cost-pods 100`. Without root or containerd it says so and exits 0, unless
+//! `--cost-pods 100`, `--reserved-core`. Without root or containerd it says so and exits 0, unless
 //! `SWIFTLET_REQUIRE_RUNTIME=1`, where it fails.
 use hdrhistogram::Histogram;
 use k8s_cri::v1 as api;
@@ -57,6 +61,7 @@ struct Opts {
     cost: bool,
     cost_secs: u64,
     cost_pods: usize,
+    reserved_core: bool,
 }
 
 fn parse_opts() -> Result<Opts, String> {
@@ -66,6 +71,7 @@ fn parse_opts() -> Result<Opts, String> {
         cost: true,
         cost_secs: 60,
         cost_pods: 100,
+        reserved_core: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -93,6 +99,7 @@ fn parse_opts() -> Result<Opts, String> {
                     .map_err(|_| "--cost-pods: bad number")?
             }
             "--no-cost" => o.cost = false,
+            "--reserved-core" => o.reserved_core = true,
             // cargo bench passes --bench; criterion-style filters are ignored too.
             _ => {}
         }
@@ -608,7 +615,7 @@ fn print_cri_calls(before: &Calls, after: &Calls, pods: usize) {
 /// Where the swiftlet pods of this N spent their start, from the agent's timelines
 /// (`/debug/trace/pods`: the agent's own marks, its CRI calls and, with probes loaded, what the
 /// kernel saw), as the phase table `cargo xtask report` prints.
-fn phase_summary(agent: &Agent, n: usize, reps: usize) {
+fn phase_summary(agent: &Agent, n: usize, runs: &[usize]) {
     let (status, body) = agent.get("/debug/trace/pods");
     let view: serde_json::Value = match serde_json::from_str(&body) {
         Ok(v) if status == 200 => v,
@@ -617,9 +624,7 @@ fn phase_summary(agent: &Agent, n: usize, reps: usize) {
             return;
         }
     };
-    let prefixes: Vec<String> = (0..reps)
-        .map(|rep| format!("s{}-", n * 1000 + rep))
-        .collect();
+    let prefixes: Vec<String> = runs.iter().map(|run| format!("s{run}-")).collect();
     match xtask::report::build_report(&view, |name| {
         prefixes.iter().any(|p| name.starts_with(p.as_str()))
     }) {
@@ -684,6 +689,58 @@ fn ms_before_first_cri_call(pod: &serde_json::Value) -> Option<f64> {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/// swiftlet's batches again with the agent on a core of its own (CPU 0) and containerd, its shims,
+/// runc, the pods and this bench on the others, as an operator reserves CPUs for node daemons:
+/// what the agent adds per pod when it does not wait for a CPU behind the runtime. Containerd's
+/// batch is slower on fewer cores, so no ratio to the floor is printed.
+fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let (Some(agent_pid), Some(containerd)) = (pids.agent, pids.containerd) else {
+        return;
+    };
+    if cpus < 2 {
+        println!("\n--reserved-core: needs 2 CPUs or more, this machine has {cpus}");
+        return;
+    }
+    let all: Vec<usize> = (0..cpus).collect();
+    let pin = |agent_cpus: &[usize], rest: &[usize]| {
+        for (pid, set) in [
+            (agent_pid, agent_cpus),
+            (containerd, rest),
+            (std::process::id(), rest),
+        ] {
+            if let Err(e) = swiftlet_benches::set_affinity(pid, set) {
+                panic!("--reserved-core: setting the CPU affinity of pid {pid}: {e}");
+            }
+        }
+    };
+    pin(&[0], &all[1..]);
+    let mut samples = Vec::new();
+    let mut runs = Vec::new();
+    for rep in 0..reps {
+        progress(&format!(
+            "N={n} rep {}/{reps}: swiftlet, agent on CPU 0, the runtime on CPUs 1-{}",
+            rep + 1,
+            cpus - 1
+        ));
+        let run = n * 1000 + 500 + rep;
+        samples.push(swiftlet_run(agent, n, run, pids));
+        runs.push(run);
+        eprintln!(" done");
+    }
+    pin(&all, &all);
+    println!(
+        "\nN = {n}, the agent on a reserved core (CPU 0; the runtime, the pods and the bench on the other {}):",
+        cpus - 1
+    );
+    println!(
+        "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10}",
+        "", "p50", "p90", "p99", "max", "wall"
+    );
+    row("swiftlet", &histogram(&samples), mean_wall(&samples));
+    phase_summary(agent, n, &runs);
+}
 
 fn release_agent() -> PathBuf {
     progress("building the agent (release) ...");
@@ -802,7 +859,8 @@ fn main() -> ExitCode {
         );
         cpu_row("CRI floor", &floors);
         cpu_row("swiftlet", &swift);
-        phase_summary(&agent, n, opts.reps);
+        let runs: Vec<usize> = (0..opts.reps).map(|rep| n * 1000 + rep).collect();
+        phase_summary(&agent, n, &runs);
         print_cri_calls(&calls_before, &cri_calls(&agent), n * opts.reps);
         let ratio = ws.as_secs_f64() / wf.as_secs_f64().max(1e-9);
         ratios.push((n, ratio));
@@ -811,6 +869,11 @@ fn main() -> ExitCode {
             ms(hs.value_at_quantile(0.5)) - ms(hf.value_at_quantile(0.5)),
             ms(hs.value_at_quantile(0.99)) - ms(hf.value_at_quantile(0.99)),
         );
+    }
+    if opts.reserved_core
+        && let Some(&n) = opts.pods.iter().max()
+    {
+        reserved_core(&agent, n, opts.reps, pids);
     }
     println!("\nsummary (swiftlet wall / CRI floor wall):");
     for (n, r) in &ratios {

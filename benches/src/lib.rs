@@ -57,3 +57,33 @@ pub fn run_queue_wait_ns(pid: u32) -> Option<u64> {
     }
     Some(total)
 }
+
+/// Confines every thread of process `pid` to the CPUs in `cpus` (`sched_setaffinity` on each task
+/// in `/proc/<pid>/task`; threads and children created later inherit it). Returns how many
+/// threads were moved.
+pub fn set_affinity(pid: u32, cpus: &[usize]) -> std::io::Result<usize> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        // SAFETY: CPU_SET only writes inside `set` (it ignores CPUs beyond the set's size).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    let mut moved = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Some(tid) = t?.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: `set` is a valid cpu_set_t of the size passed.
+        let r = unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) };
+        if r == 0 {
+            moved += 1;
+        } else {
+            let e = std::io::Error::last_os_error();
+            // A thread that exited meanwhile is not an error.
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(moved)
+}
