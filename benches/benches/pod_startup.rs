@@ -190,8 +190,8 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
 }
 
 /// One floor pod's requests: the manifest swiftlet's run writes, parsed by swiftlet's file
-/// source and built into CRI requests by swiftlet's runtime manager (its one container's image
-/// first, for the ImageStatus call).
+/// source and built into CRI requests by swiftlet's runtime manager, and the image its one
+/// container's ImageStatus call asks about.
 struct FloorPod {
     image: String,
     sandbox: api::PodSandboxConfig,
@@ -208,7 +208,11 @@ fn floor_pod(builder: &swiftlet::runtime::Manager, name: &str) -> FloorPod {
         .unwrap_or_else(|e| panic!("the floor's requests: {e}"));
     let [container] = <[_; 1]>::try_from(containers).expect("one container per pod");
     FloorPod {
-        image: IMAGE.into(),
+        image: container
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default(),
         sandbox,
         container,
     }
@@ -694,6 +698,22 @@ fn ms_before_first_cri_call(pod: &serde_json::Value) -> Option<f64> {
 /// runc, the pods and this bench on the others, as an operator reserves CPUs for node daemons:
 /// what the agent adds per pod when it does not wait for a CPU behind the runtime. Containerd's
 /// batch is slower on fewer cores, so no ratio to the floor is printed.
+/// Puts the processes back on every CPU when dropped, also when a run panics.
+struct RestoreAffinity<'a> {
+    pids: [u32; 3],
+    all: &'a [usize],
+}
+
+impl Drop for RestoreAffinity<'_> {
+    fn drop(&mut self) {
+        for pid in self.pids {
+            if let Err(e) = swiftlet_benches::set_affinity(pid, self.all) {
+                eprintln!("--reserved-core: restoring the CPU affinity of pid {pid}: {e}");
+            }
+        }
+    }
+}
+
 fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     let (Some(agent_pid), Some(containerd)) = (pids.agent, pids.containerd) else {
@@ -704,35 +724,40 @@ fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
         return;
     }
     let all: Vec<usize> = (0..cpus).collect();
-    let pin = |agent_cpus: &[usize], rest: &[usize]| {
-        for (pid, set) in [
-            (agent_pid, agent_cpus),
-            (containerd, rest),
-            (std::process::id(), rest),
-        ] {
-            if let Err(e) = swiftlet_benches::set_affinity(pid, set) {
-                panic!("--reserved-core: setting the CPU affinity of pid {pid}: {e}");
-            }
-        }
+    let others = if cpus == 2 {
+        "CPU 1".to_owned()
+    } else {
+        format!("CPUs 1-{}", cpus - 1)
     };
-    pin(&[0], &all[1..]);
+    let me = std::process::id();
+    for (pid, set) in [
+        (agent_pid, &all[..1]),
+        (containerd, &all[1..]),
+        (me, &all[1..]),
+    ] {
+        if let Err(e) = swiftlet_benches::set_affinity(pid, set) {
+            panic!("--reserved-core: setting the CPU affinity of pid {pid}: {e}");
+        }
+    }
+    let pinned = RestoreAffinity {
+        pids: [agent_pid, containerd, me],
+        all: &all,
+    };
     let mut samples = Vec::new();
     let mut runs = Vec::new();
     for rep in 0..reps {
         progress(&format!(
-            "N={n} rep {}/{reps}: swiftlet, agent on CPU 0, the runtime on CPUs 1-{}",
-            rep + 1,
-            cpus - 1
+            "N={n} rep {}/{reps}: swiftlet, the agent on CPU 0, the runtime on {others}",
+            rep + 1
         ));
         let run = n * 1000 + 500 + rep;
         samples.push(swiftlet_run(agent, n, run, pids));
         runs.push(run);
         eprintln!(" done");
     }
-    pin(&all, &all);
+    drop(pinned);
     println!(
-        "\nN = {n}, the agent on a reserved core (CPU 0; the runtime, the pods and the bench on the other {}):",
-        cpus - 1
+        "\nN = {n}, the agent on a reserved core (CPU 0; the runtime, the pods and the bench on {others}):"
     );
     println!(
         "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10}",

@@ -235,25 +235,28 @@ impl PodRecord {
         let mut after = 0;
         for (i, span) in self.first_calls("CreateContainer").take(n).enumerate() {
             let c = container_name(&self.containers, i);
-            let check = self.cri.iter().filter(|s| {
-                matches!(s.method, "ImageStatus" | "PullImage")
-                    && s.begin_ns >= after
-                    && s.begin_ns <= span.begin_ns
-            });
-            let (begin, end) = check.fold((None, None), |(b, e), s| {
-                (
-                    Some(b.map_or(s.begin_ns, |b: u64| b.min(s.begin_ns))),
-                    s.end_ns.map(|x| e.map_or(x, |e: u64| e.max(x))).or(e),
-                )
-            });
+            let check: Vec<&CriSpan> = self
+                .cri
+                .iter()
+                .filter(|s| {
+                    matches!(s.method, "ImageStatus" | "PullImage")
+                        && s.begin_ns >= after
+                        && s.begin_ns <= span.begin_ns
+                })
+                .collect();
             after = span.begin_ns;
             push(
-                begin,
+                check.iter().map(|s| s.begin_ns).min(),
                 format!("agent/image/{c}"),
                 "agent/image",
                 Observer::Cri,
             );
-            push(end, format!("image/{c}"), "image", Observer::Cri);
+            push(
+                check.iter().filter_map(|s| s.end_ns).max(),
+                format!("image/{c}"),
+                "image",
+                Observer::Cri,
+            );
             push(
                 Some(span.begin_ns),
                 format!("agent/CreateContainer/{c}"),
