@@ -694,10 +694,6 @@ fn ms_before_first_cri_call(pod: &serde_json::Value) -> Option<f64> {
 
 // ---------------------------------------------------------------------------------------------
 
-/// swiftlet's batches again with the agent on a core of its own (CPU 0) and containerd, its shims,
-/// runc, the pods and this bench on the others, as an operator reserves CPUs for node daemons:
-/// what the agent adds per pod when it does not wait for a CPU behind the runtime. Containerd's
-/// batch is slower on fewer cores, so no ratio to the floor is printed.
 /// Puts the processes back on every CPU when dropped, also when a run panics.
 struct RestoreAffinity<'a> {
     pids: [u32; 3],
@@ -714,6 +710,10 @@ impl Drop for RestoreAffinity<'_> {
     }
 }
 
+/// swiftlet's batches again with the agent on a core of its own (CPU 0) and containerd, its shims,
+/// runc, the pods and this bench on the others, as an operator reserves CPUs for node daemons:
+/// what the agent adds per pod when it does not wait for a CPU behind the runtime. Containerd's
+/// batch is slower on fewer cores, so no ratio to the floor is printed.
 fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     let (Some(agent_pid), Some(containerd)) = (pids.agent, pids.containerd) else {
@@ -730,6 +730,11 @@ fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
         format!("CPUs 1-{}", cpus - 1)
     };
     let me = std::process::id();
+    // Made first, so that a pin failing half-way is undone too.
+    let pinned = RestoreAffinity {
+        pids: [agent_pid, containerd, me],
+        all: &all,
+    };
     for (pid, set) in [
         (agent_pid, &all[..1]),
         (containerd, &all[1..]),
@@ -739,10 +744,6 @@ fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
             panic!("--reserved-core: setting the CPU affinity of pid {pid}: {e}");
         }
     }
-    let pinned = RestoreAffinity {
-        pids: [agent_pid, containerd, me],
-        all: &all,
-    };
     let mut samples = Vec::new();
     let mut runs = Vec::new();
     for rep in 0..reps {

@@ -771,6 +771,30 @@ impl Agent {
         }
     }
 
+    /// Polls `check` every 50 ms until it returns `Ok` and returns that value.
+    ///
+    /// # Panics
+    /// On timeout, with `what`, the last `Err` and the log tail.
+    pub fn eventually<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut() -> Result<T, String>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match check() {
+                Ok(v) => return v,
+                Err(why) if Instant::now() >= deadline => panic!(
+                    "{what} not reached within {timeout:?}: {why}; log {}:\n{}",
+                    self.log_path.display(),
+                    self.log_tail(40)
+                ),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
     /// The whole agent log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()

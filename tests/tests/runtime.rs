@@ -530,32 +530,25 @@ fn container_output_lands_in_the_pods_log_directory() {
         .join("pod-logs")
         .join(format!("default_{pod}_{uid}"));
     let file = dir.join("main").join("0.log");
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
+    agent.eventually("the container's output in its log file", TIMEOUT, || {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         // CRI log format: <RFC3339 time> <stream> <P|F> <text>.
         if text
             .lines()
             .any(|l| l.ends_with(" stdout F hello-from-talker"))
         {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{} holds {text:?}", file.display()))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} never held the container's output: {text:?}",
-            file.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    });
     // Removing the pod removes its log directory.
     agent.remove_manifest("talker.yaml");
-    let deadline = Instant::now() + TIMEOUT;
-    while dir.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} is still there after the pod went away",
-            dir.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    agent.eventually("the pod's log directory removed", TIMEOUT, || {
+        if dir.exists() {
+            Err(format!("{} is still there", dir.display()))
+        } else {
+            Ok(())
+        }
+    });
 }

@@ -1,7 +1,7 @@
 //! Pod workers against a real containerd: coalescing of rapid edits and clean bursts.
 //! Each test runs its own agent (own node name, ports, manifest dir and cgroup root).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_cri::v1 as cri;
 use swiftlet_tests::{
@@ -27,22 +27,6 @@ fn node_objects(agent: &Agent) -> (Vec<cri::PodSandbox>, Vec<cri::Container>) {
     })
     .and_then(|r| r)
     .unwrap_or_else(|e| panic!("listing the runtime: {e}"))
-}
-
-/// Polls `check` every 100 ms until it returns `Ok`; panics with its last `Err` on timeout.
-fn eventually<T>(agent: &Agent, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        match check() {
-            Ok(v) => return v,
-            Err(why) if Instant::now() >= deadline => panic!(
-                "{what} not reached within {TIMEOUT:?}: {why}; log {}:\n{}",
-                agent.log_path().display(),
-                agent.log_tail(40)
-            ),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
 }
 
 #[test]
@@ -71,17 +55,18 @@ fn rapid_edits_of_one_manifest_end_with_one_sandbox_running_the_newest_spec() {
     );
     let uid = list.uid(&pod).expect("a static pod has a UID").to_owned();
 
-    let (sandbox, container) = eventually(&agent, "one sandbox with the newest spec", || {
-        let (sandboxes, containers) = node_objects(&agent);
-        if sandboxes.len() != 1 || containers.len() != 1 {
-            return Err(format!(
-                "{} sandboxes, {} containers",
-                sandboxes.len(),
-                containers.len()
-            ));
-        }
-        Ok((sandboxes[0].clone(), containers[0].clone()))
-    });
+    let (sandbox, container) =
+        agent.eventually("one sandbox with the newest spec", TIMEOUT, || {
+            let (sandboxes, containers) = node_objects(&agent);
+            if sandboxes.len() != 1 || containers.len() != 1 {
+                return Err(format!(
+                    "{} sandboxes, {} containers",
+                    sandboxes.len(),
+                    containers.len()
+                ));
+            }
+            Ok((sandboxes[0].clone(), containers[0].clone()))
+        });
     assert_eq!(
         sandbox.labels.get(POD_UID_LABEL).map(String::as_str),
         Some(uid.as_str())
@@ -101,7 +86,7 @@ fn rapid_edits_of_one_manifest_end_with_one_sandbox_running_the_newest_spec() {
         cri::ContainerState::ContainerRunning as i32
     );
     // Only the newest pod's cgroup is left.
-    eventually(&agent, "only the newest pod cgroup", || {
+    agent.eventually("only the newest pod cgroup", TIMEOUT, || {
         let uids = pod_cgroup_uids(agent.cgroup_root());
         if uids.len() == 1 && uids.contains(&uid) {
             Ok(())
@@ -125,7 +110,7 @@ fn burst(agent: &Agent, n: usize, wait_running: bool) {
     for name in &names {
         agent.remove_manifest(&format!("{name}.yaml"));
     }
-    eventually(agent, "nothing left behind", || {
+    agent.eventually("nothing left behind", TIMEOUT, || {
         let listed = agent.pods();
         let (sandboxes, containers) = node_objects(agent);
         let cgroups = pod_cgroup_uids(agent.cgroup_root());
