@@ -27,9 +27,10 @@
 //! Then the agent's own cost: RSS and CPU time idle and with 100 pods running (from
 //! `/proc/<pid>/status` VmRSS and `/proc/<pid>/stat` utime+stime).
 //!
-//! With `--reserved-core`, the largest N's swiftlet batches run again with the agent on CPU 0 and
-//! the runtime (containerd, shims, runc, the pods) and the bench on the other CPUs: the agent-added
-//! time when the agent does not queue for a CPU behind the runtime.
+//! With `--reserved-core`, the largest N's swiftlet batches run again with the agent on the first
+//! CPU it may run on and the runtime (containerd, shims, runc, the pods) and the bench on the other
+//! CPUs it may run on: the agent-added time when the agent does not queue for a CPU behind the
+//! runtime.
 //!
 //! Options (after `--`): `--pods 1,10,50`, `--reps 3`, `--no-cost`, `--cost-secs 60`,
 //! `--cost-pods 100`, `--reserved-core`. Without root or containerd it says so and exits 0, unless
@@ -694,52 +695,66 @@ fn ms_before_first_cri_call(pod: &serde_json::Value) -> Option<f64> {
 
 // ---------------------------------------------------------------------------------------------
 
-/// Puts the processes back on every CPU when dropped, also when a run panics.
-struct RestoreAffinity<'a> {
-    pids: [u32; 3],
-    all: &'a [usize],
+/// Puts each process back on the CPUs it had before when dropped, also when a run panics.
+struct RestoreAffinity {
+    before: Vec<(u32, Vec<usize>)>,
 }
 
-impl Drop for RestoreAffinity<'_> {
+impl Drop for RestoreAffinity {
     fn drop(&mut self) {
-        for pid in self.pids {
-            if let Err(e) = swiftlet_benches::set_affinity(pid, self.all) {
+        for (pid, cpus) in &self.before {
+            if let Err(e) = swiftlet_benches::set_affinity(*pid, cpus) {
                 eprintln!("--reserved-core: restoring the CPU affinity of pid {pid}: {e}");
             }
         }
     }
 }
 
-/// swiftlet's batches again with the agent on a core of its own (CPU 0) and containerd, its shims,
-/// runc, the pods and this bench on the others, as an operator reserves CPUs for node daemons:
-/// what the agent adds per pod when it does not wait for a CPU behind the runtime. Containerd's
-/// batch is slower on fewer cores, so no ratio to the floor is printed.
+/// "CPU 3" or "CPUs 1,2,5".
+fn cpu_list(cpus: &[usize]) -> String {
+    let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+    match list.len() {
+        1 => format!("CPU {}", list[0]),
+        _ => format!("CPUs {}", list.join(",")),
+    }
+}
+
+/// swiftlet's batches again with the agent on a core of its own (the first CPU it may run on) and
+/// containerd, its shims, runc, the pods and this bench on the others, as an operator reserves
+/// CPUs for node daemons: what the agent adds per pod when it does not wait for a CPU behind the
+/// runtime. Containerd's batch is slower on fewer cores, so no ratio to the floor is printed.
 fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
-    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     let (Some(agent_pid), Some(containerd)) = (pids.agent, pids.containerd) else {
         return;
     };
-    if cpus < 2 {
-        println!("\n--reserved-core: needs 2 CPUs or more, this machine has {cpus}");
+    let me = std::process::id();
+    let mut before = Vec::new();
+    for pid in [agent_pid, containerd, me] {
+        match swiftlet_benches::affinity(pid) {
+            Ok(cpus) => before.push((pid, cpus)),
+            Err(e) => {
+                println!("\n--reserved-core: reading the CPU affinity of pid {pid}: {e}");
+                return;
+            }
+        }
+    }
+    // The CPUs the agent may run on (its cpuset): the first is reserved, the rest are the runtime's.
+    let allowed = before[0].1.clone();
+    let [reserved, ref rest @ ..] = allowed[..] else {
+        println!("\n--reserved-core: the agent may run on no CPU");
+        return;
+    };
+    if rest.is_empty() {
+        println!(
+            "\n--reserved-core: needs 2 CPUs or more, the agent may run on {}",
+            cpu_list(&allowed)
+        );
         return;
     }
-    let all: Vec<usize> = (0..cpus).collect();
-    let others = if cpus == 2 {
-        "CPU 1".to_owned()
-    } else {
-        format!("CPUs 1-{}", cpus - 1)
-    };
-    let me = std::process::id();
+    let (mine, others) = (cpu_list(&[reserved]), cpu_list(rest));
     // Made first, so that a pin failing half-way is undone too.
-    let pinned = RestoreAffinity {
-        pids: [agent_pid, containerd, me],
-        all: &all,
-    };
-    for (pid, set) in [
-        (agent_pid, &all[..1]),
-        (containerd, &all[1..]),
-        (me, &all[1..]),
-    ] {
+    let pinned = RestoreAffinity { before };
+    for (pid, set) in [(agent_pid, &[reserved][..]), (containerd, rest), (me, rest)] {
         if let Err(e) = swiftlet_benches::set_affinity(pid, set) {
             panic!("--reserved-core: setting the CPU affinity of pid {pid}: {e}");
         }
@@ -748,7 +763,7 @@ fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
     let mut runs = Vec::new();
     for rep in 0..reps {
         progress(&format!(
-            "N={n} rep {}/{reps}: swiftlet, the agent on CPU 0, the runtime on {others}",
+            "N={n} rep {}/{reps}: swiftlet, the agent on {mine}, the runtime on {others}",
             rep + 1
         ));
         let run = n * 1000 + 500 + rep;
@@ -758,7 +773,7 @@ fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
     }
     drop(pinned);
     println!(
-        "\nN = {n}, the agent on a reserved core (CPU 0; the runtime, the pods and the bench on {others}):"
+        "\nN = {n}, the agent on a reserved core ({mine}; the runtime, the pods and the bench on {others}):"
     );
     println!(
         "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10}",

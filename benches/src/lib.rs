@@ -87,3 +87,45 @@ pub fn set_affinity(pid: u32, cpus: &[usize]) -> std::io::Result<usize> {
     }
     Ok(moved)
 }
+
+/// The CPUs process (or thread) `pid` may run on (`sched_getaffinity`), in ascending order.
+pub fn affinity(pid: u32) -> std::io::Result<Vec<usize>> {
+    let tid =
+        i32::try_from(pid).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_getaffinity(tid, std::mem::size_of_val(&set), &mut set) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let bits = 8 * std::mem::size_of_val(&set);
+    // SAFETY: CPU_ISSET only reads inside `set`, and every index is below its size in bits.
+    Ok((0..bits)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affinity_reads_back_what_set_affinity_wrote() {
+        let me = std::process::id();
+        let before = affinity(me).expect("own affinity");
+        // SAFETY: sched_getcpu takes no arguments and only returns a number.
+        let now = unsafe { libc::sched_getcpu() };
+        let now = usize::try_from(now).expect("sched_getcpu");
+        assert!(
+            before.contains(&now),
+            "{before:?} lacks the CPU we run on ({now})"
+        );
+        let only = [before[before.len() - 1]];
+        set_affinity(me, &only).expect("pin");
+        let pinned = affinity(me);
+        set_affinity(me, &before).expect("restore");
+        assert_eq!(pinned.expect("pinned affinity"), only);
+        assert_eq!(affinity(me).expect("restored affinity"), before);
+    }
+}
