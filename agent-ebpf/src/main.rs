@@ -21,7 +21,7 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP},
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
@@ -126,7 +126,7 @@ unsafe fn read_field<T>(base: u64, offset: &'static u32) -> Result<T, u32> {
 #[inline(always)]
 fn try_cgroup_raw(ctx: &RawTracePointContext, kind: u32) -> Result<(), u32> {
     // SAFETY: `submit_with` hands `fill_cgroup_raw` a reserved entry of the right size.
-    submit_with(|event| unsafe { fill_cgroup_raw(ctx, kind, event) })
+    submit_with(false, |event| unsafe { fill_cgroup_raw(ctx, kind, event) })
 }
 
 #[inline(always)]
@@ -210,19 +210,22 @@ fn count_lost(counter: u32) {
 #[inline(always)]
 fn try_cgroup(ctx: &TracePointContext, kind: u32) -> Result<(), u32> {
     // SAFETY: `submit_with` hands `fill_cgroup` a reserved entry of the right size.
-    submit_with(|event| unsafe { fill_cgroup(ctx, kind, event) })
+    submit_with(false, |event| unsafe { fill_cgroup(ctx, kind, event) })
 }
 
-/// Reserves a `T` on the ring buffer, lets `fill` write it in place, then submits it, or discards
-/// it when `fill` fails.
+/// Reserves a `T` on the ring buffer, lets `fill` write it in place, then submits it (waking the
+/// reader at once when `urgent`, see [`wakeup_flag`]), or discards it when `fill` fails.
 #[inline(always)]
-fn submit_with<T: 'static>(fill: impl FnOnce(*mut T) -> Result<(), u32>) -> Result<(), u32> {
+fn submit_with<T: 'static>(
+    urgent: bool,
+    fill: impl FnOnce(*mut T) -> Result<(), u32>,
+) -> Result<(), u32> {
     let Some(mut entry) = EVENTS.reserve::<T>(0) else {
         return Err(lost::RINGBUF_FULL);
     };
     match fill(entry.as_mut_ptr()) {
         Ok(()) => {
-            entry.submit(wakeup_flag());
+            entry.submit(wakeup_flag(urgent));
             Ok(())
         }
         Err(counter) => {
@@ -256,15 +259,17 @@ unsafe fn write_cgroup(
     }
 }
 
-/// Batched wake-ups: waking the reader for every record (the default adaptive mode does so
-/// whenever the reader has caught up, i.e. almost always) costs far more than the probe. Records
-/// are submitted silently and the agent polls on a timer, unless a quarter of the ring is waiting.
+/// Batched wake-ups. With no flag the kernel wakes the reader only for a record submitted when
+/// the reader had caught up (the first since its last drain); the reader then lets the rest of a
+/// burst gather before it drains, and those records wake nobody. An idle agent is woken by
+/// nothing. `urgent` records (a process exit in a pod: the PLEG relists on it) and a ring a
+/// quarter full wake the reader at once.
 #[inline(always)]
-fn wakeup_flag() -> u64 {
-    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_THRESHOLD_BYTES {
+fn wakeup_flag(urgent: bool) -> u64 {
+    if urgent || EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_THRESHOLD_BYTES {
         BPF_RB_FORCE_WAKEUP as u64
     } else {
-        BPF_RB_NO_WAKEUP as u64
+        0
     }
 }
 
@@ -351,7 +356,7 @@ fn in_pod_cgroup() -> bool {
 
 #[inline(always)]
 fn try_process(kind: u32) -> Result<(), u32> {
-    submit_with(|event: *mut ProcessEvent| {
+    submit_with(kind == KIND_PROCESS_EXIT, |event: *mut ProcessEvent| {
         // SAFETY: no preconditions.
         let (ktime_ns, pid_tgid, cgroup_id) = unsafe {
             (
@@ -421,7 +426,7 @@ pub fn cri_end(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn try_cri(ctx: &ProbeContext, kind: u32) -> Result<(), u32> {
-    submit_with(|event: *mut CriEvent| {
+    submit_with(false, |event: *mut CriEvent| {
         // SAFETY: no preconditions.
         let (ktime_ns, pid_tgid) = unsafe { (bpf_ktime_get_ns(), bpf_get_current_pid_tgid()) };
         let method: u32 = ctx.arg(0).unwrap_or(u32::MAX);

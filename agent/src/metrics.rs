@@ -68,6 +68,8 @@ pub struct Metrics {
     pub started_containers_total: Counter,
     pub running_pods: Gauge,
     pub ebpf_events_total: Counter,
+    pub ebpf_reader_drains_total: Counter,
+    pub ebpf_reader_empty_drains_total: Counter,
     pub pod_start_phase_duration_seconds: Family<PhaseLabel, Histogram, fn() -> Histogram>,
     pub pleg_relist_duration_seconds: Histogram,
     pub pleg_relist_interval_seconds: Histogram,
@@ -147,6 +149,18 @@ impl Metrics {
             "Events read from the eBPF ring buffer",
             ebpf_events_total.clone(),
         );
+        let ebpf_reader_drains_total = Counter::default();
+        registry.register(
+            "ebpf_reader_drains",
+            "Times the eBPF reader drained its ring buffer (each after the kernel woke it for records)",
+            ebpf_reader_drains_total.clone(),
+        );
+        let ebpf_reader_empty_drains_total = Counter::default();
+        registry.register(
+            "ebpf_reader_empty_drains",
+            "eBPF reader drains that found no record (wake-ups for nothing)",
+            ebpf_reader_empty_drains_total.clone(),
+        );
         let pod_start_phase_duration_seconds =
             Family::<PhaseLabel, Histogram, fn() -> Histogram>::new_with_constructor(
                 phase_histogram,
@@ -223,6 +237,8 @@ impl Metrics {
             started_containers_total,
             running_pods,
             ebpf_events_total,
+            ebpf_reader_drains_total,
+            ebpf_reader_empty_drains_total,
         }
     }
 

@@ -41,13 +41,20 @@ async fn pods(State(s): State<AppState>) -> impl IntoResponse {
     )
 }
 
+/// Brings a counter mirroring a count kept elsewhere up to `value`.
+fn catch_up(counter: &prometheus_client::metrics::counter::Counter, value: u64) {
+    let counted = counter.get();
+    if value > counted {
+        counter.inc_by(value - counted);
+    }
+}
+
 async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     if let Some(m) = &s.ebpf {
-        let seen = m.events_seen();
-        let counted = s.metrics.ebpf_events_total.get();
-        if seen > counted {
-            s.metrics.ebpf_events_total.inc_by(seen - counted);
-        }
+        let (drains, empty) = m.reader_drains();
+        catch_up(&s.metrics.ebpf_events_total, m.events_seen());
+        catch_up(&s.metrics.ebpf_reader_drains_total, drains);
+        catch_up(&s.metrics.ebpf_reader_empty_drains_total, empty);
     }
     (
         [(

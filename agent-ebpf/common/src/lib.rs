@@ -94,9 +94,9 @@ pub const MAP_EVENTS: &str = "EVENTS";
 pub const MAP_LOST: &str = "LOST";
 /// Byte size of the ring buffer (a power of two, a multiple of the page size).
 pub const EVENTS_RING_BYTES: u32 = 256 * 1024;
-/// The probes submit records without waking the reader (a wake-up costs about 5 µs of kernel time
-/// per event on this VM, 20x the probe itself) until this much data is waiting; the agent
-/// drains the ring on a short timer and on these forced wake-ups.
+/// The probes wake the reader only for the first record after a drain (a wake-up per event costs
+/// about 5 µs of kernel time on this VM, 20x the probe itself), for urgent records, and once this
+/// much data is waiting; the agent lets a burst gather for a short while before it drains.
 pub const WAKEUP_THRESHOLD_BYTES: u64 = EVENTS_RING_BYTES as u64 / 4;
 
 /// Indexes into the [`MAP_LOST`] per-CPU array.

@@ -3,8 +3,8 @@
 //! [`Monitor::start`] loads the probes built from `agent-ebpf/` (embedded at build time), attaches
 //! the `cgroup:cgroup_mkdir`/`cgroup_rmdir` and `sched:sched_process_exec`/`sched_process_exit`
 //! tracepoints and the uprobes on the agent's own CRI markers ([`crate::cri`]), and spawns one
-//! reader task that drains the ring buffer whenever it becomes readable
-//! (`tokio::io::unix::AsyncFd`) or every [`POLL_INTERVAL`], until the cancellation token fires.
+//! reader task that drains the ring buffer [`GATHER`] after the kernel wakes it for a record
+//! (`tokio::io::unix::AsyncFd`; sooner for urgent ones), until the cancellation token fires.
 //! Cgroup events are logged at debug level, kept in a bounded ring of recent events and broadcast
 //! to subscribers; every event is also sent to the optional [`Config::events`] sink (the
 //! [`crate::trace`] timeline).
@@ -51,10 +51,13 @@ pub const RECENT_CAPACITY: usize = 4096;
 /// `RecvError::Lagged`.
 pub const BROADCAST_CAPACITY: usize = 1024;
 
-/// How often the reader drains the ring buffer without being woken: the probes wake it only once
-/// `WAKEUP_THRESHOLD_BYTES` are waiting, so this bounds how late an event is delivered (its
-/// `ktime_ns` is taken in the kernel and is exact regardless).
-pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
+/// How long the reader lets records gather after the first one woke it, before it drains the
+/// ring buffer. Records submitted meanwhile wake nobody (the kernel wakes the reader only for the
+/// first record after a drain), unless they are urgent (a process exit in a pod) or a quarter of
+/// the ring (`WAKEUP_THRESHOLD_BYTES`) is waiting, which end the wait at once. So this bounds how
+/// late an event is delivered (its `ktime_ns` is taken in the kernel and is exact regardless),
+/// and an idle agent is never woken.
+pub const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The probe object built by `build.rs` (aya-build), aligned for the ELF parser.
 fn probe_object() -> &'static [u8] {
@@ -309,6 +312,9 @@ struct Shared {
     seen: AtomicU64,
     /// Records the agent could not decode (counted as lost).
     undecodable: AtomicU64,
+    /// The reader's drains, and those that found no record (see [`Monitor::reader_drains`]).
+    drains: AtomicU64,
+    empty_drains: AtomicU64,
     sink: Option<mpsc::UnboundedSender<KernelEvent>>,
 }
 
@@ -320,6 +326,8 @@ impl Shared {
             tx,
             seen: AtomicU64::new(0),
             undecodable: AtomicU64::new(0),
+            drains: AtomicU64::new(0),
+            empty_drains: AtomicU64::new(0),
             sink,
         }
     }
@@ -455,6 +463,16 @@ impl Monitor {
     /// Events decoded since start.
     pub fn events_seen(&self) -> u64 {
         self.shared.seen.load(Ordering::Relaxed)
+    }
+
+    /// How often the reader drained the ring buffer since start, and how many of those drains
+    /// found no record. The reader drains only when the kernel woke it for a record, so an idle
+    /// agent adds to neither.
+    pub fn reader_drains(&self) -> (u64, u64) {
+        (
+            self.shared.drains.load(Ordering::Relaxed),
+            self.shared.empty_drains.load(Ordering::Relaxed),
+        )
     }
 
     /// Events that never reached the agent: the probes' loss counters (ring buffer full, record
@@ -731,42 +749,57 @@ fn raise_memlock_rlimit() {
     }
 }
 
-/// The reader task: owns the loaded object (dropping it detaches the probes) and drains the ring
-/// buffer every [`POLL_INTERVAL`] and whenever the probes force a wake-up (ring a quarter full).
+/// The reader task: owns the loaded object (dropping it detaches the probes). It sleeps until the
+/// kernel wakes it for a record, lets the rest of a burst gather for [`GATHER`] (or less, when an
+/// urgent record or a quarter-full ring wakes it again), drains the ring buffer, and sleeps again.
 async fn read_events(
     mut events: AsyncFd<RingBuf<MapData>>,
     ebpf: Ebpf,
     shared: Arc<Shared>,
     cancel: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(POLL_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Idle: nothing wakes the agent until a record arrives.
         tokio::select! {
             () = cancel.cancelled() => break,
-            _ = tick.tick() => drain(events.get_mut(), &shared),
-            ready = events.readable_mut() => match ready {
-                Ok(mut guard) => {
-                    drain(guard.get_inner_mut(), &shared);
-                    // Only clears readiness seen before this guard was taken: a wake-up that
-                    // raced with the drain above is kept.
-                    guard.clear_ready();
-                }
-                Err(error) => {
-                    tracing::error!(%error, "polling the eBPF ring buffer; reader stops");
-                    break;
-                }
-            },
+            woken = woken(&mut events) => if woken.is_err() { break },
         }
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            () = tokio::time::sleep(GATHER) => {}
+            woken = woken(&mut events) => if woken.is_err() { break },
+        }
+        drain(events.get_mut(), &shared);
     }
     drain(events.get_mut(), &shared);
     drop(ebpf);
     tracing::debug!("eBPF reader stopped; probes detached");
 }
 
+/// Waits for the kernel to wake the reader and clears the wake-up, so the next wait needs a new
+/// one. The records stay in the ring for the next drain.
+async fn woken(events: &mut AsyncFd<RingBuf<MapData>>) -> std::io::Result<()> {
+    match events.readable_mut().await {
+        Ok(mut guard) => {
+            guard.clear_ready();
+            Ok(())
+        }
+        Err(error) => {
+            tracing::error!(%error, "polling the eBPF ring buffer; reader stops");
+            Err(error)
+        }
+    }
+}
+
 fn drain(ring: &mut RingBuf<MapData>, shared: &Shared) {
+    let mut records = 0u64;
     while let Some(item) = ring.next() {
         shared.record(&item);
+        records += 1;
+    }
+    shared.drains.fetch_add(1, Ordering::Relaxed);
+    if records == 0 {
+        shared.empty_drains.fetch_add(1, Ordering::Relaxed);
     }
 }
 
