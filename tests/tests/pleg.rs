@@ -347,10 +347,11 @@ fn the_worker_takes_the_pleg_read_instead_of_reading_again() {
     eprintln!("pod state reads by source: {counts:?}");
     let calls = metric(
         &body,
-        "swiftlet_runtime_operations_duration_seconds_count{operation=\"ContainerStatus\"}",
+        "swiftlet_runtime_operations_duration_seconds_count{operation=\"PodSandboxStatus\"}",
     );
-    eprintln!("ContainerStatus calls: {calls}");
-    // One container: each CRI read of the pod is one ContainerStatus call.
+    eprintln!("PodSandboxStatus calls: {calls}");
+    // One sandbox: each CRI read of the pod is one PodSandboxStatus call. (Not ContainerStatus:
+    // a relist between RunPodSandbox and CreateContainer reads a pod with no container yet.)
     let cri_reads: f64 = counts
         .iter()
         .filter(|(s, _)| *s != "handoff")
