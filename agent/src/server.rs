@@ -10,6 +10,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use prometheus_client::metrics::counter::Counter;
 use std::net::SocketAddr;
 use tokio_util::sync::CancellationToken;
 
@@ -42,7 +43,7 @@ async fn pods(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 /// Brings a counter mirroring a count kept elsewhere up to `value`.
-fn catch_up(counter: &prometheus_client::metrics::counter::Counter, value: u64) {
+fn catch_up(counter: &Counter, value: u64) {
     let counted = counter.get();
     if value > counted {
         counter.inc_by(value - counted);

@@ -502,6 +502,14 @@ fn quantiles_ms(h: &Histogram<u64>) -> [f64; 4] {
     ]
 }
 
+/// The column heads of the latency rows [`row`] prints.
+fn header() {
+    println!(
+        "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10}",
+        "", "p50", "p90", "p99", "max", "wall"
+    );
+}
+
 fn row(what: &str, h: &Histogram<u64>, wall: Duration) {
     let [p50, p90, p99, max] = quantiles_ms(h);
     println!(
@@ -775,10 +783,7 @@ fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
     println!(
         "\nN = {n}, the agent on a reserved core ({mine}; the runtime, the pods and the bench on {others}):"
     );
-    println!(
-        "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10}",
-        "", "p50", "p90", "p99", "max", "wall"
-    );
+    header();
     row("swiftlet", &histogram(&samples), mean_wall(&samples));
     phase_summary(agent, n, &runs);
 }
@@ -871,10 +876,7 @@ fn main() -> ExitCode {
             "\nN = {n}: per-pod latency (ms) and batch wall time (ms, mean of {} runs)",
             opts.reps
         );
-        println!(
-            "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10}",
-            "", "p50", "p90", "p99", "max", "wall"
-        );
+        header();
         row("CRI floor", &hf, wf);
         row("swiftlet", &hs, ws);
         if !pods_play.is_empty() {
