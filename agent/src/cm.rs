@@ -1,6 +1,6 @@
 //! Container manager: QoS classes, the kubelet's resource math, and pod cgroups (cgroupfs driver,
 //! cgroup v1 and v2). Pod cgroups live at `<cgroup-root>/kubepods[/burstable|/besteffort]/pod<uid>`
-//! (kubelet-behaviour.md §1.8-§1.10). Guaranteed pods sit directly under `kubepods`.
+//! (the kubelet's QoS and pod container managers). Guaranteed pods sit directly under `kubepods`.
 use cgroups_rs::fs::{MaxValue, cpu::CpuController, memory::MemController, pid::PidController};
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use std::collections::HashMap;

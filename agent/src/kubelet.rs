@@ -1,5 +1,5 @@
 //! The sync loop: one task that owns the desired pods and hands work to pod workers
-//! (kubelet-behaviour.md §1.3). It selects over config updates, PLEG events, finished workers, a
+//! (the kubelet's `syncLoop`). It selects over config updates, PLEG events, finished workers, a
 //! 1 s tick that hands out due work (resyncs and retries from the work queue) and 2 s
 //! housekeeping (only once every source has reported). While the runtime reports an error it
 //! backs off, 100 ms doubling to 5 s, before each iteration.
@@ -179,7 +179,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     let Some(uid) = uid_of(&pod) else { continue };
                     pods.remove(&uid);
                     if !self.sources_ready.all_ready() {
-                        // Housekeeping kills it once every source has reported (§4 trap 2).
+                        // Housekeeping kills it once every source has reported: killing before then could kill pods of a source that has not reported yet.
                         continue;
                     }
                     self.workers.update_pod(&uid, Work::kill(pod, None));

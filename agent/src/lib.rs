@@ -1,6 +1,6 @@
 //! swiftlet: a node agent that does the kubelet's job, measured.
 //!
-//! Data flow (DESIGN.md): sources (`config::file`) -> `config::Mux` -> the sync loop (`kubelet`)
+//! Data flow (docs/architecture.md): sources (`config::file`) -> `config::Mux` -> the sync loop (`kubelet`)
 //! -> one pod worker per pod (`pod_workers`) -> `runtime::Manager` (CRI through `cri::Cri`) and
 //! `cm` (pod cgroups) -> `status::StatusManager` -> `/pods`. `pleg` relists the runtime; `ebpf`
 //! records what the kernel saw.

@@ -1,10 +1,10 @@
-//! PLEG (kubelet-behaviour.md §1.11): relists the runtime (two CRI calls) every period, compares
+//! PLEG (the kubelet's generic PLEG): relists the runtime (two CRI calls) every period, compares
 //! each pod's sandboxes and containers with its previous snapshot and generates per-container
 //! events (started, died, removed, changed). For a pod with events it reads the pod's full state
 //! (the kubelet's `GetPodStatus`) and refreshes its status at once, so `/pods` shows the change
 //! without waiting for the pod's worker, then sends the events to the sync loop, which hands the
 //! pod's worker a sync. A pod whose state read failed keeps its old snapshot and is inspected
-//! again on the next relist, so no event is lost (§4 trap 7).
+//! again on the next relist, so no event is lost.
 //!
 //! Fast path: the eBPF probes see a container's main process exit, or its cgroup go, the moment
 //! it happens ([`crate::trace::Tracer::set_exit_sink`]); the pod's UID arrives on the fast-path
@@ -195,7 +195,7 @@ struct Pending {
     until: Instant,
 }
 
-/// Each pod's snapshot, and the pods to read again (kubelet-behaviour.md §4 trap 7).
+/// Each pod's snapshot, and the pods to read again (a pod whose read failed keeps its old snapshot, so no event is lost).
 #[derive(Debug, Default)]
 struct Snapshots {
     /// Each pod's snapshot as of the last relist that read it successfully.

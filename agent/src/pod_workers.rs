@@ -1,4 +1,4 @@
-//! Pod workers: one task per pod UID with a single pending slot (kubelet-behaviour.md §1.4).
+//! Pod workers: one task per pod UID with a single pending slot (the kubelet's `podWorkers`).
 //!
 //! * [`PodWorkers::update_pod`] puts the newest update into the pod's pending slot, replacing the
 //!   one waiting there (coalescing: a burst of edits costs at most one more sync).
@@ -432,7 +432,7 @@ enum Accepted {
     },
 }
 
-/// `UpdatePod` steps 3-10 on one pod's state (kubelet-behaviour.md §1.4).
+/// `UpdatePod` steps 3-10 on one pod's state (the kubelet's `podWorkers.UpdatePod`).
 fn accept(st: &mut PodStatus, mut work: Work, first: bool) -> Accepted {
     if work.runtime_only {
         // A pod a source gave us is a better description than the runtime's placeholder.

@@ -1,5 +1,5 @@
 //! The work queue: when each pod is next due for a sync nobody asked for (the kubelet's
-//! `queue.WorkQueue`, kubelet-behaviour.md §1.3-§1.4).
+//! `queue.WorkQueue`).
 //!
 //! Pod workers `enqueue` a UID with a delay when they finish a piece of work (a jittered resync
 //! after success, a jittered back-off after an error); the sync loop's 1 s tick takes every UID

@@ -1,5 +1,5 @@
 //! `dispatch`: the cost of `PodWorkers::update_pod` (the kubelet's `UpdatePod`) for a pod whose
-//! worker exists and is busy, so the update is coalesced into its pending slot. Budget (DESIGN.md):
+//! worker exists and is busy, so the update is coalesced into its pending slot. Budget (docs/architecture.md):
 //! <= 200 ns per update and no heap allocation per coalesced update.
 //!
 //! The workers live on a tokio runtime that is entered but never driven, so no worker runs and

@@ -1,4 +1,4 @@
-//! criterion benches of the agent's hot path. Budgets are in DESIGN.md; results in BENCHMARKS.md.
+//! criterion benches of the agent's hot path. Budgets are in docs/architecture.md; results in BENCHMARKS.md.
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar};
 use swiftlet::runtime::hash::container_hash;

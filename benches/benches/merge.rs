@@ -1,4 +1,4 @@
-//! criterion benches of the config mux's merge (budget in DESIGN.md: a SET of 10,000 unchanged pods
+//! criterion benches of the config mux's merge (budget in docs/architecture.md: a SET of 10,000 unchanged pods
 //! in <= 1 ms, <= 100 ns a pod). Results in BENCHMARKS.md.
 //!
 //! The pods are real static pods (parsed and defaulted by `manifest::parse`), ingested once as

@@ -379,7 +379,7 @@ fn swiftlet_run(agent: &Agent, n: usize, run: usize, pids: Pids) -> Sample {
 // 3. podman.
 
 /// The containers.conf podman 4.3 needs here: rlimits no higher than this machine's hard limits
-/// (ENVIRONMENT.md).
+/// (see docs/machine.md).
 const PODMAN_CONF: &str =
     "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=4096:4096\"]\n";
 

@@ -1,4 +1,4 @@
-//! Probes, measured against the real containerd (issue 6):
+//! Probes, measured against the real containerd:
 //!
 //! 1. Readiness flip -> `/pods`: a pod whose exec readiness probe (period 1 s) flips every 2 s;
 //!    `/pods` is polled every 5 ms. Latency = when `/pods` first showed the new `ready` minus the

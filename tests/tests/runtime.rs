@@ -156,7 +156,7 @@ fn crash_loop_back_off_grows() {
     let runs = named(&all, "main");
     assert!(runs.len() >= 4, "{runs:?}");
     // The gap between one run's end and the next run's start: the first restart is immediate,
-    // then 10 s, then 20 s (kubelet-behaviour.md §1.6 doBackOff).
+    // then 10 s, then 20 s (the kubelet's `doBackOff`).
     let gap = |i: usize| secs(runs[i + 1].started_at - runs[i].finished_at);
     let gaps: Vec<f64> = (0..3).map(gap).collect();
     assert!(gaps[0] < 9.0, "first restart should not wait: {gaps:?}");

@@ -15,7 +15,7 @@ pub const APT_PACKAGES: &[&str] = &[
     // The font `cargo xtask report` draws its charts' text with.
     "fonts-dejavu-core",
 ];
-/// The bpf-linker version that links through the nightly's LLVM (see ENVIRONMENT.md).
+/// The bpf-linker version that links through the nightly's LLVM (see docs/machine.md).
 pub const BPF_LINKER_VERSION: &str = "0.10.0";
 
 /// Errors of the set-up, each naming the command that failed.

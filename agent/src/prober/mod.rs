@@ -1,4 +1,4 @@
-//! Liveness, readiness and startup probes (kubelet-behaviour.md §3 #22).
+//! Liveness, readiness and startup probes.
 //!
 //! * [`Manager`] keeps one [`worker`] task per pod container and probe kind. Pod workers call
 //!   [`Manager::add_pod`] before each sync (idempotent), [`Manager::stop_liveness_and_startup`]

@@ -1,5 +1,5 @@
 //! `compute_pod_actions`: what the runtime must do to bring a pod in line with its spec
-//! (kubelet-behaviour.md §1.6). A pure function of the pod and what the runtime holds; `sync_pod`
+//! (the kubelet's `computePodActions`). A pure function of the pod and what the runtime holds; `sync_pod`
 //! carries the actions out (and applies crash-loop back-off when it starts a container).
 //!
 //! Rules, in the order they apply:

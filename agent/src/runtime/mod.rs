@@ -568,7 +568,7 @@ impl Manager {
     }
 
     /// Brings the runtime in line with the pod spec: [`actions::compute_pod_actions`], then the
-    /// kills, the sandbox, init containers and app containers (kubelet-behaviour.md §1.6 SyncPod).
+    /// kills, the sandbox, init containers and app containers (the kubelet's `SyncPod`).
     pub async fn sync_pod(&self, pod: &Pod) -> Result<SyncOutcome> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let outcome = cri::with_pod(&uid, self.sync_pod_traced(pod, &uid)).await;
