@@ -86,7 +86,15 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     if let Some(m) = &monitor {
         tracer.set_monitor(m.clone());
     }
-    tracker.spawn(tracer.clone().run(kernel_rx, cancel.clone()));
+    // The probes' events feed the startup timelines and, for the PLEG's fast path, the exit
+    // detector (only with the probes loaded: without them nothing reaches it).
+    let (exits, fast_rx) = ebpf::exits::Exits::new(metrics.clone());
+    tracker.spawn(dispatch_kernel_events(
+        kernel_rx,
+        exits,
+        tracer.clone(),
+        cancel.clone(),
+    ));
     trace::server::start(
         &trace::server::socket_path(&cfg.root_dir),
         tracer.clone(),
@@ -156,15 +164,11 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     }
     let (config_rx, sources_ready) = mux.run(cancel.clone());
 
-    // PLEG, with the eBPF fast path: the tracer reports containers' main-process exits and
-    // container cgroups removed.
+    // PLEG, with the eBPF fast path: the exit detector reports containers' main-process exits
+    // and container cgroups removed.
     let (pleg_tx, pleg_rx) = tokio::sync::mpsc::channel(1000);
-    let (fast_tx, fast_rx) = tokio::sync::mpsc::unbounded_channel();
-    if tracer.probes_loaded() {
-        tracer.set_exit_sink(fast_tx);
-    }
     let runtime_pods = pleg::RuntimePods::default();
-    let runtime_state = kubelet::RuntimeState::default();
+    let runtime_state = pleg::RuntimeState::default();
     let pleg = pleg::Pleg {
         runtime: runtime.clone(),
         status: status.clone(),
@@ -225,4 +229,26 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     }
     tracing::info!("swiftlet stopped; pods keep running");
     Ok(())
+}
+
+/// Hands each event of the probes to the exit detector, then to the startup timelines, until
+/// `cancel` fires or the probes' reader is gone.
+async fn dispatch_kernel_events(
+    mut events: tokio::sync::mpsc::UnboundedReceiver<ebpf::KernelEvent>,
+    mut exits: ebpf::exits::Exits,
+    tracer: trace::Tracer,
+    cancel: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            event = events.recv() => match event {
+                Some(event) => {
+                    exits.observe(&event);
+                    tracer.kernel_event(&event);
+                }
+                None => return,
+            },
+        }
+    }
 }

@@ -297,6 +297,46 @@ pub fn resource_config_for_pod(pod: &Pod) -> Result<ResourceConfig> {
     })
 }
 
+/// The resources part that a resize compares: "shares quota period memory".
+pub fn resources_label(r: &k8s_cri::v1::LinuxContainerResources) -> String {
+    format!(
+        "{} {} {} {}",
+        r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes
+    )
+}
+
+/// The container's own cgroup limits (CPU shares, CFS quota, memory limit).
+pub fn container_resources(c: &Container) -> Result<k8s_cri::v1::LinuxContainerResources> {
+    let r = c.resources.as_ref();
+    let get = |m: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+               k: &str| m.and_then(|m| m.get(k)).map(|q| q.0.clone());
+    let req_cpu = get(r.and_then(|r| r.requests.as_ref()), "cpu")
+        .map(|v| parse_cpu_millis(&v))
+        .transpose()?;
+    let lim_cpu = get(r.and_then(|r| r.limits.as_ref()), "cpu")
+        .map(|v| parse_cpu_millis(&v))
+        .transpose()?;
+    let lim_mem = get(r.and_then(|r| r.limits.as_ref()), "memory")
+        .map(|v| parse_bytes(&v))
+        .transpose()?;
+    // As the API server would: a limit without a request implies request = limit.
+    let shares = milli_cpu_to_shares(req_cpu.or(lim_cpu).unwrap_or(0));
+    Ok(k8s_cri::v1::LinuxContainerResources {
+        cpu_shares: shares as i64,
+        cpu_quota: lim_cpu
+            .map(|m| milli_cpu_to_quota(m, 100_000) as i64)
+            .unwrap_or(0),
+        cpu_period: if lim_cpu.is_some() { 100_000 } else { 0 },
+        memory_limit_in_bytes: lim_mem.unwrap_or(0) as i64,
+        ..Default::default()
+    })
+}
+
 /// Joins a relative cgroup name below `base`, refusing anything that could walk out of it.
 pub fn safe_join(base: &Path, name: &str) -> Result<PathBuf> {
     let rel = Path::new(name.trim_start_matches('/'));

@@ -9,7 +9,7 @@ use crate::pod_workers::{PodSyncer, PodWorkers, UpdateType, Work, WorkerContext}
 use crate::status::StatusManager;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -25,26 +25,6 @@ const ORPHAN_SETTLE: Duration = Duration::from_secs(3);
 
 /// Pods whose workers finished lately, by UID, with when.
 type Finished = HashMap<String, tokio::time::Instant>;
-
-/// The runtime's health as the PLEG last saw it (the kubelet's `runtimeState`). Cheap to clone.
-#[derive(Clone, Debug, Default)]
-pub struct RuntimeState {
-    error: Arc<Mutex<Option<String>>>,
-}
-
-impl RuntimeState {
-    /// Records the runtime's latest error, or `None` once it answers again.
-    pub fn set(&self, error: Option<String>) {
-        *self.error.lock().unwrap_or_else(PoisonError::into_inner) = error;
-    }
-
-    pub fn error(&self) -> Option<String> {
-        self.error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
 
 /// Exponential back-off of the sync loop while the runtime is failing: 100 ms doubling to 5 s.
 #[derive(Debug)]
@@ -79,7 +59,7 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     /// Probe results that changed.
     pub probe_rx: mpsc::UnboundedReceiver<crate::prober::Update>,
     pub runtime_pods: RuntimePods,
-    pub runtime_state: RuntimeState,
+    pub runtime_state: crate::pleg::RuntimeState,
     pub workers: PodWorkers<S>,
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
@@ -288,7 +268,7 @@ mod tests {
 
     struct Running {
         config_tx: mpsc::Sender<PodUpdate>,
-        runtime_state: RuntimeState,
+        runtime_state: crate::pleg::RuntimeState,
         runtime_pods: RuntimePods,
         fake: Fake,
         _cancel: tokio_util::sync::DropGuard,
@@ -302,7 +282,7 @@ mod tests {
         let (_probe_tx, probe_rx) = mpsc::unbounded_channel();
         let cancel = CancellationToken::new();
         let metrics = crate::metrics::Metrics::new();
-        let runtime_state = RuntimeState::default();
+        let runtime_state = crate::pleg::RuntimeState::default();
         let runtime_pods = RuntimePods::default();
         let sync_loop = SyncLoop {
             config_rx,

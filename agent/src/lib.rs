@@ -13,6 +13,7 @@ pub mod ebpf;
 pub mod kubelet;
 pub mod metrics;
 pub mod pleg;
+pub mod pod;
 pub mod pod_workers;
 pub mod prober;
 pub mod runtime;

@@ -32,6 +32,13 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// Labels of `swiftlet_ebpf_exits_dropped_total`: why a container exit the probes saw was not
+/// handed to the PLEG (`table_full`, `channel_full`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
 /// Labels of `swiftlet_prober_probe_total`: `Liveness` / `Readiness` / `Startup`, and
 /// `successful` / `failed` / `unknown` (as the kubelet's `prober_probe_total`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -77,6 +84,8 @@ pub struct Metrics {
     pub pleg_last_seen_seconds: Gauge,
     pub pleg_fast_path_relists_total: Family<ResultLabel, Counter>,
     pub prober_probe_total: Family<ProbeLabel, Counter>,
+    pub ebpf_exits_total: Counter,
+    pub ebpf_exits_dropped_total: Family<ReasonLabel, Counter>,
     pub runtime_pod_state_reads_total: Family<SourceLabel, Counter>,
 }
 
@@ -203,6 +212,21 @@ impl Metrics {
              skipped: not relisted, the agent was stopping that pod or container itself",
             pleg_fast_path_relists_total.clone(),
         );
+        let ebpf_exits_total = Counter::default();
+        registry.register(
+            "ebpf_exits",
+            "Container exits the eBPF probes saw (main process exit or container cgroup removed) \
+             handed to the PLEG",
+            ebpf_exits_total.clone(),
+        );
+        let ebpf_exits_dropped_total = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "ebpf_exits_dropped",
+            "Container exits the eBPF probes saw that the PLEG's fast path did not get (the \
+             periodic relist still finds them): table_full, a container tracked no more to \
+             bound memory; channel_full, the PLEG was behind",
+            ebpf_exits_dropped_total.clone(),
+        );
         let prober_probe_total = Family::<ProbeLabel, Counter>::default();
         registry.register(
             "prober_probe",
@@ -227,6 +251,8 @@ impl Metrics {
             pleg_last_seen_seconds,
             pleg_fast_path_relists_total,
             prober_probe_total,
+            ebpf_exits_total,
+            ebpf_exits_dropped_total,
             pod_start_phase_duration_seconds,
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,

@@ -1,29 +1,29 @@
 //! PLEG (the kubelet's generic PLEG): relists the runtime (two CRI calls) every period, compares
 //! each pod's sandboxes and containers with its previous snapshot and generates per-container
 //! events (started, died, removed, changed). For a pod with events it reads the pod's full state
-//! (the kubelet's `GetPodStatus`) and refreshes its status at once, so `/pods` shows the change
-//! without waiting for the pod's worker, then sends the events to the sync loop, which hands the
-//! pod's worker a sync. A pod whose state read failed keeps its old snapshot and is inspected
-//! again on the next relist, so no event is lost.
+//! (the kubelet's `GetPodStatus`) into the pod cache (`runtime::fresh`), then sends the events to
+//! the sync loop, which hands the pod's worker a sync; the worker takes the cached read and writes
+//! the pod's status. The PLEG never writes a status itself. A pod whose state read failed keeps
+//! its old snapshot and is inspected again on the next relist, so no event is lost.
 //!
-//! Fast path: the eBPF probes see a container's main process exit, or its cgroup go, the moment
-//! it happens ([`crate::trace::Tracer::set_exit_sink`]); the pod's UID arrives on the fast-path
-//! channel and that one pod is relisted at once (one `pod_state` read, no full relist). The
-//! runtime reports the exit a little after the kernel (containerd's shim reaps the process, the
-//! CRI plugin deletes the task, removing its cgroup, then records the exit; on a busy machine
-//! that takes tens to hundreds of milliseconds), so a relist that finds no change yet is retried
-//! after 2 ms, doubling to [`FAST_RETRY_MAX`], for up to [`FAST_RETRY_FOR`]. Meanwhile the exit
-//! the kernel saw (the main process's exit code and time) is shown in the status at once
-//! ([`StatusManager::kernel_exit`], which ignores an exit from before the container started:
-//! runc's own helper may exec in the container cgroup and exit first); the runtime's record
-//! replaces it with the next read. Without eBPF the periodic relist alone keeps everything
-//! correct.
+//! Fast path: the eBPF exit detector (`ebpf::exits`) sees a container's main process exit, or its
+//! cgroup go, the moment it happens; the exit goes into the pod cache (shown in the pod's status
+//! from its worker's next write, until the runtime's own record replaces it), the pod's worker is
+//! asked to sync at once, and that one pod is relisted (one read, no full relist). The runtime
+//! reports the exit a little after the kernel (containerd's shim reaps the process, the CRI plugin
+//! deletes the task, removing its cgroup, then records the exit; on a busy machine that takes tens
+//! to hundreds of milliseconds), so a relist that finds no change yet is retried after 2 ms,
+//! doubling to [`FAST_RETRY_MAX`], for up to [`FAST_RETRY_FOR`]. An exit from before the container
+//! started is ignored (runc's own helper may exec in the container cgroup and exit first). Without
+//! eBPF the periodic relist alone keeps everything correct.
+use crate::ebpf::exits::KernelExit;
 use crate::metrics::{Metrics, ResultLabel};
-use crate::runtime::{Manager, PodState, RelistEntry};
+use crate::pod::{PodState, RelistEntry};
+use crate::runtime::Manager;
 use crate::status::StatusManager;
 use futures::StreamExt;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -32,15 +32,24 @@ use tokio_util::sync::CancellationToken;
 /// The UIDs of pods the runtime held at the last successful relist.
 pub type RuntimePods = Arc<RwLock<HashSet<String>>>;
 
-/// What the eBPF probes saw end in a pod: a container's main process exited, or its cgroup was
-/// removed, with the main process's exit code and time when seen. Asks for a relist.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelExit {
-    pub uid: String,
-    /// The container's id (its cgroup's name), when known.
-    pub container_id: Option<String>,
-    /// The container-style exit code and the exit's wall-clock time in Unix nanoseconds.
-    pub exit: Option<(i32, i64)>,
+/// The runtime's health as the PLEG last saw it (the kubelet's `runtimeState`). Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeState {
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl RuntimeState {
+    /// Records the runtime's latest error, or `None` once it answers again.
+    pub fn set(&self, error: Option<String>) {
+        *self.error.lock().unwrap_or_else(PoisonError::into_inner) = error;
+    }
+
+    pub fn error(&self) -> Option<String> {
+        self.error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// How many pods' states are read at once.
@@ -168,25 +177,6 @@ fn id_events(
     }
 }
 
-/// The relist summary of a pod's full state (what [`Manager::relist`] would have listed).
-pub fn entry_of(state: &PodState) -> RelistEntry {
-    let mut entry = RelistEntry {
-        sandboxes: state
-            .sandboxes
-            .iter()
-            .map(|s| (s.id.clone(), s.state))
-            .collect(),
-        containers: state
-            .containers
-            .iter()
-            .map(|c| (c.id.clone(), c.state))
-            .collect(),
-    };
-    entry.sandboxes.sort();
-    entry.containers.sort();
-    entry
-}
-
 /// A pod waiting for a fast-path relist.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
@@ -268,13 +258,13 @@ impl Snapshots {
 /// What the PLEG works with. Drive it with [`Pleg::run`].
 pub struct Pleg {
     pub runtime: Manager,
-    /// Refreshed for every pod with events.
+    /// Read only: which pods the agent reports on (the PLEG never writes a status).
     pub status: StatusManager,
     /// The sync loop's PLEG channel.
     pub tx: mpsc::Sender<Event>,
     /// The UIDs of the runtime's pods, for housekeeping.
     pub pods: RuntimePods,
-    pub health: crate::kubelet::RuntimeState,
+    pub health: RuntimeState,
     pub metrics: Metrics,
 }
 
@@ -292,7 +282,7 @@ impl Pleg {
     pub async fn run(
         self,
         period: Duration,
-        fast: mpsc::UnboundedReceiver<KernelExit>,
+        fast: mpsc::Receiver<KernelExit>,
         cancel: CancellationToken,
     ) {
         let r = Relister {
@@ -309,7 +299,7 @@ impl Relister {
     async fn run(
         mut self,
         period: Duration,
-        mut fast: mpsc::UnboundedReceiver<KernelExit>,
+        mut fast: mpsc::Receiver<KernelExit>,
         cancel: CancellationToken,
     ) {
         let mut tick = tokio::time::interval(period);
@@ -337,16 +327,22 @@ impl Relister {
         }
     }
 
-    /// Shows a kernel-observed exit in the pod's status at once (the runtime's record replaces
-    /// it when a relist sees the exit) and queues a relist of the pod.
+    /// Puts a kernel-observed exit into the pod cache, asks the pod's worker to sync (so its
+    /// status shows the exit at once; the runtime's record replaces it when a relist sees the
+    /// exit) and queues a relist of the pod.
     fn request(&mut self, exit: KernelExit) {
         let KernelExit {
             uid,
             container_id,
             exit,
         } = exit;
+        if !self.p.status.knows(&uid) {
+            // Not a pod this agent runs (or one already gone): the periodic relist sees it.
+            self.count_skipped(1);
+            return;
+        }
         if let (Some(id), Some((code, at))) = (&container_id, exit) {
-            self.p.status.kernel_exit(&uid, id, code, at);
+            self.p.runtime.record_kernel_exit(&uid, id, code, at);
         }
         if self.p.runtime.is_stopping(&uid, container_id.as_deref()) {
             // The worker stopping it reads (or forgets) the pod when the stop is done.
@@ -355,6 +351,15 @@ impl Relister {
             return;
         }
         tracing::debug!(%uid, ?container_id, ?exit, "PLEG fast path: relisting the pod");
+        if let (Some(id), Some(_)) = (&container_id, exit) {
+            // The worker shows the exit the kernel saw at once; the relist below follows with the
+            // runtime's own record.
+            self.send(vec![Event {
+                uid: uid.clone(),
+                kind: EventType::ContainerDied,
+                id: id.clone(),
+            }]);
+        }
         let now = Instant::now();
         self.pending.insert(
             uid,
@@ -431,17 +436,16 @@ impl Relister {
         }
     }
 
-    /// Compares one pod's fresh state with its snapshot; on a change refreshes its status,
+    /// Compares one pod's fresh state (already in the pod cache) with its snapshot; on a change
     /// advances the snapshot and sends the events. True when something changed.
     fn relist_pod(&mut self, uid: &str, state: &PodState) -> bool {
-        let entry = entry_of(state);
+        let entry = state.relist_entry();
         let gone = entry.sandboxes.is_empty() && entry.containers.is_empty();
         let new = (!gone).then_some(&entry);
         let events = pod_events(uid, self.snap.records.get(uid), new);
         if events.is_empty() {
             return false;
         }
-        self.p.status.refresh(uid, state);
         self.snap.reinspect.remove(uid);
         if gone {
             self.snap.records.remove(uid);
@@ -507,8 +511,7 @@ impl Relister {
             .await;
         for (uid, entry, events, state) in results {
             match state {
-                Ok(state) => {
-                    self.p.status.refresh(&uid, &state);
+                Ok(_) => {
                     let events = self.snap.read_ok(uid, entry, events);
                     self.send(events);
                 }
@@ -644,7 +647,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            entry_of(&state),
+            state.relist_entry(),
             entry(READY, &[("a", RUNNING), ("b", RUNNING)])
         );
     }

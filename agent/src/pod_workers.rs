@@ -234,7 +234,7 @@ impl PodSyncer for WorkerContext {
         _cancel: &CancellationToken,
     ) -> Result<Synced, runtime::Error> {
         // `Manager::sync_pod` has no safe points yet: it runs to its end (see the trait).
-        let name = runtime::full_name(pod);
+        let name = crate::pod::full_name(pod);
         // The pod's timeline: only the first sync counts.
         self.tracer.worker_started(uid);
         self.probes.add_pod(uid, pod);
@@ -254,10 +254,13 @@ impl PodSyncer for WorkerContext {
         };
         let state = match known {
             Some(state) => Ok(state),
-            None => self.runtime.pod_state_counted(uid, "worker").await,
+            None => self.runtime.pod_state_own_read(uid, "worker").await,
         };
+        // The pod worker is the only writer of a pod's status: the PLEG writes the pod cache
+        // (its reads, the exits the kernel saw) and sends events that sync the pod here.
         match state {
             Ok(state) => {
+                let state = self.runtime.with_kernel_exits(uid, state);
                 if self.status.update(uid, &state, &waiting) {
                     self.tracer.running_observed(uid);
                 }
@@ -277,7 +280,7 @@ impl PodSyncer for WorkerContext {
         pod: &Pod,
         grace: i64,
     ) -> Result<(), runtime::Error> {
-        let name = runtime::full_name(pod);
+        let name = crate::pod::full_name(pod);
         self.probes.stop_liveness_and_startup(uid);
         if self.status.is_terminal(uid) && pod.metadata.deletion_timestamp.is_none() {
             // Finished but still wanted: stop, keep the containers for status and logs.
@@ -685,7 +688,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         }
         let is_static = !work.runtime_only && is_static(&work.pod);
         let mut st = PodStatus {
-            full_name: runtime::full_name(&work.pod),
+            full_name: crate::pod::full_name(&work.pod),
             runtime_only: work.runtime_only,
             ..Default::default()
         };

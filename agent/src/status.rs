@@ -1,7 +1,7 @@
 //! Status manager: the pods the agent was asked to run and the status it computed for each, as a
 //! snapshot readers (the `/pods` endpoint) can take without waiting on any task.
-use crate::runtime::actions::is_sidecar;
-use crate::runtime::{PodState, labels};
+use crate::pod::is_sidecar;
+use crate::pod::{Phase, PodState, annotations, labels};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
@@ -20,14 +20,11 @@ struct Entry {
     pod: Arc<Pod>,
     status: PodStatus,
     running_observed: bool,
-    /// The runtime state the status was last generated from (see [`merge`]).
-    state: Option<PodState>,
-    /// The waiting reasons of the last worker sync, with the newest instance of each container
-    /// at that time: a refresh reuses a reason only while that instance is still the newest.
-    waiting: HashMap<String, ((String, String), Option<String>)>,
 }
 
-/// Shared, cheap to clone. Writers: the sync loop (pods) and pod workers / PLEG (statuses).
+/// Shared, cheap to clone. Writers: the sync loop (the desired pods: [`StatusManager::set_pod`],
+/// [`StatusManager::remove_pod`]) and the pod's worker, the only writer of a pod's status
+/// ([`StatusManager::update`]). Everyone else only reads.
 #[derive(Clone)]
 pub struct StatusManager {
     inner: Arc<RwLock<BTreeMap<String, Entry>>>,
@@ -41,7 +38,7 @@ pub struct StatusManager {
     host_ip: Option<IpAddr>,
     metrics: crate::metrics::Metrics,
     /// Readiness and startup probe results, for `ready` and `started`.
-    probes: Option<crate::prober::Results>,
+    probes: Option<crate::pod::probe_results::Results>,
 }
 
 const EMPTY_POD_LIST: &str = r#"{"apiVersion":"v1","kind":"PodList","items":[],"metadata":{}}"#;
@@ -149,7 +146,7 @@ impl StatusManager {
     }
 
     /// Lets probe results decide the containers' `ready` and `started`.
-    pub fn with_probe_results(mut self, probes: crate::prober::Results) -> Self {
+    pub fn with_probe_results(mut self, probes: crate::pod::probe_results::Results) -> Self {
         self.probes = Some(probes);
         self
     }
@@ -185,8 +182,6 @@ impl StatusManager {
                         pod,
                         status,
                         running_observed: false,
-                        state: None,
-                        waiting: HashMap::new(),
                     },
                 );
             }
@@ -201,8 +196,9 @@ impl StatusManager {
         }
     }
 
-    /// Recomputes a pod's status from what the runtime holds. True when this update is the
-    /// first to see the pod Running.
+    /// Recomputes a pod's status from what the runtime holds, with the waiting reasons of the
+    /// sync that read it. Called only from the pod's worker. True when this update is the first
+    /// to see the pod Running.
     pub fn update(
         &self,
         uid: &str,
@@ -215,106 +211,48 @@ impl StatusManager {
         let Some(entry) = map.get_mut(uid) else {
             return false;
         };
-        entry.waiting = waiting
-            .iter()
-            .map(|(name, w)| {
-                let newest = state.newest(name).map(|c| c.id.clone());
-                (name.clone(), (w.clone(), newest))
-            })
-            .collect();
-        self.apply(entry, state)
-    }
-
-    /// Recomputes a pod's status from a fresh runtime read outside a worker sync (the PLEG, on a
-    /// change it saw), keeping the waiting reasons of the last sync for containers whose newest
-    /// instance is unchanged. False when the pod is unknown. True when this update is the first
-    /// to see the pod Running.
-    pub fn refresh(&self, uid: &str, state: &PodState) -> bool {
-        let Some(mut map) = self.write() else {
-            return false;
-        };
-        let Some(entry) = map.get_mut(uid) else {
-            return false;
-        };
-        self.apply(entry, state)
-    }
-
-    /// Marks running container `id` of pod `uid` exited with `code` at `finished_ns` (Unix
-    /// nanoseconds) as the eBPF probes saw its main process exit, before the runtime reports it:
-    /// the status shows the exit at once, and the runtime's own record (reason, exact times)
-    /// replaces it with the next read. False when the pod or a running container `id` is unknown.
-    pub fn kernel_exit(&self, uid: &str, id: &str, code: i32, finished_ns: i64) -> bool {
-        let Some(mut map) = self.write() else {
-            return false;
-        };
-        let Some(entry) = map.get_mut(uid) else {
-            return false;
-        };
-        let Some(mut state) = entry.state.clone() else {
-            return false;
-        };
-        let running = api::ContainerState::ContainerRunning as i32;
-        // An exit from before the container started is the OCI runtime's helper's (one the
-        // tracer did not recognise by name), not the container's.
-        let Some(c) = state
-            .containers
-            .iter_mut()
-            .find(|c| c.id == id && c.state == running && finished_ns >= c.started_at)
-        else {
-            return false;
-        };
-        c.state = api::ContainerState::ContainerExited as i32;
-        c.exit_code = code;
-        c.finished_at = finished_ns;
-        self.apply(entry, &state);
-        true
-    }
-
-    fn apply(&self, entry: &mut Entry, state: &PodState) -> bool {
-        let state = merge(entry.state.as_ref(), state);
-        let waiting: HashMap<String, (String, String)> = entry
-            .waiting
-            .iter()
-            .filter(|(name, (_, newest))| state.newest(name).map(|c| &c.id) == newest.as_ref())
-            .map(|(name, (w, _))| (name.clone(), w.clone()))
-            .collect();
         let mut first_running = false;
         let status = generate_probed(
             &entry.pod,
-            &state,
-            &waiting,
+            state,
+            waiting,
             Some(&entry.status),
             self.host_ip,
             self.probes.as_ref(),
         );
-        entry.state = Some(state);
-        if status.phase.as_deref() == Some("Running") && !entry.running_observed {
+        if Phase::of(status.phase.as_deref()) == Some(Phase::Running) && !entry.running_observed {
             entry.running_observed = true;
             first_running = true;
-            if let Some(seen) = entry
-                .pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("kubernetes.io/config.seen"))
-                .and_then(|s| s.parse::<Timestamp>().ok())
-            {
-                let secs = Timestamp::now().duration_since(seen).as_secs_f64();
-                self.metrics
-                    .pod_start_duration_seconds
-                    .observe(secs.max(0.0));
-                tracing::info!(
-                    pod = entry.pod.metadata.name.as_deref().unwrap_or_default(),
-                    seconds = secs,
-                    "pod observed Running"
-                );
-            }
+            self.observe_start(&entry.pod);
         }
         if status != entry.status {
             self.changed();
             entry.status = status;
         }
         first_running
+    }
+
+    /// Feeds `swiftlet_pod_start_duration_seconds`: from the source's first sight of the pod to
+    /// Running observed.
+    fn observe_start(&self, pod: &Pod) {
+        let Some(seen) = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotations::CONFIG_SEEN))
+            .and_then(|s| s.parse::<Timestamp>().ok())
+        else {
+            return;
+        };
+        let secs = Timestamp::now().duration_since(seen).as_secs_f64();
+        self.metrics
+            .pod_start_duration_seconds
+            .observe(secs.max(0.0));
+        tracing::info!(
+            pod = pod.metadata.name.as_deref().unwrap_or_default(),
+            seconds = secs,
+            "pod observed Running"
+        );
     }
 
     /// The pods with their statuses as owned values: what [`StatusManager::pods_json`]
@@ -410,46 +348,6 @@ impl StatusManager {
     }
 }
 
-/// Container and sandbox states only move forward (created -> running -> exited, ready -> not
-/// ready): `new` with every container or sandbox that `prev` saw further along taken from `prev`.
-/// Two readers (the PLEG and a worker) may apply their reads out of order; this keeps an older
-/// read from undoing what a newer one showed.
-fn merge(prev: Option<&PodState>, new: &PodState) -> PodState {
-    let mut out = new.clone();
-    let Some(prev) = prev else {
-        return out;
-    };
-    let rank = |state: i32| match api::ContainerState::try_from(state) {
-        Ok(api::ContainerState::ContainerRunning) => 1,
-        Ok(api::ContainerState::ContainerExited) => 2,
-        _ => 0,
-    };
-    for c in &mut out.containers {
-        if let Some(p) = prev.containers.iter().find(|p| p.id == c.id)
-            && rank(p.state) > rank(c.state)
-        {
-            *c = p.clone();
-        }
-    }
-    let not_ready = api::PodSandboxState::SandboxNotready as i32;
-    for s in &mut out.sandboxes {
-        if prev
-            .sandboxes
-            .iter()
-            .any(|p| p.id == s.id && p.state == not_ready)
-        {
-            s.state = not_ready;
-        }
-    }
-    if let (Some(p), Some(s)) = (&prev.sandbox_status, &mut out.sandbox_status)
-        && p.id == s.id
-        && p.state == not_ready
-    {
-        s.state = not_ready;
-    }
-    out
-}
-
 fn host_ip() -> Option<IpAddr> {
     // The source address the kernel would use to reach outside; no packet is sent.
     let sock = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
@@ -490,7 +388,7 @@ fn container_status(
     state: &PodState,
     waiting: &HashMap<String, (String, String)>,
     default_reason: &str,
-    probes: Option<&crate::prober::Results>,
+    probes: Option<&crate::pod::probe_results::Results>,
 ) -> ContainerStatus {
     let mut instances = state.containers.iter().filter(|s| {
         s.metadata.as_ref().is_some_and(|m| m.name == c.name)
@@ -567,8 +465,8 @@ fn container_status(
 /// back as quantities (a resize not done yet, or refused).
 fn applied_resources(c: &Container, n: &api::ContainerStatus) -> Option<ResourceRequirements> {
     let applied = n.annotations.get(labels::CONTAINER_RESOURCES)?;
-    let wanted = crate::runtime::container_resources(c).ok()?;
-    if crate::runtime::resources_label(&wanted) == *applied {
+    let wanted = crate::cm::container_resources(c).ok()?;
+    if crate::cm::resources_label(&wanted) == *applied {
         return Some(c.resources.clone().unwrap_or_default());
     }
     // "shares quota period memory"
@@ -644,7 +542,7 @@ pub fn generate_probed(
     waiting: &HashMap<String, (String, String)>,
     prev: Option<&PodStatus>,
     host_ip: Option<IpAddr>,
-    probes: Option<&crate::prober::Results>,
+    probes: Option<&crate::pod::probe_results::Results>,
 ) -> PodStatus {
     let now = Time(Timestamp::now());
     let spec = pod.spec.as_ref();
@@ -674,7 +572,7 @@ pub fn generate_probed(
         .map(|c| container_status(c, uid, state, waiting, default_reason, probes))
         .collect();
     let phase = get_phase(policy, inits, &init_statuses, &statuses);
-    let ready_to_start = !crate::runtime::actions::sandbox_changed(pod, state).0;
+    let ready_to_start = !crate::pod::state::sandbox_changed(pod, state).0;
     let initialized = initialized_condition(inits, &init_statuses, &statuses, phase);
     let containers_ready =
         containers_ready_condition(inits, &init_statuses, spec_containers, &statuses, phase);
@@ -1348,53 +1246,6 @@ mod tests {
     }
 
     #[test]
-    fn an_older_read_does_not_undo_an_exit() {
-        let newer = sandboxed(false, vec![inst("a", 0, EXITED, 3)]);
-        let older = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
-        let merged = merge(Some(&newer), &older);
-        assert_eq!(merged.containers[0].state, EXITED as i32);
-        assert_eq!(merged.containers[0].exit_code, 3);
-        assert!(merged.ready_sandbox().is_none());
-        // A new instance is taken as it is.
-        let restarted = sandboxed(
-            true,
-            vec![inst("a", 1, RUNNING, 0), inst("a", 0, EXITED, 3)],
-        );
-        let merged = merge(Some(&newer), &restarted);
-        assert_eq!(merged.containers[0].state, RUNNING as i32);
-    }
-
-    #[test]
-    fn a_refresh_keeps_waiting_reasons_while_the_instance_is_the_same() {
-        let m = StatusManager::new(crate::metrics::Metrics::new());
-        let p = Arc::new(pod("Always", vec![], vec![spec("a", false)]));
-        m.set_pod("u", p);
-        let crashed = sandboxed(true, vec![inst("a", 1, EXITED, 1)]);
-        let waiting = HashMap::from([(
-            "a".to_owned(),
-            ("CrashLoopBackOff".to_owned(), "back-off 10s".to_owned()),
-        )]);
-        m.update("u", &crashed, &waiting);
-        let reason = |m: &StatusManager| {
-            let st = m.status("u").unwrap_or_default();
-            waiting_reason(&st.container_statuses.unwrap_or_default()[0]).map(str::to_owned)
-        };
-        assert_eq!(reason(&m).as_deref(), Some("CrashLoopBackOff"));
-        m.refresh("u", &crashed);
-        assert_eq!(reason(&m).as_deref(), Some("CrashLoopBackOff"));
-        // Restarted: the old reason no longer applies.
-        m.refresh(
-            "u",
-            &sandboxed(
-                true,
-                vec![inst("a", 2, RUNNING, 0), inst("a", 1, EXITED, 1)],
-            ),
-        );
-        assert_eq!(reason(&m), None);
-        assert!(!m.refresh("unknown", &crashed));
-    }
-
-    #[test]
     fn pods_json_is_the_pod_list_and_follows_every_change() {
         let m = StatusManager::new(crate::metrics::Metrics::new());
         let as_list = |m: &StatusManager| {
@@ -1422,7 +1273,6 @@ mod tests {
         // Writes that change nothing shown keep the served bytes.
         let after_update = m.pods_json();
         m.update("u", &running, &HashMap::new());
-        m.refresh("u", &running);
         m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
         m.remove_pod("nobody");
         assert!(
@@ -1437,9 +1287,11 @@ mod tests {
             true,
             vec![inst("a", 1, RUNNING, 0), inst("a", 0, EXITED, 1)],
         );
-        m.refresh("u", &restarted);
-        assert_eq!(served(&m), as_list(&m), "after a refresh");
-        assert!(m.kernel_exit("u", "a-1", 2, i64::MAX));
+        m.update("u", &restarted, &HashMap::new());
+        assert_eq!(served(&m), as_list(&m), "after a restart");
+        let mut exited = restarted.clone();
+        assert!(exited.apply_kernel_exit("a-1", 2, i64::MAX));
+        m.update("u", &exited, &HashMap::new());
         assert_eq!(served(&m), as_list(&m), "after a kernel-seen exit");
         m.remove_pod("u");
         assert_eq!(served(&m)["items"], serde_json::json!([]), "removed");
@@ -1453,18 +1305,16 @@ mod tests {
         a.started_at = 4_000_000_000;
         let running = sandboxed(true, vec![a]);
         m.update("u", &running, &HashMap::new());
-        assert!(
-            !m.kernel_exit("u", "a-0", 0, 3_000_000_000),
-            "an exit from before the start is not the container's"
-        );
         let term = |m: &StatusManager| {
             let st = m.status("u").unwrap_or_default();
             let c = st.container_statuses.unwrap_or_default().remove(0);
             let t = c.state.and_then(|s| s.terminated);
             (st.phase, t.map(|t| (t.exit_code, t.reason, t.finished_at)))
         };
-        assert!(!m.kernel_exit("u", "other", 3, 5_000_000_000));
-        assert!(m.kernel_exit("u", "a-0", 3, 5_000_000_000));
+        // What the worker writes: the runtime's read with the kernel-seen exit laid over it.
+        let mut seen = running.clone();
+        assert!(seen.apply_kernel_exit("a-0", 3, 5_000_000_000));
+        m.update("u", &seen, &HashMap::new());
         let finished = ts(5_000_000_000);
         assert_eq!(
             term(&m),
@@ -1473,21 +1323,14 @@ mod tests {
                 Some((3, Some("Error".into()), finished.clone()))
             )
         );
-        // A worker's read from before the exit does not bring it back.
-        m.update("u", &running, &HashMap::new());
-        assert_eq!(term(&m).0.as_deref(), Some("Failed"));
-        // The runtime's record wins once it has one.
+        // The runtime's record replaces it once it has one.
         let mut exited = inst("a", 0, EXITED, 3);
         exited.reason = "OOMKilled".into();
         exited.finished_at = 5_001_000_000;
-        m.refresh("u", &sandboxed(true, vec![exited]));
+        m.update("u", &sandboxed(true, vec![exited]), &HashMap::new());
         assert_eq!(
             term(&m).1,
             Some((3, Some("OOMKilled".into()), ts(5_001_000_000)))
-        );
-        assert!(
-            !m.kernel_exit("u", "a-0", 3, 6_000_000_000),
-            "already exited"
         );
     }
 
@@ -1503,10 +1346,10 @@ mod tests {
         let p = pod("Always", vec![], vec![c.clone()]);
         let mut running = inst("a", 0, api::ContainerState::ContainerRunning, 0);
         // Applied as the spec says: the spec's quantities.
-        let wanted = crate::runtime::container_resources(&c).unwrap();
+        let wanted = crate::cm::container_resources(&c).unwrap();
         running.annotations.insert(
             labels::CONTAINER_RESOURCES.to_owned(),
-            crate::runtime::resources_label(&wanted),
+            crate::cm::resources_label(&wanted),
         );
         let st = status_of(&p, vec![running.clone()]);
         let cs = &st.container_statuses.unwrap()[0];

@@ -7,7 +7,7 @@
 //! (`tokio::io::unix::AsyncFd`; sooner for urgent ones), until the cancellation token fires.
 //! Cgroup events are logged at debug level, kept in a bounded ring of recent events and broadcast
 //! to subscribers; every event is also sent to the optional [`Config::events`] sink (the
-//! [`crate::trace`] timeline).
+//! startup timelines, and the exit detector [`exits`]).
 //!
 //! The process probes only report tasks below the pod root cgroup (`<cgroup-root>/kubepods`) in
 //! the cgroup2 hierarchy (on a hybrid host runc also places containers in
@@ -20,6 +20,7 @@
 //! writes them into the probes' read-only globals before the verifier sees the program.
 
 pub mod btf;
+pub mod exits;
 pub mod tracefs;
 
 use std::{

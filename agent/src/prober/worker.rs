@@ -226,7 +226,7 @@ impl<R: Runner, S: StatusSource> Worker<R, S> {
             return Some(period);
         }
         if results.get(id, self.kind) != Some(result) {
-            tracing::info!(pod = %crate::runtime::full_name(&self.pod), container = %self.container.name, kind = self.kind.as_str(), ?result, %message, "probe result changed");
+            tracing::info!(pod = %crate::pod::full_name(&self.pod), container = %self.container.name, kind = self.kind.as_str(), ?result, %message, "probe result changed");
         }
         results.set(&self.uid, id, self.kind, result);
         if result == ProbeResult::Failure && self.kind != Kind::Readiness {

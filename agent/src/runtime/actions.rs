@@ -24,8 +24,10 @@
 //! * In-place resize (KEP-1287): a running app container whose spec hash (which leaves resources
 //!   out) is unchanged but whose cgroup resources differ from the applied ones is resized, not
 //!   restarted.
-use super::{PodState, hash, labels};
-use crate::prober::Kind;
+use super::hash;
+use crate::pod::probe_results::Kind;
+use crate::pod::state::sandbox_changed;
+use crate::pod::{PodState, is_sidecar, labels};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -65,10 +67,6 @@ pub struct PodActions {
     pub containers_to_resize: Vec<usize>,
 }
 
-pub fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
-}
-
 fn state_of(s: &api::ContainerStatus) -> api::ContainerState {
     api::ContainerState::try_from(s.state).unwrap_or(api::ContainerState::ContainerUnknown)
 }
@@ -95,42 +93,6 @@ fn should_restart(policy: &str, deleting: bool, st: Option<&api::ContainerStatus
     }
 }
 
-/// Whether the sandbox must be (re)created, with the attempt number and the newest sandbox's id.
-pub(crate) fn sandbox_changed(pod: &Pod, state: &PodState) -> (bool, u32, Option<String>) {
-    let Some(latest) = state.sandboxes.first() else {
-        return (true, 0, None);
-    };
-    let attempt = latest.metadata.as_ref().map_or(0, |m| m.attempt);
-    let id = Some(latest.id.clone());
-    let ready = |s: &api::PodSandbox| s.state == api::PodSandboxState::SandboxReady as i32;
-    if state.sandboxes.iter().filter(|s| ready(s)).count() > 1 || !ready(latest) {
-        return (true, attempt + 1, id);
-    }
-    let host_network = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false);
-    if let Some(st) = state.sandbox_status.as_ref().filter(|s| s.id == latest.id) {
-        let mode = st
-            .linux
-            .as_ref()
-            .and_then(|l| l.namespaces.as_ref())
-            .and_then(|n| n.options.as_ref())
-            .map(|o| o.network);
-        if let Some(mode) = mode
-            && (mode == api::NamespaceMode::Node as i32) != host_network
-        {
-            return (true, attempt + 1, id);
-        }
-        let has_ip = st.network.as_ref().is_some_and(|n| !n.ip.is_empty());
-        if !host_network && !has_ip {
-            return (true, attempt + 1, id);
-        }
-    }
-    (false, attempt, id)
-}
-
 /// The QoS class the newest sandbox was created for differs from the pod's now.
 fn qos_changed(pod: &Pod, state: &PodState) -> bool {
     let Some(old) = state
@@ -148,7 +110,7 @@ fn resources_changed(c: &Container, s: &api::ContainerStatus) -> bool {
     let Some(applied) = s.annotations.get(labels::CONTAINER_RESOURCES) else {
         return false;
     };
-    super::container_resources(c).is_ok_and(|r| super::resources_label(&r) != *applied)
+    crate::cm::container_resources(c).is_ok_and(|r| crate::cm::resources_label(&r) != *applied)
 }
 
 fn kill(s: &api::ContainerStatus, name: &str, reason: &'static str, message: String) -> ToKill {
@@ -523,10 +485,10 @@ mod tests {
     /// the QoS class `qos`.
     fn applied(c: &Container) -> api::ContainerStatus {
         let mut s = status(c, RUNNING, 0);
-        let r = super::super::container_resources(c).unwrap();
+        let r = crate::cm::container_resources(c).unwrap();
         s.annotations.insert(
             labels::CONTAINER_RESOURCES.to_owned(),
-            super::super::resources_label(&r),
+            crate::cm::resources_label(&r),
         );
         s
     }

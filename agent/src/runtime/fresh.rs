@@ -11,18 +11,27 @@
 //! itself (a container exits) after a read are no danger: the PLEG compares its next relist with
 //! its snapshot, which is no newer than the read, so it sees them and the pod syncs again.
 //!
+//! This store is the agent's pod cache: the PLEG writes it (its reads, and the container exits the
+//! kernel saw before the runtime recorded them) and the pod workers read it; the PLEG never
+//! writes a pod's status. A kernel-seen exit is laid over every state the pod's worker turns
+//! into status ([`Fresh::overlay`]) until a read shows the runtime's own record of it.
+//!
 //! The same bookkeeping says which pods (or containers) the agent is stopping right now: the
 //! eBPF fast path need not re-read those, the stopping code reads or forgets the pod itself.
-use super::PodState;
+use crate::pod::PodState;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// A stored read older than this is not used (the sync reads the runtime instead).
 pub const MAX_AGE: Duration = Duration::from_secs(5);
 
-/// Where a pod read began in the pods' mutation history: take it before the read starts.
+/// Where a pod read began in the pods' mutation history, and its place among reads: take it
+/// before the read starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadToken(u64);
+pub struct ReadToken {
+    clock: u64,
+    seq: u64,
+}
 
 /// One pod's mutations.
 #[derive(Debug, Default)]
@@ -42,10 +51,17 @@ pub struct Fresh {
     /// Reads that began before this are rejected: a pod's mutation record was dropped since.
     floor: u64,
     pods: HashMap<String, Mutations>,
-    /// Pod UID -> (when the read began on the clock, when it was stored, the state).
-    reads: HashMap<String, (u64, Instant, PodState)>,
+    /// Pod UID -> (the read's token, when it was stored, the state).
+    reads: HashMap<String, (ReadToken, Instant, PodState)>,
+    /// Counts reads begun: a later read has a higher sequence number.
+    seq: u64,
+    /// Pod UID -> the sequence number of the newest read a sync used: an older read is never
+    /// used after it, so what a worker turns into status never goes back in time.
+    used: HashMap<String, u64>,
     /// Container ids being stopped one by one (count of stops running).
     stopping: HashMap<String, u32>,
+    /// Pod UID -> container exits the kernel saw: (container id, exit code, Unix ns).
+    exits: HashMap<String, Vec<(String, i32, i64)>>,
 }
 
 impl Fresh {
@@ -89,10 +105,34 @@ impl Fresh {
 
     /// The token of a read of pod `uid` beginning now; `None` while the pod is being mutated
     /// (such a read is not stored).
-    pub fn token(&self, uid: &str) -> Option<ReadToken> {
+    pub fn token(&mut self, uid: &str) -> Option<ReadToken> {
         match self.pods.get(uid) {
             Some(m) if m.active > 0 => None,
-            _ => Some(ReadToken(self.clock)),
+            _ => Some(self.next_token()),
+        }
+    }
+
+    fn next_token(&mut self) -> ReadToken {
+        self.seq += 1;
+        ReadToken {
+            clock: self.clock,
+            seq: self.seq,
+        }
+    }
+
+    /// The sequence number of a read a sync makes itself, beginning now; pass it to
+    /// [`Fresh::used`] once the read is done.
+    pub fn own_read(&mut self) -> u64 {
+        self.next_token().seq
+    }
+
+    /// A sync used the read with sequence number `seq` of pod `uid`: older stored reads are
+    /// not used any more.
+    pub fn used(&mut self, uid: &str, seq: u64) {
+        let newest = self.used.entry(uid.to_owned()).or_default();
+        *newest = (*newest).max(seq);
+        if self.reads.get(uid).is_some_and(|(t, _, _)| t.seq < *newest) {
+            self.reads.remove(uid);
         }
     }
 
@@ -109,15 +149,20 @@ impl Fresh {
     /// pass it to [`Fresh::retain`] too). A pod mutated meanwhile gets no stored read from it:
     /// its mutation still runs when the read is stored, or its end moved the pod's record past
     /// the token.
-    pub fn token_for_all(&self) -> ReadToken {
-        ReadToken(self.clock)
+    pub fn token_for_all(&mut self) -> ReadToken {
+        self.next_token()
     }
 
     /// Stores a read of pod `uid` that began at `token`, for the pod's next sync, unless a
     /// mutation began since. Replaces an older stored read.
     pub fn store(&mut self, uid: &str, token: ReadToken, state: PodState, now: Instant) {
-        if self.valid(uid, token.0) {
-            self.reads.insert(uid.to_owned(), (token.0, now, state));
+        let newer = self.used.get(uid).is_none_or(|&u| token.seq >= u)
+            && self
+                .reads
+                .get(uid)
+                .is_none_or(|(t, _, _)| token.seq >= t.seq);
+        if newer && self.valid(uid, token.clock) {
+            self.reads.insert(uid.to_owned(), (token, now, state));
         }
     }
 
@@ -127,16 +172,46 @@ impl Fresh {
     /// dropped.
     pub fn take(&mut self, uid: &str, now: Instant) -> Option<PodState> {
         let (token, at, state) = self.reads.get(uid)?;
-        if self.valid(uid, *token) && now.saturating_duration_since(*at) < MAX_AGE {
-            return Some(state.clone());
+        let (token, at) = (*token, *at);
+        if self.valid(uid, token.clock) && now.saturating_duration_since(at) < MAX_AGE {
+            let state = state.clone();
+            self.used(uid, token.seq);
+            return Some(state);
         }
         self.reads.remove(uid);
         None
     }
 
+    /// Records that the kernel saw container `id` of pod `uid` exit with `code` at
+    /// `finished_ns` (Unix nanoseconds), until a read shows the runtime's record of it.
+    pub fn kernel_exit(&mut self, uid: &str, id: &str, code: i32, finished_ns: i64) {
+        let exits = self.exits.entry(uid.to_owned()).or_default();
+        exits.retain(|(c, _, _)| c != id);
+        exits.push((id.to_owned(), code, finished_ns));
+    }
+
+    /// Lays the kernel-seen exits of pod `uid` over `state` (a container the state shows running
+    /// is shown exited). An exit that does not apply to `state` is dropped: the runtime has its
+    /// own record of it by now, or the container is gone. True when something was laid over.
+    pub fn overlay(&mut self, uid: &str, state: &mut PodState) -> bool {
+        let Some(exits) = self.exits.get_mut(uid) else {
+            return false;
+        };
+        // An exit not laid over is shown by the runtime's own record now (reads a sync uses
+        // only move forward), or its container is gone.
+        exits.retain(|(id, code, at)| state.apply_kernel_exit(id, *code, *at));
+        let applied = !exits.is_empty();
+        if exits.is_empty() {
+            self.exits.remove(uid);
+        }
+        applied
+    }
+
     /// Forgets pod `uid` (removed from the runtime), unless a mutation of it still runs.
     pub fn forget(&mut self, uid: &str) {
         self.reads.remove(uid);
+        self.exits.remove(uid);
+        self.used.remove(uid);
         if self.pods.get(uid).is_some_and(|m| m.active == 0) {
             self.drop_records(|u| u != uid);
         }
@@ -145,8 +220,10 @@ impl Fresh {
     /// Keeps the records of the pods `keep` says (the runtime's pods, from a listing begun at
     /// `listed`), of pods being mutated and of pods mutated since `listed`.
     pub fn retain(&mut self, keep: impl Fn(&str) -> bool, listed: ReadToken) {
-        let listed = listed.0;
+        let listed = listed.clock;
         self.reads.retain(|uid, _| keep(uid));
+        self.exits.retain(|uid, _| keep(uid));
+        self.used.retain(|uid, _| keep(uid));
         let recent: std::collections::HashSet<String> = self
             .pods
             .iter()
@@ -314,5 +391,73 @@ mod tests {
         assert!(!f.is_stopping("v", None));
         f.end("u", true);
         assert!(!f.is_stopping("u", None));
+    }
+
+    fn running(id: &str, started_at: i64) -> PodState {
+        PodState {
+            containers: vec![k8s_cri::v1::ContainerStatus {
+                id: id.into(),
+                state: k8s_cri::v1::ContainerState::ContainerRunning as i32,
+                started_at,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_sync_never_uses_a_read_older_than_one_it_used() {
+        let mut f = Fresh::default();
+        let now = Instant::now();
+        // The PLEG begins a read; then a sync reads the pod itself and uses that newer read.
+        let pleg = f.token("u").expect("no mutation runs");
+        let own = f.own_read();
+        f.used("u", own);
+        // The PLEG's older read arrives: it is not stored, so no sync goes back in time.
+        f.store("u", pleg, state("old"), now);
+        assert_eq!(f.take("u", now).map(|_| ()), None);
+        // A read begun after the sync's is used, and an older one does not replace it.
+        let older = f.token("u").expect("no mutation runs");
+        let newer = f.token("u").expect("no mutation runs");
+        f.store("u", newer, state("c"), now);
+        f.store("u", older, state("b"), now);
+        assert_eq!(id(f.take("u", now)), Some("c".into()));
+        let stale = pleg;
+        f.store("u", stale, state("old"), now);
+        assert_eq!(
+            id(f.take("u", now)),
+            Some("c".into()),
+            "the newer read stays"
+        );
+    }
+
+    #[test]
+    fn a_kernel_seen_exit_is_laid_over_until_a_read_shows_the_runtimes_record() {
+        let mut f = Fresh::default();
+        f.kernel_exit("u", "a", 3, 5_000);
+        let mut read = running("a", 4_000);
+        assert!(f.overlay("u", &mut read));
+        assert_eq!(read.containers[0].exit_code, 3);
+        assert_eq!(
+            read.containers[0].state,
+            k8s_cri::v1::ContainerState::ContainerExited as i32
+        );
+        // Another read from before the runtime recorded it: laid over again.
+        let mut again = running("a", 4_000);
+        assert!(f.overlay("u", &mut again));
+        // The runtime's record: nothing to lay over, and the exit is forgotten.
+        let mut recorded = running("a", 4_000);
+        recorded.containers[0].state = k8s_cri::v1::ContainerState::ContainerExited as i32;
+        assert!(!f.overlay("u", &mut recorded));
+        assert!(f.exits.is_empty());
+        // An exit from before the container started (the runtime's helper) is not its exit.
+        f.kernel_exit("u", "b", 0, 1_000);
+        let mut b = running("b", 2_000);
+        assert!(!f.overlay("u", &mut b));
+        assert!(f.exits.is_empty());
+        // A pod removed from the runtime takes its exits with it.
+        f.kernel_exit("v", "c", 1, 9);
+        f.forget("v");
+        assert!(f.exits.is_empty());
     }
 }

@@ -4,10 +4,13 @@ pub mod actions;
 pub mod backoff;
 pub mod fresh;
 pub mod hash;
-pub mod labels;
 
 use crate::cm::{self, ContainerManager};
 use crate::cri::{self, Cri};
+use crate::pod::state::is_live;
+use crate::pod::{
+    ContainerKind, ListedPod, PodState, RelistEntry, full_name, grace_period_secs, labels,
+};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use std::collections::{HashMap, HashSet};
@@ -88,25 +91,6 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What part a container plays in its pod (stored on it, so a kill knows its turn without the
-/// spec: app and init containers first, sidecars after them in reverse start order).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerKind {
-    Init,
-    Sidecar,
-    App,
-}
-
-impl ContainerKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContainerKind::Init => "init",
-            ContainerKind::Sidecar => "sidecar",
-            ContainerKind::App => "app",
-        }
-    }
-}
-
 /// Everything needed to start containers in one pod's sandbox during one sync.
 struct StartTarget<'a> {
     pod: &'a Pod,
@@ -140,66 +124,11 @@ impl Default for Backoffs {
     }
 }
 
-/// What the runtime holds for one pod, with details.
-#[derive(Debug, Clone, Default)]
-pub struct PodState {
-    /// Newest first.
-    pub sandboxes: Vec<api::PodSandbox>,
-    /// Status of the newest sandbox, when there is one.
-    pub sandbox_status: Option<api::PodSandboxStatus>,
-    /// Every container of the pod, newest first, with full status.
-    pub containers: Vec<api::ContainerStatus>,
-    /// Why the pod's last in-place resize was refused or failed.
-    pub resize_error: Option<String>,
-}
-
-impl PodState {
-    pub fn ready_sandbox(&self) -> Option<&api::PodSandbox> {
-        self.sandboxes
-            .first()
-            .filter(|s| s.state == api::PodSandboxState::SandboxReady as i32)
-    }
-
-    /// Something a pod kill would stop: a ready sandbox or a live container
-    /// ([`is_live`]). False for a new pod (nothing at all) and for one whose every container
-    /// exited and whose sandboxes stopped: killing it changes nothing.
-    pub fn anything_live(&self) -> bool {
-        self.containers.iter().any(is_live)
-            || self
-                .sandboxes
-                .iter()
-                .any(|s| s.state == api::PodSandboxState::SandboxReady as i32)
-    }
-
-    /// The newest container with this name in the given sandbox (or any sandbox when None).
-    pub fn newest(&self, name: &str) -> Option<&api::ContainerStatus> {
-        self.containers
-            .iter()
-            .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
-    }
-}
-
-/// A container a stop has to stop: created or running.
-fn is_live(c: &api::ContainerStatus) -> bool {
-    c.state == api::ContainerState::ContainerRunning as i32
-        || c.state == api::ContainerState::ContainerCreated as i32
-}
-
-/// One pod's sandboxes and containers as a listing returned them.
-pub type ListedPod = (Vec<api::PodSandbox>, Vec<api::Container>);
-
 /// What one full relist listed, by pod UID, and the read token taken before it: a changed
 /// pod's read can start from it ([`Manager::pod_state_listed`]).
 pub struct Listing {
     pub token: fresh::ReadToken,
     pub pods: HashMap<String, ListedPod>,
-}
-
-/// A cheap summary of one pod from a relist: sandbox and container ids with states.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RelistEntry {
-    pub sandboxes: Vec<(String, i32)>,
-    pub containers: Vec<(String, i32)>,
 }
 
 #[derive(Debug, Clone)]
@@ -251,7 +180,7 @@ pub struct Manager {
     cfg: Config,
     backoff: Arc<Mutex<Backoffs>>,
     /// Liveness and startup results: a failed probe kills its container.
-    probes: crate::prober::Results,
+    probes: crate::pod::probe_results::Results,
     known: Arc<Mutex<Known>>,
     resize: Arc<Mutex<ResizeState>>,
     /// The PLEG's pod reads handed to the pods' syncs, and the pods being stopped.
@@ -310,31 +239,11 @@ const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 const CRASH_BACKOFF_MAX: Duration = Duration::from_secs(300);
 const MIN_GRACE_SECS: i64 = 2;
 
-pub fn full_name(pod: &Pod) -> String {
-    format!(
-        "{}_{}",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or("default")
-    )
-}
-
 fn now_nanos() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or_default()
-}
-
-/// Termination grace period of a pod in seconds: deletion grace, else the spec's, else 30.
-pub fn grace_period_secs(pod: &Pod) -> i64 {
-    pod.metadata
-        .deletion_grace_period_seconds
-        .or_else(|| {
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds)
-        })
-        .unwrap_or(30)
 }
 
 impl Manager {
@@ -344,7 +253,7 @@ impl Manager {
             cm,
             cfg,
             backoff: Arc::default(),
-            probes: crate::prober::Results::default(),
+            probes: crate::pod::probe_results::Results::default(),
             known: Arc::default(),
             resize: Arc::default(),
             fresh: Arc::default(),
@@ -409,6 +318,31 @@ impl Manager {
         self.pod_state(uid).await
     }
 
+    /// A read of pod `uid` that a sync (or the status after it) uses itself, counted as
+    /// `source`: stored reads older than it are not used after it.
+    pub async fn pod_state_own_read(
+        &self,
+        uid: &str,
+        source: &'static str,
+    ) -> cri::Result<PodState> {
+        let seq = self.fresh().own_read();
+        let state = self.pod_state_counted(uid, source).await?;
+        self.fresh().used(uid, seq);
+        Ok(state)
+    }
+
+    /// Records a container exit the kernel saw before the runtime recorded it, for the pod's
+    /// next status ([`Manager::with_kernel_exits`]).
+    pub fn record_kernel_exit(&self, uid: &str, id: &str, code: i32, finished_ns: i64) {
+        self.fresh().kernel_exit(uid, id, code, finished_ns);
+    }
+
+    /// `state` with the container exits the kernel saw and the runtime has not recorded yet.
+    pub fn with_kernel_exits(&self, uid: &str, mut state: PodState) -> PodState {
+        self.fresh().overlay(uid, &mut state);
+        state
+    }
+
     fn count_read(&self, source: &'static str) {
         self.cri
             .metrics()
@@ -418,7 +352,7 @@ impl Manager {
     }
 
     /// Lets failed liveness and startup probes kill their containers.
-    pub fn with_probe_results(mut self, probes: crate::prober::Results) -> Self {
+    pub fn with_probe_results(mut self, probes: crate::pod::probe_results::Results) -> Self {
         self.probes = probes;
         self
     }
@@ -611,7 +545,7 @@ impl Manager {
             }
             None if known_empty => PodState::default(),
             None => self
-                .pod_state_counted(uid, "sync")
+                .pod_state_own_read(uid, "sync")
                 .await
                 .map_err(Self::cri_err(&name))?,
         };
@@ -727,7 +661,7 @@ impl Manager {
         let mut sidecar_started = false;
         for &i in &actions.init_to_start {
             let Some(c) = inits.get(i) else { continue };
-            let kind = if actions::is_sidecar(c) {
+            let kind = if crate::pod::is_sidecar(c) {
                 ContainerKind::Sidecar
             } else {
                 ContainerKind::Init
@@ -1190,13 +1124,13 @@ impl Manager {
         {
             annotations.insert(labels::PRE_STOP_HANDLER.to_owned(), json);
         }
-        let resources = container_resources(c).map_err(|source| Error::Cgroup {
+        let resources = cm::container_resources(c).map_err(|source| Error::Cgroup {
             pod: name.clone(),
             source,
         })?;
         annotations.insert(
             labels::CONTAINER_RESOURCES.to_owned(),
-            resources_label(&resources),
+            cm::resources_label(&resources),
         );
         let sc = c.security_context.as_ref();
         Ok(api::ContainerConfig {
@@ -1506,7 +1440,7 @@ impl Manager {
             };
             updates.push((
                 st.id.clone(),
-                container_resources(c).map_err(|e| e.to_string())?,
+                cm::container_resources(c).map_err(|e| e.to_string())?,
             ));
         }
         // First the pod cgroup's limits that grow, then the containers, then the pod cgroup's
@@ -1520,7 +1454,7 @@ impl Manager {
             .map_err(|e| format!("updating the pod cgroup: {e}"))?;
         let mut applied = Vec::new();
         for (id, res) in updates {
-            let label = resources_label(&res);
+            let label = cm::resources_label(&res);
             self.cri
                 .update_container_resources(&id, res)
                 .await
@@ -1593,49 +1527,10 @@ impl Manager {
     }
 }
 
-/// The resources part that a resize compares: "shares quota period memory".
-pub(crate) fn resources_label(r: &api::LinuxContainerResources) -> String {
-    format!(
-        "{} {} {} {}",
-        r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes
-    )
-}
-
-/// The container's own cgroup limits (CPU shares, CFS quota, memory limit).
-pub(crate) fn container_resources(c: &Container) -> cm::Result<api::LinuxContainerResources> {
-    let r = c.resources.as_ref();
-    let get = |m: Option<
-        &std::collections::BTreeMap<
-            String,
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-        >,
-    >,
-               k: &str| m.and_then(|m| m.get(k)).map(|q| q.0.clone());
-    let req_cpu = get(r.and_then(|r| r.requests.as_ref()), "cpu")
-        .map(|v| cm::parse_cpu_millis(&v))
-        .transpose()?;
-    let lim_cpu = get(r.and_then(|r| r.limits.as_ref()), "cpu")
-        .map(|v| cm::parse_cpu_millis(&v))
-        .transpose()?;
-    let lim_mem = get(r.and_then(|r| r.limits.as_ref()), "memory")
-        .map(|v| cm::parse_bytes(&v))
-        .transpose()?;
-    // As the API server would: a limit without a request implies request = limit.
-    let shares = cm::milli_cpu_to_shares(req_cpu.or(lim_cpu).unwrap_or(0));
-    Ok(api::LinuxContainerResources {
-        cpu_shares: shares as i64,
-        cpu_quota: lim_cpu
-            .map(|m| cm::milli_cpu_to_quota(m, 100_000) as i64)
-            .unwrap_or(0),
-        cpu_period: if lim_cpu.is_some() { 100_000 } else { 0 },
-        memory_limit_in_bytes: lim_mem.unwrap_or(0) as i64,
-        ..Default::default()
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Config, Known, Manager, hash, labels};
+    use super::{Config, Known, Manager, hash};
+    use crate::pod::labels;
     use crate::{cm, cri::Cri, metrics::Metrics};
     use std::collections::HashSet;
 

@@ -24,6 +24,7 @@ use swiftlet_proto::v1 as proto;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use crate::ebpf::exits::pod_of_path;
 use crate::ebpf::{CgroupEventKind, KernelEvent, Monitor};
 use crate::metrics::{Metrics, PhaseLabel};
 pub use timeline::{Mark, Observer, Phase, PodRecord};
@@ -33,25 +34,7 @@ pub const MAX_PODS: usize = 4096;
 /// Capacity of the update channel behind [`Tracer::subscribe`].
 pub const UPDATES_CAPACITY: usize = 1024;
 
-/// CLOCK_MONOTONIC now, in nanoseconds (the clock `bpf_ktime_get_ns` reads).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the call to write; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
-/// The wall-clock time (Unix nanoseconds) of a CLOCK_MONOTONIC stamp: now minus how long ago.
-fn wall_clock_of(ktime_ns: u64) -> i64 {
-    let ago = monotonic_ns().saturating_sub(ktime_ns);
-    let now = jiff::Timestamp::now().as_nanosecond();
-    i64::try_from(now - i128::from(ago)).unwrap_or(0)
-}
+pub use crate::ebpf::exits::monotonic_ns;
 
 /// The monotonic time of a wall-clock `config.seen` stamp: now minus how long ago it was.
 fn seen_monotonic(pod: &Pod, now_mono: u64) -> Option<u64> {
@@ -73,16 +56,7 @@ struct State {
     /// cgroup2 id of a container cgroup -> (pod UID, when it was created), from `cgroup_mkdir`
     /// on the cgroup2 hierarchy.
     cgroup_owner: HashMap<u64, (String, u64)>,
-    /// cgroup2 id of a container cgroup -> its name (the container id), for the PLEG.
-    cgroup_container: HashMap<u64, String>,
-    /// cgroup2 id of a container cgroup -> its main process (tgid) and that one's exit (code,
-    /// CLOCK_MONOTONIC ns): the first process other than the OCI runtime's helper to exec there
-    /// while no earlier one still runs.
-    cgroup_main: HashMap<u64, MainProcess>,
 }
-
-/// A container's main process: its tgid and, once it exited, (exit code, CLOCK_MONOTONIC ns).
-type MainProcess = (u32, Option<(Option<i32>, u64)>);
 
 impl State {
     fn evict(&mut self) {
@@ -97,9 +71,6 @@ impl State {
             };
             self.pods.remove(&oldest);
             self.cgroup_owner.retain(|_, (uid, _)| *uid != oldest);
-            let owners = &self.cgroup_owner;
-            self.cgroup_container
-                .retain(|id, _| owners.contains_key(id));
         }
     }
 }
@@ -110,9 +81,6 @@ struct Shared {
     metrics: Metrics,
     monitor: OnceLock<Monitor>,
     kernel: AtomicBool,
-    /// Where to report a pod whose container's main process exited or whose container cgroup
-    /// was removed (the PLEG's fast path).
-    exits: OnceLock<mpsc::UnboundedSender<crate::pleg::KernelExit>>,
 }
 
 /// Handle on the timelines. Cheap to clone.
@@ -130,24 +98,6 @@ impl std::fmt::Debug for Tracer {
 /// The hierarchy id of cgroup2 (`0::/...` in `/proc/<pid>/cgroup`).
 const CGROUP2_HIERARCHY: u32 = 0;
 
-/// True for the command name of an OCI runtime's helper process (runc's `runc init` and its
-/// `runc:[N:STAGE]` stages, crun), which execs in a container cgroup before the container does.
-fn is_runtime_helper(comm: &str) -> bool {
-    comm == "runc" || comm == "crun" || comm.starts_with("runc:[")
-}
-
-/// `(pod uid, child)` when `path` names a pod cgroup `.../pod<uid>` (child `None`) or a cgroup
-/// right below one (`.../pod<uid>/<child>`).
-fn pod_of_path(path: &str) -> Option<(&str, Option<&str>)> {
-    let mut parts = path.rsplit('/').filter(|p| !p.is_empty());
-    let last = parts.next()?;
-    if let Some(uid) = last.strip_prefix("pod") {
-        return Some((uid, None));
-    }
-    let parent = parts.next()?;
-    parent.strip_prefix("pod").map(|uid| (uid, Some(last)))
-}
-
 impl Tracer {
     pub fn new(metrics: Metrics) -> Self {
         let (updates, _) = broadcast::channel(UPDATES_CAPACITY);
@@ -158,7 +108,6 @@ impl Tracer {
                 metrics,
                 monitor: OnceLock::new(),
                 kernel: AtomicBool::new(false),
-                exits: OnceLock::new(),
             }),
         }
     }
@@ -173,28 +122,6 @@ impl Tracer {
     #[cfg(test)]
     fn set_monitor_for_test(&self) {
         self.shared.kernel.store(true, Ordering::Release);
-    }
-
-    /// Reports to `tx` every pod whose container's main process exits (the first process to
-    /// exec in the container cgroup while no earlier one runs) or whose container cgroup is
-    /// removed, with the main process's exit code and time when seen.
-    pub fn set_exit_sink(&self, tx: mpsc::UnboundedSender<crate::pleg::KernelExit>) {
-        let _ = self.shared.exits.set(tx);
-    }
-
-    fn container_exited(
-        &self,
-        uid: String,
-        container_id: Option<String>,
-        exit: Option<(i32, u64)>,
-    ) {
-        if let Some(tx) = self.shared.exits.get() {
-            let _ = tx.send(crate::pleg::KernelExit {
-                uid,
-                container_id,
-                exit: exit.map(|(code, ktime)| (code, wall_clock_of(ktime))),
-            });
-        }
     }
 
     pub fn probes_loaded(&self) -> bool {
@@ -309,9 +236,7 @@ impl Tracer {
                     (CgroupEventKind::Rmdir, None) => self.with_pod(&uid, |p| {
                         p.pod_cgroup_removed_ns.get_or_insert(e.ktime_ns);
                     }),
-                    (CgroupEventKind::Mkdir, Some(child))
-                        if e.hierarchy_id == CGROUP2_HIERARCHY =>
-                    {
+                    (CgroupEventKind::Mkdir, Some(_)) if e.hierarchy_id == CGROUP2_HIERARCHY => {
                         let mut state = self
                             .shared
                             .state
@@ -319,7 +244,6 @@ impl Tracer {
                             .unwrap_or_else(PoisonError::into_inner);
                         if state.pods.contains_key(&uid) {
                             state.cgroup_owner.insert(e.cgroup_id, (uid, e.ktime_ns));
-                            state.cgroup_container.insert(e.cgroup_id, child.to_owned());
                         }
                     }
                     (CgroupEventKind::Rmdir, Some(_)) if e.hierarchy_id == CGROUP2_HIERARCHY => {
@@ -328,19 +252,7 @@ impl Tracer {
                             .state
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner);
-                        let owner = state.cgroup_owner.remove(&e.cgroup_id);
-                        let container = state.cgroup_container.remove(&e.cgroup_id);
-                        // The cgroup goes once the container is gone: its main process's exit
-                        // (when seen) is the container's.
-                        let exit = state
-                            .cgroup_main
-                            .remove(&e.cgroup_id)
-                            .and_then(|(_, exit)| exit)
-                            .and_then(|(code, ktime)| Some((code?, ktime)));
-                        drop(state);
-                        if let Some((uid, _)) = owner {
-                            self.container_exited(uid, container, exit);
-                        }
+                        state.cgroup_owner.remove(&e.cgroup_id);
                     }
                     _ => {}
                 }
@@ -349,23 +261,6 @@ impl Tracer {
                 let Some((uid, created_ns)) = self.owner(e.cgroup_id) else {
                     return;
                 };
-                // The OCI runtime's own helper execs in the cgroup first and exits before the
-                // container's process runs: its exit is not the container's, and reporting it
-                // would only make the PLEG read a pod that is still starting.
-                if !is_runtime_helper(&e.comm) {
-                    let mut state = self
-                        .shared
-                        .state
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    let main = state
-                        .cgroup_main
-                        .entry(e.cgroup_id)
-                        .or_insert((e.tgid, None));
-                    if main.1.is_some() {
-                        *main = (e.tgid, None);
-                    }
-                }
                 self.with_pod(&uid, |p| {
                     if !p.execs.iter().any(|x| x.cgroup_id == e.cgroup_id) {
                         p.execs.push(timeline::ExecCgroup {
@@ -380,27 +275,7 @@ impl Tracer {
                 });
             }
             KernelEvent::Exit(e) => {
-                let (owner, container, main) = {
-                    let mut state = self
-                        .shared
-                        .state
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    let main = match state.cgroup_main.get_mut(&e.cgroup_id) {
-                        Some(m) if m.0 == e.tgid && m.1.is_none() => {
-                            m.1 = Some((e.exit_code, e.ktime_ns));
-                            true
-                        }
-                        _ => false,
-                    };
-                    let container = state.cgroup_container.get(&e.cgroup_id).cloned();
-                    (
-                        state.cgroup_owner.get(&e.cgroup_id).cloned(),
-                        container,
-                        main,
-                    )
-                };
-                let Some((uid, _)) = owner else {
+                let Some((uid, _)) = self.owner(e.cgroup_id) else {
                     return;
                 };
                 self.with_pod(&uid, |p| {
@@ -412,13 +287,6 @@ impl Tracer {
                         x.exit = Some((e.ktime_ns, e.exit_code));
                     }
                 });
-                if main {
-                    // An OCI runtime helper under a name `is_runtime_helper` does not know may
-                    // still be taken for the main process: the status ignores an exit from
-                    // before the container started.
-                    let exit = e.exit_code.map(|code| (code, e.ktime_ns));
-                    self.container_exited(uid, container, exit);
-                }
             }
             KernelEvent::Cri(m) => {
                 if m.uid.is_empty() {
@@ -773,48 +641,5 @@ mod tests {
         let first = tracer.pod("u").and_then(|p| p.admitted_ns);
         tracer.pod_admitted("u", &pod("p", "u"));
         assert_eq!(tracer.pod("u").and_then(|p| p.admitted_ns), first);
-    }
-
-    #[test]
-    fn a_container_exit_goes_to_the_pleg_with_its_main_process_code() {
-        let tracer = Tracer::new(Metrics::new());
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        tracer.set_exit_sink(tx);
-        tracer.pod_admitted("u1", &pod("web", "u1"));
-        let path = "/kubepods/besteffort/podu1/c1";
-        tracer.kernel_event(&cgroup(CgroupEventKind::Mkdir, path, 0, 7, 1));
-        let proc_ = |tgid: u32, at: u64, code: Option<i32>| ProcessEvent {
-            tgid,
-            pid: tgid,
-            ..process(7, at, code)
-        };
-        // runc's helper execs and exits first; then the container's process and its child.
-        let helper = |at: u64, code: Option<i32>| ProcessEvent {
-            comm: "runc".into(),
-            ..proc_(10, at, code)
-        };
-        tracer.kernel_event(&KernelEvent::Exec(helper(2, None)));
-        tracer.kernel_event(&KernelEvent::Exit(helper(3, Some(0))));
-        tracer.kernel_event(&KernelEvent::Exec(proc_(11, 4, None)));
-        tracer.kernel_event(&KernelEvent::Exec(proc_(12, 5, None)));
-        tracer.kernel_event(&KernelEvent::Exit(proc_(12, 6, Some(0))));
-        tracer.kernel_event(&KernelEvent::Exit(proc_(11, 7, Some(3))));
-        tracer.kernel_event(&cgroup(CgroupEventKind::Rmdir, path, 0, 7, 8));
-        let mut got = Vec::new();
-        while let Ok(e) = rx.try_recv() {
-            got.push((e.uid, e.container_id, e.exit.map(|(code, _)| code)));
-        }
-        let c1 = Some("c1".to_owned());
-        assert_eq!(
-            got,
-            [
-                ("u1".to_owned(), c1.clone(), Some(3)),
-                ("u1".to_owned(), c1, Some(3)),
-            ],
-            "the main process's exit (not the runtime helper's, nor its child's), then the \
-             cgroup's removal with the main process's code"
-        );
-        assert!(is_runtime_helper("runc:[2:INIT]") && is_runtime_helper("crun"));
-        assert!(!is_runtime_helper("runcible") && !is_runtime_helper("sh"));
     }
 }

@@ -1,0 +1,345 @@
+//! Container exits as the kernel saw them, for the PLEG's fast path.
+//!
+//! [`Exits`] follows every container cgroup created below a pod cgroup (`.../pod<uid>/<id>` on
+//! the cgroup2 hierarchy), the first process other than the OCI runtime's helper to exec there
+//! (the container's main process) and that process's exit. It reports a [`KernelExit`] when the
+//! main process exits and again when the container cgroup is removed, with the main process's
+//! exit code when it was seen. The PLEG then relists that one pod at once instead of waiting for
+//! its periodic relist.
+//!
+//! Memory is bounded: at most [`MAX_CONTAINERS`] container cgroups are followed (a cgroup whose
+//! removal the probes lost would otherwise stay forever); past that the oldest is forgotten and
+//! the loss counted. Reports go on a bounded channel; a full channel drops the report and counts
+//! it. Nothing is dropped silently: `swiftlet_ebpf_exits_dropped_total{reason}` counts both, and
+//! the periodic relist still finds every exit.
+use std::collections::HashMap;
+
+use tokio::sync::mpsc;
+
+use super::{CgroupEventKind, KernelEvent};
+use crate::metrics::{Metrics, ReasonLabel};
+
+/// How many container cgroups are followed at most.
+pub const MAX_CONTAINERS: usize = 16_384;
+/// Capacity of the channel to the PLEG.
+pub const CHANNEL_CAPACITY: usize = 1024;
+/// The hierarchy id of cgroup2 (`0::/...` in `/proc/<pid>/cgroup`).
+const CGROUP2_HIERARCHY: u32 = 0;
+
+/// What the eBPF probes saw end in a pod: a container's main process exited, or its cgroup was
+/// removed, with the main process's exit code and time when seen. Asks for a relist of the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelExit {
+    pub uid: String,
+    /// The container's id (its cgroup's name), when known.
+    pub container_id: Option<String>,
+    /// The container-style exit code and the exit's wall-clock time in Unix nanoseconds.
+    pub exit: Option<(i32, i64)>,
+}
+
+/// True for the command name of an OCI runtime's helper process (runc's `runc init` and its
+/// `runc:[N:STAGE]` stages, crun), which execs in a container cgroup before the container does.
+pub fn is_runtime_helper(comm: &str) -> bool {
+    comm == "runc" || comm == "crun" || comm.starts_with("runc:[")
+}
+
+/// `(pod uid, child)` when `path` names a pod cgroup `.../pod<uid>` (child `None`) or a cgroup
+/// right below one (`.../pod<uid>/<child>`).
+pub fn pod_of_path(path: &str) -> Option<(&str, Option<&str>)> {
+    let mut parts = path.rsplit('/').filter(|p| !p.is_empty());
+    let last = parts.next()?;
+    if let Some(uid) = last.strip_prefix("pod") {
+        return Some((uid, None));
+    }
+    let parent = parts.next()?;
+    parent.strip_prefix("pod").map(|uid| (uid, Some(last)))
+}
+
+/// A container's main process: its tgid and, once it exited, (exit code, CLOCK_MONOTONIC ns).
+type MainProcess = (u32, Option<(Option<i32>, u64)>);
+
+/// One followed container cgroup.
+#[derive(Debug)]
+struct Container {
+    uid: String,
+    id: String,
+    created_ns: u64,
+    main: Option<MainProcess>,
+}
+
+/// Follows container cgroups and reports their exits. Owned by the task that reads the probes'
+/// events; feed it every event with [`Exits::observe`].
+pub struct Exits {
+    containers: HashMap<u64, Container>,
+    tx: mpsc::Sender<KernelExit>,
+    metrics: Metrics,
+    /// Converts a CLOCK_MONOTONIC stamp to Unix nanoseconds.
+    wall_clock: fn(u64) -> i64,
+}
+
+impl Exits {
+    /// A detector reporting to a new bounded channel, whose receiver is returned.
+    pub fn new(metrics: Metrics) -> (Self, mpsc::Receiver<KernelExit>) {
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let exits = Self {
+            containers: HashMap::new(),
+            tx,
+            metrics,
+            wall_clock: wall_clock_of,
+        };
+        (exits, rx)
+    }
+
+    /// How many container cgroups are followed now.
+    pub fn followed(&self) -> usize {
+        self.containers.len()
+    }
+
+    fn dropped(&self, reason: &'static str) {
+        self.metrics
+            .ebpf_exits_dropped_total
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    fn report(&self, uid: &str, id: &str, exit: Option<(i32, u64)>) {
+        let report = KernelExit {
+            uid: uid.to_owned(),
+            container_id: Some(id.to_owned()),
+            exit: exit.map(|(code, ktime)| (code, (self.wall_clock)(ktime))),
+        };
+        match self.tx.try_send(report) {
+            Ok(()) => {
+                self.metrics.ebpf_exits_total.inc();
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => self.dropped("channel_full"),
+            // The PLEG stopped: the agent is shutting down.
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+
+    /// Takes one event from the probes.
+    pub fn observe(&mut self, event: &KernelEvent) {
+        match event {
+            KernelEvent::Cgroup(e) if e.hierarchy_id == CGROUP2_HIERARCHY => {
+                let Some((uid, Some(child))) = pod_of_path(&e.path) else {
+                    return;
+                };
+                match e.kind {
+                    CgroupEventKind::Mkdir => self.follow(e.cgroup_id, uid, child, e.ktime_ns),
+                    CgroupEventKind::Rmdir => {
+                        let Some(c) = self.containers.remove(&e.cgroup_id) else {
+                            return;
+                        };
+                        // The cgroup goes once the container is gone: its main process's exit
+                        // (when seen) is the container's.
+                        let exit = c
+                            .main
+                            .and_then(|(_, exit)| exit)
+                            .and_then(|(code, ktime)| Some((code?, ktime)));
+                        self.report(&c.uid, &c.id, exit);
+                    }
+                }
+            }
+            KernelEvent::Exec(e) => {
+                // The OCI runtime's own helper execs in the cgroup first and exits before the
+                // container's process runs: its exit is not the container's.
+                if is_runtime_helper(&e.comm) {
+                    return;
+                }
+                if let Some(c) = self.containers.get_mut(&e.cgroup_id) {
+                    match &mut c.main {
+                        Some((_, None)) => {}
+                        // The first process, or a new one after the main process exited.
+                        main => *main = Some((e.tgid, None)),
+                    }
+                }
+            }
+            KernelEvent::Exit(e) => {
+                let Some(c) = self.containers.get_mut(&e.cgroup_id) else {
+                    return;
+                };
+                let Some((tgid, exit @ None)) = &mut c.main else {
+                    return;
+                };
+                if *tgid != e.tgid {
+                    return;
+                }
+                *exit = Some((e.exit_code, e.ktime_ns));
+                // A helper under a name `is_runtime_helper` does not know may still be taken
+                // for the main process: the status ignores an exit from before the container
+                // started.
+                let code = e.exit_code.map(|code| (code, e.ktime_ns));
+                let (uid, id) = (c.uid.clone(), c.id.clone());
+                self.report(&uid, &id, code);
+            }
+            KernelEvent::Cgroup(_) | KernelEvent::Cri(_) => {}
+        }
+    }
+
+    fn follow(&mut self, cgroup_id: u64, uid: &str, id: &str, created_ns: u64) {
+        if self.containers.len() >= MAX_CONTAINERS && !self.containers.contains_key(&cgroup_id) {
+            // Most likely a cgroup whose removal was lost: forget the oldest.
+            if let Some(oldest) = self
+                .containers
+                .iter()
+                .min_by_key(|(_, c)| c.created_ns)
+                .map(|(k, _)| *k)
+            {
+                self.containers.remove(&oldest);
+                self.dropped("table_full");
+            }
+        }
+        self.containers.insert(
+            cgroup_id,
+            Container {
+                uid: uid.to_owned(),
+                id: id.to_owned(),
+                created_ns,
+                main: None,
+            },
+        );
+    }
+}
+
+/// The wall-clock time (Unix nanoseconds) of a CLOCK_MONOTONIC stamp: now minus how long ago.
+pub fn wall_clock_of(ktime_ns: u64) -> i64 {
+    let ago = monotonic_ns().saturating_sub(ktime_ns);
+    let now = jiff::Timestamp::now().as_nanosecond();
+    i64::try_from(now - i128::from(ago)).unwrap_or(0)
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds (the clock `bpf_ktime_get_ns` reads).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ebpf::{CgroupEvent, ProcessEvent};
+
+    fn cgroup(kind: CgroupEventKind, path: &str, id: u64, at: u64) -> KernelEvent {
+        KernelEvent::Cgroup(CgroupEvent {
+            kind,
+            path: path.into(),
+            level: 3,
+            ktime_ns: at,
+            hierarchy_id: CGROUP2_HIERARCHY,
+            cgroup_id: id,
+        })
+    }
+
+    fn process(cgroup_id: u64, tgid: u32, at: u64, exit_code: Option<i32>) -> ProcessEvent {
+        ProcessEvent {
+            ktime_ns: at,
+            pid: tgid,
+            tgid,
+            cgroup_id,
+            comm: "sleep".into(),
+            exit_code,
+        }
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<KernelExit>) -> Vec<(String, Option<String>, Option<i32>)> {
+        let mut got = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            got.push((e.uid, e.container_id, e.exit.map(|(code, _)| code)));
+        }
+        got
+    }
+
+    fn dropped(metrics: &Metrics, reason: &'static str) -> u64 {
+        metrics
+            .ebpf_exits_dropped_total
+            .get_or_create(&ReasonLabel { reason })
+            .get()
+    }
+
+    #[test]
+    fn pod_paths() {
+        assert_eq!(pod_of_path("/kubepods/podu1"), Some(("u1", None)));
+        assert_eq!(
+            pod_of_path("/kubepods/burstable/podu1/c1"),
+            Some(("u1", Some("c1")))
+        );
+        assert_eq!(pod_of_path("/kubepods/burstable"), None);
+        assert!(is_runtime_helper("runc:[2:INIT]") && is_runtime_helper("crun"));
+        assert!(!is_runtime_helper("runcible") && !is_runtime_helper("sh"));
+    }
+
+    #[test]
+    fn the_main_process_exit_and_the_cgroup_removal_are_reported() {
+        let metrics = Metrics::new();
+        let (mut exits, mut rx) = Exits::new(metrics.clone());
+        let path = "/kubepods/besteffort/podu1/c1";
+        exits.observe(&cgroup(CgroupEventKind::Mkdir, path, 7, 1));
+        let helper = |at: u64, code: Option<i32>| ProcessEvent {
+            comm: "runc".into(),
+            ..process(7, 10, at, code)
+        };
+        // runc's helper execs and exits first; then the container's process and its child.
+        exits.observe(&KernelEvent::Exec(helper(2, None)));
+        exits.observe(&KernelEvent::Exit(helper(3, Some(0))));
+        exits.observe(&KernelEvent::Exec(process(7, 11, 4, None)));
+        exits.observe(&KernelEvent::Exec(process(7, 12, 5, None)));
+        exits.observe(&KernelEvent::Exit(process(7, 12, 6, Some(0))));
+        exits.observe(&KernelEvent::Exit(process(7, 11, 7, Some(3))));
+        exits.observe(&cgroup(CgroupEventKind::Rmdir, path, 7, 8));
+        let c1 = Some("c1".to_owned());
+        assert_eq!(
+            drain(&mut rx),
+            [
+                ("u1".to_owned(), c1.clone(), Some(3)),
+                ("u1".to_owned(), c1, Some(3)),
+            ],
+            "the main process's exit (not the runtime helper's, nor its child's), then the \
+             cgroup's removal with the main process's code"
+        );
+        assert_eq!(exits.followed(), 0, "a removed cgroup is forgotten");
+        assert_eq!(metrics.ebpf_exits_total.get(), 2);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_a_forgotten_container_is_counted() {
+        let metrics = Metrics::new();
+        let (mut exits, mut rx) = Exits::new(metrics.clone());
+        for i in 0..=MAX_CONTAINERS as u64 {
+            let path = format!("/kubepods/podu{i}/c{i}");
+            exits.observe(&cgroup(CgroupEventKind::Mkdir, &path, i, i + 1));
+        }
+        assert_eq!(exits.followed(), MAX_CONTAINERS);
+        assert_eq!(dropped(&metrics, "table_full"), 1);
+        // The oldest (cgroup 0) is no longer followed: its exit is not reported by the fast
+        // path (the periodic relist finds it); the newest still is.
+        exits.observe(&KernelEvent::Exec(process(0, 5, 10, None)));
+        exits.observe(&KernelEvent::Exit(process(0, 5, 11, Some(1))));
+        assert!(drain(&mut rx).is_empty());
+        let newest = MAX_CONTAINERS as u64;
+        exits.observe(&KernelEvent::Exec(process(newest, 6, 12, None)));
+        exits.observe(&KernelEvent::Exit(process(newest, 6, 13, Some(2))));
+        assert_eq!(drain(&mut rx).len(), 1);
+    }
+
+    #[test]
+    fn a_full_channel_drops_and_counts() {
+        let metrics = Metrics::new();
+        let (mut exits, rx) = Exits::new(metrics.clone());
+        for i in 0..CHANNEL_CAPACITY as u64 + 3 {
+            let path = format!("/kubepods/podu{i}/c{i}");
+            exits.observe(&cgroup(CgroupEventKind::Mkdir, &path, i, 1));
+            exits.observe(&cgroup(CgroupEventKind::Rmdir, &path, i, 2));
+        }
+        assert_eq!(dropped(&metrics, "channel_full"), 3);
+        assert_eq!(metrics.ebpf_exits_total.get(), CHANNEL_CAPACITY as u64);
+        drop(rx);
+    }
+}

@@ -1,0 +1,209 @@
+//! The runtime's view of a pod: what CRI reports for its sandboxes and containers, as a full
+//! read ([`PodState`]) or as the cheap summary a relist compares ([`RelistEntry`]).
+use k8s_cri::v1 as api;
+use k8s_openapi::api::core::v1::Pod;
+
+/// What part a container plays in its pod (stored on it, so a kill knows its turn without the
+/// spec: app and init containers first, sidecars after them in reverse start order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    Init,
+    Sidecar,
+    App,
+}
+
+impl ContainerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerKind::Init => "init",
+            ContainerKind::Sidecar => "sidecar",
+            ContainerKind::App => "app",
+        }
+    }
+}
+
+/// What the runtime holds for one pod, with details.
+#[derive(Debug, Clone, Default)]
+pub struct PodState {
+    /// Newest first.
+    pub sandboxes: Vec<api::PodSandbox>,
+    /// Status of the newest sandbox, when there is one.
+    pub sandbox_status: Option<api::PodSandboxStatus>,
+    /// Every container of the pod, newest first, with full status.
+    pub containers: Vec<api::ContainerStatus>,
+    /// Why the pod's last in-place resize was refused or failed.
+    pub resize_error: Option<String>,
+}
+
+impl PodState {
+    pub fn ready_sandbox(&self) -> Option<&api::PodSandbox> {
+        self.sandboxes
+            .first()
+            .filter(|s| s.state == api::PodSandboxState::SandboxReady as i32)
+    }
+
+    /// Something a pod kill would stop: a ready sandbox or a live container
+    /// ([`is_live`]). False for a new pod (nothing at all) and for one whose every container
+    /// exited and whose sandboxes stopped: killing it changes nothing.
+    pub fn anything_live(&self) -> bool {
+        self.containers.iter().any(is_live)
+            || self
+                .sandboxes
+                .iter()
+                .any(|s| s.state == api::PodSandboxState::SandboxReady as i32)
+    }
+
+    /// The newest container with this name.
+    pub fn newest(&self, name: &str) -> Option<&api::ContainerStatus> {
+        self.containers
+            .iter()
+            .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
+    }
+
+    /// Marks running container `id` exited with `code` at `finished_ns` (Unix nanoseconds), as
+    /// the kernel saw its main process exit before the runtime recorded it. False (and nothing
+    /// changed) when no running container has that id, or when the exit is from before the
+    /// container started: the OCI runtime's helper may exec in the container's cgroup and exit
+    /// first.
+    pub fn apply_kernel_exit(&mut self, id: &str, code: i32, finished_ns: i64) -> bool {
+        let running = api::ContainerState::ContainerRunning as i32;
+        let Some(c) = self
+            .containers
+            .iter_mut()
+            .find(|c| c.id == id && c.state == running && finished_ns >= c.started_at)
+        else {
+            return false;
+        };
+        c.state = api::ContainerState::ContainerExited as i32;
+        c.exit_code = code;
+        c.finished_at = finished_ns;
+        true
+    }
+
+    /// The relist summary of this state: what a relist would have listed for the pod.
+    pub fn relist_entry(&self) -> RelistEntry {
+        let mut entry = RelistEntry {
+            sandboxes: self
+                .sandboxes
+                .iter()
+                .map(|s| (s.id.clone(), s.state))
+                .collect(),
+            containers: self
+                .containers
+                .iter()
+                .map(|c| (c.id.clone(), c.state))
+                .collect(),
+        };
+        entry.sandboxes.sort();
+        entry.containers.sort();
+        entry
+    }
+}
+
+/// A container a stop has to stop: created or running.
+pub fn is_live(c: &api::ContainerStatus) -> bool {
+    c.state == api::ContainerState::ContainerRunning as i32
+        || c.state == api::ContainerState::ContainerCreated as i32
+}
+
+/// One pod's sandboxes and containers as a listing returned them.
+pub type ListedPod = (Vec<api::PodSandbox>, Vec<api::Container>);
+
+/// A cheap summary of one pod from a relist: sandbox and container ids with states.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelistEntry {
+    pub sandboxes: Vec<(String, i32)>,
+    pub containers: Vec<(String, i32)>,
+}
+
+/// Whether the pod's sandbox must be (re)created, with the attempt number and the newest
+/// sandbox's id: there is none, more than one is ready, the newest is not ready, its network
+/// mode no longer matches `hostNetwork`, or a pod-network sandbox has no IP.
+pub fn sandbox_changed(pod: &Pod, state: &PodState) -> (bool, u32, Option<String>) {
+    let Some(latest) = state.sandboxes.first() else {
+        return (true, 0, None);
+    };
+    let attempt = latest.metadata.as_ref().map_or(0, |m| m.attempt);
+    let id = Some(latest.id.clone());
+    let ready = |s: &api::PodSandbox| s.state == api::PodSandboxState::SandboxReady as i32;
+    if state.sandboxes.iter().filter(|s| ready(s)).count() > 1 || !ready(latest) {
+        return (true, attempt + 1, id);
+    }
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    if let Some(st) = state.sandbox_status.as_ref().filter(|s| s.id == latest.id) {
+        let mode = st
+            .linux
+            .as_ref()
+            .and_then(|l| l.namespaces.as_ref())
+            .and_then(|n| n.options.as_ref())
+            .map(|o| o.network);
+        if let Some(mode) = mode
+            && (mode == api::NamespaceMode::Node as i32) != host_network
+        {
+            return (true, attempt + 1, id);
+        }
+        let has_ip = st.network.as_ref().is_some_and(|n| !n.ip.is_empty());
+        if !host_network && !has_ip {
+            return (true, attempt + 1, id);
+        }
+    }
+    (false, attempt, id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(id: &str, started_at: i64) -> api::ContainerStatus {
+        api::ContainerStatus {
+            id: id.into(),
+            state: api::ContainerState::ContainerRunning as i32,
+            started_at,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_kernel_seen_exit_applies_only_to_a_running_container_after_its_start() {
+        let mut state = PodState {
+            containers: vec![running("a", 4_000)],
+            ..Default::default()
+        };
+        assert!(
+            !state.apply_kernel_exit("a", 0, 3_000),
+            "an exit from before the start is not the container's"
+        );
+        assert!(!state.apply_kernel_exit("other", 3, 5_000));
+        assert!(state.apply_kernel_exit("a", 3, 5_000));
+        let c = &state.containers[0];
+        assert_eq!(
+            (c.state, c.exit_code, c.finished_at),
+            (api::ContainerState::ContainerExited as i32, 3, 5_000)
+        );
+        assert!(!state.apply_kernel_exit("a", 4, 6_000), "already exited");
+    }
+
+    #[test]
+    fn the_relist_entry_is_sorted_by_id() {
+        let state = PodState {
+            sandboxes: vec![api::PodSandbox {
+                id: "s".into(),
+                state: api::PodSandboxState::SandboxReady as i32,
+                ..Default::default()
+            }],
+            containers: vec![running("b", 1), running("a", 1)],
+            ..Default::default()
+        };
+        let e = state.relist_entry();
+        let running = api::ContainerState::ContainerRunning as i32;
+        assert_eq!(
+            e.containers,
+            [("a".to_owned(), running), ("b".to_owned(), running)]
+        );
+        assert_eq!(e.sandboxes.len(), 1);
+    }
+}
