@@ -19,6 +19,7 @@
 //! Each worker marks its pod's timeline ([`Marks`]) for the eBPF report, readable through
 //! [`Timelines`]. Runtime calls go through [`PodSyncer`], so the state machine is tested without
 //! containerd. The worker is the only place that changes a pod's runtime state.
+use crate::pod::Phase;
 use crate::runtime::{self, Manager};
 use crate::status::StatusManager;
 use crate::work_queue::WorkQueue;
@@ -258,9 +259,11 @@ impl PodSyncer for WorkerContext {
         };
         // The pod worker is the only writer of a pod's status: the PLEG writes the pod cache
         // (its reads, the exits the kernel saw) and sends events that sync the pod here.
+        let mut kernel_seen = false;
         match state {
             Ok(state) => {
-                let state = self.runtime.with_kernel_exits(uid, state);
+                let (state, overlaid) = self.runtime.with_kernel_exits(uid, state);
+                kernel_seen = overlaid;
                 if self.status.update(uid, &state, &waiting) {
                     self.tracer.running_observed(uid);
                 }
@@ -268,8 +271,10 @@ impl PodSyncer for WorkerContext {
             Err(e) => tracing::warn!(pod = %name, error = %e, "reading pod state"),
         }
         let outcome = result?;
+        // An exit only the kernel has seen shows in the status at once, but the pod is acted on
+        // (terminated) once the runtime has recorded it: the PLEG's relist syncs it again then.
         Ok(Synced {
-            terminal: outcome.terminal || self.status.is_terminal(uid),
+            terminal: outcome.terminal || (!kernel_seen && self.status.is_terminal(uid)),
             requeue_after: outcome.requeue_after,
         })
     }
@@ -286,6 +291,13 @@ impl PodSyncer for WorkerContext {
             // Finished but still wanted: stop, keep the containers for status and logs.
             self.runtime.stop_pod(&name, uid, grace).await?;
             self.probes.remove_pod(uid);
+            // The final status shows the stopped sandbox (the kubelet's SyncTerminatingPod).
+            match self.runtime.pod_state_own_read(uid, "kill").await {
+                Ok(state) => {
+                    self.status.update(uid, &state, &HashMap::new());
+                }
+                Err(e) => tracing::warn!(pod = %name, error = %e, "reading the stopped pod"),
+            }
             tracing::info!(pod = %name, grace, "finished pod stopped");
             return Ok(());
         }
@@ -411,18 +423,7 @@ pub fn effective_grace(current: i64, pod: &Pod, over: Option<i64>) -> (i64, bool
 }
 
 fn phase_is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-fn is_static(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(crate::config::CONFIG_SOURCE_ANNOTATION))
-        .is_some_and(|s| s != crate::config::API)
+    Phase::of(pod.status.as_ref().and_then(|s| s.phase.as_deref())).is_some_and(Phase::is_terminal)
 }
 
 /// What `accept` did with an update.
@@ -686,7 +687,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         if work.runtime_only && work.kind != UpdateType::Kill {
             return;
         }
-        let is_static = !work.runtime_only && is_static(&work.pod);
+        let is_static = !work.runtime_only && crate::pod::is_static(&work.pod);
         let mut st = PodStatus {
             full_name: crate::pod::full_name(&work.pod),
             runtime_only: work.runtime_only,

@@ -26,20 +26,20 @@ pub use fingerprint::Fingerprints;
 pub use mux::{Mux, SourcesReady};
 
 /// Source name of static pods read from files.
-pub const FILE: &str = "file";
+pub const FILE: &str = crate::pod::annotations::FILE_SOURCE;
 /// Source name of static pods fetched from a URL.
-pub const HTTP: &str = "http";
+pub const HTTP: &str = crate::pod::annotations::HTTP_SOURCE;
 /// Source name of pods from the API server.
-pub const API: &str = "api";
+pub const API: &str = crate::pod::annotations::API_SOURCE;
 
 /// Annotation naming the source a pod came from (stamped by the mux).
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+pub const CONFIG_SOURCE_ANNOTATION: &str = crate::pod::annotations::CONFIG_SOURCE;
 /// Annotation holding when the mux first saw a pod's UID (RFC 3339 with nanoseconds).
-pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+pub const CONFIG_SEEN_ANNOTATION: &str = crate::pod::annotations::CONFIG_SEEN;
 /// Annotation on mirror pods.
-pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub const CONFIG_MIRROR_ANNOTATION: &str = crate::pod::annotations::CONFIG_MIRROR;
 /// Annotation holding a static pod's hash (its UID).
-pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+pub const CONFIG_HASH_ANNOTATION: &str = crate::pod::annotations::CONFIG_HASH;
 
 /// The annotations the node adds locally; ignored when comparing pods.
 pub const LOCAL_ANNOTATIONS: [&str; 3] = [

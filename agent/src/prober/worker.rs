@@ -12,6 +12,7 @@
 //! random part of the period right after the agent starts.
 use super::probe::{Runner, Target};
 use super::{Kind, ProbeResult, Results, Spec};
+use crate::pod::RestartPolicy;
 use crate::status::StatusManager;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
@@ -154,13 +155,8 @@ impl<R: Runner, S: StatusSource> Worker<R, S> {
             if self.kind == Kind::Readiness {
                 results.set(&self.uid, id, self.kind, ProbeResult::Failure);
             }
-            let policy = self
-                .pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.restart_policy.as_deref());
             // A container that is not restarted needs no more probes.
-            let done = policy == Some("Never")
+            let done = RestartPolicy::of(&self.pod) == RestartPolicy::Never
                 && cs.state.as_ref().is_some_and(|s| s.terminated.is_some());
             return (!done).then_some(wait);
         };

@@ -27,7 +27,7 @@
 use super::hash;
 use crate::pod::probe_results::Kind;
 use crate::pod::state::sandbox_changed;
-use crate::pod::{PodState, is_sidecar, labels};
+use crate::pod::{PodState, RestartPolicy, is_sidecar, labels};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -76,7 +76,11 @@ fn hash_changed(c: &Container, s: &api::ContainerStatus) -> bool {
 }
 
 /// The kubelet's `ShouldContainerBeRestarted`, for a container that is not running.
-fn should_restart(policy: &str, deleting: bool, st: Option<&api::ContainerStatus>) -> bool {
+fn should_restart(
+    policy: RestartPolicy,
+    deleting: bool,
+    st: Option<&api::ContainerStatus>,
+) -> bool {
     use api::ContainerState as S;
     if deleting {
         return false;
@@ -85,11 +89,7 @@ fn should_restart(policy: &str, deleting: bool, st: Option<&api::ContainerStatus
     match state_of(st) {
         S::ContainerRunning => false,
         S::ContainerCreated | S::ContainerUnknown => true,
-        S::ContainerExited => match policy {
-            "Never" => false,
-            "OnFailure" => st.exit_code != 0,
-            _ => true,
-        },
+        S::ContainerExited => policy.restarts_after(st.exit_code),
     }
 }
 
@@ -162,7 +162,7 @@ pub fn compute_pod_actions_with(
             ..Default::default()
         };
     };
-    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let policy = RestartPolicy::of(pod);
     let deleting = pod.metadata.deletion_timestamp.is_some();
     let inits = spec.init_containers.as_deref().unwrap_or_default();
     let newest = |name: &str| state.newest(name);
@@ -188,7 +188,7 @@ pub fn compute_pod_actions_with(
             a.create_sandbox = false;
             return a;
         }
-        if policy == "Never" && attempt != 0 && !state.containers.is_empty() {
+        if policy == RestartPolicy::Never && attempt != 0 && !state.containers.is_empty() {
             // It ran, its sandbox is gone: it does not run again.
             a.create_sandbox = false;
             a.terminal = true;
@@ -199,7 +199,7 @@ pub fn compute_pod_actions_with(
             .iter()
             .enumerate()
             .filter(|(_, c)| {
-                !(policy == "OnFailure"
+                !(policy == RestartPolicy::OnFailure
                     && newest(&c.name).is_some_and(|s| {
                         state_of(s) == api::ContainerState::ContainerExited && s.exit_code == 0
                     }))
@@ -245,7 +245,7 @@ pub fn compute_pod_actions_with(
                     if !is_sidecar(ic) && st.exit_code == 0 {
                         continue;
                     }
-                    if !is_sidecar(ic) && policy == "Never" {
+                    if !is_sidecar(ic) && policy == RestartPolicy::Never {
                         a.kill_pod = true;
                         a.terminal = true;
                         return a;
@@ -315,7 +315,7 @@ pub fn compute_pod_actions_with(
                     ));
                     a.containers_to_start.push(i);
                 } else if let Some(probe) = probe_failed(&s.id).filter(|_| !deleting) {
-                    let restart = policy != "Never";
+                    let restart = policy != RestartPolicy::Never;
                     a.containers_to_kill.push(probe_kill(s, c, probe, restart));
                     if restart {
                         a.containers_to_start.push(i);

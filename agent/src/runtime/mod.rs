@@ -337,10 +337,11 @@ impl Manager {
         self.fresh().kernel_exit(uid, id, code, finished_ns);
     }
 
-    /// `state` with the container exits the kernel saw and the runtime has not recorded yet.
-    pub fn with_kernel_exits(&self, uid: &str, mut state: PodState) -> PodState {
-        self.fresh().overlay(uid, &mut state);
-        state
+    /// `state` with the container exits the kernel saw and the runtime has not recorded yet,
+    /// and whether there were any.
+    pub fn with_kernel_exits(&self, uid: &str, mut state: PodState) -> (PodState, bool) {
+        let overlaid = self.fresh().overlay(uid, &mut state);
+        (state, overlaid)
     }
 
     fn count_read(&self, source: &'static str) {

@@ -42,7 +42,7 @@ fn seen_monotonic(pod: &Pod, now_mono: u64) -> Option<u64> {
         .metadata
         .annotations
         .as_ref()?
-        .get(crate::config::CONFIG_SEEN_ANNOTATION)?
+        .get(crate::pod::annotations::CONFIG_SEEN)?
         .parse()
         .ok()?;
     let ago = jiff::Timestamp::now().duration_since(seen).as_nanos();

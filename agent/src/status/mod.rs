@@ -1,0 +1,218 @@
+//! Status manager: the pods the agent was asked to run and the status it computed for each, as a
+//! snapshot readers (the `/pods` endpoint) can take without waiting on any task.
+//!
+//! - this file: [`StatusManager`], the store. The sync loop sets and removes the desired pods;
+//!   the pod's worker is the only writer of a pod's status ([`StatusManager::update`]).
+//! - [`generate`]: the status of a pod from what the runtime holds (the kubelet's
+//!   `generateAPIPodStatus`: phase, conditions, container statuses).
+//! - [`json`]: `/pods`, serialised from the store without copying it.
+mod generate;
+mod json;
+#[cfg(test)]
+mod tests;
+
+pub use generate::{generate, generate_probed};
+
+use crate::pod::{Phase, PodState, annotations};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard};
+
+struct Entry {
+    pod: Arc<Pod>,
+    status: PodStatus,
+    running_observed: bool,
+}
+
+/// Shared, cheap to clone. Writers: the sync loop (the desired pods: [`StatusManager::set_pod`],
+/// [`StatusManager::remove_pod`]) and the pod's worker, the only writer of a pod's status
+/// ([`StatusManager::update`]). Everyone else only reads.
+#[derive(Clone)]
+pub struct StatusManager {
+    inner: Arc<RwLock<BTreeMap<String, Entry>>>,
+    /// Bumped while `inner`'s write lock is held by every writer that changed what `/pods` shows
+    /// (a pod or a status): the served answer is stale exactly when this moved.
+    version: Arc<AtomicU64>,
+    /// `/pods` as last served, with the `version` it shows. Pollers (monitoring, the benches,
+    /// tests) ask far more often than statuses change: serving the same bytes again costs a
+    /// reference count instead of a deep copy and a serialisation of every pod.
+    pods_json: Arc<Mutex<Option<(u64, bytes::Bytes)>>>,
+    host_ip: Option<IpAddr>,
+    metrics: crate::metrics::Metrics,
+    /// Readiness and startup probe results, for `ready` and `started`.
+    probes: Option<crate::pod::probe_results::Results>,
+}
+
+impl StatusManager {
+    pub fn new(metrics: crate::metrics::Metrics) -> Self {
+        Self {
+            inner: Arc::default(),
+            version: Arc::default(),
+            pods_json: Arc::default(),
+            host_ip: host_ip(),
+            metrics,
+            probes: None,
+        }
+    }
+
+    /// The write lock on every entry. A writer that changes what `/pods` shows calls
+    /// [`Self::changed`] before releasing it.
+    fn write(&self) -> Option<RwLockWriteGuard<'_, BTreeMap<String, Entry>>> {
+        self.inner.write().ok()
+    }
+
+    /// What `/pods` shows changed. Call with the write lock held.
+    fn changed(&self) {
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Lets probe results decide the containers' `ready` and `started`.
+    pub fn with_probe_results(mut self, probes: crate::pod::probe_results::Results) -> Self {
+        self.probes = Some(probes);
+        self
+    }
+
+    /// A copy of the pod's last computed status (probe workers read it).
+    pub fn pod_status(&self, uid: &str) -> Option<PodStatus> {
+        self.inner.read().ok()?.get(uid).map(|e| e.status.clone())
+    }
+
+    /// Adds or replaces the desired pod, keeping its status.
+    pub fn set_pod(&self, uid: &str, pod: Arc<Pod>) {
+        let Some(mut map) = self.write() else {
+            return;
+        };
+        match map.get_mut(uid) {
+            Some(e) => {
+                if !Arc::ptr_eq(&e.pod, &pod) && *e.pod != *pod {
+                    self.changed();
+                }
+                e.pod = pod;
+            }
+            None => {
+                self.changed();
+                let status = PodStatus {
+                    phase: Some(Phase::Pending.as_str().into()),
+                    host_ip: self.host_ip.map(|ip| ip.to_string()),
+                    qos_class: crate::cm::pod_qos(&pod).ok().map(|q| q.as_str().to_owned()),
+                    ..Default::default()
+                };
+                map.insert(
+                    uid.to_owned(),
+                    Entry {
+                        pod,
+                        status,
+                        running_observed: false,
+                    },
+                );
+            }
+        }
+    }
+
+    pub fn remove_pod(&self, uid: &str) {
+        if let Some(mut map) = self.write()
+            && map.remove(uid).is_some()
+        {
+            self.changed();
+        }
+    }
+
+    /// Recomputes a pod's status from what the runtime holds, with the waiting reasons of the
+    /// sync that read it. Called only from the pod's worker. True when this update is the first
+    /// to see the pod Running.
+    pub fn update(
+        &self,
+        uid: &str,
+        state: &PodState,
+        waiting: &HashMap<String, (String, String)>,
+    ) -> bool {
+        let Some(mut map) = self.write() else {
+            return false;
+        };
+        let Some(entry) = map.get_mut(uid) else {
+            return false;
+        };
+        let mut first_running = false;
+        let status = generate_probed(
+            &entry.pod,
+            state,
+            waiting,
+            Some(&entry.status),
+            self.host_ip,
+            self.probes.as_ref(),
+        );
+        if Phase::of(status.phase.as_deref()) == Some(Phase::Running) && !entry.running_observed {
+            entry.running_observed = true;
+            first_running = true;
+            self.observe_start(&entry.pod);
+        }
+        if status != entry.status {
+            self.changed();
+            entry.status = status;
+        }
+        first_running
+    }
+
+    /// Feeds `swiftlet_pod_start_duration_seconds`: from the source's first sight of the pod to
+    /// Running observed.
+    fn observe_start(&self, pod: &Pod) {
+        let Some(seen) = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotations::CONFIG_SEEN))
+            .and_then(|s| s.parse::<Timestamp>().ok())
+        else {
+            return;
+        };
+        let secs = Timestamp::now().duration_since(seen).as_secs_f64();
+        self.metrics
+            .pod_start_duration_seconds
+            .observe(secs.max(0.0));
+        tracing::info!(
+            pod = pod.metadata.name.as_deref().unwrap_or_default(),
+            seconds = secs,
+            "pod observed Running"
+        );
+    }
+
+    /// Whether the pod is one the agent was asked to run.
+    pub fn knows(&self, uid: &str) -> bool {
+        self.inner.read().is_ok_and(|m| m.contains_key(uid))
+    }
+
+    /// The pod's last computed status.
+    pub fn status(&self, uid: &str) -> Option<PodStatus> {
+        self.inner.read().ok()?.get(uid).map(|e| e.status.clone())
+    }
+
+    /// Whether the pod's last computed phase is Succeeded or Failed.
+    pub fn is_terminal(&self, uid: &str) -> bool {
+        self.inner.read().is_ok_and(|m| {
+            m.get(uid).is_some_and(|e| {
+                Phase::of(e.status.phase.as_deref()).is_some_and(Phase::is_terminal)
+            })
+        })
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.inner
+            .read()
+            .map(|m| {
+                m.values()
+                    .filter(|e| Phase::of(e.status.phase.as_deref()) == Some(Phase::Running))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+}
+
+fn host_ip() -> Option<IpAddr> {
+    // The source address the kernel would use to reach outside; no packet is sent.
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    sock.connect("192.0.2.1:9").ok()?;
+    sock.local_addr().ok().map(|a| a.ip())
+}

@@ -1,0 +1,554 @@
+//! Tests of the status: generation (phase, conditions, container statuses) and the manager.
+use super::generate::*;
+use super::*;
+use crate::pod::{PodState, RestartPolicy, labels};
+use k8s_cri::v1 as api;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStatus, Pod, PodCondition, PodStatus, ResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[test]
+fn phases() {
+    // (waiting, running, stopped, succeeded, policy)
+    assert_eq!(pod_phase(1, 1, 0, 0, RestartPolicy::Always), Phase::Pending);
+    assert_eq!(pod_phase(0, 2, 0, 0, RestartPolicy::Always), Phase::Running);
+    assert_eq!(pod_phase(0, 0, 1, 0, RestartPolicy::Always), Phase::Running);
+    assert_eq!(
+        pod_phase(0, 0, 1, 1, RestartPolicy::Never),
+        Phase::Succeeded
+    );
+    assert_eq!(pod_phase(0, 0, 2, 1, RestartPolicy::Never), Phase::Failed);
+    assert_eq!(pod_phase(0, 1, 1, 0, RestartPolicy::Never), Phase::Running);
+    assert_eq!(
+        pod_phase(0, 0, 1, 0, RestartPolicy::OnFailure),
+        Phase::Running
+    );
+    assert_eq!(
+        pod_phase(0, 0, 1, 1, RestartPolicy::OnFailure),
+        Phase::Succeeded
+    );
+    assert_eq!(pod_phase(0, 0, 0, 0, RestartPolicy::Always), Phase::Pending);
+}
+
+fn spec(name: &str, sidecar: bool) -> Container {
+    Container {
+        name: name.into(),
+        restart_policy: sidecar.then(|| "Always".into()),
+        ..Default::default()
+    }
+}
+
+fn pod(policy: &str, inits: Vec<Container>, apps: Vec<Container>) -> Pod {
+    let mut p = Pod::default();
+    p.metadata.uid = Some("u".into());
+    p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+        restart_policy: Some(policy.into()),
+        init_containers: Some(inits),
+        containers: apps,
+        ..Default::default()
+    });
+    p
+}
+
+/// A runtime container `name` (restart `n`) in state `st`; newest first in the state.
+fn inst(name: &str, n: u32, st: api::ContainerState, exit: i32) -> api::ContainerStatus {
+    api::ContainerStatus {
+        id: format!("{name}-{n}"),
+        metadata: Some(api::ContainerMetadata {
+            name: name.into(),
+            attempt: n,
+        }),
+        state: st as i32,
+        exit_code: exit,
+        labels: [(labels::POD_UID.to_owned(), "u".to_owned())].into(),
+        annotations: [(labels::CONTAINER_RESTART_COUNT.to_owned(), n.to_string())].into(),
+        ..Default::default()
+    }
+}
+
+fn state(containers: Vec<api::ContainerStatus>) -> PodState {
+    PodState {
+        containers,
+        ..Default::default()
+    }
+}
+
+use api::ContainerState::{ContainerExited as EXITED, ContainerRunning as RUNNING};
+
+fn gen_state(p: &Pod, s: &PodState) -> PodStatus {
+    generate(p, s, &HashMap::new(), None, None)
+}
+
+fn status_of(p: &Pod, containers: Vec<api::ContainerStatus>) -> PodStatus {
+    gen_state(p, &state(containers))
+}
+
+fn cond(s: &PodStatus, kind: &str) -> String {
+    s.conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == kind)
+        .map(|c| c.status.clone())
+        .unwrap_or_default()
+}
+
+fn waiting_reason(s: &ContainerStatus) -> Option<&str> {
+    s.state.as_ref()?.waiting.as_ref()?.reason.as_deref()
+}
+
+#[test]
+fn init_container_running_keeps_pod_pending_and_apps_initializing() {
+    let p = pod("Always", vec![spec("i", false)], vec![spec("a", false)]);
+    let st = status_of(&p, vec![inst("i", 0, RUNNING, 0)]);
+    assert_eq!(st.phase.as_deref(), Some("Pending"));
+    assert_eq!(cond(&st, "Initialized"), "False");
+    let inits = st.init_container_statuses.unwrap_or_default();
+    assert!(inits[0].state.as_ref().is_some_and(|s| s.running.is_some()));
+    let apps = st.container_statuses.unwrap_or_default();
+    assert_eq!(waiting_reason(&apps[0]), Some("PodInitializing"));
+}
+
+#[test]
+fn init_done_then_app_running() {
+    let p = pod("Always", vec![spec("i", false)], vec![spec("a", false)]);
+    let s = state(vec![inst("a", 0, RUNNING, 0), inst("i", 0, EXITED, 0)]);
+    let st = gen_state(&p, &s);
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&st, "Initialized"), "True");
+    let inits = st.init_container_statuses.unwrap_or_default();
+    let t = inits[0].state.as_ref().and_then(|s| s.terminated.as_ref());
+    assert_eq!(t.and_then(|t| t.reason.as_deref()), Some("Completed"));
+}
+
+#[test]
+fn failed_init_under_never_fails_the_pod() {
+    let p = pod("Never", vec![spec("i", false)], vec![spec("a", false)]);
+    let st = status_of(&p, vec![inst("i", 0, EXITED, 3)]);
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    let p = pod("Always", vec![spec("i", false)], vec![spec("a", false)]);
+    let st = status_of(&p, vec![inst("i", 0, EXITED, 3)]);
+    assert_eq!(st.phase.as_deref(), Some("Pending"));
+}
+
+#[test]
+fn crash_loop_shows_waiting_reason_and_last_state() {
+    let p = pod("Always", vec![], vec![spec("a", false)]);
+    let s = state(vec![inst("a", 2, EXITED, 1), inst("a", 1, EXITED, 1)]);
+    let waiting = HashMap::from([(
+        "a".to_owned(),
+        ("CrashLoopBackOff".to_owned(), "back-off 20s".to_owned()),
+    )]);
+    let st = generate(&p, &s, &waiting, None, None);
+    let c = &st.container_statuses.unwrap_or_default()[0];
+    assert_eq!(waiting_reason(c), Some("CrashLoopBackOff"));
+    assert_eq!(c.restart_count, 2);
+    let last = c.last_state.as_ref().and_then(|l| l.terminated.as_ref());
+    assert_eq!(last.map(|t| t.exit_code), Some(1));
+    assert_eq!(
+        last.and_then(|t| t.container_id.as_deref()),
+        Some("containerd://a-2")
+    );
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    // Running again: the last state is the previous run.
+    let s = state(vec![inst("a", 3, RUNNING, 0), inst("a", 2, EXITED, 1)]);
+    let st = gen_state(&p, &s);
+    let c = &st.container_statuses.unwrap_or_default()[0];
+    let last = c.last_state.as_ref().and_then(|l| l.terminated.as_ref());
+    assert_eq!(
+        last.and_then(|t| t.container_id.as_deref()),
+        Some("containerd://a-2")
+    );
+}
+
+#[test]
+fn running_sidecar_counts_as_initialized_and_ready() {
+    let p = pod("Always", vec![spec("s", true)], vec![spec("a", false)]);
+    let s = state(vec![inst("a", 0, RUNNING, 0), inst("s", 0, RUNNING, 0)]);
+    let st = gen_state(&p, &s);
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&st, "Ready"), "True");
+    let s = state(vec![inst("a", 0, RUNNING, 0), inst("s", 0, EXITED, 1)]);
+    let st = gen_state(&p, &s);
+    assert_eq!(
+        cond(&st, "Ready"),
+        "False",
+        "a stopped sidecar is not ready"
+    );
+}
+
+#[test]
+fn image_pull_errors_are_the_waiting_reason() {
+    let p = pod("Always", vec![], vec![spec("a", false)]);
+    let waiting = HashMap::from([(
+        "a".to_owned(),
+        ("ImagePullBackOff".to_owned(), "back-off".to_owned()),
+    )]);
+    let st = generate(&p, &PodState::default(), &waiting, None, None);
+    let c = &st.container_statuses.unwrap_or_default()[0];
+    assert_eq!(waiting_reason(c), Some("ImagePullBackOff"));
+    assert_eq!(st.phase.as_deref(), Some("Pending"));
+}
+
+fn sandboxed(ready: bool, containers: Vec<api::ContainerStatus>) -> PodState {
+    let state = if ready {
+        api::PodSandboxState::SandboxReady
+    } else {
+        api::PodSandboxState::SandboxNotready
+    } as i32;
+    PodState {
+        sandboxes: vec![api::PodSandbox {
+            id: "sb".into(),
+            state,
+            created_at: 1_000_000_000,
+            ..Default::default()
+        }],
+        sandbox_status: Some(api::PodSandboxStatus {
+            id: "sb".into(),
+            state,
+            network: ready.then(|| api::PodSandboxNetworkStatus {
+                ip: "10.0.0.7".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        containers,
+        ..Default::default()
+    }
+}
+
+fn full_cond(s: &PodStatus, kind: &str) -> PodCondition {
+    s.conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == kind)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// (status, reason, message) of a condition.
+fn cond_of(s: &PodStatus, kind: &str) -> (String, Option<String>, Option<String>) {
+    let c = full_cond(s, kind);
+    (c.status, c.reason, c.message)
+}
+
+fn f(reason: &str, message: Option<&str>) -> (String, Option<String>, Option<String>) {
+    (
+        "False".into(),
+        Some(reason.into()),
+        message.map(str::to_owned),
+    )
+}
+
+fn t() -> (String, Option<String>, Option<String>) {
+    ("True".into(), None, None)
+}
+
+#[test]
+fn conditions_follow_an_init_container_and_an_app_that_exits() {
+    let p = pod("Never", vec![spec("i", false)], vec![spec("a", false)]);
+    // Nothing in the runtime yet.
+    let s0 = gen_state(&p, &PodState::default());
+    assert_eq!(s0.phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        cond_of(&s0, "PodReadyToStartContainers"),
+        ("False".into(), None, None)
+    );
+    assert_eq!(
+        cond_of(&s0, "Initialized"),
+        f(
+            "ContainersNotInitialized",
+            Some("containers with incomplete status: [i]")
+        )
+    );
+    let unready = f(
+        "ContainersNotReady",
+        Some("containers with unready status: [a]"),
+    );
+    assert_eq!(cond_of(&s0, "ContainersReady"), unready);
+    assert_eq!(cond_of(&s0, "Ready"), unready);
+    assert_eq!(cond_of(&s0, "PodScheduled"), t());
+    let apps = s0.container_statuses.clone().unwrap_or_default();
+    assert_eq!(waiting_reason(&apps[0]), Some("PodInitializing"));
+
+    // Sandbox up, init container running.
+    let s1 = gen_state(&p, &sandboxed(true, vec![inst("i", 0, RUNNING, 0)]));
+    assert_eq!(cond_of(&s1, "PodReadyToStartContainers"), t());
+    assert_eq!(cond_of(&s1, "Initialized").0, "False");
+    assert_eq!(s1.phase.as_deref(), Some("Pending"));
+    assert_eq!(s1.pod_ip.as_deref(), Some("10.0.0.7"));
+
+    // Init done, app running.
+    let s2 = gen_state(
+        &p,
+        &sandboxed(
+            true,
+            vec![inst("a", 0, RUNNING, 0), inst("i", 0, EXITED, 0)],
+        ),
+    );
+    assert_eq!(s2.phase.as_deref(), Some("Running"));
+    for kind in ["Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+        assert_eq!(cond_of(&s2, kind), t(), "{kind}");
+    }
+
+    // App exited 3 under Never: Failed; the sandbox is stopped, the pod keeps its IP.
+    let done = vec![inst("a", 0, EXITED, 3), inst("i", 0, EXITED, 0)];
+    let s3 = generate(
+        &p,
+        &sandboxed(false, done),
+        &HashMap::new(),
+        Some(&s2),
+        None,
+    );
+    assert_eq!(s3.phase.as_deref(), Some("Failed"));
+    assert_eq!(cond_of(&s3, "ContainersReady"), f("PodFailed", None));
+    assert_eq!(cond_of(&s3, "Ready"), f("PodFailed", None));
+    assert_eq!(cond_of(&s3, "Initialized"), t());
+    assert_eq!(cond_of(&s3, "PodReadyToStartContainers").0, "False");
+    assert_eq!(s3.pod_ip.as_deref(), Some("10.0.0.7"));
+    let a = &s3.container_statuses.unwrap_or_default()[0];
+    let term = a.state.as_ref().and_then(|s| s.terminated.as_ref());
+    assert_eq!(term.map(|t| t.exit_code), Some(3));
+    assert_eq!(term.and_then(|t| t.reason.as_deref()), Some("Error"));
+    assert!(!a.ready);
+
+    // Exit 0 instead: Succeeded, Initialized carries PodCompleted.
+    let ok = vec![inst("a", 0, EXITED, 0), inst("i", 0, EXITED, 0)];
+    let s4 = gen_state(&p, &sandboxed(false, ok));
+    assert_eq!(s4.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(
+        cond_of(&s4, "Initialized"),
+        ("True".into(), Some("PodCompleted".into()), None)
+    );
+    assert_eq!(cond_of(&s4, "ContainersReady"), f("PodCompleted", None));
+}
+
+#[test]
+fn transition_time_changes_only_on_a_transition() {
+    let p = pod("Always", vec![], vec![spec("a", false)]);
+    let old = Time(Timestamp::from_second(1_000_000).unwrap_or(Timestamp::UNIX_EPOCH));
+    let mut prev = gen_state(&p, &sandboxed(true, vec![inst("a", 0, RUNNING, 0)]));
+    for c in prev.conditions.iter_mut().flatten() {
+        c.last_transition_time = Some(old.clone());
+    }
+    let next = |prev: &PodStatus, c: api::ContainerStatus| {
+        generate(
+            &p,
+            &sandboxed(true, vec![c]),
+            &HashMap::new(),
+            Some(prev),
+            None,
+        )
+    };
+    // Same values: every time is kept.
+    let same = next(&prev, inst("a", 0, RUNNING, 0));
+    for c in same.conditions.iter().flatten() {
+        assert_eq!(c.last_transition_time.as_ref(), Some(&old), "{}", c.type_);
+    }
+    // The container exits: Ready and ContainersReady move, the others keep their time.
+    let exited = next(&same, inst("a", 0, EXITED, 1));
+    for c in exited.conditions.iter().flatten() {
+        let moved = matches!(c.type_.as_str(), "Ready" | "ContainersReady");
+        assert_eq!(c.status == "False", moved, "{}", c.type_);
+        assert_eq!(
+            c.last_transition_time.as_ref() != Some(&old),
+            moved,
+            "{}",
+            c.type_
+        );
+    }
+    assert_eq!(
+        exited.phase.as_deref(),
+        Some("Running"),
+        "Always restarts it"
+    );
+}
+
+#[test]
+fn readiness_gates_hold_ready_back() {
+    let mut p = pod("Always", vec![], vec![spec("a", false)]);
+    if let Some(s) = p.spec.as_mut() {
+        s.readiness_gates = Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+            condition_type: "example.com/lb".into(),
+        }]);
+    }
+    let s = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+    let st = gen_state(&p, &s);
+    assert_eq!(cond_of(&st, "ContainersReady"), t());
+    assert_eq!(
+        cond_of(&st, "Ready"),
+        f(
+            "ReadinessGatesNotReady",
+            Some(
+                "corresponding condition of pod readiness gate \"example.com/lb\" does not exist."
+            )
+        )
+    );
+    p.status = Some(PodStatus {
+        conditions: Some(vec![PodCondition {
+            type_: "example.com/lb".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    assert_eq!(cond_of(&gen_state(&p, &s), "Ready"), t());
+}
+
+#[test]
+fn sidecar_not_started_keeps_pod_pending_and_uninitialized() {
+    let p = pod("Always", vec![spec("s", true)], vec![spec("a", false)]);
+    let st = gen_state(&p, &sandboxed(true, vec![]));
+    assert_eq!(st.phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        cond_of(&st, "Initialized"),
+        f(
+            "ContainersNotInitialized",
+            Some("containers with incomplete status: [s]")
+        )
+    );
+    assert_eq!(
+        cond_of(&st, "ContainersReady").2.as_deref(),
+        Some("containers with unready status: [s a]")
+    );
+}
+
+#[test]
+fn pods_json_is_the_pod_list_and_follows_every_change() {
+    let m = StatusManager::new(crate::metrics::Metrics::new());
+    let as_list = |m: &StatusManager| {
+        serde_json::to_value(k8s_openapi::List {
+            items: m.pods(),
+            ..Default::default()
+        })
+        .unwrap_or_default()
+    };
+    let served = |m: &StatusManager| {
+        serde_json::from_slice::<serde_json::Value>(&m.pods_json()).unwrap_or_default()
+    };
+    assert_eq!(served(&m), as_list(&m), "no pods");
+    m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+    assert_eq!(served(&m), as_list(&m), "a pending pod");
+    let first = m.pods_json();
+    assert!(
+        first.as_ptr() == m.pods_json().as_ptr(),
+        "unchanged: the same bytes again"
+    );
+    let running = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+    m.update("u", &running, &HashMap::new());
+    assert_eq!(served(&m), as_list(&m), "after an update");
+    assert_eq!(served(&m)["items"][0]["status"]["phase"], "Running");
+    // Writes that change nothing shown keep the served bytes.
+    let after_update = m.pods_json();
+    m.update("u", &running, &HashMap::new());
+    m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+    m.remove_pod("nobody");
+    assert!(
+        after_update.as_ptr() == m.pods_json().as_ptr(),
+        "writes that change nothing shown keep the served bytes"
+    );
+    m.set_pod("u", Arc::new(pod("Never", vec![], vec![spec("a", false)])));
+    assert_eq!(served(&m), as_list(&m), "after the pod changed");
+    assert_eq!(served(&m)["items"][0]["spec"]["restartPolicy"], "Never");
+    m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+    let restarted = sandboxed(
+        true,
+        vec![inst("a", 1, RUNNING, 0), inst("a", 0, EXITED, 1)],
+    );
+    m.update("u", &restarted, &HashMap::new());
+    assert_eq!(served(&m), as_list(&m), "after a restart");
+    let mut exited = restarted.clone();
+    assert!(exited.apply_kernel_exit("a-1", 2, i64::MAX));
+    m.update("u", &exited, &HashMap::new());
+    assert_eq!(served(&m), as_list(&m), "after a kernel-seen exit");
+    m.remove_pod("u");
+    assert_eq!(served(&m)["items"], serde_json::json!([]), "removed");
+}
+
+#[test]
+fn a_kernel_seen_exit_shows_until_the_runtime_reports_it() {
+    let m = StatusManager::new(crate::metrics::Metrics::new());
+    m.set_pod("u", Arc::new(pod("Never", vec![], vec![spec("a", false)])));
+    let mut a = inst("a", 0, RUNNING, 0);
+    a.started_at = 4_000_000_000;
+    let running = sandboxed(true, vec![a]);
+    m.update("u", &running, &HashMap::new());
+    let term = |m: &StatusManager| {
+        let st = m.status("u").unwrap_or_default();
+        let c = st.container_statuses.unwrap_or_default().remove(0);
+        let t = c.state.and_then(|s| s.terminated);
+        (st.phase, t.map(|t| (t.exit_code, t.reason, t.finished_at)))
+    };
+    // What the worker writes: the runtime's read with the kernel-seen exit laid over it.
+    let mut seen = running.clone();
+    assert!(seen.apply_kernel_exit("a-0", 3, 5_000_000_000));
+    m.update("u", &seen, &HashMap::new());
+    let finished = ts(5_000_000_000);
+    assert_eq!(
+        term(&m),
+        (
+            Some("Failed".into()),
+            Some((3, Some("Error".into()), finished.clone()))
+        )
+    );
+    // The runtime's record replaces it once it has one.
+    let mut exited = inst("a", 0, EXITED, 3);
+    exited.reason = "OOMKilled".into();
+    exited.finished_at = 5_001_000_000;
+    m.update("u", &sandboxed(true, vec![exited]), &HashMap::new());
+    assert_eq!(
+        term(&m).1,
+        Some((3, Some("OOMKilled".into()), ts(5_001_000_000)))
+    );
+}
+
+#[test]
+fn resize_shows_applied_resources_and_a_refusal() {
+    let mut c = spec("a", false);
+    let q = |v: &str| Quantity(v.to_owned());
+    c.resources = Some(ResourceRequirements {
+        requests: Some([("cpu".to_owned(), q("300m"))].into()),
+        limits: Some([("memory".to_owned(), q("96Mi"))].into()),
+        ..Default::default()
+    });
+    let p = pod("Always", vec![], vec![c.clone()]);
+    let mut running = inst("a", 0, api::ContainerState::ContainerRunning, 0);
+    // Applied as the spec says: the spec's quantities.
+    let wanted = crate::cm::container_resources(&c).unwrap();
+    running.annotations.insert(
+        labels::CONTAINER_RESOURCES.to_owned(),
+        crate::cm::resources_label(&wanted),
+    );
+    let st = status_of(&p, vec![running.clone()]);
+    let cs = &st.container_statuses.unwrap()[0];
+    assert_eq!(cs.resources, c.resources);
+    assert_eq!(
+        cs.allocated_resources,
+        Some([("cpu".to_owned(), q("300m"))].into())
+    );
+    // Still the old values (102 shares, 128 MiB): read back from the cgroup numbers.
+    running.annotations.insert(
+        labels::CONTAINER_RESOURCES.to_owned(),
+        format!("102 0 0 {}", 128u64 << 20),
+    );
+    let mut s = state(vec![running]);
+    s.resize_error = Some("pod memory limit 1 is below".to_owned());
+    let st = gen_state(&p, &s);
+    let r = st.container_statuses.unwrap()[0].resources.clone().unwrap();
+    assert_eq!(r.requests.unwrap()["cpu"], q("100m"));
+    assert_eq!(r.limits.unwrap()["memory"], q(&(128u64 << 20).to_string()));
+    let cond = st
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "PodResizeInProgress")
+        .unwrap();
+    assert_eq!(
+        (cond.status.as_str(), cond.reason.as_deref()),
+        ("True", Some("Error"))
+    );
+}
