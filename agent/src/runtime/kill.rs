@@ -1,0 +1,224 @@
+//! Stopping containers and pods: preStop hooks, grace periods, the order of kills.
+use super::*;
+
+impl Manager {
+    pub(super) async fn stop_container(&self, pod: &str, id: &str, grace: i64) -> Result<()> {
+        match self.cri.stop_container(id, grace.max(MIN_GRACE_SECS)).await {
+            Err(e) if !e.is_not_found() => Err(Self::cri_err(pod)(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Stops one container within what is left of `grace` seconds counted from `since`: its
+    /// preStop hook (from the container's annotation) first, then StopContainer with the whole
+    /// seconds that remain (at least 2).
+    pub(super) async fn kill_container(
+        &self,
+        pod: &str,
+        st: &api::ContainerStatus,
+        grace: i64,
+        since: Instant,
+    ) -> Result<()> {
+        let name = st.metadata.as_ref().map_or("", |m| m.name.as_str());
+        let left = |since: Instant| {
+            Duration::from_secs(grace.max(0).unsigned_abs()).saturating_sub(since.elapsed())
+        };
+        if st.state == api::ContainerState::ContainerRunning as i32
+            && let Some(handler) = st
+                .annotations
+                .get(labels::PRE_STOP_HANDLER)
+                .and_then(|j| serde_json::from_str::<LifecycleHandler>(j).ok())
+            && !left(since).is_zero()
+        {
+            self.pre_stop(pod, name, &st.id, &handler, left(since))
+                .await;
+        }
+        // Whole seconds elapsed are taken off the grace period, as the kubelet does.
+        let remaining = grace - i64::try_from(since.elapsed().as_secs()).unwrap_or(i64::MAX);
+        tracing::debug!(pod, container = name, remaining, "stopping container");
+        self.stop_container(pod, &st.id, remaining).await
+    }
+
+    /// Runs a preStop hook, waiting at most `budget`. Failures are logged: the container is
+    /// stopped anyway.
+    pub(super) async fn pre_stop(
+        &self,
+        pod: &str,
+        container: &str,
+        id: &str,
+        handler: &LifecycleHandler,
+        budget: Duration,
+    ) {
+        let started = Instant::now();
+        if let Some(cmd) = handler.exec.as_ref().and_then(|e| e.command.clone()) {
+            let timeout = i64::try_from(budget.as_secs().max(1)).unwrap_or(i64::MAX);
+            match tokio::time::timeout(budget, self.cri.exec_sync(id, cmd, timeout)).await {
+                Ok(Ok(r)) if r.exit_code == 0 => {}
+                Ok(Ok(r)) => {
+                    tracing::warn!(pod, container, exit_code = r.exit_code, stderr = %String::from_utf8_lossy(&r.stderr), "preStop hook failed")
+                }
+                Ok(Err(e)) => tracing::warn!(pod, container, error = %e, "preStop hook failed"),
+                Err(_) => tracing::warn!(
+                    pod,
+                    container,
+                    ?budget,
+                    "preStop hook did not finish within the grace period"
+                ),
+            }
+        } else if let Some(sleep) = &handler.sleep {
+            let d = Duration::from_secs(sleep.seconds.max(0).unsigned_abs()).min(budget);
+            tokio::time::sleep(d).await;
+        } else {
+            tracing::warn!(
+                pod,
+                container,
+                "preStop hook: only exec and sleep handlers are supported yet"
+            );
+        }
+        tracing::info!(pod, container, elapsed = ?started.elapsed(), "preStop hook done");
+    }
+
+    /// Stops every live container within the grace period (app and init containers in parallel,
+    /// then sidecars one at a time in reverse start order), then the sandboxes: the ready ones, or
+    /// with `remove` every one, removed as well.
+    pub(super) async fn stop_runtime_pod(
+        &self,
+        name: &str,
+        state: &PodState,
+        grace: i64,
+        remove: bool,
+    ) -> Result<()> {
+        let since = Instant::now();
+        let live = |c: &&api::ContainerStatus| is_live(c);
+        let is_sidecar = |c: &&api::ContainerStatus| {
+            c.annotations
+                .get(labels::CONTAINER_TYPE)
+                .map(String::as_str)
+                == Some(ContainerKind::Sidecar.as_str())
+        };
+        let uid = cri::current_pod();
+        let mut stops = tokio::task::JoinSet::new();
+        for c in state
+            .containers
+            .iter()
+            .filter(live)
+            .filter(|c| !is_sidecar(c))
+        {
+            let (this, name, st, uid) = (self.clone(), name.to_owned(), c.clone(), uid.clone());
+            stops.spawn(async move {
+                let kill = this.kill_container(&name, &st, grace, since);
+                match uid {
+                    Some(uid) => cri::with_pod(&uid, kill).await,
+                    None => kill.await,
+                }
+            });
+        }
+        let mut first_err = None;
+        while let Some(res) = stops.join_next().await {
+            if let Ok(Err(e)) = res {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let mut sidecars: Vec<&api::ContainerStatus> = state
+            .containers
+            .iter()
+            .filter(live)
+            .filter(is_sidecar)
+            .collect();
+        sidecars.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        for c in sidecars {
+            self.kill_container(name, c, grace, since).await?;
+        }
+        for s in &state.sandboxes {
+            let ready = s.state == api::PodSandboxState::SandboxReady as i32;
+            if ready || remove {
+                self.ignore_not_found(name, self.cri.stop_pod_sandbox(&s.id).await)?;
+            }
+            if remove {
+                self.ignore_not_found(name, self.cri.remove_pod_sandbox(&s.id).await)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn ignore_not_found(&self, pod: &str, r: cri::Result<()>) -> Result<()> {
+        match r {
+            Err(e) if !e.is_not_found() => Err(Self::cri_err(pod)(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Terminates a pod: containers within `grace` seconds (preStop hooks inside it, sidecars
+    /// last), then its sandboxes (stopped and removed), then its cgroup and log directory, and
+    /// forgets its back-offs. Works from the UID alone (hooks and order come from the containers'
+    /// annotations), so orphans can be killed too.
+    pub async fn kill_pod(&self, name: &str, uid: &str, grace: i64) -> Result<()> {
+        let killing = self.mutating(uid, true, None);
+        let result = cri::with_pod(uid, self.kill_pod_traced(name, uid, grace)).await;
+        drop(killing);
+        if result.is_ok() {
+            self.fresh().forget(uid);
+        }
+        result
+    }
+
+    /// Stops a pod that finished (Succeeded or Failed) without removing anything: its containers
+    /// stay for their status and logs, as the kubelet leaves them to container GC. Removal comes
+    /// with `kill_pod` once no source wants the pod.
+    pub async fn stop_pod(&self, name: &str, uid: &str, grace: i64) -> Result<()> {
+        let _killing = self.mutating(uid, true, None);
+        let state = self
+            .pod_state_counted(uid, "kill")
+            .await
+            .map_err(Self::cri_err(name))?;
+        self.stop_runtime_pod(name, &state, grace, false).await
+    }
+
+    /// [`Manager::kill_pod`] for a known pod: the grace period is `grace_override`, else the pod's
+    /// deletion grace period, else its `terminationGracePeriodSeconds`, else 30 s (at least 2 s).
+    pub async fn kill_pod_for(&self, pod: &Pod, grace_override: Option<i64>) -> Result<()> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let grace = grace_override
+            .unwrap_or_else(|| grace_period_secs(pod))
+            .max(MIN_GRACE_SECS);
+        self.kill_pod(&full_name(pod), &uid, grace).await
+    }
+
+    pub(super) async fn kill_pod_traced(&self, name: &str, uid: &str, grace: i64) -> Result<()> {
+        let state = self
+            .pod_state_counted(uid, "kill")
+            .await
+            .map_err(Self::cri_err(name))?;
+        self.stop_runtime_pod(name, &state, grace, true).await?;
+        // Without the spec (orphans) the QoS class is unknown: try the pod's place under each.
+        self.cm
+            .destroy_pod_cgroups_async(uid)
+            .await
+            .map_err(|source| Error::Cgroup {
+                pod: name.to_owned(),
+                source,
+            })?;
+        for s in &state.sandboxes {
+            if let Some(m) = &s.metadata {
+                let dir = self
+                    .cfg
+                    .pod_logs_dir
+                    .join(format!("{}_{}_{}", m.namespace, m.name, m.uid));
+                if let Err(e) = std::fs::remove_dir_all(&dir)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(pod = %name, dir = %dir.display(), %e, "removing pod log directory");
+                }
+            }
+        }
+        self.backoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget_prefix(&format!("{uid}_"));
+        self.known().created.remove(uid);
+        Ok(())
+    }
+}

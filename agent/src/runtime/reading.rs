@@ -1,0 +1,260 @@
+//! Reading what the runtime holds: full relists, one pod's state, the reads handed from the
+//! PLEG to a pod's next sync (the pod cache, [`super::fresh`]).
+use super::*;
+
+impl Manager {
+    pub fn new(cri: Cri, cm: ContainerManager, cfg: Config) -> Self {
+        Self {
+            cri,
+            cm,
+            cfg,
+            backoff: Arc::default(),
+            probes: crate::pod::probe_results::Results::default(),
+            known: Arc::default(),
+            resize: Arc::default(),
+            fresh: Arc::default(),
+        }
+    }
+
+    pub(super) fn fresh(&self) -> std::sync::MutexGuard<'_, fresh::Fresh> {
+        self.fresh.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks a mutation of pod `uid` (`kill`: stopping the whole pod; `container`: stopping
+    /// that one container) until the returned guard drops.
+    pub(super) fn mutating(&self, uid: &str, kill: bool, container: Option<&str>) -> Mutating {
+        let mut f = self.fresh();
+        f.begin(uid, kill);
+        if let Some(id) = container {
+            f.container_stop(id, true);
+        }
+        Mutating {
+            fresh: self.fresh.clone(),
+            uid: uid.to_owned(),
+            kill,
+            container: container.map(str::to_owned),
+        }
+    }
+
+    /// Whether this agent is stopping pod `uid` as a whole, or its container `container`,
+    /// right now: the stopping code reads (or forgets) the pod when done.
+    pub fn is_stopping(&self, uid: &str, container: Option<&str>) -> bool {
+        self.fresh().is_stopping(uid, container)
+    }
+
+    /// Reads pod `uid` for its next sync (the PLEG's read): counted as `source`, and stored for
+    /// the pod's next sync when no mutation of the pod began since the read began.
+    pub async fn pod_state_for_sync(
+        &self,
+        uid: &str,
+        source: &'static str,
+    ) -> cri::Result<PodState> {
+        let token = self.fresh().token(uid);
+        let state = self.pod_state_counted(uid, source).await?;
+        self.hand_over(uid, token, &state);
+        Ok(state)
+    }
+
+    /// Stores `state`, read from a start at `token`, for pod `uid`'s next sync (the store
+    /// rejects it when the pod was mutated since `token`; `None`: not to be stored).
+    pub(super) fn hand_over(&self, uid: &str, token: Option<fresh::ReadToken>, state: &PodState) {
+        if let Some(token) = token {
+            self.fresh()
+                .store(uid, token, state.clone(), Instant::now());
+        }
+    }
+
+    /// [`Manager::pod_state`], counted in `swiftlet_runtime_pod_state_reads_total` as `source`.
+    pub async fn pod_state_counted(
+        &self,
+        uid: &str,
+        source: &'static str,
+    ) -> cri::Result<PodState> {
+        self.count_read(source);
+        self.pod_state(uid).await
+    }
+
+    /// A read of pod `uid` that a sync (or the status after it) uses itself, counted as
+    /// `source`: stored reads older than it are not used after it.
+    pub async fn pod_state_own_read(
+        &self,
+        uid: &str,
+        source: &'static str,
+    ) -> cri::Result<PodState> {
+        let seq = self.fresh().own_read();
+        let state = self.pod_state_counted(uid, source).await?;
+        self.fresh().used(uid, seq);
+        Ok(state)
+    }
+
+    /// Records a container exit the kernel saw before the runtime recorded it, for the pod's
+    /// next status ([`Manager::with_kernel_exits`]).
+    pub fn record_kernel_exit(&self, uid: &str, id: &str, code: i32, finished_ns: i64) {
+        self.fresh().kernel_exit(uid, id, code, finished_ns);
+    }
+
+    /// `state` with the container exits the kernel saw and the runtime has not recorded yet,
+    /// and whether there were any.
+    pub fn with_kernel_exits(&self, uid: &str, mut state: PodState) -> (PodState, bool) {
+        let overlaid = self.fresh().overlay(uid, &mut state);
+        (state, overlaid)
+    }
+
+    pub(super) fn count_read(&self, source: &'static str) {
+        self.cri
+            .metrics()
+            .runtime_pod_state_reads_total
+            .get_or_create(&crate::metrics::SourceLabel { source })
+            .inc();
+    }
+
+    /// Lets failed liveness and startup probes kill their containers.
+    pub fn with_probe_results(mut self, probes: crate::pod::probe_results::Results) -> Self {
+        self.probes = probes;
+        self
+    }
+
+    pub(super) fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn cri(&self) -> &Cri {
+        &self.cri
+    }
+
+    pub(super) fn node_selector(&self) -> HashMap<String, String> {
+        HashMap::from([(labels::NODE_NAME.to_owned(), self.cfg.node_name.clone())])
+    }
+
+    pub(super) fn cri_err(pod: &str) -> impl FnOnce(cri::Error) -> Error + '_ {
+        move |source| Error::Cri {
+            pod: pod.to_owned(),
+            source,
+        }
+    }
+
+    /// Sandboxes and containers of this agent matching `extra` labels: two CRI calls.
+    pub(super) async fn list(
+        &self,
+        extra: Option<(&str, &str)>,
+    ) -> cri::Result<(Vec<api::PodSandbox>, Vec<api::Container>)> {
+        let mut selector = self.node_selector();
+        if let Some((k, v)) = extra {
+            selector.insert(k.to_owned(), v.to_owned());
+        }
+        let sandboxes = self
+            .cri
+            .list_pod_sandbox(Some(api::PodSandboxFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }))
+            .await?;
+        let containers = self
+            .cri
+            .list_containers(Some(api::ContainerFilter {
+                label_selector: selector,
+                ..Default::default()
+            }))
+            .await?;
+        Ok((sandboxes, containers))
+    }
+
+    /// Every pod this agent has in the runtime, by UID, and what the listing said of each
+    /// (for [`Manager::pod_state_listed`]).
+    pub async fn relist(&self) -> cri::Result<(HashMap<String, RelistEntry>, Listing)> {
+        let token = self.fresh().token_for_all();
+        let (sandboxes, containers) = self.list(None).await?;
+        let mut listing = Listing {
+            token,
+            pods: HashMap::new(),
+        };
+        for s in sandboxes {
+            if let Some(uid) = s.labels.get(labels::POD_UID) {
+                listing.pods.entry(uid.clone()).or_default().0.push(s);
+            }
+        }
+        for c in containers {
+            if let Some(uid) = c.labels.get(labels::POD_UID) {
+                listing.pods.entry(uid.clone()).or_default().1.push(c);
+            }
+        }
+        let out: HashMap<String, RelistEntry> = listing
+            .pods
+            .iter()
+            .map(|(uid, (sandboxes, containers))| {
+                let mut e = RelistEntry {
+                    sandboxes: sandboxes.iter().map(|s| (s.id.clone(), s.state)).collect(),
+                    containers: containers.iter().map(|c| (c.id.clone(), c.state)).collect(),
+                };
+                e.sandboxes.sort();
+                e.containers.sort();
+                (uid.clone(), e)
+            })
+            .collect();
+        self.known().relisted = Some(out.keys().cloned().collect());
+        // Forget the fresh reads and mutation records of pods gone from the runtime.
+        self.fresh().retain(|uid| out.contains_key(uid), token);
+        Ok((out, listing))
+    }
+
+    /// The PLEG's read of pod `uid` right after a relist: the relist already listed the pod's
+    /// sandboxes and containers (`listed`, taken from its [`Listing`]), so only their statuses
+    /// are asked for (2 CRI calls fewer than [`Manager::pod_state`]). Counted and handed to the
+    /// pod's next sync as [`Manager::pod_state_for_sync`] does; without `listed`, it is that.
+    pub async fn pod_state_listed(
+        &self,
+        uid: &str,
+        listed: Option<ListedPod>,
+        token: fresh::ReadToken,
+        source: &'static str,
+    ) -> cri::Result<PodState> {
+        let Some((sandboxes, containers)) = listed else {
+            return self.pod_state_for_sync(uid, source).await;
+        };
+        self.count_read(source);
+        let state = self.state_of(uid, sandboxes, containers).await?;
+        self.hand_over(uid, Some(token), &state);
+        Ok(state)
+    }
+
+    /// Everything the runtime knows about one pod.
+    pub async fn pod_state(&self, uid: &str) -> cri::Result<PodState> {
+        let (sandboxes, listed) = self.list(Some((labels::POD_UID, uid))).await?;
+        self.state_of(uid, sandboxes, listed).await
+    }
+
+    /// A pod's state from its listed sandboxes and containers: their statuses read.
+    pub(super) async fn state_of(
+        &self,
+        uid: &str,
+        mut sandboxes: Vec<api::PodSandbox>,
+        listed: Vec<api::Container>,
+    ) -> cri::Result<PodState> {
+        sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        let sandbox_status = match sandboxes.first() {
+            Some(s) => match self.cri.pod_sandbox_status(&s.id).await {
+                Ok(st) => st,
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(e),
+            },
+            None => None,
+        };
+        let mut containers = Vec::with_capacity(listed.len());
+        for c in listed {
+            match self.cri.container_status(&c.id).await {
+                Ok(Some(st)) => containers.push(st),
+                Ok(None) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        let resize_error = self.overlay_resized(uid, &mut containers);
+        Ok(PodState {
+            sandboxes,
+            sandbox_status,
+            containers,
+            resize_error,
+        })
+    }
+}

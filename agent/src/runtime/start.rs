@@ -1,0 +1,437 @@
+//! Starting containers: back-off, image pulls, sandbox and container configs.
+use super::*;
+
+impl Manager {
+    /// Starts one container unless it is in crash-loop back-off. `Ok(true)` when started,
+    /// `Ok(false)` when backing off; `Err` when starting failed (recorded in `outcome`).
+    pub(super) async fn start_with_backoff(
+        &self,
+        t: &StartTarget<'_>,
+        c: &Container,
+        kind: ContainerKind,
+        outcome: &mut SyncOutcome,
+    ) -> std::result::Result<bool, ()> {
+        let hash = hash::container_hash(c);
+        let prev = t.state.newest(&c.name);
+        // The kubelet's doBackOff: from the newest instance that exited, even when a newer one
+        // was running (killed for a failed liveness probe, it backs off from its predecessor).
+        let exited = t.state.containers.iter().find(|s| {
+            s.state == api::ContainerState::ContainerExited as i32
+                && s.metadata.as_ref().is_some_and(|m| m.name == c.name)
+        });
+        if let Some(prev) = exited {
+            let key = format!("{}_{}_{}", t.uid, c.name, hash::hash_label(hash));
+            let now = now_nanos();
+            let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(left) = backoffs.crash.remaining(&key, prev.finished_at, now) {
+                let delay = backoffs.crash.delay(&key).unwrap_or(left);
+                drop(backoffs);
+                outcome.wait(
+                    &c.name,
+                    "CrashLoopBackOff",
+                    format!(
+                        "back-off {}s restarting failed container={} pod={}",
+                        delay.as_secs(),
+                        c.name,
+                        t.name
+                    ),
+                    left,
+                );
+                return Ok(false);
+            }
+            backoffs.crash.next(&key, prev.finished_at, now);
+        }
+        let restart_count = prev
+            .and_then(|p| p.metadata.as_ref())
+            .map_or(0, |m| m.attempt + 1);
+        match self.start_container(t, c, kind, restart_count, hash).await {
+            Ok(started) => {
+                outcome.started.push(started);
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::warn!(pod = %t.name, container = %c.name, error = %e, "starting container");
+                let retry = e.retry_after();
+                outcome.wait(&c.name, e.reason(), e.to_string(), retry);
+                Err(())
+            }
+        }
+    }
+
+    pub(super) async fn start_container(
+        &self,
+        t: &StartTarget<'_>,
+        container: &Container,
+        kind: ContainerKind,
+        restart_count: u32,
+        hash: u64,
+    ) -> Result<api::ContainerStatus> {
+        let image = container.image.clone().unwrap_or_default();
+        let image_ref = self.ensure_image(t.name, t.uid, container, &image).await?;
+        let config = self.container_config(t.pod, t.uid, container, kind, restart_count, hash)?;
+        let id = self
+            .cri
+            .create_container(t.sandbox_id, config.clone(), t.sandbox_config.clone())
+            .await
+            .map_err(Self::cri_err(t.name))?;
+        let created_at = now_nanos();
+        self.cri
+            .start_container(&id)
+            .await
+            .map_err(Self::cri_err(t.name))?;
+        tracing::info!(pod = %t.name, container = %container.name, id = %id, restart_count, kind = kind.as_str(), "container started");
+        // What ContainerStatus would say now (StartContainer returned: the container runs). The
+        // next relist replaces it with the runtime's own answer.
+        Ok(api::ContainerStatus {
+            id,
+            metadata: config.metadata,
+            state: api::ContainerState::ContainerRunning as i32,
+            created_at,
+            started_at: now_nanos(),
+            image: config.image,
+            image_ref,
+            labels: config.labels,
+            annotations: config.annotations,
+            log_path: config.log_path,
+            ..Default::default()
+        })
+    }
+
+    /// Makes the image present as the pull policy says (default IfNotPresent). A failed pull
+    /// backs off per pod and image (10 s doubling to 300 s): ErrImagePull, then ImagePullBackOff.
+    /// Returns the image's reference (its id) as the runtime knows it.
+    pub(super) async fn ensure_image(
+        &self,
+        pod: &str,
+        uid: &str,
+        container: &Container,
+        image: &str,
+    ) -> Result<String> {
+        let policy = container
+            .image_pull_policy
+            .as_deref()
+            .unwrap_or("IfNotPresent");
+        let found = if policy == "Always" {
+            None
+        } else {
+            self.cri
+                .image_status(image)
+                .await
+                .map_err(Self::cri_err(pod))?
+                .map(|i| i.id)
+        };
+        if let Some(id) = found {
+            return Ok(id);
+        }
+        if policy != "Never" {
+            let key = format!("{uid}_{image}");
+            let now = now_nanos();
+            let left = self
+                .backoff
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .image
+                .remaining_since_update(&key, now);
+            if let Some(left) = left {
+                return Err(Error::ImagePullBackOff {
+                    pod: pod.to_owned(),
+                    container: container.name.clone(),
+                    image: image.to_owned(),
+                    left,
+                });
+            }
+            let res = self.cri.pull_image(image).await;
+            let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+            match res {
+                Ok(image_ref) => {
+                    backoffs.image.forget(&key);
+                    Ok(image_ref)
+                }
+                Err(source) => {
+                    backoffs.image.next(&key, now, now_nanos());
+                    Err(Error::ImagePull {
+                        pod: pod.to_owned(),
+                        container: container.name.clone(),
+                        image: image.to_owned(),
+                        source,
+                    })
+                }
+            }
+        } else {
+            Err(Error::ImageNeverPull {
+                pod: pod.to_owned(),
+                container: container.name.clone(),
+                image: image.to_owned(),
+            })
+        }
+    }
+
+    pub(super) fn pod_labels(&self, pod: &Pod, uid: &str) -> HashMap<String, String> {
+        HashMap::from([
+            (
+                labels::POD_NAME.to_owned(),
+                pod.metadata.name.clone().unwrap_or_default(),
+            ),
+            (
+                labels::POD_NAMESPACE.to_owned(),
+                pod.metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into()),
+            ),
+            (labels::POD_UID.to_owned(), uid.to_owned()),
+            (labels::NODE_NAME.to_owned(), self.cfg.node_name.clone()),
+        ])
+    }
+
+    pub(super) fn host_network(pod: &Pod) -> bool {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false)
+    }
+
+    pub(super) fn namespace_options(pod: &Pod) -> api::NamespaceOption {
+        let share_pid = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.share_process_namespace)
+            .unwrap_or(false);
+        api::NamespaceOption {
+            network: if Self::host_network(pod) {
+                api::NamespaceMode::Node
+            } else {
+                api::NamespaceMode::Pod
+            } as i32,
+            pid: if share_pid {
+                api::NamespaceMode::Pod
+            } else {
+                api::NamespaceMode::Container
+            } as i32,
+            ipc: api::NamespaceMode::Pod as i32,
+            ..Default::default()
+        }
+    }
+
+    pub fn sandbox_config(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        attempt: u32,
+        cgroup_parent: &str,
+    ) -> api::PodSandboxConfig {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let spec = pod.spec.as_ref();
+        // Host-network pods share the node's UTS namespace: the runtime refuses to set a hostname.
+        let hostname = if Self::host_network(pod) {
+            String::new()
+        } else {
+            spec.and_then(|s| s.hostname.clone())
+                .unwrap_or_else(|| name.chars().take(63).collect())
+        };
+        let mut labels = pod
+            .metadata
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect::<HashMap<_, _>>();
+        labels.extend(self.pod_labels(pod, uid));
+        let mut annotations: HashMap<String, String> = pod
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        if let Ok(qos) = cm::pod_qos(pod) {
+            annotations.insert(labels::POD_QOS_CLASS.to_owned(), qos.as_str().to_owned());
+        }
+        let port_mappings = spec
+            .map(|s| s.containers.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter(|p| p.host_port.is_some_and(|h| h > 0))
+            .map(|p| api::PortMapping {
+                protocol: match p.protocol.as_deref() {
+                    Some("UDP") => api::Protocol::Udp,
+                    Some("SCTP") => api::Protocol::Sctp,
+                    _ => api::Protocol::Tcp,
+                } as i32,
+                container_port: p.container_port,
+                host_port: p.host_port.unwrap_or_default(),
+                host_ip: p.host_ip.clone().unwrap_or_default(),
+            })
+            .collect();
+        let privileged = spec
+            .map(|s| s.containers.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .any(|c| {
+                c.security_context
+                    .as_ref()
+                    .and_then(|s| s.privileged)
+                    .unwrap_or(false)
+            });
+        api::PodSandboxConfig {
+            metadata: Some(api::PodSandboxMetadata {
+                name: name.clone(),
+                uid: uid.to_owned(),
+                namespace: namespace.clone(),
+                attempt,
+            }),
+            hostname,
+            log_directory: self
+                .cfg
+                .pod_logs_dir
+                .join(format!("{namespace}_{name}_{uid}"))
+                .to_string_lossy()
+                .into_owned(),
+            dns_config: None,
+            port_mappings,
+            labels,
+            annotations,
+            linux: Some(api::LinuxPodSandboxConfig {
+                cgroup_parent: cgroup_parent.to_owned(),
+                security_context: Some(api::LinuxSandboxSecurityContext {
+                    namespace_options: Some(Self::namespace_options(pod)),
+                    privileged,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            windows: None,
+        }
+    }
+
+    /// The requests a new pod's first start sends, built as its sync builds them: the sandbox
+    /// config (its pod cgroup named, not created) and each regular container's config (attempt
+    /// 0), in start order. The `pod_startup` bench's CRI floor issues exactly these, so that
+    /// containerd is asked for the same work by the floor as by swiftlet.
+    pub fn first_start_requests(
+        &self,
+        pod: &Pod,
+        uid: &str,
+    ) -> Result<(api::PodSandboxConfig, Vec<api::ContainerConfig>)> {
+        let cgroup = cm::pod_qos(pod)
+            .and_then(|qos| self.cm.pod_cgroup_name(uid, qos))
+            .map_err(|source| Error::Cgroup {
+                pod: full_name(pod),
+                source,
+            })?;
+        let containers = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .map(|c| {
+                let hash = hash::container_hash(c);
+                self.container_config(pod, uid, c, ContainerKind::App, 0, hash)
+            })
+            .collect::<Result<_>>()?;
+        Ok((self.sandbox_config(pod, uid, 0, &cgroup), containers))
+    }
+
+    pub(super) fn container_config(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        c: &Container,
+        kind: ContainerKind,
+        restart_count: u32,
+        hash: u64,
+    ) -> Result<api::ContainerConfig> {
+        let name = full_name(pod);
+        let unsupported = |what: &str| Error::Unsupported {
+            pod: name.clone(),
+            what: format!("container {}: {what}", c.name),
+        };
+        let mut envs = Vec::new();
+        for e in c.env.iter().flatten() {
+            if e.value_from.is_some() {
+                return Err(unsupported(&format!("env {} valueFrom", e.name)));
+            }
+            envs.push(api::KeyValue {
+                key: e.name.clone(),
+                value: e.value.clone().unwrap_or_default(),
+            });
+        }
+        if c.env_from.as_ref().is_some_and(|v| !v.is_empty()) {
+            return Err(unsupported("envFrom"));
+        }
+        let mut labels = self.pod_labels(pod, uid);
+        labels.insert(labels::CONTAINER_NAME.to_owned(), c.name.clone());
+        let mut annotations = HashMap::from([
+            (labels::CONTAINER_TYPE.to_owned(), kind.as_str().to_owned()),
+            (labels::CONTAINER_HASH.to_owned(), hash::hash_label(hash)),
+            (
+                labels::CONTAINER_RESTART_COUNT.to_owned(),
+                restart_count.to_string(),
+            ),
+            (
+                labels::POD_TERMINATION_GRACE_PERIOD.to_owned(),
+                grace_period_secs(pod).to_string(),
+            ),
+            (
+                labels::TERMINATION_MESSAGE_PATH.to_owned(),
+                c.termination_message_path
+                    .clone()
+                    .unwrap_or_else(|| "/dev/termination-log".into()),
+            ),
+        ]);
+        if let Some(pre_stop) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+            && let Ok(json) = serde_json::to_string(pre_stop)
+        {
+            annotations.insert(labels::PRE_STOP_HANDLER.to_owned(), json);
+        }
+        let resources = cm::container_resources(c).map_err(|source| Error::Cgroup {
+            pod: name.clone(),
+            source,
+        })?;
+        annotations.insert(
+            labels::CONTAINER_RESOURCES.to_owned(),
+            cm::resources_label(&resources),
+        );
+        let sc = c.security_context.as_ref();
+        Ok(api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata {
+                name: c.name.clone(),
+                attempt: restart_count,
+            }),
+            image: Some(cri::image_spec(c.image.as_deref().unwrap_or_default())),
+            command: c.command.clone().unwrap_or_default(),
+            args: c.args.clone().unwrap_or_default(),
+            working_dir: c.working_dir.clone().unwrap_or_default(),
+            envs,
+            labels,
+            annotations,
+            log_path: format!("{}/{restart_count}.log", c.name),
+            stdin: c.stdin.unwrap_or(false),
+            stdin_once: c.stdin_once.unwrap_or(false),
+            tty: c.tty.unwrap_or(false),
+            linux: Some(api::LinuxContainerConfig {
+                resources: Some(resources),
+                security_context: Some(api::LinuxContainerSecurityContext {
+                    namespace_options: Some(Self::namespace_options(pod)),
+                    privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
+                    run_as_user: sc
+                        .and_then(|s| s.run_as_user)
+                        .map(|value| api::Int64Value { value }),
+                    run_as_group: sc
+                        .and_then(|s| s.run_as_group)
+                        .map(|value| api::Int64Value { value }),
+                    readonly_rootfs: sc
+                        .and_then(|s| s.read_only_root_filesystem)
+                        .unwrap_or(false),
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        })
+    }
+}

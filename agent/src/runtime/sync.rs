@@ -1,0 +1,240 @@
+//! `sync_pod`: the kubelet's `SyncPod`, carrying out [`super::actions::compute_pod_actions`].
+use super::*;
+
+impl Manager {
+    /// Brings the runtime in line with the pod spec: [`actions::compute_pod_actions`], then the
+    /// kills, the sandbox, init containers and app containers (the kubelet's `SyncPod`).
+    pub async fn sync_pod(&self, pod: &Pod) -> Result<SyncOutcome> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let outcome = cri::with_pod(&uid, self.sync_pod_traced(pod, &uid)).await;
+        if let Ok(o) = &outcome
+            && o.from_nothing
+            && let Some(state) = &o.state
+        {
+            // A new pod's start: what it created is all the pod has, known as of now (its
+            // mutation ended). The PLEG's events for these very starts sync the pod again, and
+            // its read of them, if it overlapped the start, is rejected: that sync takes this
+            // instead of reading back what was just made.
+            let token = self.fresh().token(&uid);
+            self.hand_over(&uid, token, state);
+        }
+        outcome
+    }
+
+    pub(super) async fn sync_pod_traced(&self, pod: &Pod, uid: &str) -> Result<SyncOutcome> {
+        let name = full_name(pod);
+        let spec = pod
+            .spec
+            .as_ref()
+            .ok_or_else(|| Error::NoSpec(name.clone()))?;
+        if spec.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
+            return Err(Error::Unsupported {
+                pod: name,
+                what: "volumes".into(),
+            });
+        }
+        let known_empty = self.known().holds_nothing(uid);
+        let handed = if known_empty {
+            None
+        } else {
+            self.fresh().take(uid, Instant::now())
+        };
+        let state = match handed {
+            Some(state) => {
+                self.count_read("handoff");
+                state
+            }
+            None if known_empty => PodState::default(),
+            None => self
+                .pod_state_own_read(uid, "sync")
+                .await
+                .map_err(Self::cri_err(&name))?,
+        };
+        let held_nothing = state.sandboxes.is_empty() && state.containers.is_empty();
+        let actions =
+            actions::compute_pod_actions_with(pod, &state, &|id| self.probes.kill_reason(id));
+        tracing::debug!(pod = %name, ?actions, "computed pod actions");
+        let mut outcome = SyncOutcome {
+            terminal: actions.terminal,
+            ..Default::default()
+        };
+        // The sync changes what already runs: the state read before it is stale afterwards. A
+        // new pod's actions say kill_pod too (the kubelet's computePodActions kills whenever it
+        // creates a sandbox), but with nothing live the kill stops nothing.
+        let kills_live = actions.kill_pod && state.anything_live();
+        let stops = kills_live
+            || !actions.containers_to_kill.is_empty()
+            || !actions.containers_to_resize.is_empty();
+        // From here on the runtime may change: a read that began before is stale.
+        let changes = stops
+            || actions.create_sandbox
+            || !actions.init_to_start.is_empty()
+            || !actions.containers_to_start.is_empty();
+        let _mutating = changes.then(|| self.mutating(uid, false, None));
+
+        if actions.kill_pod {
+            if actions.create_sandbox && actions.sandbox_id.is_some() {
+                tracing::info!(pod = %name, attempt = actions.attempt, "sandbox changed, killing the pod to recreate it");
+            } else if actions.terminal {
+                tracing::info!(pod = %name, "pod finished: stopping what is left");
+            }
+            if kills_live {
+                let _killing = self.mutating(uid, true, None);
+                self.stop_runtime_pod(&name, &state, grace_period_secs(pod), false)
+                    .await?;
+            }
+            if actions.qos_changed {
+                self.leave_old_qos_cgroup(pod, uid, &name)?;
+            }
+        } else {
+            let started = Instant::now();
+            for k in &actions.containers_to_kill {
+                tracing::info!(pod = %name, container = %k.name, reason = k.reason, message = %k.message, "killing container");
+                if let Some(st) = state.containers.iter().find(|c| c.id == k.id) {
+                    let _stopping = self.mutating(uid, false, Some(&st.id));
+                    let grace = k.grace.unwrap_or_else(|| grace_period_secs(pod));
+                    self.kill_container(&name, st, grace, started).await?;
+                }
+            }
+        }
+        if !actions.kill_pod && !actions.containers_to_resize.is_empty() {
+            self.resize_in_place(pod, uid, &name, &state, &actions.containers_to_resize)
+                .await;
+        }
+        if !actions.create_sandbox
+            && actions.init_to_start.is_empty()
+            && actions.containers_to_start.is_empty()
+        {
+            outcome.actions = actions;
+            if !stops {
+                outcome.state = Some(state);
+            }
+            return Ok(outcome);
+        }
+
+        let cgroup = self
+            .cm
+            .ensure_pod_cgroup(pod, uid)
+            .map_err(|source| Error::Cgroup {
+                pod: name.clone(),
+                source,
+            })?;
+        let mut after = (!stops).then(|| state.clone());
+        let (sandbox_id, sandbox_config) = match (&actions.sandbox_id, actions.create_sandbox) {
+            (Some(id), false) => (
+                id.clone(),
+                self.sandbox_config(pod, uid, actions.attempt, &cgroup),
+            ),
+            _ => {
+                self.known().created.insert(uid.to_owned());
+                let config = self.sandbox_config(pod, uid, actions.attempt, &cgroup);
+                // The log directory is first needed by CreateContainer: it is made while
+                // containerd runs the sandbox, after every other pod ready to start has sent its
+                // RunPodSandbox (the yield puts this task behind them), not before this one's.
+                let log_dir = PathBuf::from(&config.log_directory);
+                let make_log_dir = async {
+                    tokio::task::yield_now().await;
+                    if let Err(e) = std::fs::create_dir_all(&log_dir) {
+                        tracing::warn!(pod = %name, dir = %log_dir.display(), %e, "creating pod log directory");
+                    }
+                };
+                let (id, ()) = tokio::join!(self.cri.run_pod_sandbox(config.clone()), make_log_dir);
+                let id = id.map_err(Self::cri_err(&name))?;
+                tracing::info!(pod = %name, sandbox = %id, attempt = actions.attempt, "sandbox started");
+                if let Some(a) = &mut after
+                    && !self.add_started_sandbox(pod, &id, &config, a).await
+                {
+                    after = None;
+                }
+                (id, config)
+            }
+        };
+        let target = StartTarget {
+            pod,
+            name: &name,
+            uid,
+            state: &state,
+            sandbox_id: &sandbox_id,
+            sandbox_config: &sandbox_config,
+        };
+
+        let inits = spec.init_containers.as_deref().unwrap_or_default();
+        let mut sidecar_started = false;
+        for &i in &actions.init_to_start {
+            let Some(c) = inits.get(i) else { continue };
+            let kind = if crate::pod::is_sidecar(c) {
+                ContainerKind::Sidecar
+            } else {
+                ContainerKind::Init
+            };
+            match self
+                .start_with_backoff(&target, c, kind, &mut outcome)
+                .await
+            {
+                Ok(started) => sidecar_started |= started && kind == ContainerKind::Sidecar,
+                // A sidecar that fails to start does not stop the next; a regular init does.
+                Err(()) if kind == ContainerKind::Sidecar => {}
+                Err(()) => break,
+            }
+        }
+        if sidecar_started && actions.containers_to_start.is_empty() {
+            // The next init container may go as soon as this sidecar runs: look again at once.
+            outcome.requeue(Duration::ZERO);
+        }
+        for &i in &actions.containers_to_start {
+            if let Some(c) = spec.containers.get(i) {
+                // Failures are recorded in the outcome; the other containers still start.
+                let _ = self
+                    .start_with_backoff(&target, c, ContainerKind::App, &mut outcome)
+                    .await;
+            }
+        }
+        outcome.actions = actions;
+        if let Some(mut after) = after.filter(|_| outcome.waiting.is_empty()) {
+            // Newest first, as `pod_state` orders them.
+            after
+                .containers
+                .splice(0..0, outcome.started.drain(..).rev());
+            outcome.state = Some(after);
+            outcome.from_nothing = held_nothing;
+        }
+        Ok(outcome)
+    }
+
+    /// Adds the sandbox this sync just ran to `after`. Its status is read only for a pod-network
+    /// pod (for the pod IP); a host-network sandbox's status holds nothing the pod status shows.
+    /// False when that read failed: then `after` is not known.
+    pub(super) async fn add_started_sandbox(
+        &self,
+        pod: &Pod,
+        id: &str,
+        config: &api::PodSandboxConfig,
+        after: &mut PodState,
+    ) -> bool {
+        let created_at = now_nanos();
+        after.sandboxes.insert(
+            0,
+            api::PodSandbox {
+                id: id.to_owned(),
+                metadata: config.metadata.clone(),
+                state: api::PodSandboxState::SandboxReady as i32,
+                created_at,
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
+                ..Default::default()
+            },
+        );
+        after.sandbox_status = if Self::host_network(pod) {
+            Some(api::PodSandboxStatus {
+                id: id.to_owned(),
+                metadata: config.metadata.clone(),
+                state: api::PodSandboxState::SandboxReady as i32,
+                created_at,
+                ..Default::default()
+            })
+        } else {
+            self.cri.pod_sandbox_status(id).await.ok().flatten()
+        };
+        after.sandbox_status.is_some()
+    }
+}
