@@ -123,10 +123,40 @@ fn kill(s: &api::ContainerStatus, name: &str, reason: &'static str, message: Str
     }
 }
 
+/// What the probes say of a container, as far as the actions depend on it.
+pub trait ProbeView {
+    /// The liveness or startup probe that failed for container `id`, if one did.
+    fn kill_reason(&self, id: &str) -> Option<Kind>;
+    /// Whether container `id` (spec `c`) counts as started: its startup probe succeeded, or it
+    /// has none.
+    fn started(&self, c: &Container, id: &str) -> bool;
+}
+
+impl ProbeView for crate::pod::probe_results::Results {
+    fn kill_reason(&self, id: &str) -> Option<Kind> {
+        crate::pod::probe_results::Results::kill_reason(self, id)
+    }
+
+    fn started(&self, c: &Container, id: &str) -> bool {
+        self.ready_and_started(c, id).1
+    }
+}
+
+/// Only failed probes, by a function of the container id; every container counts as started.
+impl<F: Fn(&str) -> Option<Kind>> ProbeView for F {
+    fn kill_reason(&self, id: &str) -> Option<Kind> {
+        self(id)
+    }
+
+    fn started(&self, _: &Container, _: &str) -> bool {
+        true
+    }
+}
+
 /// What to do for `pod` given `state` (see the module documentation for the rules), with no
-/// failed probes.
+/// probe results.
 pub fn compute_pod_actions(pod: &Pod, state: &PodState) -> PodActions {
-    compute_pod_actions_with(pod, state, &|_| None)
+    compute_pod_actions_with(pod, state, &|_: &str| None)
 }
 
 /// The kill of running container `s` (spec `c`) whose `probe` failed, within the probe's
@@ -149,13 +179,10 @@ fn probe_kill(s: &api::ContainerStatus, c: &Container, probe: Kind, restart: boo
     }
 }
 
-/// [`compute_pod_actions`] where `probe_failed(container_id)` names the liveness or startup probe
-/// that failed for a container.
-pub fn compute_pod_actions_with(
-    pod: &Pod,
-    state: &PodState,
-    probe_failed: &dyn Fn(&str) -> Option<Kind>,
-) -> PodActions {
+/// [`compute_pod_actions`] with what the probes say: a failed liveness or startup probe kills
+/// its container, and a sidecar holds the next init container back until it has started.
+pub fn compute_pod_actions_with(pod: &Pod, state: &PodState, probes: &dyn ProbeView) -> PodActions {
+    let probe_failed = |id: &str| probes.kill_reason(id);
     let Some(spec) = pod.spec.as_ref() else {
         return PodActions {
             kill_pod: true,
@@ -234,11 +261,12 @@ pub fn compute_pod_actions_with(
             let next = match st.map(state_of) {
                 None => Some(i),
                 Some(api::ContainerState::ContainerRunning) => {
-                    if is_sidecar(ic) {
+                    if is_sidecar(ic) && st.is_some_and(|s| probes.started(ic, &s.id)) {
                         // Started; the next one may go. Spec changes are handled below.
                         continue;
                     }
-                    None // Wait for it to finish.
+                    // Wait for it to finish, or for a sidecar's startup probe to succeed.
+                    None
                 }
                 Some(api::ContainerState::ContainerExited) => {
                     let Some(st) = st else { continue };
@@ -933,5 +961,46 @@ mod tests {
         assert_eq!(a.init_to_start, [0]);
         assert_eq!(a.containers_to_kill[0].reason, "LivenessProbe");
         assert!(a.containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn a_sidecar_holds_the_next_init_container_until_its_startup_probe_succeeds() {
+        let mut s1 = sidecar("s1");
+        s1.startup_probe = Some(k8s_openapi::api::core::v1::Probe::default());
+        let (i2, app) = (container("i2"), container("a"));
+        let p = pod("Always", vec![s1.clone(), i2.clone()], vec![app.clone()]);
+        let st = ready(vec![status(&s1, RUNNING, 0)]);
+        struct Startup(bool);
+        impl ProbeView for Startup {
+            fn kill_reason(&self, _: &str) -> Option<Kind> {
+                None
+            }
+            fn started(&self, c: &Container, _: &str) -> bool {
+                c.startup_probe.is_none() || self.0
+            }
+        }
+        let a = compute_pod_actions_with(&p, &st, &Startup(false));
+        assert!(
+            a.init_to_start.is_empty() && a.containers_to_start.is_empty(),
+            "the sidecar has not started: nothing else starts: {a:?}"
+        );
+        let a = compute_pod_actions_with(&p, &st, &Startup(true));
+        assert_eq!(
+            a.init_to_start,
+            [1],
+            "started: the next init container goes"
+        );
+        // The probe results the runtime uses say the same.
+        let results = crate::pod::probe_results::Results::default();
+        let a = compute_pod_actions_with(&p, &st, &results);
+        assert!(a.init_to_start.is_empty());
+        results.set(
+            "u",
+            "s1-id",
+            Kind::Startup,
+            crate::pod::probe_results::ProbeResult::Success,
+        );
+        let a = compute_pod_actions_with(&p, &st, &results);
+        assert_eq!(a.init_to_start, [1]);
     }
 }

@@ -51,8 +51,7 @@ impl Manager {
                 .map_err(Self::cri_err(&name))?,
         };
         let held_nothing = state.sandboxes.is_empty() && state.containers.is_empty();
-        let actions =
-            actions::compute_pod_actions_with(pod, &state, &|id| self.probes.kill_reason(id));
+        let actions = actions::compute_pod_actions_with(pod, &state, &self.probes);
         tracing::debug!(pod = %name, ?actions, "computed pod actions");
         let mut outcome = SyncOutcome {
             terminal: actions.terminal,
