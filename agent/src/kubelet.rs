@@ -8,7 +8,7 @@ use crate::pleg::RuntimePods;
 use crate::pod_workers::{PodSyncer, PodWorkers, UpdateType, Work, WorkerContext};
 use crate::status::StatusManager;
 use k8s_openapi::api::core::v1::Pod;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -244,14 +244,16 @@ impl<S: PodSyncer> SyncLoop<S> {
         }
         // Pod cgroups of no desired, known, lately finished or running pod (cm waits for a second
         // pass before removing one, so a worker creating or removing it now is left alone).
+        // The scan and the removals run on a blocking thread: it gets the known UIDs as a set.
         if let Ok(running) = self.runtime_pods.read() {
-            let workers = &self.workers;
-            workers.cleanup_cgroups(&|uid| {
-                pods.contains_key(uid)
-                    || workers.is_known(uid)
-                    || finished.contains_key(uid)
-                    || running.contains(uid)
-            });
+            let known: HashSet<String> = pods
+                .keys()
+                .chain(finished.keys())
+                .chain(running.iter())
+                .cloned()
+                .chain(self.workers.known_uids())
+                .collect();
+            self.workers.cleanup_cgroups(known);
         }
         let took = start.elapsed();
         if took > HOUSEKEEPING_WARNING {

@@ -24,7 +24,7 @@ use crate::runtime::{self, Manager};
 use crate::status::StatusManager;
 use crate::work_queue::WorkQueue;
 use k8s_openapi::api::core::v1::Pod;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
@@ -213,8 +213,8 @@ pub trait PodSyncer: Send + Sync + 'static {
     fn observe(&self, _op: UpdateType, _secs: f64) {}
     /// Housekeeping's share of the runtime's bookkeeping (back-off tables).
     fn housekeeping(&self) {}
-    /// Housekeeping: remove pod cgroups of pods for which `known` is false.
-    fn cleanup_cgroups(&self, _known: &dyn Fn(&str) -> bool) {}
+    /// Housekeeping: remove pod cgroups of pods not in `known`, off the caller's thread.
+    fn cleanup_cgroups(&self, _known: HashSet<String>) {}
 }
 
 /// The real runtime calls.
@@ -318,14 +318,17 @@ impl PodSyncer for WorkerContext {
         self.runtime.gc_backoffs();
     }
 
-    fn cleanup_cgroups(&self, known: &dyn Fn(&str) -> bool) {
+    fn cleanup_cgroups(&self, known: HashSet<String>) {
         let cm = self.runtime.cm().clone();
-        if let Some(due) = cm.orphaned_pod_cgroups(known)
-            && !due.is_empty()
-        {
-            // Killing leftovers and rmdir retries block: off the sync loop's thread.
-            tokio::task::spawn_blocking(move || cm.remove_orphans(&due));
-        }
+        // Walking the cgroup tree, killing leftovers and rmdir retries block: off the sync
+        // loop's thread.
+        tokio::task::spawn_blocking(move || {
+            if let Some(due) = cm.orphaned_pod_cgroups(&|uid| known.contains(uid))
+                && !due.is_empty()
+            {
+                cm.remove_orphans(&due);
+            }
+        });
     }
 
     fn observe(&self, op: UpdateType, secs: f64) {
@@ -607,7 +610,12 @@ impl<S: PodSyncer> PodWorkers<S> {
     }
 
     /// Lets the runtime side remove pod cgroups of pods for which `known` is false.
-    pub fn cleanup_cgroups(&self, known: &dyn Fn(&str) -> bool) {
+    /// The UIDs of every pod that has a worker.
+    pub fn known_uids(&self) -> impl Iterator<Item = String> + '_ {
+        self.workers.keys().cloned()
+    }
+
+    pub fn cleanup_cgroups(&self, known: HashSet<String>) {
         self.syncer.cleanup_cgroups(known);
     }
 

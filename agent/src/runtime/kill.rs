@@ -201,18 +201,29 @@ impl Manager {
                 pod: name.to_owned(),
                 source,
             })?;
-        for s in &state.sandboxes {
-            if let Some(m) = &s.metadata {
-                let dir = self
-                    .cfg
+        let dirs: Vec<PathBuf> = state
+            .sandboxes
+            .iter()
+            .filter_map(|s| s.metadata.as_ref())
+            .map(|m| {
+                self.cfg
                     .pod_logs_dir
-                    .join(format!("{}_{}_{}", m.namespace, m.name, m.uid));
+                    .join(format!("{}_{}_{}", m.namespace, m.name, m.uid))
+            })
+            .collect();
+        // A log directory can hold many files: removed on a blocking thread.
+        let pod = name.to_owned();
+        let removed = tokio::task::spawn_blocking(move || {
+            for dir in dirs {
                 if let Err(e) = std::fs::remove_dir_all(&dir)
                     && e.kind() != std::io::ErrorKind::NotFound
                 {
-                    tracing::warn!(pod = %name, dir = %dir.display(), %e, "removing pod log directory");
+                    tracing::warn!(%pod, dir = %dir.display(), %e, "removing pod log directory");
                 }
             }
+        });
+        if let Err(e) = removed.await {
+            tracing::warn!(pod = %name, %e, "removing pod log directories");
         }
         self.backoff
             .lock()

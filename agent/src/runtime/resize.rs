@@ -24,16 +24,29 @@ impl Manager {
 
     /// After a QoS class change: the pod's cgroups under other classes go (the kubelet leaves
     /// the old one behind until the pod is deleted).
-    pub(super) fn leave_old_qos_cgroup(&self, pod: &Pod, uid: &str, name: &str) -> Result<()> {
+    pub(super) async fn leave_old_qos_cgroup(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        name: &str,
+    ) -> Result<()> {
         let err = |source| Error::Cgroup {
             pod: name.to_owned(),
             source,
         };
         let qos = cm::pod_qos(pod).map_err(err)?;
         tracing::info!(pod = %name, qos = qos.as_str(), "QoS class changed: pod recreated under the new QoS cgroup");
-        self.cm
-            .destroy_pod_cgroups_except(uid, Some(qos))
-            .map_err(err)
+        // Removing a cgroup kills what is left in it and retries with sleeps: a blocking thread.
+        let (cm, uid) = (self.cm.clone(), uid.to_owned());
+        match tokio::task::spawn_blocking(move || cm.destroy_pod_cgroups_except(&uid, Some(qos)))
+            .await
+        {
+            Ok(r) => r.map_err(err),
+            Err(e) => {
+                tracing::warn!(pod = %name, %e, "removing the old QoS class's pod cgroup");
+                Ok(())
+            }
+        }
     }
 
     /// In-place resize (KEP-1287): the pod cgroup and each container's resources through CRI

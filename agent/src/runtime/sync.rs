@@ -83,7 +83,7 @@ impl Manager {
                     .await?;
             }
             if actions.qos_changed {
-                self.leave_old_qos_cgroup(pod, uid, &name)?;
+                self.leave_old_qos_cgroup(pod, uid, &name).await?;
             }
         } else {
             let started = Instant::now();
