@@ -7,9 +7,10 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::agent::RunningAgent;
 use crate::progress::{Progress, note};
 use crate::runtime::Layout;
 
@@ -36,14 +37,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("`cargo build -p swiftlet` failed with {0}")]
-    Build(std::process::ExitStatus),
-    #[error("swiftlet exited ({status}); last lines of {log}:\n{tail}", log = log.display())]
-    AgentExited {
-        status: std::process::ExitStatus,
-        log: PathBuf,
-        tail: String,
-    },
+    #[error(transparent)]
+    Agent(#[from] crate::agent::Error),
     #[error("timed out after {timeout:?} waiting for {what}; agent log: {log}", log = log.display())]
     Timeout {
         what: String,
@@ -209,71 +204,6 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// A swiftlet process started by an xtask command, with its log file.
-pub struct RunningAgent {
-    pub child: Child,
-    pub log: PathBuf,
-}
-
-impl RunningAgent {
-    /// The error describing its exit, once it has exited.
-    pub fn exited(&mut self) -> Option<Error> {
-        match self.child.try_wait() {
-            Ok(Some(status)) => Some(Error::AgentExited {
-                status,
-                log: self.log.clone(),
-                tail: tail(&self.log, 30),
-            }),
-            _ => None,
-        }
-    }
-
-    /// SIGTERM, then SIGKILL after 15 s.
-    pub fn stop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            // SAFETY: kill(2) on our own child's pid (> 1); no memory is involved.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        note("swiftlet did not exit within 15s of SIGTERM: killing it");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Builds the agent with cargo; returns the binary path.
-pub fn build_agent(release: bool) -> Result<PathBuf, Error> {
-    let mut cmd = Command::new(crate::cargo_bin());
-    cmd.current_dir(crate::workspace_root())
-        .args(["build", "-p", "swiftlet", "--bin", "swiftlet"]);
-    if release {
-        cmd.arg("--release");
-    }
-    let status = cmd
-        .stdin(Stdio::null())
-        .status()
-        .map_err(io_err("running", Path::new("cargo")))?;
-    if !status.success() {
-        return Err(Error::Build(status));
-    }
-    let profile = if release { "release" } else { "debug" };
-    Ok(crate::target_dir().join(profile).join("swiftlet"))
-}
-
 /// Runs the demo.
 pub fn run(opts: &Options) -> Result<(), Error> {
     let layout = Layout::default();
@@ -282,7 +212,9 @@ pub fn run(opts: &Options) -> Result<(), Error> {
     progress.step("setup", || crate::setup::ensure_all().map(|_| ()))?;
     progress.step("runtime up", || crate::runtime::up(&layout))?;
     progress.step("images", || crate::images::ensure(&layout))?;
-    let binary = progress.step("cargo build -p swiftlet", || build_agent(opts.release))?;
+    let binary = progress.step("cargo build -p swiftlet", || {
+        crate::agent::build_agent(opts.release)
+    })?;
 
     let lib_dir = PathBuf::from("/var/lib/swiftlet-dev");
     let manifest_dir = lib_dir.join("demo-manifests");
@@ -346,31 +278,14 @@ fn start_agent(
         log: log.to_owned(),
     };
     note(format!("pid {}, log {}", agent.child.id(), log.display()));
-    let deadline = Instant::now() + Duration::from_secs(30);
     let addr = SocketAddr::from(([127, 0, 0, 1], HEALTHZ_PORT));
-    loop {
-        if let Ok(r) = crate::http::get(addr, "/healthz", Duration::from_secs(2))
-            && r.status == 200
-            && r.body.trim() == "ok"
-        {
-            return Ok(agent);
-        }
-        if let Some(e) = agent.exited() {
-            return Err(e);
-        }
-        if Instant::now() >= deadline {
-            agent.stop();
-            return Err(Error::Timeout {
-                what: "GET /healthz == ok".into(),
-                timeout: Duration::from_secs(30),
-                log: log.to_owned(),
-            });
-        }
-        if interrupt.sleep(Duration::from_millis(100)) {
-            agent.stop();
-            return Err(Error::Interrupted);
-        }
+    let up = crate::agent::wait_healthy(&mut agent, addr, Duration::from_secs(30), || {
+        interrupt.sleep(Duration::from_millis(100))
+    })?;
+    if !up {
+        return Err(Error::Interrupted);
     }
+    Ok(agent)
 }
 
 use std::os::unix::process::CommandExt;
@@ -409,7 +324,7 @@ fn run_pods(
                     }
                 }
                 if let Some(e) = agent.exited() {
-                    return Err(e);
+                    return Err(e.into());
                 }
                 if written_at.elapsed() > opts.timeout {
                     if let Some((_, list)) = get_json(READ_ONLY_PORT, "/pods") {

@@ -12,7 +12,7 @@ use std::process::Command;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::runtime::Layout;
+use crate::layout::Layout;
 use crate::{BUSYBOX_IMAGE, CRI_NAMESPACE, PAUSE_IMAGE};
 
 /// Where the static busybox comes from (Debian's `busybox-static`).

@@ -8,9 +8,12 @@
 //! - [`report`]: `cargo xtask report`, pod startup breakdowns from the eBPF timelines;
 //! - [`http`]: a tiny blocking HTTP/1.0 GET client for loopback endpoints.
 
+pub mod agent;
 pub mod demo;
+pub mod deps;
 pub mod http;
 pub mod images;
+pub mod layout;
 pub mod progress;
 pub mod report;
 pub mod runtime;
@@ -31,6 +34,28 @@ pub const CRI_NAMESPACE: &str = "k8s.io";
 pub const NODE_NAME_LABEL: &str = "swiftlet.io/node-name";
 
 /// The workspace root (the folder holding the top-level `Cargo.toml`).
+/// An I/O error with what was being done and to which path.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {path}: {source}", path = path.display())]
+pub struct PathIoError {
+    pub action: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Wraps an I/O error with `action` and `path` (for `map_err`).
+pub fn io_err<'a>(
+    action: &'static str,
+    path: &'a std::path::Path,
+) -> impl FnOnce(std::io::Error) -> PathIoError + 'a {
+    move |source| PathIoError {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
 pub fn workspace_root() -> PathBuf {
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest_dir

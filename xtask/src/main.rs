@@ -54,6 +54,13 @@ enum Cmd {
         #[arg(long, default_value_t = 300)]
         timeout_secs: u64,
     },
+    /// Print each crate's module graph and fail naming any import cycle (default: the agent's
+    /// and xtask's sources).
+    Deps {
+        /// A crate's `src` directory; repeatable.
+        #[arg(long = "crate-dir")]
+        crate_dirs: Vec<std::path::PathBuf>,
+    },
     /// setup, runtime up, images, `cargo test --workspace [ARGS]`, runtime down.
     Test {
         /// Passed to `cargo test` (after `--`).
@@ -144,6 +151,32 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 timeout: Duration::from_secs(timeout_secs),
             };
             xtask::report::run(&opts).context("report")?;
+        }
+        Cmd::Deps { crate_dirs } => {
+            let dirs = if crate_dirs.is_empty() {
+                xtask::deps::default_dirs()
+            } else {
+                crate_dirs
+            };
+            let mut clean = true;
+            for dir in dirs {
+                let (graph, cycles) = xtask::deps::check(&dir)?;
+                println!("{}:", dir.display());
+                for (module, deps) in &graph {
+                    let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+                    println!("  {module} -> {}", deps.join(", "));
+                }
+                if cycles.is_empty() {
+                    println!("  no cycle among {} modules", graph.len());
+                }
+                for cycle in cycles {
+                    clean = false;
+                    println!("  CYCLE: {}", cycle.join(" -> "));
+                }
+            }
+            if !clean {
+                return Ok(ExitCode::FAILURE);
+            }
         }
         Cmd::Test { args } => {
             let code = xtask::testrun::run(&args)?;

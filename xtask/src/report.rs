@@ -36,7 +36,7 @@ pub enum Error {
     #[error(transparent)]
     Images(#[from] crate::images::Error),
     #[error(transparent)]
-    Demo(#[from] crate::demo::Error),
+    Agent(#[from] crate::agent::Error),
     #[error("{action} {path}: {source}")]
     Io {
         action: &'static str,
@@ -412,7 +412,7 @@ fn free_port() -> Result<u16, Error> {
 }
 
 struct Agent {
-    process: crate::demo::RunningAgent,
+    process: crate::agent::RunningAgent,
     read_only: SocketAddr,
 }
 
@@ -463,33 +463,18 @@ fn start_agent(binary: &Path, work: &Path, node: &str) -> Result<Agent, Error> {
         .spawn()
         .map_err(io_err("starting", binary))?;
     let mut agent = Agent {
-        process: crate::demo::RunningAgent {
+        process: crate::agent::RunningAgent {
             child,
             log: log.clone(),
         },
         read_only: SocketAddr::from(([127, 0, 0, 1], read_only)),
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
     let addr = SocketAddr::from(([127, 0, 0, 1], healthz));
-    loop {
-        if let Ok(r) = crate::http::get(addr, "/healthz", Duration::from_secs(2))
-            && r.status == 200
-        {
-            return Ok(agent);
-        }
-        if let Some(e) = agent.exited() {
-            return Err(e);
-        }
-        if Instant::now() >= deadline {
-            agent.stop();
-            return Err(Error::Timeout {
-                what: "GET /healthz".into(),
-                timeout: Duration::from_secs(30),
-                log,
-            });
-        }
+    crate::agent::wait_healthy(&mut agent.process, addr, Duration::from_secs(30), || {
         std::thread::sleep(Duration::from_millis(100));
-    }
+        false
+    })?;
+    Ok(agent)
 }
 
 /// Writes the manifests, then redraws the progress bar until every pod runs with a complete
@@ -600,7 +585,7 @@ fn run_with_runtime(
 ) -> Result<Report, Error> {
     progress.step("images", || crate::images::ensure(layout))?;
     let binary = progress.step("cargo build -p swiftlet", || {
-        crate::demo::build_agent(opts.release)
+        crate::agent::build_agent(opts.release)
     })?;
     std::fs::create_dir_all(&opts.out).map_err(io_err("creating", &opts.out))?;
     let work = PathBuf::from("/var/lib/swiftlet-dev/report");
