@@ -18,7 +18,7 @@ pub enum Error {
     Parse {
         path: PathBuf,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_yaml_ng::Error,
     },
     #[error("config file {path}: kind {kind:?} is not KubeletConfiguration")]
     Kind { path: PathBuf, kind: String },
@@ -174,7 +174,7 @@ impl KubeletConfiguration {
             path: path.to_owned(),
             source,
         })?;
-        let cfg: Self = serde_yaml::from_str(&text).map_err(|source| Error::Parse {
+        let cfg: Self = serde_yaml_ng::from_str(&text).map_err(|source| Error::Parse {
             path: path.to_owned(),
             source,
         })?;

@@ -330,7 +330,7 @@ fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str, json: bool) -
             message: e.to_string(),
         })
     } else {
-        serde_yaml::from_str(text).map_err(|e| {
+        serde_yaml_ng::from_str(text).map_err(|e| {
             let loc = e.location();
             Error::Syntax {
                 path: path.to_path_buf(),

@@ -426,7 +426,7 @@ fn duplicates(pods: &[StoredPod], source: &str) -> Option<Vec<bool>> {
 }
 
 fn timestamp() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+    format!("{:.9}", jiff::Timestamp::now())
 }
 
 #[cfg(test)]
@@ -513,9 +513,14 @@ mod tests {
         let p = &out[0].pods[0];
         assert_eq!(ann(p, CONFIG_SOURCE_ANNOTATION).as_deref(), Some("file"));
         let seen = ann(p, CONFIG_SEEN_ANNOTATION).expect("seen stamped");
-        let parsed = chrono::DateTime::parse_from_rfc3339(&seen).expect("rfc3339");
+        let parsed: jiff::Timestamp = seen.parse().expect("rfc3339");
         assert!(seen.contains('.'), "nanoseconds in {seen}");
-        assert!(parsed.timestamp() > 0);
+        assert!(parsed.as_second() > 0);
+        assert_eq!(
+            seen.split(['.', 'Z']).nth(1).map(str::len),
+            Some(9),
+            "{seen}"
+        );
     }
 
     #[test]
