@@ -1,8 +1,10 @@
-//! Container manager: QoS classes, the kubelet's resource math, and pod cgroups (cgroupfs driver,
-//! cgroup v1 and v2). Pod cgroups live at `<cgroup-root>/kubepods[/burstable|/besteffort]/pod<uid>`
+//! Container manager: pod cgroups (cgroupfs driver, cgroup v1 and v2) and their settings from
+//! the pod's QoS class and resources (`crate::pod`). Pod cgroups live at `<cgroup-root>/kubepods[/burstable|/besteffort]/pod<uid>`
 //! (the kubelet's QoS and pod container managers). Guaranteed pods sit directly under `kubepods`.
+use crate::pod::qos::{QosClass, pod_qos};
+use crate::pod::resources::{self, pod_resources};
 use cgroups_rs::fs::{MaxValue, cpu::CpuController, memory::MemController, pid::PidController};
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::HashMap;
 use std::fs;
 use std::io;
@@ -40,12 +42,8 @@ pub enum Error {
     Interrupted(String),
     #[error("cgroup name {0:?} would leave its parent directory")]
     UnsafeName(String),
-    #[error("resource quantity {value:?} for {resource}: {reason}")]
-    Quantity {
-        resource: &'static str,
-        value: String,
-        reason: &'static str,
-    },
+    #[error("pod resources: {0}")]
+    Resources(#[from] resources::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -56,154 +54,6 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Err
         path: path.to_owned(),
         source,
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QosClass {
-    Guaranteed,
-    Burstable,
-    BestEffort,
-}
-
-impl QosClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QosClass::Guaranteed => "Guaranteed",
-            QosClass::Burstable => "Burstable",
-            QosClass::BestEffort => "BestEffort",
-        }
-    }
-}
-
-/// Parses a CPU quantity into millicores ("250m", "0.5", "2").
-pub fn parse_cpu_millis(value: &str) -> Result<u64> {
-    let err = |reason| Error::Quantity {
-        resource: "cpu",
-        value: value.to_owned(),
-        reason,
-    };
-    let v = value.trim();
-    if let Some(m) = v.strip_suffix('m') {
-        return m
-            .parse::<u64>()
-            .map_err(|_| err("not a whole number of millicores"));
-    }
-    let cores: f64 = v.parse().map_err(|_| err("not a number"))?;
-    if !cores.is_finite() || cores < 0.0 {
-        return Err(err("must be a non-negative number"));
-    }
-    // The API rounds CPU up to whole millicores.
-    Ok((cores * 1000.0).ceil() as u64)
-}
-
-/// Parses a memory quantity into bytes ("128Mi", "1G", "1000", "1e6").
-pub fn parse_bytes(value: &str) -> Result<u64> {
-    let err = |reason| Error::Quantity {
-        resource: "memory",
-        value: value.to_owned(),
-        reason,
-    };
-    let v = value.trim();
-    const SUFFIXES: &[(&str, f64)] = &[
-        ("Ki", 1024.0),
-        ("Mi", 1048576.0),
-        ("Gi", 1073741824.0),
-        ("Ti", 1099511627776.0),
-        ("Pi", 1125899906842624.0),
-        ("Ei", 1152921504606846976.0),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("E", 1e18),
-        ("m", 1e-3),
-    ];
-    let (num, scale) = SUFFIXES
-        .iter()
-        .find_map(|(s, f)| v.strip_suffix(s).map(|n| (n, *f)))
-        .unwrap_or((v, 1.0));
-    let n: f64 = num.parse().map_err(|_| err("not a number"))?;
-    if !n.is_finite() || n < 0.0 {
-        return Err(err("must be a non-negative number"));
-    }
-    Ok((n * scale).ceil() as u64)
-}
-
-/// cpu millicores and memory bytes of a container's requests or limits (0 when absent).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Amounts {
-    pub cpu_millis: u64,
-    pub memory: u64,
-}
-
-fn amounts(
-    map: Option<
-        &std::collections::BTreeMap<
-            String,
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-        >,
-    >,
-) -> Result<Amounts> {
-    let mut a = Amounts::default();
-    if let Some(map) = map {
-        if let Some(q) = map.get("cpu") {
-            a.cpu_millis = parse_cpu_millis(&q.0)?;
-        }
-        if let Some(q) = map.get("memory") {
-            a.memory = parse_bytes(&q.0)?;
-        }
-    }
-    Ok(a)
-}
-
-fn container_amounts(c: &Container) -> Result<(Amounts, Amounts)> {
-    let r: Option<&ResourceRequirements> = c.resources.as_ref();
-    Ok((
-        amounts(r.and_then(|r| r.requests.as_ref()))?,
-        amounts(r.and_then(|r| r.limits.as_ref()))?,
-    ))
-}
-
-fn all_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
-    let spec = pod.spec.as_ref();
-    spec.map(|s| s.containers.iter())
-        .into_iter()
-        .flatten()
-        .chain(
-            spec.and_then(|s| s.init_containers.as_ref())
-                .into_iter()
-                .flatten(),
-        )
-}
-
-/// `ComputePodQOS`: summed requests and limits of cpu and memory over all containers.
-pub fn pod_qos(pod: &Pod) -> Result<QosClass> {
-    let (mut req, mut lim) = (Amounts::default(), Amounts::default());
-    let mut guaranteed = true;
-    for c in all_containers(pod) {
-        let (r, l) = container_amounts(c)?;
-        req.cpu_millis += r.cpu_millis;
-        req.memory += r.memory;
-        lim.cpu_millis += l.cpu_millis;
-        lim.memory += l.memory;
-        if l.cpu_millis == 0 || l.memory == 0 {
-            guaranteed = false;
-        }
-    }
-    let has = |a: Amounts| (a.cpu_millis > 0) as u8 + (a.memory > 0) as u8;
-    if has(req) == 0 && has(lim) == 0 {
-        return Ok(QosClass::BestEffort);
-    }
-    let equal = |r: u64, l: u64| r == 0 || r == l;
-    if guaranteed
-        && has(req) == has(lim)
-        && equal(req.cpu_millis, lim.cpu_millis)
-        && equal(req.memory, lim.memory)
-    {
-        return Ok(QosClass::Guaranteed);
-    }
-    Ok(QosClass::Burstable)
 }
 
 /// The pod cgroup's resource settings (`ResourceConfigForPod`, CFS limits enforced).
@@ -219,76 +69,36 @@ pub fn milli_cpu_to_shares(m: u64) -> u64 {
     if m == 0 {
         return MIN_SHARES;
     }
-    (m * SHARES_PER_CPU / 1000).clamp(MIN_SHARES, MAX_SHARES)
+    (m.saturating_mul(SHARES_PER_CPU) / 1000).clamp(MIN_SHARES, MAX_SHARES)
 }
 
 pub fn milli_cpu_to_quota(m: u64, period: u64) -> u64 {
     if m == 0 {
         return 0;
     }
-    (m * period / 1000).max(MIN_QUOTA_US)
+    (m.saturating_mul(period) / 1000).max(MIN_QUOTA_US)
 }
 
-/// `PodRequests` and `PodLimits` for cpu and memory: regular containers summed, init containers by
-/// the max rule; plus whether every container declares a cpu (memory) limit.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct PodResources {
-    pub requests: Amounts,
-    pub limits: Amounts,
-    pub cpu_limits_declared: bool,
-    pub memory_limits_declared: bool,
-}
-
-pub fn pod_resources(pod: &Pod) -> Result<PodResources> {
-    let spec = pod.spec.as_ref();
-    let (mut req, mut lim) = (Amounts::default(), Amounts::default());
-    let (mut cpu_limits_declared, mut mem_limits_declared) = (true, true);
-    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
-        let (r, l) = container_amounts(c)?;
-        req.cpu_millis += r.cpu_millis;
-        req.memory += r.memory;
-        lim.cpu_millis += l.cpu_millis;
-        lim.memory += l.memory;
-        cpu_limits_declared &= l.cpu_millis > 0;
-        mem_limits_declared &= l.memory > 0;
-    }
-    // Init containers run one at a time: the pod needs the max of them, not the sum.
-    for c in spec
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or_default()
-    {
-        let (r, l) = container_amounts(c)?;
-        req.cpu_millis = req.cpu_millis.max(r.cpu_millis);
-        req.memory = req.memory.max(r.memory);
-        lim.cpu_millis = lim.cpu_millis.max(l.cpu_millis);
-        lim.memory = lim.memory.max(l.memory);
-        cpu_limits_declared &= l.cpu_millis > 0;
-        mem_limits_declared &= l.memory > 0;
-    }
-    Ok(PodResources {
-        requests: req,
-        limits: lim,
-        cpu_limits_declared,
-        memory_limits_declared: mem_limits_declared,
-    })
-}
-
+/// The pod cgroup's settings from the pod's requests and limits (`crate::pod::resources`):
+/// shares from the cpu requests; for Guaranteed pods the cpu quota and memory limit from the
+/// limits; for Burstable ones the quota only when every container declares a cpu limit and the
+/// memory limit only when every container declares one; BestEffort pods get the minimum shares.
 pub fn resource_config_for_pod(pod: &Pod) -> Result<ResourceConfig> {
     let r = pod_resources(pod)?;
-    let shares = milli_cpu_to_shares(r.requests.cpu_millis);
-    let quota = milli_cpu_to_quota(r.limits.cpu_millis, QUOTA_PERIOD_US);
+    let shares = milli_cpu_to_shares(r.requests.cpu_millis());
+    let quota = milli_cpu_to_quota(r.limits.cpu_millis(), QUOTA_PERIOD_US);
     Ok(match pod_qos(pod)? {
         QosClass::Guaranteed => ResourceConfig {
             cpu_shares: shares,
             cpu_quota: Some(quota),
             cpu_period: Some(QUOTA_PERIOD_US),
-            memory_limit: Some(r.limits.memory),
+            memory_limit: Some(r.limits.memory_bytes()),
         },
         QosClass::Burstable => ResourceConfig {
             cpu_shares: shares,
             cpu_quota: r.cpu_limits_declared.then_some(quota),
             cpu_period: r.cpu_limits_declared.then_some(QUOTA_PERIOD_US),
-            memory_limit: r.memory_limits_declared.then_some(r.limits.memory),
+            memory_limit: r.memory_limits_declared.then_some(r.limits.memory_bytes()),
         },
         QosClass::BestEffort => ResourceConfig {
             cpu_shares: MIN_SHARES,
@@ -307,32 +117,25 @@ pub fn resources_label(r: &k8s_cri::v1::LinuxContainerResources) -> String {
 
 /// The container's own cgroup limits (CPU shares, CFS quota, memory limit).
 pub fn container_resources(c: &Container) -> Result<k8s_cri::v1::LinuxContainerResources> {
-    let r = c.resources.as_ref();
-    let get = |m: Option<
-        &std::collections::BTreeMap<
-            String,
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-        >,
-    >,
-               k: &str| m.and_then(|m| m.get(k)).map(|q| q.0.clone());
-    let req_cpu = get(r.and_then(|r| r.requests.as_ref()), "cpu")
-        .map(|v| parse_cpu_millis(&v))
-        .transpose()?;
-    let lim_cpu = get(r.and_then(|r| r.limits.as_ref()), "cpu")
-        .map(|v| parse_cpu_millis(&v))
-        .transpose()?;
-    let lim_mem = get(r.and_then(|r| r.limits.as_ref()), "memory")
-        .map(|v| parse_bytes(&v))
-        .transpose()?;
+    let r = crate::pod::resources::requests_and_limits(c)?;
     // As the API server would: a limit without a request implies request = limit.
-    let shares = milli_cpu_to_shares(req_cpu.or(lim_cpu).unwrap_or(0));
+    let cpu_request = if r.requests.cpu.is_some() {
+        r.requests
+    } else {
+        r.limits
+    };
+    let shares = milli_cpu_to_shares(cpu_request.cpu_millis());
+    let cpu_limit = r.limits.cpu.is_some();
+    let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     Ok(k8s_cri::v1::LinuxContainerResources {
-        cpu_shares: shares as i64,
-        cpu_quota: lim_cpu
-            .map(|m| milli_cpu_to_quota(m, 100_000) as i64)
-            .unwrap_or(0),
-        cpu_period: if lim_cpu.is_some() { 100_000 } else { 0 },
-        memory_limit_in_bytes: lim_mem.unwrap_or(0) as i64,
+        cpu_shares: as_i64(shares),
+        cpu_quota: if cpu_limit {
+            as_i64(milli_cpu_to_quota(r.limits.cpu_millis(), QUOTA_PERIOD_US))
+        } else {
+            0
+        },
+        cpu_period: if cpu_limit { QUOTA_PERIOD_US as i64 } else { 0 },
+        memory_limit_in_bytes: as_i64(r.limits.memory_bytes()),
         ..Default::default()
     })
 }
@@ -616,7 +419,7 @@ impl ContainerManager {
         let qos = pod_qos(pod)?;
         let name = self.pod_cgroup_name(uid, qos)?;
         let share = match qos {
-            QosClass::Burstable => Some(pod_resources(pod)?.requests.cpu_millis),
+            QosClass::Burstable => Some(pod_resources(pod)?.requests.cpu_millis()),
             _ => None,
         };
         if self.account(uid, share) {
@@ -698,14 +501,14 @@ impl ContainerManager {
                 .map_err(cg_err("writing cpu period of", &dir))?;
             self.wrote();
         }
-        let quota = rc.cpu_quota.map_or(-1, |q| q as i64);
+        let quota = rc.cpu_quota.map_or(-1, saturating_i64);
         if read(-1, &|| cpu.cfs_quota().ok()) != Some(quota) {
             cpu.set_cfs_quota(quota)
                 .map_err(cg_err("writing cpu quota of", &dir))?;
             self.wrote();
         }
         let dir = safe_join(&self.mounts.memory, name)?;
-        let limit = rc.memory_limit.map_or(-1, |m| m as i64);
+        let limit = rc.memory_limit.map_or(-1, saturating_i64);
         if read(-1, &|| self.memory_limit_at(&dir)) != Some(limit) {
             MemController::new(dir.clone(), PathBuf::new(), v2)
                 .set_limit(limit)
@@ -921,6 +724,11 @@ fn cg_err<'a>(
     }
 }
 
+/// A limit for a cgroup file that takes an i64, where -1 means unlimited: never wraps negative.
+fn saturating_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 /// cgroup v2 weight from v1 shares, the linear mapping runc uses:
 /// `1 + (shares - 2) * 9999 / 262142`.
 pub fn shares_to_weight(shares: u64) -> u64 {
@@ -962,73 +770,123 @@ fn remove_tree(dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use std::collections::BTreeMap;
+    use crate::pod::resources::tests::{
+        Res, app_pod as pod, container, list, pod_of, sidecar, sidecar_pod,
+    };
 
-    fn res(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
-        if pairs.is_empty() {
-            return None;
-        }
-        Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                .collect(),
-        )
-    }
+    const MI: u64 = 1 << 20;
 
-    type Res<'a> = &'a [(&'a str, &'a str)];
-
-    fn pod(containers: &[(Res<'_>, Res<'_>)]) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                containers: containers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (req, lim))| Container {
-                        name: format!("c{i}"),
-                        resources: Some(ResourceRequirements {
-                            requests: res(req),
-                            limits: res(lim),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+    #[test]
+    fn sidecar_init_and_app_pod_gets_the_kubelets_numbers() {
+        // Requests 500m/300Mi, limits 1000m/428Mi (worked in `crate::pod::resources`); requests
+        // differ from limits: Burstable, every container declares both limits.
+        assert_eq!(
+            resource_config_for_pod(&sidecar_pod()).unwrap(),
+            ResourceConfig {
+                cpu_shares: 512,
+                cpu_quota: Some(100_000),
+                cpu_period: Some(100_000),
+                memory_limit: Some(428 * MI),
+            }
+        );
+        // The integration test's pod: sidecar 50m/64Mi requests, 100m/128Mi limits; app
+        // 100m/128Mi, 200m/256Mi. Shares of 150m = 150 * 1024 / 1000 = 153; quota of 300m =
+        // 30000 us; memory 128Mi + 256Mi = 384Mi (not max(256Mi, 128Mi)).
+        let pod = pod_of(
+            vec![sidecar(
+                "proxy",
+                &[("cpu", "50m"), ("memory", "64Mi")],
+                &[("cpu", "100m"), ("memory", "128Mi")],
+            )],
+            vec![container(
+                "app",
+                &[("cpu", "100m"), ("memory", "128Mi")],
+                &[("cpu", "200m"), ("memory", "256Mi")],
+            )],
+        );
+        assert_eq!(
+            resource_config_for_pod(&pod).unwrap(),
+            ResourceConfig {
+                cpu_shares: 153,
+                cpu_quota: Some(30_000),
+                cpu_period: Some(100_000),
+                memory_limit: Some(384 * MI),
+            }
+        );
     }
 
     #[test]
-    fn quantities() {
-        assert_eq!(parse_cpu_millis("250m").unwrap(), 250);
-        assert_eq!(parse_cpu_millis("0.5").unwrap(), 500);
-        assert_eq!(parse_cpu_millis("2").unwrap(), 2000);
-        assert!(parse_cpu_millis("x").is_err());
-        assert_eq!(parse_bytes("128Mi").unwrap(), 128 << 20);
-        assert_eq!(parse_bytes("1G").unwrap(), 1_000_000_000);
-        assert_eq!(parse_bytes("1e3").unwrap(), 1000);
-        assert!(parse_bytes("-1").is_err());
+    fn overhead_is_in_the_pod_cgroup() {
+        // Guaranteed 250m/64Mi plus overhead 100m/32Mi: shares of 350m = 358, quota 35000 us,
+        // memory 96Mi.
+        let g: Res<'_> = &[("cpu", "250m"), ("memory", "64Mi")];
+        let mut p = pod(&[(g, g)]);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.overhead = list(&[("cpu", "100m"), ("memory", "32Mi")]);
+        }
+        assert_eq!(
+            resource_config_for_pod(&p).unwrap(),
+            ResourceConfig {
+                cpu_shares: 358,
+                cpu_quota: Some(35_000),
+                cpu_period: Some(100_000),
+                memory_limit: Some(96 * MI),
+            }
+        );
     }
 
     #[test]
-    fn qos_classes() {
-        assert_eq!(pod_qos(&pod(&[(&[], &[])])).unwrap(), QosClass::BestEffort);
-        let g: &[(&str, &str)] = &[("cpu", "1"), ("memory", "1Gi")];
-        assert_eq!(pod_qos(&pod(&[(g, g)])).unwrap(), QosClass::Guaranteed);
+    fn limits_only_pod() {
+        // As written (no defaulting): Burstable, no cpu request (2 shares), quota and memory
+        // limit from the limits, which every container declares.
+        let l: Res<'_> = &[("cpu", "500m"), ("memory", "64Mi")];
+        let raw = pod(&[(&[], l)]);
+        assert_eq!(pod_qos(&raw).unwrap(), QosClass::Burstable);
         assert_eq!(
-            pod_qos(&pod(&[(g, g), (&[], &[])])).unwrap(),
-            QosClass::Burstable
+            resource_config_for_pod(&raw).unwrap(),
+            ResourceConfig {
+                cpu_shares: 2,
+                cpu_quota: Some(50_000),
+                cpu_period: Some(100_000),
+                memory_limit: Some(64 * MI),
+            }
         );
+        // Parsed as a static pod, the requests default to the limits: Guaranteed, 512 shares,
+        // directly under kubepods.
+        let manifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: lim}\nspec:\n  containers:\n  \
+                        - name: c\n    image: x\n    resources: {limits: {cpu: 500m, memory: 64Mi}}\n";
+        let parsed =
+            crate::config::manifest::parse(Path::new("/p.yaml"), manifest.as_bytes(), "n").unwrap();
+        assert_eq!(pod_qos(&parsed).unwrap(), QosClass::Guaranteed);
         assert_eq!(
-            pod_qos(&pod(&[(&[("cpu", "100m")], &[])])).unwrap(),
-            QosClass::Burstable
+            resource_config_for_pod(&parsed).unwrap(),
+            ResourceConfig {
+                cpu_shares: 512,
+                cpu_quota: Some(50_000),
+                cpu_period: Some(100_000),
+                memory_limit: Some(64 * MI),
+            }
         );
-        // Only limits (no API-server defaulting): requests empty != limits -> Burstable.
-        assert_eq!(pod_qos(&pod(&[(&[], g)])).unwrap(), QosClass::Burstable);
+        let (_tmp, cm) = v1_fixture("/lim");
+        assert_eq!(
+            cm.ensure_pod_cgroup(&parsed, "u1").unwrap(),
+            "/lim/kubepods/podu1"
+        );
+    }
+
+    #[test]
+    fn huge_amounts_saturate_instead_of_wrapping() {
+        assert_eq!(milli_cpu_to_shares(u64::MAX), MAX_SHARES);
+        assert_eq!(
+            milli_cpu_to_quota(u64::MAX, QUOTA_PERIOD_US),
+            u64::MAX / 1000
+        );
+        assert_eq!(saturating_i64(u64::MAX), i64::MAX);
+        // Two memory limits of 7Ei add up beyond i64: the pod limit stays a (huge) limit.
+        let big: Res<'_> = &[("memory", "7Ei")];
+        let rc = resource_config_for_pod(&pod(&[(&[], big), (&[], big)])).unwrap();
+        assert_eq!(rc.memory_limit, Some(14 << 60));
+        assert_eq!(saturating_i64(14 << 60), i64::MAX);
     }
 
     #[test]

@@ -81,7 +81,7 @@ fn cgroup_write(c: &mut Criterion) {
     });
     // What a restarted agent does: no memory of what it applied, so read and compare each file.
     let name = cm
-        .pod_cgroup_name(uid, cm::QosClass::Guaranteed)
+        .pod_cgroup_name(uid, swiftlet::pod::QosClass::Guaranteed)
         .expect("a pod cgroup name");
     let rc = cm::resource_config_for_pod(&guaranteed).expect("the pod's config");
     group.bench_function("reapply_after_restart", |b| {

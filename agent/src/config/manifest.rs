@@ -5,7 +5,9 @@
 //! deliberate ways: the UID is a SHA-256 over the pod's canonical JSON (the Go kubelet hashes a spew
 //! dump of its internal struct, which cannot be reproduced), and only the API defaults the agent
 //! relies on are applied (restart policy, grace period, DNS policy, image pull policy, termination
-//! message path), not the whole of the API server's defaulting.
+//! message path, requests from limits), not the whole of the API server's defaulting. The UID is
+//! computed before the defaults, from the pod as written, so a new default never changes a running
+//! static pod's UID.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -574,6 +576,19 @@ fn default_container(c: &mut Container) {
     }
     c.termination_message_policy
         .get_or_insert_with(|| "File".to_owned());
+    // As the API server's SetDefaults_Pod: a resource with a limit and no request is requested at
+    // its limit (so a pod that sets only limits is Guaranteed). Resources are not in the container
+    // hash: running containers are not restarted by this default.
+    if let Some(r) = c.resources.as_mut()
+        && let Some(limits) = r.limits.as_ref()
+    {
+        let requests = r.requests.get_or_insert_with(Default::default);
+        for (name, limit) in limits {
+            requests
+                .entry(name.clone())
+                .or_insert_with(|| limit.clone());
+        }
+    }
 }
 
 /// The API's default pull policy: `Always` when the tag is `latest` or absent (and there is no
@@ -679,6 +694,45 @@ mod tests {
             spec.containers[0].image_pull_policy.as_deref(),
             Some("Never")
         );
+    }
+
+    #[test]
+    fn limits_without_requests_are_requested_and_the_uid_is_unchanged() {
+        let m = "apiVersion: v1\nkind: Pod\nmetadata: {name: lim}\nspec:\n  containers:\n  \
+                 - name: c\n    image: x:1\n    resources: {limits: {cpu: 500m, memory: 64Mi}}\n";
+        let p = parse(Path::new("/etc/pods/lim.yaml"), m.as_bytes(), NODE).expect("valid");
+        // The UID an agent without this default gave the same file: unchanged, so an upgrade
+        // keeps a running static pod.
+        assert_eq!(
+            p.metadata.uid.as_deref(),
+            Some("05e83e9e-644e-b307-ec52-73dc8b7af47a")
+        );
+        let r = p
+            .spec
+            .as_ref()
+            .map(|s| &s.containers[0])
+            .and_then(|c| c.resources.as_ref());
+        let requests = r
+            .and_then(|r| r.requests.as_ref())
+            .expect("requests defaulted");
+        assert_eq!(requests["cpu"].0, "500m");
+        assert_eq!(requests["memory"].0, "64Mi");
+        // A request that is set is kept; a resource without a limit gets no request.
+        let m = "apiVersion: v1\nkind: Pod\nmetadata: {name: both}\nspec:\n  initContainers:\n  \
+                 - name: i\n    image: x:1\n    resources: {limits: {cpu: 1}, requests: {cpu: 200m}}\n  \
+                 containers:\n  - name: c\n    image: x:1\n    resources: {requests: {memory: 1Mi}}\n";
+        let p = ok(m);
+        let spec = p.spec.as_ref().expect("spec");
+        let init = spec.init_containers.as_ref().expect("init")[0]
+            .resources
+            .as_ref();
+        let init_requests = init.and_then(|r| r.requests.as_ref()).expect("requests");
+        assert_eq!(init_requests["cpu"].0, "200m");
+        let app = spec.containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref());
+        assert_eq!(app.map(|r| r.len()), Some(1), "{app:?}");
     }
 
     #[test]

@@ -12,8 +12,12 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 pub mod annotations;
 pub mod labels;
 pub mod probe_results;
+pub mod qos;
+pub mod quantity;
+pub mod resources;
 pub mod state;
 
+pub use qos::{QosClass, pod_qos};
 pub use state::{ContainerKind, ListedPod, PodState, RelistEntry};
 
 /// The grace period the API server gives a pod that names none.

@@ -102,7 +102,7 @@ fn qos_changed(pod: &Pod, state: &PodState) -> bool {
     else {
         return false;
     };
-    crate::cm::pod_qos(pod).is_ok_and(|q| q.as_str() != old)
+    crate::pod::pod_qos(pod).is_ok_and(|q| q.as_str() != old)
 }
 
 /// The container's cgroup resources differ from the ones applied to it (unknown: no).

@@ -34,7 +34,7 @@ impl Manager {
             pod: name.to_owned(),
             source,
         };
-        let qos = cm::pod_qos(pod).map_err(err)?;
+        let qos = crate::pod::pod_qos(pod).map_err(|e| err(e.into()))?;
         tracing::info!(pod = %name, qos = qos.as_str(), "QoS class changed: pod recreated under the new QoS cgroup");
         // Removing a cgroup kills what is left in it and retries with sleeps: a blocking thread.
         let (cm, uid) = (self.cm.clone(), uid.to_owned());
@@ -86,7 +86,7 @@ impl Manager {
         indices: &[usize],
     ) -> std::result::Result<Vec<(String, String)>, String> {
         let spec = pod.spec.as_ref().ok_or("no spec")?;
-        let qos = cm::pod_qos(pod).map_err(|e| e.to_string())?;
+        let qos = crate::pod::pod_qos(pod).map_err(|e| e.to_string())?;
         let cgroup = self
             .cm
             .pod_cgroup_name(uid, qos)

@@ -249,7 +249,7 @@ impl Manager {
             .unwrap_or_default()
             .into_iter()
             .collect();
-        if let Ok(qos) = cm::pod_qos(pod) {
+        if let Ok(qos) = crate::pod::pod_qos(pod) {
             annotations.insert(labels::POD_QOS_CLASS.to_owned(), qos.as_str().to_owned());
         }
         let port_mappings = spec
@@ -319,7 +319,8 @@ impl Manager {
         pod: &Pod,
         uid: &str,
     ) -> Result<(api::PodSandboxConfig, Vec<api::ContainerConfig>)> {
-        let cgroup = cm::pod_qos(pod)
+        let cgroup = crate::pod::pod_qos(pod)
+            .map_err(cm::Error::from)
             .and_then(|qos| self.cm.pod_cgroup_name(uid, qos))
             .map_err(|source| Error::Cgroup {
                 pod: full_name(pod),

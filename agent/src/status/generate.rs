@@ -330,7 +330,7 @@ pub fn generate_probed(
         host_ip,
         pod_ip: pod_ip.clone(),
         pod_ips: pod_ip.map(|ip| vec![PodIP { ip }]),
-        qos_class: crate::cm::pod_qos(pod).ok().map(|q| q.as_str().to_owned()),
+        qos_class: crate::pod::pod_qos(pod).ok().map(|q| q.as_str().to_owned()),
         start_time,
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),

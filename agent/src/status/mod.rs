@@ -97,7 +97,9 @@ impl StatusManager {
                 let status = PodStatus {
                     phase: Some(Phase::Pending.as_str().into()),
                     host_ip: self.host_ip.map(|ip| ip.to_string()),
-                    qos_class: crate::cm::pod_qos(&pod).ok().map(|q| q.as_str().to_owned()),
+                    qos_class: crate::pod::pod_qos(&pod)
+                        .ok()
+                        .map(|q| q.as_str().to_owned()),
                     ..Default::default()
                 };
                 map.insert(
