@@ -431,3 +431,61 @@ fn in_place_resize_updates_cgroups_without_restarting() {
     // The status shows what is applied, not the refused limit.
     assert_eq!(c["resources"]["limits"]["memory"], mem96.as_str());
 }
+
+/// The kubelet's pod resource math on the real cgroupfs: a sidecar (an init container with
+/// `restartPolicy: Always`) runs beside the app, so its limits add to the app's; and a static pod
+/// that sets only limits is requested at its limits (Guaranteed, directly under `kubepods`).
+#[test]
+fn a_sidecar_adds_to_the_pod_cgroup_and_a_limits_only_pod_is_guaranteed() {
+    let Some(agent) = start("cg-sidecar", &[]) else {
+        return;
+    };
+    let image = swiftlet_tests::BUSYBOX_IMAGE;
+    let loop_ = r#"command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]"#;
+    let sidecar = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: sidecar, namespace: default}}\nspec:\n  \
+         terminationGracePeriodSeconds: 5\n  initContainers:\n  - name: proxy\n    \
+         image: {image}\n    imagePullPolicy: Never\n    restartPolicy: Always\n    {loop_}\n    \
+         resources: {{requests: {{cpu: 100m, memory: 64Mi}}, limits: {{cpu: 200m, memory: 128Mi}}}}\n  \
+         containers:\n  - name: app\n    image: {image}\n    imagePullPolicy: Never\n    {loop_}\n    \
+         resources: {{requests: {{cpu: 250m, memory: 128Mi}}, limits: {{cpu: 2.007, memory: 256Mi}}}}\n"
+    );
+    agent.write_manifest("sidecar.yaml", &sidecar);
+    agent.write_manifest(
+        "limits.yaml",
+        &manifest("limits-only", None, "limits: {cpu: 300m, memory: 96Mi}"),
+    );
+    let s = running_uid(&agent, "sidecar");
+    let l = running_uid(&agent, "limits-only");
+    // Sidecar pod, Burstable: shares from 100m + 250m = 350m; limits 200m + 2007m = 2207m of cpu
+    // (2.007 is 2007m exactly) and 128Mi + 256Mi = 384Mi of memory, not max(128Mi, 256Mi).
+    let mem384 = (384u64 << 20).to_string();
+    check(
+        &agent,
+        &format!("kubepods/burstable/pod{s}"),
+        &[
+            ("cpu", "cpu.shares", &(350 * 1024 / 1000).to_string()),
+            ("cpu", "cpu.cfs_quota_us", "220700"),
+            ("cpu", "cpu.cfs_period_us", "100000"),
+            ("memory", "memory.limit_in_bytes", &mem384),
+        ],
+    );
+    // Limits only: Guaranteed, under kubepods, shares from the defaulted 300m request.
+    let mem96 = (96u64 << 20).to_string();
+    check(
+        &agent,
+        &format!("kubepods/pod{l}"),
+        &[
+            ("cpu", "cpu.shares", &(300 * 1024 / 1000).to_string()),
+            ("cpu", "cpu.cfs_quota_us", "30000"),
+            ("memory", "memory.limit_in_bytes", &mem96),
+        ],
+    );
+    let qos = |name: &str| {
+        pod_json(&agent, name)["status"]["qosClass"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    assert_eq!(qos("limits-only").as_deref(), Some("Guaranteed"));
+    assert_eq!(qos("sidecar").as_deref(), Some("Burstable"));
+}
