@@ -1,0 +1,185 @@
+//! Cgroup drivers: where a cgroup's files are and how a value is spelled in them, for the legacy
+//! per-controller hierarchies (v1) and the unified hierarchy (v2). The container manager decides
+//! *what* to write (the same numbers on every driver); a driver says *where* and *how*.
+use super::{Result, safe_join};
+use std::path::{Path, PathBuf};
+
+/// Which cgroup hierarchy a driver writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hierarchy {
+    /// One directory per controller under the mount (this machine: hybrid, containerd uses v1).
+    V1,
+    /// The unified hierarchy at the mount itself.
+    V2,
+}
+
+/// The controllers swiftlet configures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Controller {
+    Cpu,
+    Memory,
+    Pids,
+}
+
+/// A cgroup driver. Cheap to share (`Arc<dyn Driver>`).
+pub trait Driver: std::fmt::Debug + Send + Sync {
+    fn hierarchy(&self) -> Hierarchy;
+    /// The directory of cgroup `name` for `controller`.
+    fn dir(&self, controller: Controller, name: &str) -> Result<PathBuf>;
+    /// Every directory swiftlet creates for cgroup `name` (one per configured hierarchy).
+    fn dirs(&self, name: &str) -> Result<Vec<PathBuf>>;
+    /// The directories of cgroup `name` in every hierarchy mounted, those the runtime created on
+    /// its own included: what clean-up must cover.
+    fn all_dirs(&self, name: &str) -> Result<Vec<PathBuf>>;
+    /// The value the cpu weight file takes for `shares` (v1 `cpu.shares` as is; v2 `cpu.weight`
+    /// converted as runc does).
+    fn cpu_weight(&self, shares: u64) -> u64;
+    /// The cpu weight file's value in a new cgroup.
+    fn default_cpu_weight(&self) -> u64;
+    /// The memory limit file's name.
+    fn memory_limit_file(&self) -> &'static str;
+}
+
+/// cgroup v2 weight from v1 shares, the linear mapping runc uses:
+/// `1 + (shares - 2) * 9999 / 262142`.
+pub fn shares_to_weight(shares: u64) -> u64 {
+    let s = shares.clamp(2, 262_144);
+    1 + (s - 2) * 9999 / 262_142
+}
+
+/// The legacy hierarchies: one mount per controller.
+#[derive(Debug, Clone)]
+pub struct V1 {
+    /// The cgroup mount holding every hierarchy (`/sys/fs/cgroup`).
+    mount: PathBuf,
+    cpu: PathBuf,
+    memory: PathBuf,
+    pids: PathBuf,
+}
+
+impl Driver for V1 {
+    fn hierarchy(&self) -> Hierarchy {
+        Hierarchy::V1
+    }
+
+    fn dir(&self, controller: Controller, name: &str) -> Result<PathBuf> {
+        let base = match controller {
+            Controller::Cpu => &self.cpu,
+            Controller::Memory => &self.memory,
+            Controller::Pids => &self.pids,
+        };
+        safe_join(base, name)
+    }
+
+    fn dirs(&self, name: &str) -> Result<Vec<PathBuf>> {
+        // cpuacct is left to runc, which creates the path when it places a container: nothing
+        // is configured there and each mkdir on cgroupfs costs.
+        [&self.cpu, &self.memory, &self.pids]
+            .into_iter()
+            .map(|c| safe_join(c, name))
+            .collect()
+    }
+
+    fn all_dirs(&self, name: &str) -> Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(&self.mount) {
+            for e in entries.flatten() {
+                // Symlinks such as `cpu,cpuacct` alias a hierarchy already listed.
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    out.push(safe_join(&e.path(), name)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn cpu_weight(&self, shares: u64) -> u64 {
+        shares
+    }
+
+    fn default_cpu_weight(&self) -> u64 {
+        1024
+    }
+
+    fn memory_limit_file(&self) -> &'static str {
+        "memory.limit_in_bytes"
+    }
+}
+
+/// The unified hierarchy: every controller in one tree.
+#[derive(Debug, Clone)]
+pub struct V2 {
+    root: PathBuf,
+}
+
+impl Driver for V2 {
+    fn hierarchy(&self) -> Hierarchy {
+        Hierarchy::V2
+    }
+
+    fn dir(&self, _: Controller, name: &str) -> Result<PathBuf> {
+        safe_join(&self.root, name)
+    }
+
+    fn dirs(&self, name: &str) -> Result<Vec<PathBuf>> {
+        Ok(vec![safe_join(&self.root, name)?])
+    }
+
+    fn all_dirs(&self, name: &str) -> Result<Vec<PathBuf>> {
+        self.dirs(name)
+    }
+
+    fn cpu_weight(&self, shares: u64) -> u64 {
+        // cgroups-rs writes the number it is given into cpu.weight on v2 without converting it
+        // ("conversion is the caller's responsibility").
+        shares_to_weight(shares)
+    }
+
+    fn default_cpu_weight(&self) -> u64 {
+        100
+    }
+
+    fn memory_limit_file(&self) -> &'static str {
+        "memory.max"
+    }
+}
+
+/// The driver for the cgroups at `mount`. For the real mount this asks cgroups-rs (statfs for
+/// cgroup2, /proc/self/mountinfo for the v1 controllers); a test fixture elsewhere is v2 when it
+/// has a `cgroup.controllers` file and has one directory per v1 controller otherwise.
+pub fn detect(mount: &Path) -> std::sync::Arc<dyn Driver> {
+    use cgroups_rs::fs::{Controllers, hierarchies};
+    let v1_fixture = || V1 {
+        mount: mount.to_owned(),
+        cpu: mount.join("cpu"),
+        memory: mount.join("memory"),
+        pids: mount.join("pids"),
+    };
+    let v2 = || {
+        std::sync::Arc::new(V2 {
+            root: mount.to_owned(),
+        })
+    };
+    if mount != Path::new(hierarchies::UNIFIED_MOUNTPOINT) {
+        if mount.join("cgroup.controllers").exists() {
+            return v2();
+        }
+        return std::sync::Arc::new(v1_fixture());
+    }
+    if hierarchies::is_cgroup2_unified_mode() {
+        return v2();
+    }
+    let v1 = hierarchies::V1::new();
+    let fallback = v1_fixture();
+    let at = |c: Controllers, default: PathBuf| {
+        v1.get_mount_point(c)
+            .map(|(point, _)| point)
+            .unwrap_or(default)
+    };
+    std::sync::Arc::new(V1 {
+        mount: mount.to_owned(),
+        cpu: at(Controllers::Cpu, fallback.cpu),
+        memory: at(Controllers::Mem, fallback.memory),
+        pids: at(Controllers::Pids, fallback.pids),
+    })
+}
