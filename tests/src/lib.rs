@@ -5,6 +5,8 @@
 //! the tests skip loudly (`SKIPPED: <why>` on stderr), or fail naming it when
 //! `SWIFTLET_REQUIRE_RUNTIME=1` (CI sets it through `cargo xtask test`).
 
+pub mod api_server;
+
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::net::SocketAddr;

@@ -14,8 +14,6 @@ use prometheus_client::metrics::family::Family;
 use crate::metrics::ConfigErrorLabel;
 
 pub mod api;
-#[cfg(test)]
-mod api_test_server;
 pub mod file;
 mod fingerprint;
 pub mod http;

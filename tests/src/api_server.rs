@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
 
 /// A pod named `name` with UID `uid`, bound to `node`, one container running `image`.
-pub(crate) fn pod(uid: &str, name: &str, node: &str, image: &str) -> Pod {
+pub fn pod(uid: &str, name: &str, node: &str, image: &str) -> Pod {
     Pod {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -68,7 +68,7 @@ struct Store {
 }
 
 #[derive(Clone)]
-pub(crate) struct ApiServer {
+pub struct ApiServer {
     store: Arc<Mutex<Store>>,
     /// Pinged on every change to the store.
     changed: Arc<watch::Sender<u64>>,
@@ -76,7 +76,7 @@ pub(crate) struct ApiServer {
 }
 
 impl ApiServer {
-    pub(crate) async fn start() -> ApiServer {
+    pub async fn start() -> ApiServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -87,7 +87,14 @@ impl ApiServer {
             addr,
         };
         let app = axum::Router::new()
+            .route("/api", axum::routing::get(api_versions))
+            .route("/apis", axum::routing::get(api_groups))
+            .route("/api/v1", axum::routing::get(api_resources))
             .route("/api/v1/pods", axum::routing::get(pods))
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}",
+                axum::routing::get(one_pod),
+            )
             .with_state(server.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -106,13 +113,13 @@ impl ApiServer {
     }
 
     /// A client of this server.
-    pub(crate) fn client(&self) -> kube::Client {
+    pub fn client(&self) -> kube::Client {
         let url = format!("http://{}", self.addr).parse().expect("url");
         kube::Client::try_from(kube::Config::new(url)).expect("client")
     }
 
     /// A kubeconfig naming this server.
-    pub(crate) fn kubeconfig(&self) -> String {
+    pub fn kubeconfig(&self) -> String {
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: http://{}\n\
              users:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
@@ -122,7 +129,7 @@ impl ApiServer {
     }
 
     /// Creates or replaces a pod (ADDED or MODIFIED).
-    pub(crate) fn put(&self, mut pod: Pod) {
+    pub fn put(&self, mut pod: Pod) {
         let mut s = self.lock();
         s.rv += 1;
         let rv = s.rv;
@@ -140,7 +147,7 @@ impl ApiServer {
     }
 
     /// Deletes a pod (DELETED, carrying the deletion's resourceVersion).
-    pub(crate) fn delete(&self, uid: &str) {
+    pub fn delete(&self, uid: &str) {
         let mut s = self.lock();
         let Some(mut pod) = s.pods.remove(uid) else {
             return;
@@ -154,20 +161,20 @@ impl ApiServer {
     }
 
     /// Forgets all history: watches from older versions get 410 Gone.
-    pub(crate) fn compact(&self) {
+    pub fn compact(&self) {
         let mut s = self.lock();
         s.history.clear();
         s.compacted = s.rv;
     }
 
     /// Ends every open watch response.
-    pub(crate) fn drop_watches(&self) {
+    pub fn drop_watches(&self) {
         self.lock().epoch += 1;
         self.notify();
     }
 
     /// Ends every open watch and makes new watch requests wait until [`ApiServer::release`].
-    pub(crate) fn drop_watches_and_hold(&self) {
+    pub fn drop_watches_and_hold(&self) {
         let mut s = self.lock();
         s.hold = true;
         s.epoch += 1;
@@ -175,22 +182,22 @@ impl ApiServer {
         self.notify();
     }
 
-    pub(crate) fn release(&self) {
+    pub fn release(&self) {
         self.lock().hold = false;
         self.notify();
     }
 
     /// Asks every open watch that allows bookmarks for one.
-    pub(crate) fn bookmark(&self) {
+    pub fn bookmark(&self) {
         self.lock().bookmark_seq += 1;
         self.notify();
     }
 
-    pub(crate) fn lists(&self) -> usize {
+    pub fn lists(&self) -> usize {
         self.lock().lists
     }
 
-    pub(crate) fn requests(&self) -> Vec<String> {
+    pub fn requests(&self) -> Vec<String> {
         self.lock().requests.clone()
     }
 
@@ -205,11 +212,11 @@ impl ApiServer {
         }
     }
 
-    pub(crate) async fn wait_watchers(&self, n: usize) {
+    pub async fn wait_watchers(&self, n: usize) {
         self.until("the watchers", |s| s.open_watches >= n).await;
     }
 
-    pub(crate) async fn wait_bookmarks_sent(&self, n: usize) {
+    pub async fn wait_bookmarks_sent(&self, n: usize) {
         self.until("the bookmarks sent", |s| s.bookmarks_sent >= n)
             .await;
     }
@@ -224,6 +231,57 @@ fn line(kind: &str, object: &impl serde::Serialize) -> Bytes {
         .expect("event serializes");
     v.push(b'\n');
     Bytes::from(v)
+}
+
+/// Discovery, as a client such as kubectl asks it first: the core group's versions.
+async fn api_versions() -> Response {
+    axum::Json(serde_json::json!({
+        "kind": "APIVersions", "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
+    }))
+    .into_response()
+}
+
+/// Discovery: no named API groups are served.
+async fn api_groups() -> Response {
+    axum::Json(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}))
+        .into_response()
+}
+
+/// Discovery: the core group serves pods (get, list, watch).
+async fn api_resources() -> Response {
+    axum::Json(serde_json::json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
+        "resources": [{
+            "name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+            "verbs": ["get", "list", "watch"], "shortNames": ["po"],
+        }],
+    }))
+    .into_response()
+}
+
+/// `GET /api/v1/namespaces/{ns}/pods/{name}`: the pod, or a 404 `Status` as the API answers.
+async fn one_pod(
+    State(server): State<ApiServer>,
+    axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>,
+) -> Response {
+    let s = server.lock();
+    let found = s.pods.values().find(|p| {
+        p.metadata.name.as_deref() == Some(name.as_str())
+            && p.metadata.namespace.as_deref().unwrap_or("default") == ns
+    });
+    match found {
+        Some(p) => axum::Json(p.clone()).into_response(),
+        None => (
+            axum::http::StatusCode::NOT_FOUND,
+            axum::Json(serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": format!("pods \"{name}\" not found"), "reason": "NotFound",
+                "details": {"name": name, "kind": "pods"}, "code": 404,
+            })),
+        )
+            .into_response(),
+    }
 }
 
 async fn pods(

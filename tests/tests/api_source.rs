@@ -1,0 +1,365 @@
+//! The API-server pod source against the in-process API server (`swiftlet_tests::api_server`):
+//! list then watch, resuming after a dropped connection, bookmarks past compacted history, 410
+//! Gone and the relist, and kubeconfig handling. No containerd is needed.
+use std::sync::Arc;
+use std::time::Duration;
+
+use swiftlet::config::api::{Config, client, run, watch};
+use swiftlet::config::{API, ErrorCounter, SourceUpdate, StoredPod};
+use swiftlet_tests::api_server::{ApiServer, pod};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const NODE: &str = "node-a";
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Harness {
+    server: ApiServer,
+    rx: mpsc::Receiver<SourceUpdate>,
+    errors: ErrorCounter,
+    cancel: CancellationToken,
+}
+
+impl Harness {
+    async fn start(server: ApiServer) -> Harness {
+        let (tx, rx) = mpsc::channel(64);
+        let errors = ErrorCounter::detached(API);
+        let cancel = CancellationToken::new();
+        let client = server.client();
+        tokio::spawn({
+            let (errors, cancel) = (errors.clone(), cancel.clone());
+            async move { run(client, NODE, tx, errors, cancel).await }
+        });
+        Harness {
+            server,
+            rx,
+            errors,
+            cancel,
+        }
+    }
+
+    /// A source watching a server that holds one pod, `web` (u1), on this node.
+    async fn watching_web() -> Harness {
+        let server = ApiServer::start().await;
+        server.put(pod("u1", "web", NODE, "x:1"));
+        let mut h = Harness::start(server).await;
+        assert_eq!(names(&h.next_set().await), ["web"]);
+        h.server.wait_watchers(1).await;
+        h
+    }
+
+    async fn next(&mut self) -> SourceUpdate {
+        match tokio::time::timeout(WAIT, self.rx.recv()).await {
+            Ok(Some(u)) => u,
+            Ok(None) => panic!("source stopped"),
+            Err(_) => panic!("no update in time"),
+        }
+    }
+
+    async fn next_set(&mut self) -> Vec<StoredPod> {
+        match self.next().await {
+            SourceUpdate::Set(pods) => pods,
+            other => panic!("expected a SET, got {other:?}"),
+        }
+    }
+}
+
+/// The pods' names, sorted.
+fn names(pods: &[StoredPod]) -> Vec<String> {
+    let mut n: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    n.sort();
+    n
+}
+
+fn one(update: SourceUpdate) -> (&'static str, StoredPod) {
+    let (op, pods) = match update {
+        SourceUpdate::Update(p) => ("update", p),
+        SourceUpdate::Remove(p) => ("remove", p),
+        SourceUpdate::Add(p) => ("add", p),
+        SourceUpdate::Delete(p) => ("delete", p),
+        SourceUpdate::Set(p) => ("set", p),
+    };
+    assert_eq!(pods.len(), 1, "{op}");
+    let pod = pods.into_iter().next().expect("one pod");
+    (op, pod)
+}
+
+#[tokio::test]
+async fn list_then_watch_adds_modifies_deletes_for_this_node_only() {
+    let server = ApiServer::start().await;
+    server.put(pod("u1", "web", NODE, "x:1"));
+    server.put(pod("u2", "other-node-pod", "node-b", "x:1"));
+    let mut h = Harness::start(server).await;
+    assert_eq!(names(&h.next_set().await), ["web"]);
+    assert!(
+        h.server
+            .requests()
+            .iter()
+            .any(|q| q.contains("fieldSelector=spec.nodeName%3Dnode-a")),
+        "{:?}",
+        h.server.requests()
+    );
+
+    h.server.put(pod("u3", "db", NODE, "x:1"));
+    h.server.put(pod("u4", "elsewhere", "node-b", "x:1"));
+    let (op, p) = one(h.next().await);
+    assert_eq!((op, p.metadata.name.as_deref()), ("update", Some("db")));
+
+    h.server.put(pod("u1", "web", NODE, "x:2"));
+    let (op, p) = one(h.next().await);
+    assert_eq!((op, p.uid()), ("update", "u1"));
+    let image = p.spec.as_ref().and_then(|s| s.containers[0].image.clone());
+    assert_eq!(image.as_deref(), Some("x:2"));
+
+    h.server.delete("u3");
+    let (op, p) = one(h.next().await);
+    assert_eq!((op, p.uid()), ("remove", "u3"));
+    assert_eq!(h.server.lists(), 1);
+    assert_eq!(h.errors.total(), 0);
+    h.cancel.cancel();
+}
+
+#[tokio::test]
+async fn dropped_connection_resumes_without_losing_events_or_relisting() {
+    let mut h = Harness::watching_web().await;
+    // The connection drops; a pod arrives before the watcher is back.
+    h.server.drop_watches();
+    h.server.put(pod("u2", "db", NODE, "x:1"));
+    let (op, p) = one(h.next().await);
+    assert_eq!((op, p.uid()), ("update", "u2"));
+    assert_eq!(
+        h.server.lists(),
+        1,
+        "resumed from its resourceVersion, no relist"
+    );
+    h.cancel.cancel();
+}
+
+#[tokio::test]
+async fn bookmark_lets_the_watch_resume_past_compacted_history() {
+    let mut h = Harness::watching_web().await;
+    // Other nodes' pods move the resourceVersion on; this watch sees none of it...
+    for i in 0..5 {
+        h.server
+            .put(pod(&format!("o{i}"), &format!("o{i}"), "node-b", "x:1"));
+    }
+    // ...until a bookmark tells it where history stands.
+    h.server.bookmark();
+    h.server.wait_bookmarks_sent(1).await;
+    // History up to now is compacted and the connection drops: resuming from the bookmark's
+    // resourceVersion works; resuming from the last pod event would be 410.
+    h.server.compact();
+    h.server.drop_watches();
+    h.server.put(pod("u2", "db", NODE, "x:1"));
+    let (op, p) = one(h.next().await);
+    assert_eq!((op, p.uid()), ("update", "u2"));
+    assert_eq!(h.server.lists(), 1, "no relist: the bookmark was used");
+    assert_eq!(h.errors.get("watch_expired"), 0);
+    h.cancel.cancel();
+}
+
+#[tokio::test]
+async fn gone_410_relists_and_resends_unchanged_pods_as_the_same_stored_pod() {
+    let server = ApiServer::start().await;
+    server.put(pod("u1", "web", NODE, "x:1"));
+    server.put(pod("u2", "db", NODE, "x:1"));
+    let mut h = Harness::start(server).await;
+    let first = h.next_set().await;
+    assert_eq!(names(&first), ["db", "web"]);
+    h.server.wait_watchers(1).await;
+    // Disconnected, the client misses db's deletion and an added pod; history is compacted.
+    h.server.drop_watches_and_hold();
+    h.server.delete("u2");
+    h.server.put(pod("u3", "cache", NODE, "x:1"));
+    h.server.compact();
+    h.server.release();
+    // The resumed watch gets 410 Gone; the watcher relists: one SET with the current state.
+    let set = h.next_set().await;
+    assert_eq!(names(&set), ["cache", "web"]);
+    assert_eq!(h.server.lists(), 2);
+    assert!(h.errors.get("watch_expired") >= 1);
+    let web = |pods: &[StoredPod]| {
+        pods.iter()
+            .find(|p| p.uid() == "u1")
+            .map(|p| p.arc().clone())
+            .expect("web listed")
+    };
+    assert!(
+        Arc::ptr_eq(&web(&first), &web(&set)),
+        "unchanged pod re-sent as is"
+    );
+    h.cancel.cancel();
+}
+
+#[tokio::test]
+async fn kubeconfig_is_read_and_a_bad_one_is_counted_not_fatal() {
+    let server = ApiServer::start().await;
+    server.put(pod("u1", "web", NODE, "x:1"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = dir.path().join("kubeconfig");
+    std::fs::write(&good, server.kubeconfig()).expect("write");
+    let (tx, mut rx) = mpsc::channel(8);
+    let errors = ErrorCounter::detached(API);
+    let cancel = CancellationToken::new();
+    let cfg = Config {
+        kubeconfig: good,
+        node_name: NODE.to_owned(),
+    };
+    tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
+    match tokio::time::timeout(WAIT, rx.recv()).await {
+        Ok(Some(SourceUpdate::Set(pods))) => assert_eq!(names(&pods), ["web"]),
+        other => panic!("expected a SET, got {other:?}"),
+    }
+    cancel.cancel();
+
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, "apiVersion: v1\nclusters: [").expect("write");
+    let Err(e) = client(&bad).await else {
+        panic!("a bad kubeconfig gave a client");
+    };
+    assert!(e.to_string().contains("bad"), "{e}");
+    let (tx, _rx) = mpsc::channel(8);
+    let errors = ErrorCounter::detached(API);
+    let cancel = CancellationToken::new();
+    let cfg = Config {
+        kubeconfig: bad,
+        node_name: NODE.to_owned(),
+    };
+    let task = tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while errors.get("kubeconfig") < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "not counted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cancel.cancel();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("stops on cancel")
+        .expect("no panic");
+}
+
+/// kubectl, or None (said on stderr) when it is not installed: the check is then skipped, unless
+/// `SWIFTLET_REQUIRE_RUNTIME=1`, where a missing kubectl fails the test.
+fn kubectl() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    let found = std::env::split_paths(&path)
+        .map(|d| d.join("kubectl"))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            !swiftlet_tests::runtime_required(),
+            "kubectl is not installed (apt-get install kubectl)"
+        );
+        eprintln!("SKIPPED: kubectl is not installed");
+    }
+    found
+}
+
+/// The test API server answers a real client the way the API does: kubectl discovers the core
+/// group, lists every pod, gets one, gets a 404 for a missing one, and watches.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_reads_the_test_servers_pods() {
+    let Some(kubectl) = kubectl() else {
+        return;
+    };
+    let server = ApiServer::start().await;
+    server.put(pod("u1", "web", NODE, "x:1"));
+    server.put(pod("u2", "db", "node-b", "x:1"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).expect("write");
+    let run = |args: &[&str]| {
+        let (kubectl, kubeconfig) = (kubectl.clone(), kubeconfig.clone());
+        let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(kubectl)
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args(["--request-timeout", "10s"])
+                .args(args)
+                .output()
+                .expect("kubectl runs")
+        })
+    };
+    let json = |args: &'static [&'static str]| {
+        let out = run(args);
+        async move {
+            let out = out.await.expect("join");
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(out.status.success(), "kubectl {args:?}: {err}");
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+        }
+    };
+    let list = json(&["get", "pods", "-A", "-o", "json"]).await;
+    let mut listed: Vec<&str> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["db", "web"]);
+
+    let one = json(&["get", "pod", "web", "-n", "default", "-o", "json"]).await;
+    assert_eq!(one["metadata"]["uid"], "u1");
+    assert_eq!(one["spec"]["nodeName"], NODE);
+
+    let out = run(&["get", "pod", "nope", "-n", "default"])
+        .await
+        .expect("join");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("NotFound") || err.contains("not found"),
+        "{err}"
+    );
+
+    // A watch sees the listed pods, then a pod added while it runs.
+    let mut child = tokio::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "get",
+            "pods",
+            "-A",
+            "--watch",
+            "--output-watch-events",
+            "-o",
+            "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl watch runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let seen = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut stdout = stdout;
+        let mut text = String::new();
+        let mut buf = [0u8; 4096];
+        while !text.contains("\"cache\"") {
+            let n = stdout.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        text
+    });
+    server.wait_watchers(1).await;
+    server.put(pod("u3", "cache", NODE, "x:1"));
+    let text = tokio::time::timeout(WAIT, seen)
+        .await
+        .expect("the watch showed the new pod in time")
+        .expect("join");
+    child.kill().await.ok();
+    assert!(text.contains("\"ADDED\""), "{text}");
+    assert!(
+        text.contains("\"web\"") && text.contains("\"cache\""),
+        "{text}"
+    );
+}
