@@ -66,6 +66,9 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
 
     // Pod startup timelines: agent marks + CRI uprobes + kernel events on one clock.
     let tracer = trace::Tracer::new(metrics.clone());
+    // Unbounded: the one reader drains the probes' fixed-size ring buffer and the consumer does a
+    // few map look-ups per event; a backlog is what the ring produced while the consumer waited
+    // for a CPU, and events past the ring's size are lost (and counted) in the kernel instead.
     let (kernel_tx, kernel_rx) = tokio::sync::mpsc::unbounded_channel();
     let root = cfg.cgroup_root.trim_end_matches('/');
     let pod_root = if cfg.cgroups_per_qos {
@@ -102,6 +105,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cancel.clone(),
     )?;
 
+    // Unbounded: one message per change of a probe result; each probe worker produces at most
+    // one result per period, so the backlog is at most one per probe worker and period.
     let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
     let probe_results = prober::Results::new(probe_tx);
     let runtime = Manager::new(
@@ -194,6 +199,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     server::start(healthz, read_only, state, &tracker, cancel.clone()).await?;
 
     // Sync loop and workers.
+    // Unbounded: one message per pod worker that finished its pod, at most one per worker.
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let ctx = WorkerContext {
         runtime,

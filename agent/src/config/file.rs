@@ -103,6 +103,7 @@ pub async fn watch(
 
     loop {
         let mut scan_all = false;
+        let mut names = None;
         if watch.is_none() && Instant::now() >= next_retry {
             watch = ActiveWatch::start(&source.cfg.path, &shared);
             next_retry = Instant::now() + retry;
@@ -123,17 +124,29 @@ pub async fn watch(
                     if pending.rescan {
                         scan_all = true;
                     } else {
-                        source.refresh_names(&pending.names);
+                        names = Some(pending.names);
                     }
                 }
                 _ = rescan.tick() => scan_all = true,
                 _ = tokio::time::sleep_until(next_retry), if watch.is_none() => continue,
             }
         }
-        if scan_all {
-            source.scan();
-        }
-        let Some(update) = source.publish() else {
+        // Directory walks, file reads and the parse of files up to 10 MiB block: they run on a
+        // blocking thread, which hands the source back with what to send.
+        let Some((back, update)) = super::off_thread(source, "file", move |source| {
+            if scan_all {
+                source.scan();
+            } else if let Some(names) = &names {
+                source.refresh_names(names);
+            }
+            source.publish()
+        })
+        .await
+        else {
+            return;
+        };
+        source = back;
+        let Some(update) = update else {
             continue;
         };
         if !super::send(&tx, update, &cancel).await {

@@ -138,7 +138,15 @@ pub async fn watch(
             _ = cancel.cancelled() => return,
             fetched = fetch(&client, &source.cfg) => fetched,
         };
-        let Some(update) = source.ingest(fetched) else {
+        // Parsing a body of up to 10 MiB (YAML, many pods) blocks: a blocking thread does it and
+        // hands the source back with what to send.
+        let Some((back, update)) =
+            super::off_thread(source, "http", move |source| source.ingest(fetched)).await
+        else {
+            return;
+        };
+        source = back;
+        let Some(update) = update else {
             continue;
         };
         if !super::send(&tx, update, &cancel).await {

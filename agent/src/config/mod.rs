@@ -46,6 +46,28 @@ pub const LOCAL_ANNOTATIONS: [&str; 3] = [
     CONFIG_SEEN_ANNOTATION,
 ];
 
+/// Runs `work` on `state` on one of tokio's blocking threads (directory walks, file reads, large
+/// parses) and hands the state back with the result; `None` (logged, naming `what`) if the
+/// work panicked, which ends the source.
+pub(crate) async fn off_thread<S: Send + 'static, R: Send + 'static>(
+    mut state: S,
+    what: &'static str,
+    work: impl FnOnce(&mut S) -> R + Send + 'static,
+) -> Option<(S, R)> {
+    let ran = tokio::task::spawn_blocking(move || {
+        let r = work(&mut state);
+        (state, r)
+    })
+    .await;
+    match ran {
+        Ok(done) => Some(done),
+        Err(e) => {
+            tracing::error!(error = %e, source = what, "a pod source stopped");
+            None
+        }
+    }
+}
+
 /// Sends `update` to the mux unless `cancel` fires first; false when the source should stop
 /// (cancelled, or the mux is gone).
 pub(crate) async fn send(
