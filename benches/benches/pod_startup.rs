@@ -312,7 +312,7 @@ struct PhaseStatus {
 }
 
 /// `GET /pods` on the poller's kept connection, names and phases only.
-fn phases(poller: &mut xtask::http::KeepAlive) -> PhaseList {
+fn phases(poller: &xtask::http::Client) -> PhaseList {
     let r = poller
         .get("/pods")
         .unwrap_or_else(|e| panic!("polling /pods: {e}"));
@@ -336,14 +336,14 @@ fn swiftlet_run(agent: &Agent, n: usize, run: usize, pids: Pids) -> Sample {
         .enumerate()
         .map(|(i, p)| (p.as_str(), i))
         .collect();
-    let mut poller = xtask::http::KeepAlive::new(agent.read_only_addr(), TIMEOUT);
+    let poller = xtask::http::Client::new(agent.read_only_addr(), TIMEOUT);
     let deadline = start + TIMEOUT;
     while running.iter().any(Option::is_none) {
         assert!(
             Instant::now() < deadline,
             "pods not Running within {TIMEOUT:?}"
         );
-        let list = phases(&mut poller);
+        let list = phases(&poller);
         let now = Instant::now();
         for pod in list.items {
             let Some(&i) = pod.metadata.name.as_deref().and_then(|n| index.get(n)) else {

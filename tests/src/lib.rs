@@ -11,7 +11,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -413,54 +412,20 @@ impl AgentOptions {
 /// # Panics
 /// When the build fails.
 pub fn release_agent_binary() -> PathBuf {
-    let status = Command::new(xtask::cargo_bin())
-        .current_dir(xtask::workspace_root())
-        .args(["build", "--release", "-p", "swiftlet", "--bin", "swiftlet"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    assert!(
-        status.as_ref().is_ok_and(|s| s.success()),
-        "cargo build --release -p swiftlet failed: {status:?}"
-    );
-    xtask::target_dir().join("release/swiftlet")
+    xtask::agent::build_agent(true).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The swiftlet binary, built once per process.
 pub fn agent_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let status = Command::new(xtask::cargo_bin())
-            .current_dir(xtask::workspace_root())
-            .args(["build", "-p", "swiftlet", "--bin", "swiftlet"])
-            .stdin(Stdio::null())
-            .status()
-            .unwrap_or_else(|e| panic!("running cargo build -p swiftlet: {e}"));
-        assert!(status.success(), "cargo build -p swiftlet failed: {status}");
-        let path = xtask::target_dir().join("debug/swiftlet");
-        assert!(path.is_file(), "no agent binary at {}", path.display());
-        path
-    })
+    BINARY.get_or_init(|| xtask::agent::build_agent(false).unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// The `swiftlet-trace` client binary, built once per process.
 pub fn trace_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        let status = Command::new(xtask::cargo_bin())
-            .current_dir(xtask::workspace_root())
-            .args(["build", "-p", "swiftlet", "--bin", "swiftlet-trace"])
-            .stdin(Stdio::null())
-            .status()
-            .unwrap_or_else(|e| panic!("running cargo build -p swiftlet: {e}"));
-        assert!(
-            status.success(),
-            "cargo build --bin swiftlet-trace failed: {status}"
-        );
-        let path = xtask::target_dir().join("debug/swiftlet-trace");
-        assert!(path.is_file(), "no trace binary at {}", path.display());
-        path
+        xtask::agent::build("swiftlet-trace", false).unwrap_or_else(|e| panic!("{e}"))
     })
 }
 
@@ -482,28 +447,25 @@ fn unique_node_name(test: &str) -> String {
 }
 
 /// A swiftlet process of one test, with its own manifest dir, node name, ports and cgroup root.
+/// It is started the way xtask starts agents ([`xtask::agent::Spec`]).
 ///
 /// Dropping it stops the agent (SIGTERM, then SIGKILL), removes every CRI sandbox labelled with
 /// its node name and removes its cgroup root, so nothing leaks between tests.
 pub struct Agent {
-    child: Option<Child>,
-    opts: AgentOptions,
-    node: String,
-    endpoint: String,
-    cgroup_root: String,
+    process: Option<xtask::agent::RunningAgent>,
+    spec: xtask::agent::Spec,
+    /// Keeps its connection to the read-only server between requests.
+    http: xtask::http::Client,
     manifest_dir: tempfile::TempDir,
-    _root_dir: tempfile::TempDir,
-    log_path: PathBuf,
-    read_only: SocketAddr,
-    healthz: SocketAddr,
+    root_dir: tempfile::TempDir,
 }
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Agent")
-            .field("node", &self.node)
-            .field("read_only", &self.read_only)
-            .field("log", &self.log_path)
+            .field("node", &self.spec.node)
+            .field("read_only", &self.spec.read_only_addr())
+            .field("log", &self.spec.log)
             .finish_non_exhaustive()
     }
 }
@@ -519,7 +481,6 @@ impl Agent {
     /// path and its tail are in the message).
     pub fn start(runtime: &Runtime, opts: AgentOptions) -> Agent {
         let node = unique_node_name(&opts.name);
-        let cgroup_root = format!("/swiftlet-test-{node}");
         let manifest_dir = tempfile::Builder::new()
             .prefix("swiftlet-manifests-")
             .tempdir()
@@ -531,145 +492,87 @@ impl Agent {
         let log_dir = xtask::target_dir().join("swiftlet-test-logs");
         std::fs::create_dir_all(&log_dir)
             .unwrap_or_else(|e| panic!("creating {}: {e}", log_dir.display()));
-        let log_path = log_dir.join(format!("{node}.log"));
-        let log = std::fs::File::create(&log_path)
-            .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
-        let log_err = log
-            .try_clone()
-            .unwrap_or_else(|e| panic!("opening {}: {e}", log_path.display()));
-        let healthz_port = free_port();
-        let read_only_port = free_port();
-        let mut agent = Agent {
-            child: None,
-            opts,
-            node,
+        let mut extra_args = vec!["-v".to_owned(), opts.verbosity.to_string()];
+        extra_args.extend(opts.extra_args);
+        let spec = xtask::agent::Spec {
+            binary: opts.binary.unwrap_or_else(|| agent_binary().to_path_buf()),
+            manifest_dir: manifest_dir.path().to_owned(),
             endpoint: runtime.endpoint.clone(),
-            cgroup_root,
-            manifest_dir,
-            _root_dir: root_dir,
-            log_path,
-            read_only: SocketAddr::from(([127, 0, 0, 1], read_only_port)),
-            healthz: SocketAddr::from(([127, 0, 0, 1], healthz_port)),
+            root_dir: root_dir.path().to_owned(),
+            pod_logs_dir: Some(root_dir.path().join("pod-logs")),
+            cgroup_root: format!("/swiftlet-test-{node}"),
+            log: log_dir.join(format!("{node}.log")),
+            node,
+            healthz_port: free_port(),
+            read_only_port: free_port(),
+            file_check_frequency: opts.file_check_frequency,
+            extra_args,
+            own_process_group: false,
         };
-        agent.child = Some(agent.spawn(log, log_err));
-        agent.wait_healthy();
+        let http = xtask::http::Client::new(spec.read_only_addr(), Duration::from_secs(10));
+        let mut agent = Agent {
+            process: None,
+            spec,
+            http,
+            manifest_dir,
+            root_dir,
+        };
+        agent.launch(false);
         agent
     }
 
-    fn spawn(&self, log: std::fs::File, log_err: std::fs::File) -> Child {
-        let binary = self
-            .opts
-            .binary
-            .as_deref()
-            .unwrap_or_else(|| agent_binary());
-        Command::new(binary)
-            .arg("--pod-manifest-path")
-            .arg(self.manifest_dir.path())
-            .arg("--container-runtime-endpoint")
-            .arg(&self.endpoint)
-            .arg("--root-dir")
-            .arg(self._root_dir.path())
-            .arg("--pod-logs-dir")
-            .arg(self._root_dir.path().join("pod-logs"))
-            .arg("--hostname-override")
-            .arg(&self.node)
-            .arg("--cgroup-root")
-            .arg(&self.cgroup_root)
-            .arg("--healthz-port")
-            .arg(self.healthz.port().to_string())
-            .arg("--read-only-port")
-            .arg(self.read_only.port().to_string())
-            .arg("--file-check-frequency")
-            .arg(&self.opts.file_check_frequency)
-            .args(["-v", &self.opts.verbosity.to_string()])
-            .args(&self.opts.extra_args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()))
+    /// Starts the process and waits for `/healthz`; panics with the log's tail when it fails.
+    fn launch(&mut self, append: bool) {
+        match self.spec.start(append, HEALTHZ_TIMEOUT) {
+            Ok(process) => self.process = Some(process),
+            Err(e) => panic!("starting swiftlet ({}): {e}", self.spec.node),
+        }
     }
 
     /// Kills the agent with SIGKILL (no clean-up of its own) and starts it again with the same
     /// node name, directories and ports, appending to the same log; waits for `/healthz`.
     pub fn restart_after_sigkill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(mut process) = self.process.take() {
+            process.kill();
         }
-        let open = || {
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(&self.log_path)
-                .unwrap_or_else(|e| panic!("opening {}: {e}", self.log_path.display()))
-        };
-        let (log, log_err) = (open(), open());
-        self.child = Some(self.spawn(log, log_err));
-        self.wait_healthy();
-    }
-
-    fn wait_healthy(&mut self) {
-        let deadline = Instant::now() + HEALTHZ_TIMEOUT;
-        loop {
-            if let Ok(r) = xtask::http::get(self.healthz, "/healthz", Duration::from_secs(2))
-                && r.status == 200
-                && r.body.trim() == "ok"
-            {
-                return;
-            }
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!(
-                    "swiftlet exited before becoming healthy ({status}); log {}:\n{}",
-                    self.log_path.display(),
-                    self.log_tail(40)
-                );
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "swiftlet not healthy within {HEALTHZ_TIMEOUT:?}; log {}:\n{}",
-                    self.log_path.display(),
-                    self.log_tail(40)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // Connections kept to the killed process are of no use to the new one.
+        self.http = xtask::http::Client::new(self.spec.read_only_addr(), Duration::from_secs(10));
+        self.launch(true);
     }
 
     /// The agent's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.as_ref().map(|p| p.child.id())
     }
 
     /// The node name (`--hostname-override`).
     pub fn node_name(&self) -> &str {
-        &self.node
+        &self.spec.node
     }
 
     /// The static pod name of a manifest whose `metadata.name` is `name`.
     pub fn static_pod_name(&self, name: &str) -> String {
-        format!("{name}-{}", self.node)
+        format!("{name}-{}", self.spec.node)
     }
 
     /// The agent's `--root-dir`.
     pub fn root_dir(&self) -> &Path {
-        self._root_dir.path()
+        self.root_dir.path()
     }
 
     /// The cgroup root (`--cgroup-root`).
     pub fn cgroup_root(&self) -> &str {
-        &self.cgroup_root
+        &self.spec.cgroup_root
     }
 
     /// The read-only server's address (`/pods`, `/metrics`, `/debug/...`).
     pub fn read_only_addr(&self) -> SocketAddr {
-        self.read_only
+        self.spec.read_only_addr()
     }
 
     /// The CRI endpoint the agent talks to.
     pub fn endpoint(&self) -> &str {
-        &self.endpoint
+        &self.spec.endpoint
     }
 
     /// The manifest directory (`--pod-manifest-path`).
@@ -679,7 +582,7 @@ impl Agent {
 
     /// The agent's log file.
     pub fn log_path(&self) -> &Path {
-        &self.log_path
+        &self.spec.log
     }
 
     /// Writes manifest `name` atomically (a hidden temp file renamed into place).
@@ -703,9 +606,9 @@ impl Agent {
 
     /// `GET path` on the read-only port: (status, body).
     pub fn get(&self, path: &str) -> (u16, String) {
-        match xtask::http::get(self.read_only, path, Duration::from_secs(10)) {
+        match self.http.get(path) {
             Ok(r) => (r.status, r.body),
-            Err(e) => panic!("{e}; agent log {}", self.log_path.display()),
+            Err(e) => panic!("{e}; agent log {}", self.spec.log.display()),
         }
     }
 
@@ -767,7 +670,7 @@ impl Agent {
             None => panic!(
                 "condition not met within {timeout:?}; /pods: {}; log {}:\n{}",
                 self.pods().summary(),
-                self.log_path.display(),
+                self.spec.log.display(),
                 self.log_tail(40)
             ),
         }
@@ -789,7 +692,7 @@ impl Agent {
                 Ok(v) => return v,
                 Err(why) if Instant::now() >= deadline => panic!(
                     "{what} not reached within {timeout:?}: {why}; log {}:\n{}",
-                    self.log_path.display(),
+                    self.spec.log.display(),
                     self.log_tail(40)
                 ),
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
@@ -799,40 +702,24 @@ impl Agent {
 
     /// The whole agent log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        std::fs::read_to_string(&self.spec.log).unwrap_or_default()
     }
 
     /// The last `lines` lines of the log.
     pub fn log_tail(&self, lines: usize) -> String {
-        let log = self.log();
-        let all: Vec<&str> = log.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        xtask::agent::tail(&self.spec.log, lines)
     }
 
     /// Stops the agent: SIGTERM, then SIGKILL after `timeout`. Idempotent.
     pub fn stop(&mut self, timeout: Duration) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        if let Ok(pid) = i32::try_from(child.id()) {
-            // SAFETY: kill(2) on our own child's pid; no memory is involved.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
+        if let Some(mut process) = self.process.take()
+            && !process.stop(timeout)
+        {
+            eprintln!(
+                "swiftlet ({}) did not exit within {timeout:?} of SIGTERM: killed",
+                self.spec.node
+            );
         }
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if matches!(child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!(
-            "swiftlet ({}) did not exit within {timeout:?} of SIGTERM: SIGKILL",
-            self.node
-        );
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }
 
@@ -841,19 +728,21 @@ impl Drop for Agent {
         if std::thread::panicking() {
             eprintln!(
                 "swiftlet log ({}): {}\n--- last lines ---\n{}",
-                self.node,
-                self.log_path.display(),
+                self.spec.node,
+                self.spec.log.display(),
                 self.log_tail(60)
             );
         }
         self.stop(Duration::from_secs(20));
-        let endpoint = self.endpoint.clone();
-        let node = self.node.clone();
+        let endpoint = self.spec.endpoint.clone();
+        let node = self.spec.node.clone();
         match block_on(async move { remove_node_sandboxes(&endpoint, &node).await }) {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) | Err(e) => eprintln!("cleaning up the sandboxes of {}: {e}", self.node),
+            Ok(Err(e)) | Err(e) => {
+                eprintln!("cleaning up the sandboxes of {}: {e}", self.spec.node)
+            }
         }
-        xtask::runtime::remove_cgroup_root(&self.cgroup_root);
+        xtask::runtime::remove_cgroup_root(&self.spec.cgroup_root);
     }
 }
 

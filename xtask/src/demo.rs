@@ -7,7 +7,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::agent::RunningAgent;
@@ -253,42 +252,34 @@ fn start_agent(
         std::fs::remove_dir_all(manifest_dir).map_err(io_err("clearing", manifest_dir))?;
     }
     std::fs::create_dir_all(manifest_dir).map_err(io_err("creating", manifest_dir))?;
-    let log_file = std::fs::File::create(log).map_err(io_err("creating", log))?;
-    let log_err = log_file.try_clone().map_err(io_err("opening", log))?;
-    let mut cmd = Command::new(binary);
-    cmd.arg("--pod-manifest-path")
-        .arg(manifest_dir)
-        .args(["--container-runtime-endpoint", crate::DEFAULT_ENDPOINT])
-        .args(["--root-dir", "/var/lib/swiftlet-dev/agent"])
-        .arg("--hostname-override")
-        .arg(hostname())
-        .args(["--cgroup-root", CGROUP_ROOT])
-        .args(["--healthz-port", &HEALTHZ_PORT.to_string()])
-        .args(["--read-only-port", &READ_ONLY_PORT.to_string()])
-        .args(["--file-check-frequency", "5s"])
-        .stdin(Stdio::null())
-        .stdout(log_file)
-        .stderr(log_err)
-        // Its own process group: a Ctrl-C in the terminal reaches the demo, which tears down
-        // in order, not the agent.
-        .process_group(0);
-    let child = cmd.spawn().map_err(io_err("starting", binary))?;
-    let mut agent = RunningAgent {
-        child,
+    let spec = crate::agent::Spec {
+        binary: binary.to_owned(),
+        manifest_dir: manifest_dir.to_owned(),
+        endpoint: crate::DEFAULT_ENDPOINT.to_owned(),
+        root_dir: PathBuf::from("/var/lib/swiftlet-dev/agent"),
+        pod_logs_dir: None,
+        node: hostname(),
+        cgroup_root: CGROUP_ROOT.to_owned(),
+        healthz_port: HEALTHZ_PORT,
+        read_only_port: READ_ONLY_PORT,
+        file_check_frequency: "5s".to_owned(),
+        extra_args: Vec::new(),
         log: log.to_owned(),
+        own_process_group: true,
     };
+    let mut agent = spec.spawn(false)?;
     note(format!("pid {}, log {}", agent.child.id(), log.display()));
-    let addr = SocketAddr::from(([127, 0, 0, 1], HEALTHZ_PORT));
-    let up = crate::agent::wait_healthy(&mut agent, addr, Duration::from_secs(30), || {
-        interrupt.sleep(Duration::from_millis(100))
-    })?;
+    let up = crate::agent::wait_healthy(
+        &mut agent,
+        spec.healthz_addr(),
+        Duration::from_secs(30),
+        || interrupt.sleep(Duration::from_millis(100)),
+    )?;
     if !up {
         return Err(Error::Interrupted);
     }
     Ok(agent)
 }
-
-use std::os::unix::process::CommandExt;
 
 fn run_pods(
     opts: &Options,
@@ -439,7 +430,9 @@ fn teardown(
         }
     });
     let _ = progress.step("stop swiftlet", || {
-        agent.stop();
+        if !agent.stop(Duration::from_secs(15)) {
+            note("swiftlet did not exit within 15s of SIGTERM: killed");
+        }
         Ok::<_, String>(())
     });
     let _ = progress.step("runtime down", || {

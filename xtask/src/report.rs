@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -429,7 +428,9 @@ impl Agent {
     }
 
     fn stop(&mut self) {
-        self.process.stop();
+        if !self.process.stop(Duration::from_secs(15)) {
+            note("swiftlet did not exit within 15s of SIGTERM: killed");
+        }
     }
 }
 
@@ -439,41 +440,25 @@ fn start_agent(binary: &Path, work: &Path, node: &str) -> Result<Agent, Error> {
         std::fs::remove_dir_all(&manifests).map_err(io_err("clearing", &manifests))?;
     }
     std::fs::create_dir_all(&manifests).map_err(io_err("creating", &manifests))?;
-    let log = work.join("agent.log");
-    let log_file = std::fs::File::create(&log).map_err(io_err("creating", &log))?;
-    let log_err = log_file.try_clone().map_err(io_err("opening", &log))?;
-    let healthz = free_port()?;
-    let read_only = free_port()?;
-    let child = Command::new(binary)
-        .arg("--pod-manifest-path")
-        .arg(&manifests)
-        .args(["--container-runtime-endpoint", crate::DEFAULT_ENDPOINT])
-        .arg("--root-dir")
-        .arg(work.join("root"))
-        .arg("--pod-logs-dir")
-        .arg(work.join("pod-logs"))
-        .args(["--hostname-override", node])
-        .args(["--cgroup-root", CGROUP_ROOT])
-        .args(["--healthz-port", &healthz.to_string()])
-        .args(["--read-only-port", &read_only.to_string()])
-        .args(["--file-check-frequency", "5s", "--ebpf", "on"])
-        .stdin(Stdio::null())
-        .stdout(log_file)
-        .stderr(log_err)
-        .spawn()
-        .map_err(io_err("starting", binary))?;
-    let mut agent = Agent {
-        process: crate::agent::RunningAgent {
-            child,
-            log: log.clone(),
-        },
-        read_only: SocketAddr::from(([127, 0, 0, 1], read_only)),
+    let spec = crate::agent::Spec {
+        binary: binary.to_owned(),
+        manifest_dir: manifests,
+        endpoint: crate::DEFAULT_ENDPOINT.to_owned(),
+        root_dir: work.join("root"),
+        pod_logs_dir: Some(work.join("pod-logs")),
+        node: node.to_owned(),
+        cgroup_root: CGROUP_ROOT.to_owned(),
+        healthz_port: free_port()?,
+        read_only_port: free_port()?,
+        file_check_frequency: "5s".to_owned(),
+        extra_args: vec!["--ebpf".to_owned(), "on".to_owned()],
+        log: work.join("agent.log"),
+        own_process_group: false,
     };
-    let addr = SocketAddr::from(([127, 0, 0, 1], healthz));
-    crate::agent::wait_healthy(&mut agent.process, addr, Duration::from_secs(30), || {
-        std::thread::sleep(Duration::from_millis(100));
-        false
-    })?;
+    let agent = Agent {
+        process: spec.start(false, Duration::from_secs(30))?,
+        read_only: spec.read_only_addr(),
+    };
     Ok(agent)
 }
 
