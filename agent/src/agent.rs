@@ -115,6 +115,13 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         runtime::Config {
             node_name: cfg.node_name.clone(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
+            security: runtime::security::Settings {
+                seccomp_root: cfg.root_dir.join("seccomp"),
+                seccomp_default: cfg.seccomp_default,
+                allowed_unsafe_sysctls: cfg.allowed_unsafe_sysctls.clone(),
+                apparmor: runtime::security::Settings::apparmor_enabled(),
+            },
+            memory_capacity: memory_capacity(),
         },
     )
     .with_probe_results(probe_results.clone());
@@ -239,6 +246,16 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
 
 /// Hands each event of the probes to the exit detector, then to the startup timelines, until
 /// `cancel` fires or the probes' reader is gone.
+/// The machine's memory, the base of Burstable containers' `oom_score_adj`.
+fn memory_capacity() -> u64 {
+    cm::machine_memory_bytes().unwrap_or_else(|| {
+        tracing::warn!(
+            "cannot read MemTotal from /proc/meminfo: Burstable containers get oom_score_adj 999"
+        );
+        u64::MAX
+    })
+}
+
 async fn dispatch_kernel_events(
     mut events: tokio::sync::mpsc::UnboundedReceiver<ebpf::KernelEvent>,
     mut exits: ebpf::exits::Exits,

@@ -45,7 +45,7 @@ pub enum Error {
 pub struct Flags {
     /// KubeletConfiguration file (YAML). Fields: staticPodPath, containerRuntimeEndpoint,
     /// cgroupRoot, cgroupsPerQOS, cgroupDriver, healthzBindAddress, healthzPort, readOnlyPort,
-    /// fileCheckFrequency, podLogsDir.
+    /// fileCheckFrequency, podLogsDir, allowedUnsafeSysctls, seccompDefault.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Directory (or single file) of static pod manifests.
@@ -109,6 +109,14 @@ pub struct Flags {
     /// 1s). With eBPF a container's exit is relisted at once anyway [default: 1s].
     #[arg(long, value_name = "DURATION")]
     pub pleg_relist_period: Option<String>,
+    /// Unsafe sysctls (or prefixes ending in `*`, e.g. `kernel.msg*`) pods may set beyond the
+    /// safe set; comma-separated, repeatable.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Vec<String>,
+    /// Containers without a seccomp profile run the runtime's default profile (RuntimeDefault)
+    /// instead of none (Unconfined) [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub seccomp_default: Option<bool>,
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
@@ -138,6 +146,8 @@ pub struct KubeletConfiguration {
     #[serde(rename = "staticPodURLHeader")]
     pub static_pod_url_header: Option<std::collections::BTreeMap<String, Vec<String>>>,
     pub http_check_frequency: Option<String>,
+    pub allowed_unsafe_sysctls: Option<Vec<String>>,
+    pub seccomp_default: Option<bool>,
 }
 
 /// Everything the agent needs, defaults applied.
@@ -164,6 +174,10 @@ pub struct AgentConfig {
     pub kubeconfig: Option<PathBuf>,
     pub ebpf: crate::ebpf::Mode,
     pub pleg_relist_period: Duration,
+    /// `--allowed-unsafe-sysctls`: names or prefixes ending in `*`.
+    pub allowed_unsafe_sysctls: Vec<String>,
+    /// `--seccomp-default`.
+    pub seccomp_default: bool,
 }
 
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -334,6 +348,15 @@ impl Flags {
             kubeconfig: self.kubeconfig,
             ebpf,
             pleg_relist_period,
+            allowed_unsafe_sysctls: if self.allowed_unsafe_sysctls.is_empty() {
+                file.allowed_unsafe_sysctls.unwrap_or_default()
+            } else {
+                self.allowed_unsafe_sysctls
+            },
+            seccomp_default: self
+                .seccomp_default
+                .or(file.seccomp_default)
+                .unwrap_or(false),
         })
     }
 }

@@ -186,6 +186,12 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
         swiftlet::runtime::Config {
             node_name: FLOOR_NODE.into(),
             pod_logs_dir: FLOOR_LOGS.into(),
+            // As the agent sets them, so that the floor's requests equal swiftlet's.
+            security: swiftlet::runtime::security::Settings {
+                apparmor: swiftlet::runtime::security::Settings::apparmor_enabled(),
+                ..Default::default()
+            },
+            memory_capacity: swiftlet::cm::machine_memory_bytes().unwrap_or(u64::MAX),
         },
     )
 }

@@ -294,6 +294,39 @@ pub fn container_statuses(endpoint: &str, uid: &str) -> Result<Vec<cri::Containe
     })?
 }
 
+/// The host pid of the running container `name` of pod `uid` (from containerd's verbose
+/// `ContainerStatus`), if there is one.
+pub fn container_pid(endpoint: &str, uid: &str, name: &str) -> Option<u32> {
+    let (endpoint, uid, name) = (endpoint.to_owned(), uid.to_owned(), name.to_owned());
+    block_on(async move {
+        let mut client = runtime_client(&endpoint).ok()?;
+        let labels = [(POD_UID_LABEL, uid.as_str()), (CONTAINER_NAME_LABEL, &name)];
+        let listed = containers_with_labels(&mut client, &labels).await.ok()?;
+        for c in listed {
+            if c.state != cri::ContainerState::ContainerRunning as i32 {
+                continue;
+            }
+            let req = cri::ContainerStatusRequest {
+                container_id: c.id,
+                verbose: true,
+            };
+            let info = client.container_status(req).await.ok()?.into_inner().info;
+            let pid = info
+                .get("info")
+                .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+                .and_then(|v| v["pid"].as_u64())
+                .and_then(|p| u32::try_from(p).ok())
+                .filter(|&p| p > 0);
+            if pid.is_some() {
+                return pid;
+            }
+        }
+        None
+    })
+    .ok()
+    .flatten()
+}
+
 /// Runs `fut` to completion on a fresh current-thread runtime in a thread of its own (so it
 /// also works from inside another runtime, e.g. in a `Drop`).
 pub fn block_on<F, T>(fut: F) -> Result<T>

@@ -16,8 +16,8 @@ mod tests;
 pub use driver::{Controller, Driver, Hierarchy, shares_to_weight};
 use resources::{MIN_SHARES, QUOTA_PERIOD_US};
 pub use resources::{
-    ResourceConfig, container_resources, milli_cpu_to_quota, milli_cpu_to_shares,
-    resource_config_for_pod, resources_label,
+    ResourceConfig, container_resources, machine_memory_bytes, milli_cpu_to_quota,
+    milli_cpu_to_shares, resource_config_for_pod, resources_label,
 };
 
 use crate::pod::qos::{QosClass, pod_qos};

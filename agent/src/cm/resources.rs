@@ -63,6 +63,21 @@ pub fn resource_config_for_pod(pod: &Pod) -> Result<ResourceConfig> {
     })
 }
 
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`); `None` when it cannot be
+/// read.
+pub fn machine_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
 /// The resources part that a resize compares: "shares quota period memory".
 pub fn resources_label(r: &k8s_cri::v1::LinuxContainerResources) -> String {
     format!(

@@ -5,7 +5,7 @@
 //! and memory limits, and the summed requests equal the summed limits for each resource (compared
 //! exactly, below the millicore too). Burstable: anything else.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::resources::{self, CpuMemory, requests_and_limits};
 
@@ -57,6 +57,66 @@ pub fn pod_qos(pod: &Pod) -> resources::Result<QosClass> {
         return Ok(QosClass::Guaranteed);
     }
     Ok(QosClass::Burstable)
+}
+
+/// `oom_score_adj` of the containers of Guaranteed and node-critical pods.
+pub const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
+/// `oom_score_adj` of the containers of BestEffort pods.
+pub const BEST_EFFORT_OOM_SCORE_ADJ: i64 = 1000;
+/// Priority from which a pod is critical (`system-cluster-critical` and above).
+const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// A node-critical pod: critical (static, mirror, or of system-critical priority) and of
+/// priority class `system-node-critical`.
+fn is_node_critical(pod: &Pod) -> bool {
+    let spec = pod.spec.as_ref();
+    let critical = super::is_static(pod)
+        || super::is_mirror(pod)
+        || spec
+            .and_then(|s| s.priority)
+            .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY);
+    critical && spec.and_then(|s| s.priority_class_name.as_deref()) == Some("system-node-critical")
+}
+
+/// The `oom_score_adj` of container `c` of `pod` on a node with `memory_capacity` bytes, as the
+/// kubelet computes it: -997 for Guaranteed and node-critical pods, 1000 for BestEffort, and for
+/// Burstable `1000 - 1000 * request / capacity` kept within 3..=999 (a sidecar counts at least
+/// the smallest request of the pod's regular containers, so it is killed after them).
+pub fn container_oom_score_adj(
+    pod: &Pod,
+    c: &Container,
+    memory_capacity: u64,
+) -> resources::Result<i64> {
+    if is_node_critical(pod) {
+        return Ok(GUARANTEED_OOM_SCORE_ADJ);
+    }
+    match pod_qos(pod)? {
+        QosClass::Guaranteed => return Ok(GUARANTEED_OOM_SCORE_ADJ),
+        QosClass::BestEffort => return Ok(BEST_EFFORT_OOM_SCORE_ADJ),
+        QosClass::Burstable => {}
+    }
+    let request = |c: &Container| -> resources::Result<u64> {
+        Ok(requests_and_limits(c)?.requests.memory_bytes())
+    };
+    let mut memory_request = request(c)?;
+    if super::is_sidecar(c) {
+        let mut smallest: Option<u64> = None;
+        for regular in pod.spec.iter().flat_map(|s| &s.containers) {
+            let r = request(regular)?;
+            smallest = Some(smallest.map_or(r, |s| s.min(r)));
+        }
+        memory_request = memory_request.max(smallest.unwrap_or(0));
+    }
+    let capacity = u128::from(memory_capacity.max(1));
+    let share = (1000 * u128::from(memory_request) / capacity).min(1000);
+    let adj = 1000 - i64::try_from(share).unwrap_or(1000);
+    Ok(if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ {
+        1000 + GUARANTEED_OOM_SCORE_ADJ
+    } else if adj == BEST_EFFORT_OOM_SCORE_ADJ {
+        adj - 1
+    } else {
+        adj
+    })
 }
 
 #[cfg(test)]
@@ -111,5 +171,48 @@ mod tests {
         assert_eq!(pod_qos(&pod).unwrap(), QosClass::Burstable);
         let pod = pod_of(vec![container("i", &[("memory", "1 Gi")], &[])], vec![]);
         assert!(pod_qos(&pod).is_err());
+    }
+
+    #[test]
+    fn oom_score_adj_follows_the_class_and_the_memory_request() {
+        const GI: u64 = 1 << 30;
+        let cap = 4 * GI;
+        let adj = |pod: &Pod, i: usize| {
+            let c = &pod.spec.as_ref().unwrap().containers[i];
+            container_oom_score_adj(pod, c, cap).unwrap()
+        };
+        assert_eq!(adj(&app_pod(&[(G, G)]), 0), -997);
+        assert_eq!(adj(&app_pod(&[(&[], &[])]), 0), 1000);
+        // Burstable: 1000 - 1000 * 1Gi / 4Gi.
+        let pod = app_pod(&[(&[("memory", "1Gi")], &[]), (&[("cpu", "1")], &[])]);
+        assert_eq!(adj(&pod, 0), 750);
+        // No memory request: 1000 would equal BestEffort, so 999.
+        assert_eq!(adj(&pod, 1), 999);
+        // A request at or above the capacity: at least 3 (above any Guaranteed container).
+        let big = app_pod(&[(&[("memory", "5Gi")], &[])]);
+        assert_eq!(adj(&big, 0), 3);
+        // A sidecar counts at least the smallest regular request.
+        let small: Res<'_> = &[("memory", "128Mi")];
+        let pod = pod_of(
+            vec![sidecar("s", small, &[])],
+            vec![
+                container("a", &[("memory", "1Gi")], &[]),
+                container("b", &[("memory", "2Gi")], &[]),
+            ],
+        );
+        let s = &pod.spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0];
+        assert_eq!(container_oom_score_adj(&pod, s, cap).unwrap(), 750);
+        // A static pod of priority class system-node-critical is node-critical.
+        let mut critical = app_pod(&[(&[("memory", "1Gi")], &[])]);
+        critical.metadata.annotations = Some(
+            [(
+                crate::pod::annotations::CONFIG_SOURCE.to_owned(),
+                crate::pod::annotations::FILE_SOURCE.to_owned(),
+            )]
+            .into(),
+        );
+        assert_eq!(adj(&critical, 0), 750, "static alone is not enough");
+        critical.spec.as_mut().unwrap().priority_class_name = Some("system-node-critical".into());
+        assert_eq!(adj(&critical, 0), -997);
     }
 }

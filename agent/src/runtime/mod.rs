@@ -7,6 +7,7 @@ pub mod hash;
 mod kill;
 mod reading;
 mod resize;
+pub mod security;
 mod start;
 mod sync;
 
@@ -67,6 +68,12 @@ pub enum Error {
     },
     #[error("pod {0} has no spec")]
     NoSpec(String),
+    /// The security context asks for what this node does not allow or cannot honour.
+    #[error("pod {pod}: {refusal}")]
+    Refused {
+        pod: String,
+        refusal: security::Refusal,
+    },
 }
 
 impl Error {
@@ -77,6 +84,7 @@ impl Error {
             Error::ImagePull { .. } => "ErrImagePull",
             Error::ImagePullBackOff { .. } => "ImagePullBackOff",
             Error::Unsupported { .. } => "CreateContainerConfigError",
+            Error::Refused { refusal, .. } => refusal.reason(),
             _ => "CreateContainerError",
         }
     }
@@ -140,6 +148,10 @@ pub struct Listing {
 pub struct Config {
     pub node_name: String,
     pub pod_logs_dir: PathBuf,
+    /// What the node allows of security contexts.
+    pub security: security::Settings,
+    /// The machine's memory in bytes (the base of Burstable containers' `oom_score_adj`).
+    pub memory_capacity: u64,
 }
 
 /// The outcome of one sync: when to look at the pod again even without an event.
@@ -288,6 +300,8 @@ mod tests {
             Config {
                 node_name: "n1".into(),
                 pod_logs_dir: "/logs".into(),
+                security: super::security::Settings::default(),
+                memory_capacity: 8 << 30,
             },
         );
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({

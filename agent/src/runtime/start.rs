@@ -1,5 +1,15 @@
 //! Starting containers: back-off, image pulls, sandbox and container configs.
 use super::*;
+use security::ImageUser;
+
+/// Which instance of a container a config is for.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Instance {
+    pub kind: ContainerKind,
+    /// Its attempt: how often the container was started before.
+    pub restart_count: u32,
+    pub hash: u64,
+}
 
 impl Manager {
     /// Starts one container unless it is in crash-loop back-off. `Ok(true)` when started,
@@ -67,8 +77,13 @@ impl Manager {
         hash: u64,
     ) -> Result<api::ContainerStatus> {
         let image = container.image.clone().unwrap_or_default();
-        let image_ref = self.ensure_image(t.name, t.uid, container, &image).await?;
-        let config = self.container_config(t.pod, t.uid, container, kind, restart_count, hash)?;
+        let (image_ref, image_user) = self.ensure_image(t.name, t.uid, container, &image).await?;
+        let instance = Instance {
+            kind,
+            restart_count,
+            hash,
+        };
+        let config = self.container_config(t.pod, t.uid, container, instance, &image_user)?;
         let id = self
             .cri
             .create_container(t.sandbox_id, config.clone(), t.sandbox_config.clone())
@@ -99,14 +114,14 @@ impl Manager {
 
     /// Makes the image present as the pull policy says (default IfNotPresent). A failed pull
     /// backs off per pod and image (10 s doubling to 300 s): ErrImagePull, then ImagePullBackOff.
-    /// Returns the image's reference (its id) as the runtime knows it.
+    /// Returns the image's reference (its id) as the runtime knows it, and the user it runs as.
     pub(super) async fn ensure_image(
         &self,
         pod: &str,
         uid: &str,
         container: &Container,
         image: &str,
-    ) -> Result<String> {
+    ) -> Result<(String, ImageUser)> {
         let policy = container
             .image_pull_policy
             .as_deref()
@@ -118,10 +133,10 @@ impl Manager {
                 .image_status(image)
                 .await
                 .map_err(Self::cri_err(pod))?
-                .map(|i| i.id)
+                .map(|i| (i.id.clone(), ImageUser::of(&i)))
         };
-        if let Some(id) = found {
-            return Ok(id);
+        if let Some(found) = found {
+            return Ok(found);
         }
         if policy != "Never" {
             let key = format!("{uid}_{image}");
@@ -141,22 +156,33 @@ impl Manager {
                 });
             }
             let res = self.cri.pull_image(image).await;
-            let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
-            match res {
-                Ok(image_ref) => {
-                    backoffs.image.forget(&key);
-                    Ok(image_ref)
+            let image_ref = {
+                let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+                match res {
+                    Ok(image_ref) => {
+                        backoffs.image.forget(&key);
+                        image_ref
+                    }
+                    Err(source) => {
+                        backoffs.image.next(&key, now, now_nanos());
+                        return Err(Error::ImagePull {
+                            pod: pod.to_owned(),
+                            container: container.name.clone(),
+                            image: image.to_owned(),
+                            source,
+                        });
+                    }
                 }
-                Err(source) => {
-                    backoffs.image.next(&key, now, now_nanos());
-                    Err(Error::ImagePull {
-                        pod: pod.to_owned(),
-                        container: container.name.clone(),
-                        image: image.to_owned(),
-                        source,
-                    })
-                }
-            }
+            };
+            // Who the pulled image runs as (the pull does not say).
+            let user = self
+                .cri
+                .image_status(image)
+                .await
+                .map_err(Self::cri_err(pod))?
+                .map(|i| ImageUser::of(&i))
+                .unwrap_or_default();
+            Ok((image_ref, user))
         } else {
             Err(Error::ImageNeverPull {
                 pod: pod.to_owned(),
@@ -192,9 +218,8 @@ impl Manager {
     }
 
     pub(super) fn namespace_options(pod: &Pod) -> api::NamespaceOption {
-        let share_pid = pod
-            .spec
-            .as_ref()
+        let spec = pod.spec.as_ref();
+        let share_pid = spec
             .and_then(|s| s.share_process_namespace)
             .unwrap_or(false);
         api::NamespaceOption {
@@ -203,12 +228,18 @@ impl Manager {
             } else {
                 api::NamespaceMode::Pod
             } as i32,
-            pid: if share_pid {
+            pid: if spec.and_then(|s| s.host_pid).unwrap_or(false) {
+                api::NamespaceMode::Node
+            } else if share_pid {
                 api::NamespaceMode::Pod
             } else {
                 api::NamespaceMode::Container
             } as i32,
-            ipc: api::NamespaceMode::Pod as i32,
+            ipc: if spec.and_then(|s| s.host_ipc).unwrap_or(false) {
+                api::NamespaceMode::Node
+            } else {
+                api::NamespaceMode::Pod
+            } as i32,
             ..Default::default()
         }
     }
@@ -269,16 +300,7 @@ impl Manager {
                 host_ip: p.host_ip.clone().unwrap_or_default(),
             })
             .collect();
-        let privileged = spec
-            .map(|s| s.containers.as_slice())
-            .unwrap_or_default()
-            .iter()
-            .any(|c| {
-                c.security_context
-                    .as_ref()
-                    .and_then(|s| s.privileged)
-                    .unwrap_or(false)
-            });
+        let (security_context, sysctls) = security::sandbox(pod, Self::namespace_options(pod));
         api::PodSandboxConfig {
             metadata: Some(api::PodSandboxMetadata {
                 name: name.clone(),
@@ -299,11 +321,8 @@ impl Manager {
             annotations,
             linux: Some(api::LinuxPodSandboxConfig {
                 cgroup_parent: cgroup_parent.to_owned(),
-                security_context: Some(api::LinuxSandboxSecurityContext {
-                    namespace_options: Some(Self::namespace_options(pod)),
-                    privileged,
-                    ..Default::default()
-                }),
+                security_context: Some(security_context),
+                sysctls,
                 ..Default::default()
             }),
             windows: None,
@@ -331,8 +350,13 @@ impl Manager {
             .iter()
             .flat_map(|s| &s.containers)
             .map(|c| {
-                let hash = hash::container_hash(c);
-                self.container_config(pod, uid, c, ContainerKind::App, 0, hash)
+                let instance = Instance {
+                    kind: ContainerKind::App,
+                    restart_count: 0,
+                    hash: hash::container_hash(c),
+                };
+                // A pod without a security context needs nothing from the image.
+                self.container_config(pod, uid, c, instance, &ImageUser::default())
             })
             .collect::<Result<_>>()?;
         Ok((self.sandbox_config(pod, uid, 0, &cgroup), containers))
@@ -343,11 +367,26 @@ impl Manager {
         pod: &Pod,
         uid: &str,
         c: &Container,
-        kind: ContainerKind,
-        restart_count: u32,
-        hash: u64,
+        instance: Instance,
+        image_user: &ImageUser,
     ) -> Result<api::ContainerConfig> {
+        let Instance {
+            kind,
+            restart_count,
+            hash,
+        } = instance;
         let name = full_name(pod);
+        let security_context = security::container(
+            pod,
+            c,
+            image_user,
+            Self::namespace_options(pod),
+            &self.cfg.security,
+        )
+        .map_err(|refusal| Error::Refused {
+            pod: name.clone(),
+            refusal,
+        })?;
         let unsupported = |what: &str| Error::Unsupported {
             pod: name.clone(),
             what: format!("container {}: {what}", c.name),
@@ -390,15 +429,21 @@ impl Manager {
         {
             annotations.insert(labels::PRE_STOP_HANDLER.to_owned(), json);
         }
-        let resources = cm::container_resources(c).map_err(|source| Error::Cgroup {
+        let mut resources = cm::container_resources(c).map_err(|source| Error::Cgroup {
             pod: name.clone(),
             source,
         })?;
+        resources.oom_score_adj =
+            crate::pod::qos::container_oom_score_adj(pod, c, self.cfg.memory_capacity).map_err(
+                |source| Error::Cgroup {
+                    pod: name.clone(),
+                    source: source.into(),
+                },
+            )?;
         annotations.insert(
             labels::CONTAINER_RESOURCES.to_owned(),
             cm::resources_label(&resources),
         );
-        let sc = c.security_context.as_ref();
         Ok(api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
                 name: c.name.clone(),
@@ -417,20 +462,7 @@ impl Manager {
             tty: c.tty.unwrap_or(false),
             linux: Some(api::LinuxContainerConfig {
                 resources: Some(resources),
-                security_context: Some(api::LinuxContainerSecurityContext {
-                    namespace_options: Some(Self::namespace_options(pod)),
-                    privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
-                    run_as_user: sc
-                        .and_then(|s| s.run_as_user)
-                        .map(|value| api::Int64Value { value }),
-                    run_as_group: sc
-                        .and_then(|s| s.run_as_group)
-                        .map(|value| api::Int64Value { value }),
-                    readonly_rootfs: sc
-                        .and_then(|s| s.read_only_root_filesystem)
-                        .unwrap_or(false),
-                    ..Default::default()
-                }),
+                security_context: Some(security_context),
             }),
             ..Default::default()
         })

@@ -33,6 +33,10 @@ impl Manager {
                 what: "volumes".into(),
             });
         }
+        security::check_pod(pod, &self.cfg.security).map_err(|refusal| Error::Refused {
+            pod: name.clone(),
+            refusal,
+        })?;
         let known_empty = self.known().holds_nothing(uid);
         let handed = if known_empty {
             None
