@@ -242,8 +242,9 @@ impl<S: PodSyncer> SyncLoop<S> {
             tracing::info!(uid = %uid, "killing runtime pod that no source knows");
             self.workers.update_pod(&uid, Work::orphan_kill(&uid));
         }
-        // Pod cgroups of no desired, known, lately finished or running pod (cm waits for a second
-        // pass before removing one, so a worker creating or removing it now is left alone).
+        // Pod cgroups and pod log directories of no desired, known, lately finished or running
+        // pod (each waits for a second pass before removing one, so a worker creating or
+        // removing it now is left alone).
         // The scan and the removals run on a blocking thread: it gets the known UIDs as a set.
         if let Ok(running) = self.runtime_pods.read() {
             let known: HashSet<String> = pods
@@ -253,7 +254,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                 .cloned()
                 .chain(self.workers.known_uids())
                 .collect();
-            self.workers.cleanup_cgroups(known);
+            self.workers.cleanup_orphans(known);
         }
         let took = start.elapsed();
         if took > HOUSEKEEPING_WARNING {

@@ -213,8 +213,9 @@ pub trait PodSyncer: Send + Sync + 'static {
     fn observe(&self, _op: UpdateType, _secs: f64) {}
     /// Housekeeping's share of the runtime's bookkeeping (back-off tables).
     fn housekeeping(&self) {}
-    /// Housekeeping: remove pod cgroups of pods not in `known`, off the caller's thread.
-    fn cleanup_cgroups(&self, _known: HashSet<String>) {}
+    /// Housekeeping: remove the pod cgroups and pod log directories of pods not in `known`,
+    /// off the caller's thread.
+    fn cleanup_orphans(&self, _known: HashSet<String>) {}
 }
 
 /// The real runtime calls.
@@ -318,16 +319,18 @@ impl PodSyncer for WorkerContext {
         self.runtime.gc_backoffs();
     }
 
-    fn cleanup_cgroups(&self, known: HashSet<String>) {
-        let cm = self.runtime.cm().clone();
-        // Walking the cgroup tree, killing leftovers and rmdir retries block: off the sync
-        // loop's thread.
+    fn cleanup_orphans(&self, known: HashSet<String>) {
+        let runtime = self.runtime.clone();
+        // Walking the cgroup tree and the log directory, killing leftovers, rmdir retries and
+        // removing files block: off the sync loop's thread.
         tokio::task::spawn_blocking(move || {
+            let cm = runtime.cm();
             if let Some(due) = cm.orphaned_pod_cgroups(&|uid| known.contains(uid))
                 && !due.is_empty()
             {
                 cm.remove_orphans(&due);
             }
+            runtime.remove_orphaned_log_dirs(&|uid| known.contains(uid));
         });
     }
 
@@ -609,14 +612,13 @@ impl<S: PodSyncer> PodWorkers<S> {
         self.syncer.housekeeping();
     }
 
-    /// Lets the runtime side remove pod cgroups of pods for which `known` is false.
     /// The UIDs of every pod that has a worker.
     pub fn known_uids(&self) -> impl Iterator<Item = String> + '_ {
         self.workers.keys().cloned()
     }
 
-    pub fn cleanup_cgroups(&self, known: HashSet<String>) {
-        self.syncer.cleanup_cgroups(known);
+    pub fn cleanup_orphans(&self, known: HashSet<String>) {
+        self.syncer.cleanup_orphans(known);
     }
 
     /// `done_tx` receives the UID of each worker that finished its pod (terminated).

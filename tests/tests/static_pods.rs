@@ -220,3 +220,44 @@ fn ebpf_probe_sees_the_pod_cgroup_created() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn rewriting_a_manifest_in_place_never_restarts_its_pod() {
+    let Some(agent) = start_agent("in-place-writes") else {
+        return;
+    };
+    let content = manifest("inplace");
+    agent.write_manifest("inplace.yaml", &content);
+    let pod = agent.static_pod_name("inplace");
+    let list = wait_all_running(&agent, std::slice::from_ref(&pod));
+    let id = |list: &swiftlet_tests::PodList| {
+        list.container(&pod, "main")
+            .and_then(|c| c.container_id.clone())
+            .expect("a container id")
+    };
+    let first = id(&list);
+    // As `cat > file` writes: truncate, then the content in two pieces, with pauses long enough
+    // for the agent to read the empty and the half-written file in between.
+    let path = agent.manifest_dir().join("inplace.yaml");
+    let (head, tail) = content.split_at(content.len() / 2);
+    for _ in 0..10 {
+        let mut f = std::fs::File::create(&path).expect("truncate");
+        std::thread::sleep(Duration::from_millis(30));
+        std::io::Write::write_all(&mut f, head.as_bytes()).expect("write");
+        f.sync_all().expect("sync");
+        std::thread::sleep(Duration::from_millis(30));
+        std::io::Write::write_all(&mut f, tail.as_bytes()).expect("write");
+        drop(f);
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let list = agent.pods();
+    assert!(list.is_running(&pod), "{}", list.summary());
+    assert_eq!(id(&list), first, "the same container still runs");
+    let log = agent.log();
+    assert!(
+        log.contains("keeping the pod of the manifest's last good content"),
+        "the broken reads were seen (else this test proves nothing)"
+    );
+    assert!(!log.contains("pod terminated"), "nothing was terminated");
+}

@@ -316,6 +316,12 @@ struct FileState {
     outcome: Result<StoredPod, String>,
     /// The duplicate-name reason already reported for this content.
     dup_reported: Option<String>,
+    /// While the file does not parse: the last pod it parsed to (and that content's key), still
+    /// published. A file rewritten in place (truncated, then written) is seen empty or half
+    /// written for a moment; that must not kill its pod. See [`Source::refresh`].
+    last_good: Option<(ContentKey, StoredPod)>,
+    /// When the current (broken) content was first read.
+    since: Instant,
 }
 
 struct Source {
@@ -450,7 +456,16 @@ impl Source {
             Loaded::Failed(e) => ContentKey::ReadError(e.to_string()),
             Loaded::Bytes(b) => ContentKey::Bytes(Sha256::digest(b).into()),
         };
-        if self.files.get(name).is_some_and(|s| s.key == key) {
+        if let Some(state) = self.files.get_mut(name)
+            && state.key == key
+        {
+            // The same content as before. A broken file that still holds its last good pod
+            // gives it up once it has stayed broken for a whole rescan period: that is a
+            // deliberate edit, not a write caught half-way.
+            if state.last_good.is_some() && state.since.elapsed() >= self.cfg.check_frequency {
+                tracing::warn!(path = %path.display(), after = ?state.since.elapsed(), "static pod manifest still does not parse: removing its pod");
+                state.last_good = None;
+            }
             return;
         }
         let outcome = match loaded {
@@ -467,12 +482,25 @@ impl Source {
             self.errors.inc(e.reason());
             e.to_string()
         });
+        // A file that stops parsing keeps the pod it last parsed to, for now.
+        let last_good = match (&outcome, self.files.remove(name)) {
+            (Ok(_), _) | (Err(_), None) => None,
+            (Err(_), Some(previous)) => match previous.outcome {
+                Ok(pod) => Some((previous.key, pod)),
+                Err(_) => previous.last_good,
+            },
+        };
+        if last_good.is_some() {
+            tracing::info!(path = %path.display(), "keeping the pod of the manifest's last good content until it parses again or stays broken for a rescan period");
+        }
         self.files.insert(
             name.to_owned(),
             FileState {
                 key,
                 outcome,
                 dup_reported: None,
+                last_good,
+                since: Instant::now(),
             },
         );
     }
@@ -489,12 +517,16 @@ impl Source {
         let mut rejected = BTreeMap::new();
         for (name, st) in &mut self.files {
             let path = dir.join(name);
-            let pod = match &st.outcome {
-                Err(reason) => {
+            let (key, pod) = match (&st.outcome, &st.last_good) {
+                (Ok(pod), _) => (st.key.clone(), pod.clone()),
+                (Err(reason), Some((key, pod))) => {
+                    rejected.insert(path.clone(), reason.clone());
+                    (key.clone(), pod.clone())
+                }
+                (Err(reason), None) => {
                     rejected.insert(path, reason.clone());
                     continue;
                 }
-                Ok(pod) => pod,
             };
             let full = (
                 pod.metadata.namespace.clone().unwrap_or_default(),
@@ -518,8 +550,8 @@ impl Source {
             }
             st.dup_reported = None;
             owners.insert(full, path);
-            pods.push(pod.clone());
-            ident.push((name.clone(), st.key.clone()));
+            pods.push(pod);
+            ident.push((name.clone(), key));
         }
         {
             let mut r = self
@@ -767,6 +799,39 @@ mod tests {
             assert!(Instant::now() < deadline, "rejection not cleared");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        h.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_file_caught_half_written_keeps_its_pod_until_it_stays_broken() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.yaml");
+        let full = manifest("a", "x:1");
+        std::fs::write(&path, &full).expect("write");
+        let period = Duration::from_millis(500);
+        let mut h = Harness::start(dir.path(), period);
+        assert_eq!(h.next().await, vec!["a-node1"]);
+        // Rewritten in place as `cat > file` does: empty, half, then whole again. Each state
+        // is seen (the pauses outlast the debounce), none drops the pod.
+        for part in ["", &full[..full.len() / 2]] {
+            std::fs::write(&path, part).expect("write");
+            let deadline = Instant::now() + WAIT;
+            while h.errors.total() < if part.is_empty() { 1 } else { 2 } {
+                assert!(Instant::now() < deadline, "the broken content was not read");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        assert!(h.rejected().contains_key(&path), "the rejection shows");
+        std::fs::write(&path, &full).expect("write");
+        // Nothing changed for the pod: no SET at all, and the rejection goes.
+        h.quiet(Duration::from_millis(300)).await;
+        assert!(h.rejected().is_empty());
+        // Broken and left broken: the pod goes once a rescan finds it still broken a period
+        // later.
+        let broken_at = Instant::now();
+        std::fs::write(&path, "kind: Pod\nmetadata: [oops\n").expect("write");
+        h.until(&[]).await;
+        assert!(broken_at.elapsed() >= period, "{:?}", broken_at.elapsed());
         h.stop().await;
     }
 

@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod fresh;
 pub mod hash;
 mod kill;
+mod orphans;
 mod reading;
 mod resize;
 pub mod security;
@@ -202,6 +203,8 @@ pub struct Manager {
     resize: Arc<Mutex<ResizeState>>,
     /// The PLEG's pod reads handed to the pods' syncs, and the pods being stopped.
     fresh: Arc<Mutex<fresh::Fresh>>,
+    /// Pod log directories found orphaned at housekeeping's last pass.
+    orphan_logs: Arc<Mutex<HashSet<std::ffi::OsString>>>,
 }
 
 /// Marks a mutation of one pod (or the stop of one container) for as long as it lives.

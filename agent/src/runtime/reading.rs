@@ -13,6 +13,7 @@ impl Manager {
             known: Arc::default(),
             resize: Arc::default(),
             fresh: Arc::default(),
+            orphan_logs: Arc::default(),
         }
     }
 

@@ -1,0 +1,126 @@
+//! Pod log directories no pod owns any more: a pod deleted while the agent was down, or a kill
+//! cut short between removing the sandbox and removing its logs. Housekeeping finds them; one
+//! orphaned at two passes in a row is removed (a pod whose first sync is creating its directory
+//! right now is known by the next pass).
+use super::*;
+use std::ffi::OsString;
+
+impl Manager {
+    /// Removes the pod log directories (`<namespace>_<name>_<uid>` below the pod logs dir) of
+    /// UIDs `known` says no to that were orphaned at the previous call too; returns how many
+    /// were removed. Entries of any other shape, and anything but plain directories, are left
+    /// alone. Blocking: call it off the async threads.
+    pub fn remove_orphaned_log_dirs(&self, known: &dyn Fn(&str) -> bool) -> usize {
+        let entries = match std::fs::read_dir(&self.cfg.pod_logs_dir) {
+            Ok(rd) => rd,
+            Err(e) => {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %self.cfg.pod_logs_dir.display(), %e, "listing pod log directories");
+                }
+                return 0;
+            }
+        };
+        let mut orphaned = HashSet::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(uid) = name.to_str().and_then(log_dir_uid) else {
+                continue;
+            };
+            if !known(uid) && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                orphaned.insert(name);
+            }
+        }
+        let mut previous = self.orphan_logs.lock().unwrap_or_else(|p| p.into_inner());
+        let due: Vec<OsString> = orphaned.intersection(&previous).cloned().collect();
+        *previous = orphaned;
+        drop(previous);
+        let mut removed = 0;
+        for name in due {
+            let dir = self.cfg.pod_logs_dir.join(&name);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "removed the log directory of a pod that is gone");
+                    removed += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), %e, "removing an orphaned pod log directory")
+                }
+            }
+        }
+        removed
+    }
+}
+
+/// The pod UID of a pod log directory name `<namespace>_<name>_<uid>`; `None` for any other
+/// name (namespaces, names and UIDs never contain `_`).
+fn log_dir_uid(name: &str) -> Option<&str> {
+    let mut parts = name.split('_');
+    let (ns, pod, uid) = (parts.next()?, parts.next()?, parts.next()?);
+    let plain = |s: &str| !s.is_empty() && !s.starts_with('.');
+    (parts.next().is_none() && plain(ns) && plain(pod) && plain(uid)).then_some(uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+
+    fn manager(logs: &std::path::Path, mount: &std::path::Path) -> Manager {
+        Manager::new(
+            Cri::new("unix:///nonexistent/cri.sock", Metrics::new()).expect("lazy client"),
+            cm::ContainerManager::new(cm::Config {
+                cgroup_root: "/t".into(),
+                cgroups_per_qos: true,
+                mount: mount.into(),
+                pod_pids_limit: -1,
+            }),
+            Config {
+                node_name: "n1".into(),
+                pod_logs_dir: logs.into(),
+                security: security::Settings::default(),
+                memory_capacity: 1 << 30,
+            },
+        )
+    }
+
+    #[test]
+    fn names_that_are_not_pod_log_directories_are_ignored() {
+        assert_eq!(log_dir_uid("default_web_u-1"), Some("u-1"));
+        for name in ["web", "a_b", "a_b_c_d", "_b_c", "a__c", ".x_b_c", "a_b_.c"] {
+            assert_eq!(log_dir_uid(name), None, "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_orphaned_log_directory_goes_at_the_second_pass_and_nothing_else_does() {
+        let logs = tempfile::tempdir().expect("tempdir");
+        let mount = tempfile::tempdir().expect("tempdir");
+        let m = manager(logs.path(), mount.path());
+        for dir in ["ns_live_u1", "ns_gone_u2", "ns_late_u3", "not-a-pod-dir"] {
+            std::fs::create_dir(logs.path().join(dir)).expect("mkdir");
+        }
+        std::fs::write(logs.path().join("ns_gone_u2/main.log"), "x").expect("write");
+        // A file of the right shape is not a directory: left alone.
+        std::fs::write(logs.path().join("ns_file_u4"), "x").expect("write");
+        let known = |uid: &str| uid == "u1";
+        assert_eq!(
+            m.remove_orphaned_log_dirs(&known),
+            0,
+            "first pass only notes"
+        );
+        // u3's pod turned up in between: its directory stays.
+        let known_now = |uid: &str| uid == "u1" || uid == "u3";
+        assert_eq!(m.remove_orphaned_log_dirs(&known_now), 1);
+        let mut left: Vec<String> = std::fs::read_dir(logs.path())
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["not-a-pod-dir", "ns_file_u4", "ns_late_u3", "ns_live_u1"]
+        );
+    }
+}
