@@ -301,7 +301,7 @@ fn parse_item(
         format: "JSON",
         line: None,
         column: None,
-        message: e.to_string(),
+        message: redact_values(&e.to_string()),
     })?;
     finish(origin, path, pod, node_name)
 }
@@ -329,7 +329,7 @@ fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str, json: bool) -
             format: "JSON",
             line: (e.line() > 0).then_some(e.line()),
             column: (e.column() > 0).then_some(e.column()),
-            message: e.to_string(),
+            message: redact_values(&e.to_string()),
         })
     } else {
         serde_yaml_ng::from_str(text).map_err(|e| {
@@ -339,10 +339,51 @@ fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str, json: bool) -
                 format: "YAML",
                 line: loc.as_ref().map(|l| l.line()),
                 column: loc.as_ref().map(|l| l.column()),
-                message: e.to_string(),
+                message: redact_values(&e.to_string()),
             }
         })
     }
+}
+
+/// Longest decoder message kept; the rest is cut (the file and location say where to look).
+const MAX_MESSAGE_CHARS: usize = 256;
+
+/// A decoder message without the values it quotes. serde's messages quote the offending value
+/// (`invalid type: string "hunter2", expected a boolean`); a rejected manifest may hold secrets
+/// (an env value in the wrong place), and the message goes to the log, to
+/// `/debug/manifests` and to anyone who can read them. Field names (quoted with backticks) and
+/// the expected types stay, so the message still says what is wrong.
+pub(crate) fn redact_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(MAX_MESSAGE_CHARS + 16));
+    let mut quoted = false;
+    let mut escaped = false;
+    let mut kept = 0;
+    for ch in message.chars() {
+        if kept >= MAX_MESSAGE_CHARS {
+            out.push_str("...");
+            return out;
+        }
+        if quoted {
+            match (escaped, ch) {
+                (false, '\\') => escaped = true,
+                (false, '"') => {
+                    quoted = false;
+                    out.push_str("<redacted>\"");
+                }
+                _ => escaped = false,
+            }
+            continue;
+        }
+        if ch == '"' {
+            quoted = true;
+        }
+        out.push(ch);
+        kept += 1;
+    }
+    if quoted {
+        out.push_str("<redacted>");
+    }
+    out
 }
 
 fn check_type(value: &serde_json::Value) -> Result<(), Problem> {
@@ -811,6 +852,27 @@ mod tests {
              {\"name\": \"j\"},\n\t\"spec\": {\"containers\": [{\"name\": \"c\", \"image\": \"x\"}]}\n}",
         );
         assert_eq!(pod.metadata.name.as_deref(), Some("j-node-a"));
+    }
+
+    #[test]
+    fn errors_do_not_echo_values() {
+        // A value of the wrong type (a token pasted in the wrong place): serde would quote it.
+        let bad = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, \
+                   image: x}], terminationGracePeriodSeconds: s3cr3t-token}\n";
+        let e = err(bad.as_bytes()).to_string();
+        assert!(!e.contains("s3cr3t-token"), "{e}");
+        assert!(e.contains("<redacted>"), "{e}");
+        let json = b"{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"a\"}, \
+            \"spec\": {\"hostNetwork\": \"p4ss\\\"word\", \"containers\": []}}";
+        let e = err(json).to_string();
+        assert!(!e.contains("p4ss") && !e.contains("word"), "{e}");
+        assert_eq!(
+            redact_values("invalid type: string \"x\", expected a boolean at `spec.x`"),
+            "invalid type: string \"<redacted>\", expected a boolean at `spec.x`"
+        );
+        assert_eq!(redact_values("cut \"open"), "cut \"<redacted>");
+        let long = "a".repeat(10_000);
+        assert!(redact_values(&long).len() <= MAX_MESSAGE_CHARS + 3);
     }
 
     #[test]
