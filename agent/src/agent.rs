@@ -228,6 +228,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         status,
         metrics,
         tracer,
+        max_pods: cfg.max_pods as usize,
     };
     tracker.spawn(sync_loop.run(cancel.clone()));
     tracing::info!(node = %cfg.node_name, "swiftlet started");

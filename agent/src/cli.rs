@@ -117,6 +117,10 @@ pub struct Flags {
     /// instead of none (Unconfined) [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub seccomp_default: Option<bool>,
+    /// Most pods this node runs at once; a pod over it is rejected (phase Failed, reason
+    /// OutOfpods) [default: 110].
+    #[arg(long, value_name = "N")]
+    pub max_pods: Option<u32>,
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
@@ -148,6 +152,7 @@ pub struct KubeletConfiguration {
     pub http_check_frequency: Option<String>,
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub seccomp_default: Option<bool>,
+    pub max_pods: Option<u32>,
 }
 
 /// Everything the agent needs, defaults applied.
@@ -178,6 +183,8 @@ pub struct AgentConfig {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// `--seccomp-default`.
     pub seccomp_default: bool,
+    /// `--max-pods` / `maxPods`.
+    pub max_pods: u32,
 }
 
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -357,6 +364,7 @@ impl Flags {
                 .seccomp_default
                 .or(file.seccomp_default)
                 .unwrap_or(false),
+            max_pods: self.max_pods.or(file.max_pods).unwrap_or(110),
         })
     }
 }

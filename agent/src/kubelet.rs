@@ -64,6 +64,8 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
     pub tracer: crate::trace::Tracer,
+    /// `--max-pods`: admission rejects a new pod beyond this many active ones.
+    pub max_pods: usize,
 }
 
 fn uid_of(pod: &Pod) -> Option<String> {
@@ -135,9 +137,23 @@ impl<S: PodSyncer> SyncLoop<S> {
                         .map(|t| t.0)
                         .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
                 });
+                // Active pods: admitted, not rejected, not finished.
+                let mut used = pods
+                    .keys()
+                    .filter(|uid| !self.status.is_terminal(uid))
+                    .count();
                 for pod in list {
                     let Some(uid) = uid_of(&pod) else { continue };
+                    let known = pods.contains_key(&uid);
                     pods.insert(uid.clone(), pod.clone());
+                    if self.status.is_rejected(&uid) {
+                        continue;
+                    }
+                    if !known && used >= self.max_pods {
+                        self.reject_out_of_pods(&uid, pod, used);
+                        continue;
+                    }
+                    used += usize::from(!known);
                     self.status.set_pod(&uid, pod.clone());
                     self.tracer.pod_admitted(&uid, &pod);
                     self.workers
@@ -147,6 +163,11 @@ impl<S: PodSyncer> SyncLoop<S> {
             Op::Update | Op::Delete => {
                 for pod in list {
                     let Some(uid) = uid_of(&pod) else { continue };
+                    if self.status.is_rejected(&uid) {
+                        // A rejected pod stays rejected (its source must delete it).
+                        pods.insert(uid, pod);
+                        continue;
+                    }
                     pods.insert(uid.clone(), pod.clone());
                     self.status.set_pod(&uid, pod.clone());
                     // A deletion timestamp moves the worker to terminating by itself.
@@ -158,6 +179,11 @@ impl<S: PodSyncer> SyncLoop<S> {
                 for pod in list {
                     let Some(uid) = uid_of(&pod) else { continue };
                     pods.remove(&uid);
+                    if self.status.is_rejected(&uid) {
+                        // It never ran: nothing to kill.
+                        self.status.remove_pod(&uid);
+                        continue;
+                    }
                     if !self.sources_ready.all_ready() {
                         // Housekeeping kills it once every source has reported: killing before then could kill pods of a source that has not reported yet.
                         continue;
@@ -174,6 +200,25 @@ impl<S: PodSyncer> SyncLoop<S> {
                 }
             }
         }
+    }
+
+    /// Admission (the kubelet's pod count check): the node runs `max_pods` pods already, so `pod`
+    /// fails at once without a worker, as the kubelet rejects it: phase Failed, reason
+    /// OutOfpods. Admission is the one writer of status besides the pod worker: a rejected pod
+    /// never gets one.
+    fn reject_out_of_pods(&mut self, uid: &str, pod: Arc<Pod>, used: usize) {
+        let message = format!(
+            "Node didn't have enough resource: pods, requested: 1, used: {used}, capacity: {}",
+            self.max_pods
+        );
+        tracing::warn!(pod = %crate::pod::full_name(&pod), %message, "pod rejected");
+        self.metrics
+            .admission_rejections_total
+            .get_or_create(&crate::metrics::ReasonLabel {
+                reason: "OutOfpods",
+            })
+            .inc();
+        self.status.reject(uid, pod, "OutOfpods", &message);
     }
 
     /// A probe result changed: sync the pod (kubelet `handleProbeSync`), so its status shows the
@@ -266,7 +311,7 @@ impl<S: PodSyncer> SyncLoop<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod_workers::tests::{Fake, Inner, pod};
+    use crate::pod_workers::tests::{Call, Fake, Inner, pod};
     use tokio_util::task::TaskTracker;
 
     struct Running {
@@ -274,10 +319,15 @@ mod tests {
         runtime_state: crate::pleg::RuntimeState,
         runtime_pods: RuntimePods,
         fake: Fake,
+        status: StatusManager,
         _cancel: tokio_util::sync::DropGuard,
     }
 
     fn start(inner: Inner) -> Running {
+        start_with(inner, 110)
+    }
+
+    fn start_with(inner: Inner, max_pods: usize) -> Running {
         let fake = Fake(Arc::new(inner));
         let (config_tx, config_rx) = mpsc::channel(50);
         let (_pleg_tx, pleg_rx) = mpsc::channel(1);
@@ -287,6 +337,7 @@ mod tests {
         let metrics = crate::metrics::Metrics::new();
         let runtime_state = crate::pleg::RuntimeState::default();
         let runtime_pods = RuntimePods::default();
+        let status = StatusManager::new(metrics.clone());
         let sync_loop = SyncLoop {
             config_rx,
             sources_ready: SourcesReady::default(),
@@ -296,9 +347,10 @@ mod tests {
             runtime_pods: runtime_pods.clone(),
             runtime_state: runtime_state.clone(),
             workers: PodWorkers::new(fake.clone(), done_tx, TaskTracker::new(), cancel.clone()),
-            status: StatusManager::new(metrics.clone()),
+            status: status.clone(),
             tracer: crate::trace::Tracer::new(metrics.clone()),
             metrics,
+            max_pods,
         };
         tokio::spawn(sync_loop.run(cancel.clone()));
         Running {
@@ -306,6 +358,7 @@ mod tests {
             runtime_state,
             runtime_pods,
             fake,
+            status,
             _cancel: cancel.drop_guard(),
         }
     }
@@ -354,6 +407,43 @@ mod tests {
         let waited = cleared.elapsed();
         assert!(waited <= Duration::from_secs(5), "{waited:?}");
         assert_eq!(r.fake.syncs_of("u1").len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pods_over_max_pods_are_rejected_and_never_run() {
+        let r = start_with(Inner::default(), 2);
+        for (uid, name) in [("u1", "a"), ("u2", "b"), ("u3", "c")] {
+            r.config_tx.send(add(pod(uid, name))).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(r.fake.syncs_of("u1").len(), 1);
+        assert_eq!(r.fake.syncs_of("u2").len(), 1);
+        assert!(r.fake.syncs_of("u3").is_empty());
+        let st = r.status.status("u3").expect("a rejected pod has a status");
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("OutOfpods"));
+        assert_eq!(
+            st.message.as_deref(),
+            Some(
+                "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"
+            )
+        );
+        // An update does not bring it back, and its removal leaves nothing.
+        let u3 = |op| PodUpdate {
+            op,
+            pods: vec![pod("u3", "c")],
+            source: crate::config::FILE,
+        };
+        r.config_tx.send(u3(Op::Update)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(r.fake.syncs_of("u3").is_empty());
+        let about_u3 = |c: &Call| match c {
+            Call::Sync(u, _) | Call::Terminating(u, _) | Call::Terminated(u) => u == "u3",
+        };
+        assert!(!r.fake.calls().iter().any(about_u3), "{:?}", r.fake.calls());
+        r.config_tx.send(u3(Op::Remove)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(r.status.status("u3").is_none());
     }
 
     #[test]

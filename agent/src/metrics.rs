@@ -81,11 +81,13 @@ pub struct Metrics {
     pub pleg_relist_duration_seconds: Histogram,
     pub pleg_relist_interval_seconds: Histogram,
     pub pleg_discard_events_total: Counter,
+    pub stale_sandbox_objects_removed_total: Counter,
     pub pleg_last_seen_seconds: Gauge,
     pub pleg_fast_path_relists_total: Family<ResultLabel, Counter>,
     pub prober_probe_total: Family<ProbeLabel, Counter>,
     pub ebpf_exits_total: Counter,
     pub ebpf_exits_dropped_total: Family<ReasonLabel, Counter>,
+    pub admission_rejections_total: Family<ReasonLabel, Counter>,
     pub runtime_pod_state_reads_total: Family<SourceLabel, Counter>,
 }
 
@@ -198,6 +200,12 @@ impl Metrics {
             "PLEG events dropped because the sync loop's channel was full",
             pleg_discard_events_total.clone(),
         );
+        let stale_sandbox_objects_removed_total = Counter::default();
+        registry.register(
+            "stale_sandbox_objects_removed",
+            "Dead sandboxes of live pods, and the superseded exited containers in them, removed",
+            stale_sandbox_objects_removed_total.clone(),
+        );
         let pleg_last_seen_seconds = Gauge::default();
         registry.register(
             "pleg_last_seen_seconds",
@@ -218,6 +226,12 @@ impl Metrics {
             "Container exits the eBPF probes saw (main process exit or container cgroup removed) \
              handed to the PLEG",
             ebpf_exits_total.clone(),
+        );
+        let admission_rejections_total = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "admission_rejections",
+            "Pods rejected at admission, by reason (OutOfpods: over --max-pods)",
+            admission_rejections_total.clone(),
         );
         let ebpf_exits_dropped_total = Family::<ReasonLabel, Counter>::default();
         registry.register(
@@ -248,11 +262,13 @@ impl Metrics {
             pleg_relist_duration_seconds,
             pleg_relist_interval_seconds,
             pleg_discard_events_total,
+            stale_sandbox_objects_removed_total,
             pleg_last_seen_seconds,
             pleg_fast_path_relists_total,
             prober_probe_total,
             ebpf_exits_total,
             ebpf_exits_dropped_total,
+            admission_rejections_total,
             pod_start_phase_duration_seconds,
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,

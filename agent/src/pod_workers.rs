@@ -167,9 +167,12 @@ pub const MIN_GRACE: i64 = 1;
 pub const ORPHAN_GRACE: i64 = 1;
 /// Periodic resync of a healthy pod (the kubelet's syncFrequency), jittered by up to 50 %.
 pub const RESYNC: Duration = Duration::from_secs(60);
-/// Retry delay after a failed piece of work, jittered by up to 50 %. The kubelet waits 10 s;
-/// swiftlet retries sooner because a failed start is what its users wait on.
-pub const ERROR_BACKOFF: Duration = Duration::from_secs(2);
+/// Retry delay after a failed piece of work, jittered by up to 50 % (the kubelet's). A pod that
+/// keeps failing costs one sync every 10-15 s, however many such pods a source sends.
+pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
+/// A pod's failure repeated with the same error is logged again only after this long (with how
+/// many times it failed meanwhile); a new error is logged at once.
+pub const REPEAT_WARNING: Duration = Duration::from_secs(300);
 const JITTER: f64 = 0.5;
 /// Quick in-worker retries of a failed kill: 100 ms doubling while <= 800 ms (1.5 s in all).
 const KILL_RETRY_BASE: Duration = Duration::from_millis(100);
@@ -317,6 +320,9 @@ impl PodSyncer for WorkerContext {
 
     fn housekeeping(&self) {
         self.runtime.gc_backoffs();
+        self.runtime.collect_stale_sandboxes_in_background(
+            self.metrics.stale_sandbox_objects_removed_total.clone(),
+        );
     }
 
     fn cleanup_orphans(&self, known: HashSet<String>) {
@@ -366,6 +372,36 @@ struct PodStatus {
     /// Cancels the work in progress.
     cancel: Option<CancellationToken>,
     marks: Marks,
+    warned: Warned,
+}
+
+/// The last failure a pod's worker logged, to keep a failing pod from filling the log.
+#[derive(Debug, Default)]
+struct Warned {
+    error: String,
+    /// When it was logged (monotonic ns).
+    at: u64,
+    /// Failures with the same error not logged since.
+    suppressed: u32,
+}
+
+impl Warned {
+    /// Whether failure `error` at `now` is logged; `Some(n)` says `n` were held back before it.
+    fn should_log(&mut self, error: &str, now: u64) -> Option<u32> {
+        let due = now.saturating_sub(self.at) >= REPEAT_WARNING.as_nanos() as u64;
+        if self.error != error || due || self.at == 0 {
+            let held = self.suppressed;
+            *self = Warned {
+                error: error.to_owned(),
+                at: now.max(1),
+                suppressed: 0,
+            };
+            Some(held)
+        } else {
+            self.suppressed += 1;
+            None
+        }
+    }
 }
 
 impl PodStatus {
@@ -1026,11 +1062,17 @@ impl<S: PodSyncer> Worker<S> {
         let mut st = self.slot.lock();
         st.cancel = None;
         st.marks.sync_finished(now);
+        if matches!(outcome, Outcome::Synced(_) | Outcome::Done) {
+            // Recovered: the next failure is news again.
+            st.warned = Warned::default();
+        }
         let delay = match (step.work_type, outcome) {
             (_, Outcome::Cancelled) => None,
             (_, Outcome::Failed(e)) => {
                 // The sync loop's tick retries a desired pod; housekeeping retries an orphan.
-                tracing::warn!(pod = %st.full_name, work = ?step.work_type, error = %e, "pod work failed; will retry");
+                if let Some(held) = st.warned.should_log(&e.to_string(), now) {
+                    tracing::warn!(pod = %st.full_name, work = ?step.work_type, error = %e, repeated_meanwhile = held, "pod work failed; will retry");
+                }
                 Some(self.queue.jitter(ERROR_BACKOFF, JITTER))
             }
             (WorkType::Terminated, _) => {

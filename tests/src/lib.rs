@@ -327,6 +327,26 @@ pub fn container_pid(endpoint: &str, uid: &str, name: &str) -> Option<u32> {
     .flatten()
 }
 
+/// The host pid of sandbox `id`'s pause process (from containerd's verbose `PodSandboxStatus`).
+pub fn sandbox_pid(endpoint: &str, id: &str) -> Option<u32> {
+    let (endpoint, id) = (endpoint.to_owned(), id.to_owned());
+    block_on(async move {
+        let mut client = runtime_client(&endpoint).ok()?;
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id,
+            verbose: true,
+        };
+        let info = client.pod_sandbox_status(req).await.ok()?.into_inner().info;
+        info.get("info")
+            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+            .and_then(|v| v["pid"].as_u64())
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|&p| p > 0)
+    })
+    .ok()
+    .flatten()
+}
+
 /// Runs `fut` to completion on a fresh current-thread runtime in a thread of its own (so it
 /// also works from inside another runtime, e.g. in a `Drop`).
 pub fn block_on<F, T>(fut: F) -> Result<T>

@@ -87,3 +87,65 @@ fn the_log_directory_of_a_pod_deleted_while_the_agent_was_down_is_removed() {
             .contains("removed the log directory of a pod that is gone")
     );
 }
+
+/// The mount points of this machine that mention `needle` (a sandbox id: its `/dev/shm`).
+fn mounts_with(needle: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_dead_sandbox_of_a_live_pod_is_stopped_and_removed() {
+    let Some(agent) = start_agent("stale-sandbox") else {
+        return;
+    };
+    agent.write_manifest("p.yaml", &looping_pod_manifest("p", &[]));
+    let name = agent.static_pod_name("p");
+    let list = agent.wait_for(|l| l.is_running(&name), TIMEOUT);
+    let uid = list.uid(&name).expect("uid").to_owned();
+    let (sandboxes, _) = swiftlet_tests::pod_cri_objects(agent.endpoint(), &uid).expect("list");
+    assert_eq!(sandboxes.len(), 1, "{sandboxes:?}");
+    let old = sandboxes[0].id.clone();
+    assert!(
+        !mounts_with(&old).is_empty(),
+        "a live sandbox has its shm mount"
+    );
+
+    // The pause process dies as in a runtime crash: nobody stops the sandbox, so its network
+    // namespace and shm mount stay until someone does.
+    let pid = swiftlet_tests::sandbox_pid(agent.endpoint(), &old).expect("pause pid");
+    let pid = i32::try_from(pid).expect("pid");
+    // SAFETY: kill(2) on a pid this test just read; no memory is shared.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+
+    // The pod comes back in a new sandbox, and the dead one goes with the container it held.
+    agent.eventually("one ready sandbox and one container", TIMEOUT, || {
+        let (sandboxes, containers) =
+            swiftlet_tests::pod_cri_objects(agent.endpoint(), &uid).map_err(|e| e.to_string())?;
+        let ready = k8s_cri::v1::PodSandboxState::SandboxReady as i32;
+        if sandboxes.len() == 1
+            && sandboxes[0].state == ready
+            && sandboxes[0].id != old
+            && containers.len() == 1
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "sandboxes {sandboxes:?}, containers {containers:?}"
+            ))
+        }
+    });
+    assert!(agent.pods().is_running(&name));
+    let left = mounts_with(&old);
+    assert!(left.is_empty(), "the dead sandbox's mounts stay: {left:?}");
+    let log = agent.log();
+    assert!(
+        log.contains("removed a stale sandbox"),
+        "{}",
+        agent.log_tail(30)
+    );
+}

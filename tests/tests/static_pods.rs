@@ -261,3 +261,73 @@ fn rewriting_a_manifest_in_place_never_restarts_its_pod() {
     );
     assert!(!log.contains("pod terminated"), "nothing was terminated");
 }
+
+#[test]
+fn pods_over_max_pods_are_rejected_and_bad_input_is_not_echoed() {
+    let Some(rt) = swiftlet_tests::Runtime::shared() else {
+        return;
+    };
+    let mut opts = swiftlet_tests::AgentOptions::new("max-pods");
+    opts.extra_args = vec!["--max-pods".into(), "1".into()];
+    let agent = Agent::start(rt, opts);
+    agent.write_manifest("first.yaml", &manifest("first"));
+    let first = agent.static_pod_name("first");
+    wait_all_running(&agent, std::slice::from_ref(&first));
+    agent.write_manifest("second.yaml", &manifest("second"));
+    let second = agent.static_pod_name("second");
+    let list = agent.wait_for(|l| l.phase(&second) == Some("Failed"), RUNNING_TIMEOUT);
+    let status = list
+        .get(&second)
+        .and_then(|p| p.status.as_ref())
+        .expect("status");
+    assert_eq!(status.reason.as_deref(), Some("OutOfpods"), "{status:?}");
+    assert!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("used: 1, capacity: 1")),
+        "{status:?}"
+    );
+    let uid = list.uid(&second).expect("uid").to_owned();
+    let (sandboxes, _) = pod_cri_objects(agent.endpoint(), &uid).expect("list");
+    assert!(
+        sandboxes.is_empty(),
+        "a rejected pod never runs: {sandboxes:?}"
+    );
+    assert!(list.is_running(&first));
+
+    // A value in a rejected manifest (a token in the wrong field) and oversized annotations.
+    agent.write_manifest(
+        "leaky.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: leaky}\nspec: {containers: [{name: c, \
+         image: x}], terminationGracePeriodSeconds: tok-5ecr3t-value}\n",
+    );
+    let big = "v".repeat(300 * 1024);
+    agent.write_manifest(
+        "big.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: big, annotations: {{a: {big}}}}}\n\
+             spec: {{containers: [{{name: c, image: x}}]}}\n"
+        ),
+    );
+    let body = agent.eventually("both manifests reported", RUNNING_TIMEOUT, || {
+        let (_, body) = agent.get("/debug/manifests");
+        if body.contains("leaky.yaml") && body.contains("big.yaml") {
+            Ok(body)
+        } else {
+            Err(body)
+        }
+    });
+    assert!(!body.contains("5ecr3t"), "{body}");
+    assert!(body.contains("annotations"), "{body}");
+    assert!(!agent.log().contains("5ecr3t"), "the log echoes the value");
+    let (_, metrics) = agent.get("/metrics");
+    assert!(
+        metrics.contains("swiftlet_admission_rejections_total{reason=\"OutOfpods\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("reason=\"annotations_too_large\""),
+        "{metrics}"
+    );
+}

@@ -107,6 +107,10 @@ pub enum Problem {
     ContainerWithoutImage { name: String },
     #[error("container name {name:?} is used more than once")]
     DuplicateContainerName { name: String },
+    #[error("metadata.annotations: {size} bytes in all, over the API's {max} byte limit")]
+    AnnotationsTooLarge { size: usize, max: usize },
+    #[error("metadata.labels: {problem}")]
+    BadLabel { problem: String },
 }
 
 impl Problem {
@@ -122,6 +126,8 @@ impl Problem {
             Problem::ContainerWithoutName { .. }
             | Problem::ContainerWithoutImage { .. }
             | Problem::DuplicateContainerName { .. } => "bad_container",
+            Problem::AnnotationsTooLarge { .. } => "annotations_too_large",
+            Problem::BadLabel { .. } => "bad_label",
         }
     }
 }
@@ -415,6 +421,7 @@ fn validate_before_defaults(pod: &Pod) -> Result<(), Problem> {
     if let Some(ns) = pod.metadata.namespace.as_deref() {
         check_path_safe("metadata.namespace", ns)?;
     }
+    check_metadata_sizes(pod)?;
     let spec = pod.spec.as_ref().ok_or(Problem::NoContainers)?;
     if spec.containers.is_empty() {
         return Err(Problem::NoContainers);
@@ -467,6 +474,53 @@ fn validate_after_defaults(pod: &Pod) -> Result<(), Problem> {
             value: ns.to_owned(),
             reason,
         });
+    }
+    Ok(())
+}
+
+/// The API server's total size of a pod's annotations (keys and values), in bytes.
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+/// The API server's longest label value, and longest label key name (the part after a prefix).
+const MAX_LABEL_VALUE: usize = 63;
+const MAX_LABEL_NAME: usize = 63;
+/// Longest label key prefix (a DNS subdomain).
+const MAX_LABEL_PREFIX: usize = 253;
+
+/// The API server's size limits on metadata, which the API would have applied before the pod
+/// reached a node: without them one manifest could make every copy of the pod (the source's
+/// set, the status manager, the workers) arbitrarily large.
+fn check_metadata_sizes(pod: &Pod) -> Result<(), Problem> {
+    if let Some(annotations) = &pod.metadata.annotations {
+        let size: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if size > MAX_ANNOTATIONS_BYTES {
+            return Err(Problem::AnnotationsTooLarge {
+                size,
+                max: MAX_ANNOTATIONS_BYTES,
+            });
+        }
+    }
+    for (key, value) in pod.metadata.labels.iter().flatten() {
+        let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
+        let problem = if name.is_empty() || name.len() > MAX_LABEL_NAME {
+            Some(format!(
+                "a key's name must be 1-{MAX_LABEL_NAME} characters"
+            ))
+        } else if prefix.len() > MAX_LABEL_PREFIX {
+            Some(format!(
+                "a key's prefix must be at most {MAX_LABEL_PREFIX} characters"
+            ))
+        } else if value.len() > MAX_LABEL_VALUE {
+            // The key is safe to name (it is at most 317 characters); the value is not echoed.
+            Some(format!(
+                "the value of {key:?} is {} characters, over {MAX_LABEL_VALUE}",
+                value.len()
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(Problem::BadLabel { problem });
+        }
     }
     Ok(())
 }
@@ -852,6 +906,41 @@ mod tests {
              {\"name\": \"j\"},\n\t\"spec\": {\"containers\": [{\"name\": \"c\", \"image\": \"x\"}]}\n}",
         );
         assert_eq!(pod.metadata.name.as_deref(), Some("j-node-a"));
+    }
+
+    #[test]
+    fn metadata_over_the_api_limits_is_rejected() {
+        let with_meta = |meta: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: a, {meta}}}\n\
+                 spec: {{containers: [{{name: c, image: x}}]}}\n"
+            )
+        };
+        let big = "v".repeat(MAX_ANNOTATIONS_BYTES);
+        match err(with_meta(&format!("annotations: {{k: {big}}}")).as_bytes()) {
+            Error::Invalid {
+                problem: Problem::AnnotationsTooLarge { size, max },
+                ..
+            } => assert_eq!(
+                (size, max),
+                (MAX_ANNOTATIONS_BYTES + 1, MAX_ANNOTATIONS_BYTES)
+            ),
+            other => panic!("unexpected {other}"),
+        }
+        // Exactly at the limit is fine.
+        let at = "v".repeat(MAX_ANNOTATIONS_BYTES - 1);
+        ok(&with_meta(&format!("annotations: {{k: {at}}}")));
+        let long = "v".repeat(64);
+        let e = err(with_meta(&format!("labels: {{k: {long}}}")).as_bytes());
+        assert_eq!(e.reason(), "bad_label");
+        assert!(!e.to_string().contains(&long), "{e}");
+        let e = err(with_meta(&format!("labels: {{{long}: v}}")).as_bytes());
+        assert_eq!(e.reason(), "bad_label");
+        ok(&with_meta(&format!(
+            "labels: {{example.com/{}: {}}}",
+            "k".repeat(63),
+            "v".repeat(63)
+        )));
     }
 
     #[test]

@@ -616,3 +616,19 @@ fn uid_hash_is_stable_and_spreads_uids() {
     // Prefixes of one another do not collide.
     assert_ne!(h.hash_one("abc"), h.hash_one("abc\0"));
 }
+
+#[test]
+fn a_repeated_failure_is_logged_once_per_period_and_a_new_one_at_once() {
+    let mut w = Warned::default();
+    let secs = |s: u64| s * 1_000_000_000;
+    assert_eq!(w.should_log("pull failed", secs(1)), Some(0));
+    for t in 2..20 {
+        assert_eq!(w.should_log("pull failed", secs(t * 10)), None);
+    }
+    // A different error is news.
+    assert_eq!(w.should_log("disk full", secs(200)), Some(18));
+    assert_eq!(w.should_log("disk full", secs(210)), None);
+    // The same error again after the period: logged, with the count held back.
+    let later = secs(200) + REPEAT_WARNING.as_nanos() as u64;
+    assert_eq!(w.should_log("disk full", later), Some(1));
+}

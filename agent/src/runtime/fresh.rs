@@ -103,6 +103,11 @@ impl Fresh {
             || container.is_some_and(|id| self.stopping.contains_key(id))
     }
 
+    /// Whether a mutation of pod `uid` (a sync, a kill) is running.
+    pub fn is_mutating(&self, uid: &str) -> bool {
+        self.pods.get(uid).is_some_and(|m| m.active > 0)
+    }
+
     /// The token of a read of pod `uid` beginning now; `None` while the pod is being mutated
     /// (such a read is not stored).
     pub fn token(&mut self, uid: &str) -> Option<ReadToken> {

@@ -3,6 +3,7 @@
 pub mod actions;
 pub mod backoff;
 pub mod fresh;
+pub mod gc;
 pub mod hash;
 mod kill;
 mod orphans;
@@ -205,6 +206,8 @@ pub struct Manager {
     fresh: Arc<Mutex<fresh::Fresh>>,
     /// Pod log directories found orphaned at housekeeping's last pass.
     orphan_logs: Arc<Mutex<HashSet<std::ffi::OsString>>>,
+    /// The stale-sandbox collector's state.
+    gc: Arc<Mutex<gc::GcState>>,
 }
 
 /// Marks a mutation of one pod (or the stop of one container) for as long as it lives.

@@ -14,6 +14,7 @@ impl Manager {
             resize: Arc::default(),
             fresh: Arc::default(),
             orphan_logs: Arc::default(),
+            gc: Arc::default(),
         }
     }
 

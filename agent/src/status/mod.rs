@@ -25,11 +25,25 @@ struct Entry {
     pod: Arc<Pod>,
     status: PodStatus,
     running_observed: bool,
+    /// Admission rejected the pod: no worker ever writes its status.
+    rejected: bool,
+}
+
+impl Entry {
+    fn new(pod: Arc<Pod>, status: PodStatus, rejected: bool) -> Self {
+        Self {
+            pod,
+            status,
+            running_observed: false,
+            rejected,
+        }
+    }
 }
 
 /// Shared, cheap to clone. Writers: the sync loop (the desired pods: [`StatusManager::set_pod`],
 /// [`StatusManager::remove_pod`]) and the pod's worker, the only writer of a pod's status
-/// ([`StatusManager::update`]). Everyone else only reads.
+/// ([`StatusManager::update`]); admission writes the status of a pod it rejects, which never
+/// gets a worker ([`StatusManager::reject`]). Everyone else only reads.
 #[derive(Clone)]
 pub struct StatusManager {
     inner: Arc<RwLock<BTreeMap<String, Entry>>>,
@@ -102,16 +116,33 @@ impl StatusManager {
                         .map(|q| q.as_str().to_owned()),
                     ..Default::default()
                 };
-                map.insert(
-                    uid.to_owned(),
-                    Entry {
-                        pod,
-                        status,
-                        running_observed: false,
-                    },
-                );
+                map.insert(uid.to_owned(), Entry::new(pod, status, false));
             }
         }
+    }
+
+    /// Admission rejected the pod: it never runs, and its status says why for as long as a
+    /// source has it (kubelet `rejectPod`: phase Failed, the reason, "Pod was rejected: ...").
+    pub fn reject(&self, uid: &str, pod: Arc<Pod>, reason: &str, message: &str) {
+        let Some(mut map) = self.write() else {
+            return;
+        };
+        let status = PodStatus {
+            phase: Some(Phase::Failed.as_str().into()),
+            reason: Some(reason.to_owned()),
+            message: Some(format!("Pod was rejected: {message}")),
+            host_ip: self.host_ip.map(|ip| ip.to_string()),
+            ..Default::default()
+        };
+        map.insert(uid.to_owned(), Entry::new(pod, status, true));
+        self.changed();
+    }
+
+    /// Whether admission rejected the pod.
+    pub fn is_rejected(&self, uid: &str) -> bool {
+        self.inner
+            .read()
+            .is_ok_and(|m| m.get(uid).is_some_and(|e| e.rejected))
     }
 
     pub fn remove_pod(&self, uid: &str) {

@@ -1,0 +1,291 @@
+//! Clean-up of what a live pod leaves behind in the runtime: the sandboxes it no longer uses and
+//! the exited containers in them (the sandbox part of the kubelet's container garbage collection).
+//!
+//! A pod whose sandbox dies (its pause process killed, or the runtime restarted half-way through
+//! creating it) gets a new sandbox from its next sync; the old one stays not ready, and until it is
+//! stopped it holds its network namespace, its `/dev/shm` mount and its shim. A sandbox is
+//! collected as the kubelet collects one: it is not ready, it is not the pod's newest sandbox,
+//! and no container is left in it. The containers in it go first when they have exited and a newer
+//! container of the same name exists (the kubelet keeps one dead instance per container, and so
+//! does this: the newest one carries the restart count and the last termination state). A stale
+//! sandbox that must stay for such a container is at least stopped, once.
+use std::collections::HashMap;
+
+use super::*;
+
+/// Time between two collections (the kubelet's is a minute; a node recovering from a runtime
+/// restart should not hold dead sandboxes that long).
+pub const GC_PERIOD: Duration = Duration::from_secs(10);
+
+/// The collector's own state, shared by the manager's clones.
+#[derive(Debug, Default)]
+pub(super) struct GcState {
+    /// A collection is running (housekeeping never starts a second one).
+    running: bool,
+    last: Option<Instant>,
+    /// Stale sandboxes already stopped by this agent (stopped again only after a restart).
+    stopped: HashSet<String>,
+}
+
+/// What one pod's collection does.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Exited containers in stale sandboxes with a newer instance of the same name.
+    pub remove_containers: Vec<String>,
+    /// Stale sandboxes left with no container: stopped, then removed.
+    pub remove_sandboxes: Vec<String>,
+    /// Stale sandboxes that keep a container: stopped only.
+    pub stop_sandboxes: Vec<String>,
+}
+
+/// What a collection did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Collected {
+    pub containers: usize,
+    pub sandboxes: usize,
+    pub stopped: usize,
+}
+
+/// The collection plan for one pod from its listed sandboxes and containers.
+pub fn plan(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> Plan {
+    let mut plan = Plan::default();
+    let Some(newest) = sandboxes
+        .iter()
+        .max_by_key(|s| (s.created_at, s.id.as_str()))
+    else {
+        return plan;
+    };
+    // The newest instance of each container name, whichever sandbox holds it.
+    let mut newest_of: HashMap<&str, &api::Container> = HashMap::new();
+    for c in containers {
+        let name = c.metadata.as_ref().map_or("", |m| m.name.as_str());
+        let e = newest_of.entry(name).or_insert(c);
+        if (c.created_at, c.id.as_str()) > (e.created_at, e.id.as_str()) {
+            *e = c;
+        }
+    }
+    let exited = api::ContainerState::ContainerExited as i32;
+    let ready = api::PodSandboxState::SandboxReady as i32;
+    for s in sandboxes {
+        if s.id == newest.id || s.state == ready {
+            continue;
+        }
+        let mut kept = 0;
+        for c in containers.iter().filter(|c| c.pod_sandbox_id == s.id) {
+            let name = c.metadata.as_ref().map_or("", |m| m.name.as_str());
+            let is_newest = newest_of.get(name).is_some_and(|n| n.id == c.id);
+            if c.state == exited && !is_newest {
+                plan.remove_containers.push(c.id.clone());
+            } else {
+                kept += 1;
+            }
+        }
+        if kept == 0 {
+            plan.remove_sandboxes.push(s.id.clone());
+        } else {
+            plan.stop_sandboxes.push(s.id.clone());
+        }
+    }
+    plan
+}
+
+impl Manager {
+    /// Starts a collection off the caller's task when [`GC_PERIOD`] has passed since the last
+    /// one and none is running; what it collected is logged and counted.
+    pub fn collect_stale_sandboxes_in_background(
+        &self,
+        counter: prometheus_client::metrics::counter::Counter,
+    ) {
+        {
+            let mut gc = self.gc.lock().unwrap_or_else(|p| p.into_inner());
+            if gc.running || gc.last.is_some_and(|t| t.elapsed() < GC_PERIOD) {
+                return;
+            }
+            gc.running = true;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let result = this.collect_stale_sandboxes().await;
+            let mut gc = this.gc.lock().unwrap_or_else(|p| p.into_inner());
+            gc.running = false;
+            gc.last = Some(Instant::now());
+            match result {
+                Ok(done) => {
+                    counter.inc_by((done.sandboxes + done.containers) as u64);
+                }
+                Err(e) => tracing::warn!(%e, "collecting stale sandboxes"),
+            }
+        });
+    }
+
+    /// One collection over every pod of this agent that is not being changed right now. Pods no
+    /// source wants are left to `kill_pod`, which removes all of their sandboxes.
+    pub async fn collect_stale_sandboxes(&self) -> cri::Result<Collected> {
+        let (sandboxes, containers) = self.list(None).await?;
+        let mut pods: HashMap<String, (Vec<api::PodSandbox>, Vec<api::Container>)> = HashMap::new();
+        for s in sandboxes {
+            if let Some(uid) = s.labels.get(labels::POD_UID) {
+                pods.entry(uid.clone()).or_default().0.push(s);
+            }
+        }
+        for c in containers {
+            if let Some(uid) = c.labels.get(labels::POD_UID) {
+                pods.entry(uid.clone()).or_default().1.push(c);
+            }
+        }
+        let live: HashSet<String> = pods
+            .values()
+            .flat_map(|(s, _)| s.iter().map(|s| s.id.clone()))
+            .collect();
+        self.gc
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stopped
+            .retain(|id| live.contains(id));
+        let mut done = Collected::default();
+        for (uid, (sandboxes, containers)) in pods {
+            let plan = plan(&sandboxes, &containers);
+            if plan == Plan::default() || self.fresh().is_mutating(&uid) {
+                continue;
+            }
+            let _changing = self.mutating(&uid, false, None);
+            let pod = sandboxes
+                .first()
+                .and_then(|s| s.metadata.as_ref())
+                .map_or_else(|| uid.clone(), |m| format!("{}_{}", m.name, m.namespace));
+            match self.apply_plan(&pod, &plan).await {
+                Ok(n) => {
+                    done.containers += n.containers;
+                    done.sandboxes += n.sandboxes;
+                    done.stopped += n.stopped;
+                }
+                Err(e) => tracing::warn!(%pod, %e, "collecting stale sandboxes"),
+            }
+        }
+        Ok(done)
+    }
+
+    async fn apply_plan(&self, pod: &str, plan: &Plan) -> Result<Collected> {
+        let mut done = Collected::default();
+        for id in &plan.remove_containers {
+            self.ignore_not_found(pod, self.cri.remove_container(id).await)?;
+            tracing::info!(%pod, container = %id, "removed an exited container of a stale sandbox");
+            done.containers += 1;
+        }
+        for id in &plan.remove_sandboxes {
+            // Stopped first: a sandbox the runtime lost half-way may never have been stopped.
+            self.ignore_not_found(pod, self.cri.stop_pod_sandbox(id).await)?;
+            self.ignore_not_found(pod, self.cri.remove_pod_sandbox(id).await)?;
+            tracing::info!(%pod, sandbox = %id, "removed a stale sandbox");
+            done.sandboxes += 1;
+        }
+        for id in &plan.stop_sandboxes {
+            let first = self
+                .gc
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .stopped
+                .insert(id.clone());
+            if first {
+                self.ignore_not_found(pod, self.cri.stop_pod_sandbox(id).await)?;
+                tracing::info!(%pod, sandbox = %id, "stopped a stale sandbox that still holds a container");
+                done.stopped += 1;
+            }
+        }
+        Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sandbox(id: &str, created_at: i64, ready: bool) -> api::PodSandbox {
+        api::PodSandbox {
+            id: id.to_owned(),
+            created_at,
+            state: if ready {
+                api::PodSandboxState::SandboxReady
+            } else {
+                api::PodSandboxState::SandboxNotready
+            } as i32,
+            ..Default::default()
+        }
+    }
+
+    fn container(
+        id: &str,
+        sandbox: &str,
+        name: &str,
+        created_at: i64,
+        running: bool,
+    ) -> api::Container {
+        api::Container {
+            id: id.to_owned(),
+            pod_sandbox_id: sandbox.to_owned(),
+            created_at,
+            state: if running {
+                api::ContainerState::ContainerRunning
+            } else {
+                api::ContainerState::ContainerExited
+            } as i32,
+            metadata: Some(api::ContainerMetadata {
+                name: name.to_owned(),
+                attempt: 0,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_dead_sandbox_replaced_by_a_newer_one_goes_with_its_superseded_containers() {
+        let sandboxes = [sandbox("old", 1, false), sandbox("new", 2, true)];
+        let containers = [
+            container("c0", "old", "app", 1, false),
+            container("c1", "new", "app", 2, true),
+        ];
+        let p = plan(&sandboxes, &containers);
+        assert_eq!(p.remove_containers, ["c0"]);
+        assert_eq!(p.remove_sandboxes, ["old"]);
+        assert!(p.stop_sandboxes.is_empty());
+    }
+
+    #[test]
+    fn the_newest_sandbox_and_the_newest_instance_of_a_container_stay() {
+        // Only sandbox, not ready (the next sync replaces it): untouched.
+        let p = plan(
+            &[sandbox("only", 1, false)],
+            &[container("c", "only", "app", 1, false)],
+        );
+        assert_eq!(p, Plan::default());
+        // A stale sandbox holding the only instance of "init": stopped, not removed.
+        let sandboxes = [sandbox("old", 1, false), sandbox("new", 2, false)];
+        let containers = [
+            container("i0", "old", "init", 1, false),
+            container("a0", "old", "app", 1, false),
+            container("a1", "new", "app", 3, false),
+        ];
+        let p = plan(&sandboxes, &containers);
+        assert_eq!(p.remove_containers, ["a0"]);
+        assert!(p.remove_sandboxes.is_empty());
+        assert_eq!(p.stop_sandboxes, ["old"]);
+        // A container still running in a stale sandbox is never removed.
+        let containers = [
+            container("a0", "old", "app", 1, true),
+            container("a1", "new", "app", 3, false),
+        ];
+        let p = plan(&sandboxes, &containers);
+        assert!(p.remove_containers.is_empty());
+        assert_eq!(p.stop_sandboxes, ["old"]);
+        // A ready sandbox that is not the newest is left to the pod's sync.
+        let p = plan(&[sandbox("a", 1, true), sandbox("b", 2, true)], &[]);
+        assert_eq!(p, Plan::default());
+        // Empty stale sandboxes go, however many.
+        let sandboxes = [
+            sandbox("x", 1, false),
+            sandbox("y", 2, false),
+            sandbox("z", 3, true),
+        ];
+        assert_eq!(plan(&sandboxes, &[]).remove_sandboxes, ["x", "y"]);
+    }
+}
