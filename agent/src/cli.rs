@@ -82,7 +82,9 @@ pub struct Flags {
     /// Port of the healthz server; 0 disables it [default: 10248].
     #[arg(long, value_name = "PORT")]
     pub healthz_port: Option<u16>,
-    /// Read-only port (/pods, /metrics) bound to 127.0.0.1; 0 disables it [default: 10255].
+    /// Read-only port (/pods, /metrics, /debug) bound to 127.0.0.1, without authentication:
+    /// /pods shows full pod specs, env values included, to every local user. Off unless asked
+    /// for, as on a hardened kubelet; the kubelet's old port is 10255 [default: 0 (off)].
     #[arg(long, value_name = "PORT")]
     pub read_only_port: Option<u16>,
     /// How often the manifest path is rescanned (inotify catches changes in between) [default: 20s].
@@ -347,7 +349,7 @@ impl Flags {
                 .or(file.healthz_bind_address)
                 .unwrap_or(IpAddr::from([127, 0, 0, 1])),
             healthz_port: self.healthz_port.or(file.healthz_port).unwrap_or(10248),
-            read_only_port: self.read_only_port.or(file.read_only_port).unwrap_or(10255),
+            read_only_port: self.read_only_port.or(file.read_only_port).unwrap_or(0),
             file_check_frequency: parse_duration("--file-check-frequency", &freq)?,
             manifest_url: self.manifest_url.or(file.static_pod_url),
             manifest_url_headers,
@@ -457,6 +459,10 @@ mod tests {
             .unwrap();
         assert_eq!(defaults.http_check_frequency, Duration::from_secs(20));
         assert!(defaults.manifest_url.is_none() && defaults.kubeconfig.is_none());
+        // Unauthenticated endpoints are off unless asked for; the kubelet's pod count applies.
+        assert_eq!(defaults.read_only_port, 0);
+        assert_eq!(defaults.healthz_port, 10248);
+        assert_eq!(defaults.max_pods, 110);
         for bad in ["novalue", ":v", "a:b,"] {
             assert!(parse_headers(&[bad.to_owned()]).is_err(), "{bad}");
         }

@@ -132,6 +132,7 @@ pub async fn start(
     }
     if let Some(addr) = read_only_addr {
         let listener = bind(addr).await?;
+        tracing::warn!(%addr, "the read-only port is on: it serves pod specs (env values included) without authentication to every local user");
         let app = Router::new()
             .route("/healthz", get(healthz))
             .route("/pods", get(pods))
