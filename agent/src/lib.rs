@@ -11,6 +11,7 @@ pub mod config;
 pub mod cri;
 pub mod ebpf;
 pub mod kubelet;
+pub mod memory;
 pub mod metrics;
 pub mod pleg;
 pub mod pod;

@@ -271,8 +271,10 @@ fn is_json(text: &str) -> bool {
 
 fn parse_pod(origin: Origin<'_>, path: &Path, text: &str, node_name: &str) -> Result<Pod> {
     let json = is_json(text);
-    let value: serde_json::Value = decode(path, text, json)?;
-    check_type(&value).map_err(|problem| Error::Invalid {
+    // The type fields first, without building a tree of the whole document (a manifest may be
+    // megabytes; a tree of it would cost several times its size).
+    let head: Head = decode(path, text, json)?;
+    check_head(&head).map_err(|problem| Error::Invalid {
         path: path.to_path_buf(),
         problem,
     })?;
@@ -392,18 +394,111 @@ pub(crate) fn redact_values(message: &str) -> String {
     out
 }
 
-fn check_type(value: &serde_json::Value) -> Result<(), Problem> {
-    let obj = value.as_object().ok_or(Problem::NotAnObject)?;
-    let field = |k: &str| obj.get(k).and_then(|v| v.as_str()).map(str::to_owned);
-    let kind = field("kind");
-    if kind.as_deref() != Some("Pod") {
-        return Err(Problem::WrongKind { found: kind });
+/// A document's type fields, read without keeping anything else of it.
+#[derive(Debug, Default)]
+struct Head {
+    /// The document is a mapping.
+    object: bool,
+    kind: Option<serde_json::Value>,
+    api_version: Option<serde_json::Value>,
+}
+
+impl<'de> serde::Deserialize<'de> for Head {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(HeadVisitor)
     }
-    check_api_version(value)
+}
+
+/// Takes `kind` and `apiVersion` of a mapping and skips the rest; any other document is a
+/// [`Head`] that is not an object.
+struct HeadVisitor;
+
+impl<'de> serde::de::Visitor<'de> for HeadVisitor {
+    type Value = Head;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a document")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Head, A::Error> {
+        let mut head = Head {
+            object: true,
+            ..Head::default()
+        };
+        while let Some(key) = map.next_key::<serde_json::Value>()? {
+            match key.as_str() {
+                Some("kind") => head.kind = Some(map.next_value()?),
+                Some("apiVersion") => head.api_version = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(head)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Head, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Head::default())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<Head, E> {
+        Ok(Head::default())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<Head, E> {
+        Ok(Head::default())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<Head, E> {
+        Ok(Head::default())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<Head, E> {
+        Ok(Head::default())
+    }
+
+    fn visit_str<E>(self, _: &str) -> std::result::Result<Head, E> {
+        Ok(Head::default())
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Head, E> {
+        Ok(Head::default())
+    }
+
+    fn visit_none<E>(self) -> std::result::Result<Head, E> {
+        Ok(Head::default())
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Head, D::Error> {
+        d.deserialize_any(HeadVisitor)
+    }
+}
+
+fn check_head(head: &Head) -> Result<(), Problem> {
+    if !head.object {
+        return Err(Problem::NotAnObject);
+    }
+    let kind = head.kind.as_ref().and_then(|v| v.as_str());
+    if kind != Some("Pod") {
+        return Err(Problem::WrongKind {
+            found: kind.map(str::to_owned),
+        });
+    }
+    api_version_is_v1(head.api_version.as_ref().and_then(|v| v.as_str()))
 }
 
 fn check_api_version(value: &serde_json::Value) -> Result<(), Problem> {
-    let api_version = value.get("apiVersion").and_then(|v| v.as_str());
+    api_version_is_v1(value.get("apiVersion").and_then(|v| v.as_str()))
+}
+
+fn api_version_is_v1(api_version: Option<&str>) -> Result<(), Problem> {
     if api_version != Some("v1") {
         return Err(Problem::WrongApiVersion {
             found: api_version.map(str::to_owned),
