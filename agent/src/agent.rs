@@ -115,6 +115,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         runtime::Config {
             node_name: cfg.node_name.clone(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
+            pods_dir: cfg.root_dir.join("pods"),
             security: runtime::security::Settings {
                 seccomp_root: cfg.root_dir.join("seccomp"),
                 seccomp_default: cfg.seccomp_default,

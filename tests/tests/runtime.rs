@@ -552,3 +552,58 @@ fn container_output_lands_in_the_pods_log_directory() {
         }
     });
 }
+
+#[test]
+fn termination_messages_come_from_the_file_and_with_fallback_from_the_log() {
+    let Some(agent) = start("term-message") else {
+        return;
+    };
+    let node = agent.node_name().to_owned();
+    let uid = format!("msg-{node}");
+    // A non-root user writes the file (it is mounted writable by any user), then fails.
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: msg, namespace: default, uid: {uid}}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: file
+    image: {image}
+    imagePullPolicy: Never
+    securityContext: {{runAsUser: 1000}}
+    command: ["sh", "-c", "printf 'bye from file' > /dev/termination-log; exit 3"]
+  - name: logs
+    image: {image}
+    imagePullPolicy: Never
+    terminationMessagePath: /tmp/message
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: ["sh", "-c", "echo first >&2; echo oops >&2; exit 1"]
+"#,
+        image = BUSYBOX_IMAGE
+    );
+    agent.write_manifest("msg.yaml", &manifest);
+    let name = agent.static_pod_name("msg");
+    let list = agent.wait_for(|l| l.phase(&name) == Some("Failed"), TIMEOUT);
+    let message = |c: &str| {
+        list.container(&name, c)
+            .and_then(|s| s.state.as_ref())
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| (t.exit_code, t.message.clone()))
+    };
+    assert_eq!(message("file"), Some((3, Some("bye from file".into()))));
+    assert_eq!(message("logs"), Some((1, Some("first\noops\n".into()))));
+    let state_dir = agent.root_dir().join("pods").join(&uid);
+    assert!(state_dir.is_dir(), "{}", state_dir.display());
+
+    // The pod's files go with the pod.
+    agent.remove_manifest("msg.yaml");
+    agent.eventually("the pod's state directory to go", TIMEOUT, || {
+        if state_dir.exists() {
+            Err(format!("{} is still there", state_dir.display()))
+        } else {
+            Ok(())
+        }
+    });
+}

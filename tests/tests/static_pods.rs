@@ -331,3 +331,42 @@ fn pods_over_max_pods_are_rejected_and_bad_input_is_not_echoed() {
         "{metrics}"
     );
 }
+
+#[test]
+fn a_field_swiftlet_cannot_honour_holds_the_pod_with_a_reason_naming_it() {
+    let Some(agent) = start_agent("refused-field") else {
+        return;
+    };
+    agent.write_manifest(
+        "aliases.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: aliases}}\nspec:\n  hostAliases: \
+             [{{ip: 10.1.2.3, hostnames: [db]}}]\n  containers:\n  - name: c\n    image: {}\n    \
+             imagePullPolicy: Never\n    command: [sleep, '3600']\n",
+            swiftlet_tests::BUSYBOX_IMAGE
+        ),
+    );
+    let name = agent.static_pod_name("aliases");
+    let list = agent.wait_for(
+        |l| {
+            l.container(&name, "c")
+                .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+                .is_some()
+        },
+        RUNNING_TIMEOUT,
+    );
+    let waiting = list
+        .container(&name, "c")
+        .and_then(|c| c.state.as_ref()?.waiting.clone())
+        .expect("waiting");
+    assert_eq!(
+        waiting.reason.as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    let message = waiting.message.unwrap_or_default();
+    assert!(message.contains("spec.hostAliases"), "{message}");
+    assert_eq!(list.phase(&name), Some("Pending"));
+    let uid = list.uid(&name).expect("uid").to_owned();
+    let (sandboxes, _) = pod_cri_objects(agent.endpoint(), &uid).expect("list");
+    assert!(sandboxes.is_empty(), "nothing is created: {sandboxes:?}");
+}

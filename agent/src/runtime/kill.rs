@@ -210,6 +210,7 @@ impl Manager {
                     .pod_logs_dir
                     .join(format!("{}_{}_{}", m.namespace, m.name, m.uid))
             })
+            .chain(std::iter::once(self.cfg.pods_dir.join(uid)))
             .collect();
         // A log directory can hold many files: removed on a blocking thread.
         let pod = name.to_owned();

@@ -12,6 +12,7 @@ mod resize;
 pub mod security;
 mod start;
 mod sync;
+pub mod unsupported;
 
 use crate::cm::{self, ContainerManager};
 use crate::cri::{self, Cri};
@@ -39,6 +40,13 @@ pub enum Error {
         pod: String,
         #[source]
         source: cm::Error,
+    },
+    #[error("pod {pod} container {container}: termination message file: {source}")]
+    TerminationMessage {
+        pod: String,
+        container: String,
+        #[source]
+        source: std::io::Error,
     },
     #[error("pod {pod}: {what} is not supported yet")]
     Unsupported { pod: String, what: String },
@@ -150,6 +158,9 @@ pub struct Listing {
 pub struct Config {
     pub node_name: String,
     pub pod_logs_dir: PathBuf,
+    /// `<root-dir>/pods`: per pod (by UID) the files the agent mounts into its containers (the
+    /// termination message files).
+    pub pods_dir: PathBuf,
     /// What the node allows of security contexts.
     pub security: security::Settings,
     /// The machine's memory in bytes (the base of Burstable containers' `oom_score_adj`).
@@ -205,7 +216,7 @@ pub struct Manager {
     /// The PLEG's pod reads handed to the pods' syncs, and the pods being stopped.
     fresh: Arc<Mutex<fresh::Fresh>>,
     /// Pod log directories found orphaned at housekeeping's last pass.
-    orphan_logs: Arc<Mutex<HashSet<std::ffi::OsString>>>,
+    orphan_logs: Arc<Mutex<HashSet<PathBuf>>>,
     /// The stale-sandbox collector's state.
     gc: Arc<Mutex<gc::GcState>>,
 }
@@ -306,6 +317,7 @@ mod tests {
             Config {
                 node_name: "n1".into(),
                 pod_logs_dir: "/logs".into(),
+                pods_dir: "/pods".into(),
                 security: super::security::Settings::default(),
                 memory_capacity: 8 << 30,
             },

@@ -3,53 +3,72 @@
 //! orphaned at two passes in a row is removed (a pod whose first sync is creating its directory
 //! right now is known by the next pass).
 use super::*;
-use std::ffi::OsString;
+use std::path::Path;
 
 impl Manager {
-    /// Removes the pod log directories (`<namespace>_<name>_<uid>` below the pod logs dir) of
+    /// Removes the pod log directories (`<namespace>_<name>_<uid>` below the pod logs dir) and
+    /// the pod state directories (`<uid>` below `<root-dir>/pods`: termination message files) of
     /// UIDs `known` says no to that were orphaned at the previous call too; returns how many
     /// were removed. Entries of any other shape, and anything but plain directories, are left
     /// alone. Blocking: call it off the async threads.
     pub fn remove_orphaned_log_dirs(&self, known: &dyn Fn(&str) -> bool) -> usize {
-        let entries = match std::fs::read_dir(&self.cfg.pod_logs_dir) {
-            Ok(rd) => rd,
-            Err(e) => {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(dir = %self.cfg.pod_logs_dir.display(), %e, "listing pod log directories");
-                }
-                return 0;
-            }
-        };
         let mut orphaned = HashSet::new();
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(uid) = name.to_str().and_then(log_dir_uid) else {
-                continue;
+        let kinds: [(&Path, UidOf); 2] = [
+            (&self.cfg.pod_logs_dir, log_dir_uid),
+            (&self.cfg.pods_dir, state_dir_uid),
+        ];
+        for (parent, uid_of) in kinds {
+            let entries = match std::fs::read_dir(parent) {
+                Ok(rd) => rd,
+                Err(e) => {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        tracing::warn!(dir = %parent.display(), %e, "listing pod directories");
+                    }
+                    continue;
+                }
             };
-            if !known(uid) && entry.file_type().is_ok_and(|t| t.is_dir()) {
-                orphaned.insert(name);
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(uid) = name.to_str().and_then(uid_of) else {
+                    continue;
+                };
+                if !known(uid) && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    orphaned.insert(parent.join(&name));
+                }
             }
         }
         let mut previous = self.orphan_logs.lock().unwrap_or_else(|p| p.into_inner());
-        let due: Vec<OsString> = orphaned.intersection(&previous).cloned().collect();
+        let due: Vec<PathBuf> = orphaned.intersection(&previous).cloned().collect();
         *previous = orphaned;
         drop(previous);
         let mut removed = 0;
-        for name in due {
-            let dir = self.cfg.pod_logs_dir.join(&name);
+        for dir in due {
+            let what = if dir.starts_with(&self.cfg.pods_dir) {
+                "state"
+            } else {
+                "log"
+            };
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => {
-                    tracing::info!(dir = %dir.display(), "removed the log directory of a pod that is gone");
+                    tracing::info!(dir = %dir.display(), "removed the {what} directory of a pod that is gone");
                     removed += 1;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    tracing::warn!(dir = %dir.display(), %e, "removing an orphaned pod log directory")
+                    tracing::warn!(dir = %dir.display(), %e, "removing an orphaned pod directory")
                 }
             }
         }
         removed
     }
+}
+
+/// Reads the pod UID from the name of a directory entry.
+type UidOf = fn(&str) -> Option<&str>;
+
+/// The pod UID of a pod state directory name (the UID itself).
+fn state_dir_uid(name: &str) -> Option<&str> {
+    (!name.is_empty() && !name.starts_with('.') && !name.contains('_')).then_some(name)
 }
 
 /// The pod UID of a pod log directory name `<namespace>_<name>_<uid>`; `None` for any other
@@ -78,6 +97,7 @@ mod tests {
             Config {
                 node_name: "n1".into(),
                 pod_logs_dir: logs.into(),
+                pods_dir: logs.join("state"),
                 security: security::Settings::default(),
                 memory_capacity: 1 << 30,
             },

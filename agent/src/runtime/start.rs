@@ -387,23 +387,16 @@ impl Manager {
             pod: name.clone(),
             refusal,
         })?;
-        let unsupported = |what: &str| Error::Unsupported {
-            pod: name.clone(),
-            what: format!("container {}: {what}", c.name),
-        };
-        let mut envs = Vec::new();
-        for e in c.env.iter().flatten() {
-            if e.value_from.is_some() {
-                return Err(unsupported(&format!("env {} valueFrom", e.name)));
-            }
-            envs.push(api::KeyValue {
+        // valueFrom and envFrom were refused before the sandbox (`unsupported::check`).
+        let envs: Vec<api::KeyValue> = c
+            .env
+            .iter()
+            .flatten()
+            .map(|e| api::KeyValue {
                 key: e.name.clone(),
                 value: e.value.clone().unwrap_or_default(),
-            });
-        }
-        if c.env_from.as_ref().is_some_and(|v| !v.is_empty()) {
-            return Err(unsupported("envFrom"));
-        }
+            })
+            .collect();
         let mut labels = self.pod_labels(pod, uid);
         labels.insert(labels::CONTAINER_NAME.to_owned(), c.name.clone());
         let mut annotations = HashMap::from([
@@ -444,6 +437,15 @@ impl Manager {
             labels::CONTAINER_RESOURCES.to_owned(),
             cm::resources_label(&resources),
         );
+        let mounts = self
+            .termination_message_mount(uid, c, restart_count)
+            .map_err(|source| Error::TerminationMessage {
+                pod: name.clone(),
+                container: c.name.clone(),
+                source,
+            })?
+            .into_iter()
+            .collect();
         Ok(api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
                 name: c.name.clone(),
@@ -457,6 +459,7 @@ impl Manager {
             labels,
             annotations,
             log_path: format!("{}/{restart_count}.log", c.name),
+            mounts,
             stdin: c.stdin.unwrap_or(false),
             stdin_once: c.stdin_once.unwrap_or(false),
             tty: c.tty.unwrap_or(false),
@@ -466,5 +469,35 @@ impl Manager {
             }),
             ..Default::default()
         })
+    }
+
+    /// The termination message file of one container instance, as the kubelet makes it: an empty
+    /// file `<root-dir>/pods/<uid>/containers/<name>/<attempt>`, writable by any user the
+    /// container runs as, mounted read-write at `terminationMessagePath`. The status reads it
+    /// when the container has exited.
+    fn termination_message_mount(
+        &self,
+        uid: &str,
+        c: &Container,
+        attempt: u32,
+    ) -> std::io::Result<Option<api::Mount>> {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(path) = c
+            .termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        else {
+            return Ok(None);
+        };
+        let dir = self.cfg.pods_dir.join(uid).join("containers").join(&c.name);
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join(attempt.to_string());
+        std::fs::File::create(&file)?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))?;
+        Ok(Some(api::Mount {
+            container_path: path.to_owned(),
+            host_path: file.to_string_lossy().into_owned(),
+            ..Default::default()
+        }))
     }
 }

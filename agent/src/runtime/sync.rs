@@ -27,11 +27,9 @@ impl Manager {
             .spec
             .as_ref()
             .ok_or_else(|| Error::NoSpec(name.clone()))?;
-        if spec.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
-            return Err(Error::Unsupported {
-                pod: name,
-                what: "volumes".into(),
-            });
+        if let Some(what) = unsupported::check(pod) {
+            // Before anything is created: a field swiftlet cannot honour is never dropped.
+            return Err(Error::Unsupported { pod: name, what });
         }
         security::check_pod(pod, &self.cfg.security).map_err(|refusal| Error::Refused {
             pod: name.clone(),

@@ -69,7 +69,12 @@ pub(super) fn condition(kind: &str, c: Cond, prev: Option<&PodStatus>, now: &Tim
     }
 }
 
-pub(super) fn terminated(n: &api::ContainerStatus) -> ContainerState {
+pub(super) fn terminated(n: &api::ContainerStatus, c: &Container) -> ContainerState {
+    let runtime_message = (!n.message.is_empty()).then(|| n.message.clone());
+    let message = match (runtime_message, termination_message(n, c)) {
+        (Some(r), Some(t)) => Some(format!("{r}: {t}")),
+        (r, t) => r.or(t),
+    };
     ContainerState {
         terminated: Some(ContainerStateTerminated {
             exit_code: n.exit_code,
@@ -82,7 +87,7 @@ pub(super) fn terminated(n: &api::ContainerStatus) -> ContainerState {
             } else {
                 n.reason.clone()
             }),
-            message: (!n.message.is_empty()).then(|| n.message.clone()),
+            message,
             started_at: ts(n.started_at),
             finished_at: ts(n.finished_at),
             container_id: Some(format!("containerd://{}", n.id)),
@@ -90,6 +95,73 @@ pub(super) fn terminated(n: &api::ContainerStatus) -> ContainerState {
         }),
         ..Default::default()
     }
+}
+
+/// The most of a termination message file that is read (its end), as the kubelet reads it.
+pub const MAX_TERMINATION_MESSAGE: usize = 4096;
+/// With `FallbackToLogsOnError`: the log's last lines and bytes that make the message.
+pub const FALLBACK_LOG_LINES: usize = 80;
+pub const FALLBACK_LOG_BYTES: usize = 2048;
+
+/// What an exited container left as its termination message: the end of the file mounted at
+/// its `terminationMessagePath` (found among the instance's mounts), or, with
+/// `FallbackToLogsOnError`, an empty file and a non-zero exit, the end of its log.
+fn termination_message(n: &api::ContainerStatus, c: &Container) -> Option<String> {
+    let path = n.annotations.get(labels::TERMINATION_MESSAGE_PATH)?;
+    let file = n.mounts.iter().find(|m| &m.container_path == path)?;
+    let from_file = read_end(
+        std::path::Path::new(&file.host_path),
+        MAX_TERMINATION_MESSAGE,
+    )
+    .filter(|m| !m.is_empty());
+    let fallback = c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")
+        && n.exit_code != 0;
+    match from_file {
+        Some(m) => Some(m),
+        None if fallback => last_log_lines(std::path::Path::new(&n.log_path)),
+        None => None,
+    }
+}
+
+/// The last `max` bytes of a file, as text (invalid UTF-8 replaced).
+fn read_end(path: &std::path::Path, max: usize) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let from = len.saturating_sub(max as u64);
+    f.seek(SeekFrom::Start(from)).ok()?;
+    let mut buf = Vec::with_capacity((len - from) as usize);
+    f.take(max as u64).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The content of the last [`FALLBACK_LOG_LINES`] lines of a CRI log file
+/// (`<time> <stream> <P|F> <content>`, a `P` line continued by the next), cut to its last
+/// [`FALLBACK_LOG_BYTES`] bytes.
+fn last_log_lines(path: &std::path::Path) -> Option<String> {
+    // Enough of the end for 80 lines of the message limit, with the per-line prefixes.
+    const READ: usize = 64 * 1024;
+    let tail = read_end(path, READ)?;
+    let mut lines: Vec<&str> = tail.lines().collect();
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > READ as u64) && !lines.is_empty() {
+        // The first line read is the end of a longer one.
+        lines.remove(0);
+    }
+    let mut out = String::new();
+    let start = lines.len().saturating_sub(FALLBACK_LOG_LINES);
+    for line in &lines[start..] {
+        let mut parts = line.splitn(4, ' ');
+        let (_time, _stream, tag) = (parts.next(), parts.next(), parts.next());
+        out.push_str(parts.next().unwrap_or(""));
+        if tag != Some("P") {
+            out.push('\n');
+        }
+    }
+    let cut = out.len().saturating_sub(FALLBACK_LOG_BYTES);
+    let cut = (cut..=out.len())
+        .find(|&i| out.is_char_boundary(i))
+        .unwrap_or(out.len());
+    Some(out[cut..].to_owned()).filter(|m| !m.is_empty())
 }
 
 /// The status of one spec container from its two newest runtime instances: its state (a waiting
@@ -146,7 +218,9 @@ pub(super) fn container_status(
             };
             (running, previous.filter(|p| exited(p)))
         }
-        Some(n) if exited(n) && reason.is_none() => (terminated(n), previous.filter(|p| exited(p))),
+        Some(n) if exited(n) && reason.is_none() => {
+            (terminated(n, c), previous.filter(|p| exited(p)))
+        }
         Some(n) => {
             let w = match reason {
                 Some((r, m)) => waiting_state(r, Some(m.clone())),
@@ -166,7 +240,7 @@ pub(super) fn container_status(
         },
     };
     st.state = Some(now);
-    st.last_state = last.map(terminated);
+    st.last_state = last.map(|l| terminated(l, c));
     st.allocated_resources = c.resources.as_ref().and_then(|r| r.requests.clone());
     st.resources = newest
         .filter(|n| n.state == api::ContainerState::ContainerRunning as i32)

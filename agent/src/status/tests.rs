@@ -552,3 +552,61 @@ fn resize_shows_applied_resources_and_a_refusal() {
         ("True", Some("Error"))
     );
 }
+
+#[test]
+fn the_termination_message_comes_from_the_file_or_with_fallback_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let msg = dir.path().join("msg");
+    let log = dir.path().join("0.log");
+    let exited = |file: &str, exit: i32| {
+        let mut n = inst("c", 0, api::ContainerState::ContainerExited, exit);
+        n.annotations.insert(
+            labels::TERMINATION_MESSAGE_PATH.to_owned(),
+            "/dev/termination-log".to_owned(),
+        );
+        n.mounts = vec![api::Mount {
+            container_path: "/dev/termination-log".into(),
+            host_path: file.into(),
+            ..Default::default()
+        }];
+        n.log_path = log.to_string_lossy().into_owned();
+        n
+    };
+    let message =
+        |c: &Container, n: &api::ContainerStatus| terminated(n, c).terminated.unwrap().message;
+    let file_policy = spec("c", false);
+    let fallback = Container {
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..spec("c", false)
+    };
+    std::fs::write(
+        &log,
+        "2026-11-25T10:00:00.000000000Z stdout F first\n\
+         2026-11-25T10:00:00.100000000Z stderr P part \n\
+         2026-11-25T10:00:00.200000000Z stderr F one\n",
+    )
+    .unwrap();
+    let m = msg.to_string_lossy().into_owned();
+    // The file's content wins; only its last 4096 bytes are kept.
+    std::fs::write(&msg, format!("{}bye", "x".repeat(5000))).unwrap();
+    let got = message(&fallback, &exited(&m, 3)).unwrap();
+    assert_eq!(got.len(), MAX_TERMINATION_MESSAGE);
+    assert!(got.ends_with("xbye"));
+    // Empty file: nothing with policy File; the log's lines with the fallback on an error exit.
+    std::fs::write(&msg, "").unwrap();
+    assert_eq!(message(&file_policy, &exited(&m, 3)), None);
+    assert_eq!(
+        message(&fallback, &exited(&m, 3)).as_deref(),
+        Some("first\npart one\n")
+    );
+    // No fallback for a clean exit.
+    assert_eq!(message(&fallback, &exited(&m, 0)), None);
+    // The runtime's own message comes first.
+    let mut oom = exited(&m, 137);
+    oom.message = "OOMKilled".into();
+    std::fs::write(&msg, "out of memory").unwrap();
+    assert_eq!(
+        message(&file_policy, &oom).as_deref(),
+        Some("OOMKilled: out of memory")
+    );
+}
