@@ -138,10 +138,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                         .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
                 });
                 // Active pods: admitted, not rejected, not finished.
-                let mut used = pods
-                    .keys()
-                    .filter(|uid| !self.status.is_terminal(uid))
-                    .count();
+                let mut used = self.status.count_active(pods.keys());
                 for pod in list {
                     let Some(uid) = uid_of(&pod) else { continue };
                     let known = pods.contains_key(&uid);

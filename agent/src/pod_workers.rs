@@ -336,7 +336,7 @@ impl PodSyncer for WorkerContext {
             {
                 cm.remove_orphans(&due);
             }
-            runtime.remove_orphaned_log_dirs(&|uid| known.contains(uid));
+            runtime.remove_orphaned_pod_dirs(&|uid| known.contains(uid));
             // What pods and large inputs freed goes back to the system (at most every 10 s).
             crate::memory::release_free_memory();
         });

@@ -753,6 +753,20 @@ impl Agent {
         }
     }
 
+    /// Waits until `path` no longer exists; `what` names it in the failure message.
+    ///
+    /// # Panics
+    /// When it is still there after `timeout`.
+    pub fn wait_until_gone(&self, what: &str, path: &Path, timeout: Duration) {
+        self.eventually(&format!("{what} to go"), timeout, || {
+            if path.exists() {
+                Err(format!("{} is still there", path.display()))
+            } else {
+                Ok(())
+            }
+        });
+    }
+
     /// The whole agent log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.spec.log).unwrap_or_default()

@@ -544,13 +544,7 @@ fn container_output_lands_in_the_pods_log_directory() {
     });
     // Removing the pod removes its log directory.
     agent.remove_manifest("talker.yaml");
-    agent.eventually("the pod's log directory removed", TIMEOUT, || {
-        if dir.exists() {
-            Err(format!("{} is still there", dir.display()))
-        } else {
-            Ok(())
-        }
-    });
+    agent.wait_until_gone("the pod's log directory", &dir, TIMEOUT);
 }
 
 #[test]
@@ -599,11 +593,5 @@ spec:
 
     // The pod's files go with the pod.
     agent.remove_manifest("msg.yaml");
-    agent.eventually("the pod's state directory to go", TIMEOUT, || {
-        if state_dir.exists() {
-            Err(format!("{} is still there", state_dir.display()))
-        } else {
-            Ok(())
-        }
-    });
+    agent.wait_until_gone("the pod's state directory", &state_dir, TIMEOUT);
 }

@@ -122,17 +122,7 @@ impl Manager {
     /// source wants are left to `kill_pod`, which removes all of their sandboxes.
     pub async fn collect_stale_sandboxes(&self) -> cri::Result<Collected> {
         let (sandboxes, containers) = self.list(None).await?;
-        let mut pods: HashMap<String, (Vec<api::PodSandbox>, Vec<api::Container>)> = HashMap::new();
-        for s in sandboxes {
-            if let Some(uid) = s.labels.get(labels::POD_UID) {
-                pods.entry(uid.clone()).or_default().0.push(s);
-            }
-        }
-        for c in containers {
-            if let Some(uid) = c.labels.get(labels::POD_UID) {
-                pods.entry(uid.clone()).or_default().1.push(c);
-            }
-        }
+        let pods = super::reading::by_pod(sandboxes, containers);
         let live: HashSet<String> = pods
             .values()
             .flat_map(|(s, _)| s.iter().map(|s| s.id.clone()))

@@ -215,8 +215,8 @@ pub struct Manager {
     resize: Arc<Mutex<ResizeState>>,
     /// The PLEG's pod reads handed to the pods' syncs, and the pods being stopped.
     fresh: Arc<Mutex<fresh::Fresh>>,
-    /// Pod log directories found orphaned at housekeeping's last pass.
-    orphan_logs: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Pod log and state directories found orphaned at housekeeping's last pass.
+    orphan_dirs: Arc<Mutex<HashSet<PathBuf>>>,
     /// The stale-sandbox collector's state.
     gc: Arc<Mutex<gc::GcState>>,
 }

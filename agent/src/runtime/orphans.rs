@@ -11,7 +11,7 @@ impl Manager {
     /// UIDs `known` says no to that were orphaned at the previous call too; returns how many
     /// were removed. Entries of any other shape, and anything but plain directories, are left
     /// alone. Blocking: call it off the async threads.
-    pub fn remove_orphaned_log_dirs(&self, known: &dyn Fn(&str) -> bool) -> usize {
+    pub fn remove_orphaned_pod_dirs(&self, known: &dyn Fn(&str) -> bool) -> usize {
         let mut orphaned = HashSet::new();
         let kinds: [(&Path, UidOf); 2] = [
             (&self.cfg.pod_logs_dir, log_dir_uid),
@@ -37,7 +37,7 @@ impl Manager {
                 }
             }
         }
-        let mut previous = self.orphan_logs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut previous = self.orphan_dirs.lock().unwrap_or_else(|p| p.into_inner());
         let due: Vec<PathBuf> = orphaned.intersection(&previous).cloned().collect();
         *previous = orphaned;
         drop(previous);
@@ -125,13 +125,13 @@ mod tests {
         std::fs::write(logs.path().join("ns_file_u4"), "x").expect("write");
         let known = |uid: &str| uid == "u1";
         assert_eq!(
-            m.remove_orphaned_log_dirs(&known),
+            m.remove_orphaned_pod_dirs(&known),
             0,
             "first pass only notes"
         );
         // u3's pod turned up in between: its directory stays.
         let known_now = |uid: &str| uid == "u1" || uid == "u3";
-        assert_eq!(m.remove_orphaned_log_dirs(&known_now), 1);
+        assert_eq!(m.remove_orphaned_pod_dirs(&known_now), 1);
         let mut left: Vec<String> = std::fs::read_dir(logs.path())
             .expect("ls")
             .flatten()

@@ -13,7 +13,7 @@ impl Manager {
             known: Arc::default(),
             resize: Arc::default(),
             fresh: Arc::default(),
-            orphan_logs: Arc::default(),
+            orphan_dirs: Arc::default(),
             gc: Arc::default(),
         }
     }
@@ -166,20 +166,10 @@ impl Manager {
     pub async fn relist(&self) -> cri::Result<(HashMap<String, RelistEntry>, Listing)> {
         let token = self.fresh().token_for_all();
         let (sandboxes, containers) = self.list(None).await?;
-        let mut listing = Listing {
+        let listing = Listing {
             token,
-            pods: HashMap::new(),
+            pods: by_pod(sandboxes, containers),
         };
-        for s in sandboxes {
-            if let Some(uid) = s.labels.get(labels::POD_UID) {
-                listing.pods.entry(uid.clone()).or_default().0.push(s);
-            }
-        }
-        for c in containers {
-            if let Some(uid) = c.labels.get(labels::POD_UID) {
-                listing.pods.entry(uid.clone()).or_default().1.push(c);
-            }
-        }
         let out: HashMap<String, RelistEntry> = listing
             .pods
             .iter()
@@ -259,4 +249,24 @@ impl Manager {
             resize_error,
         })
     }
+}
+
+/// Listed sandboxes and containers grouped by the pod UID of their labels (objects without one
+/// are not a pod's).
+pub(super) fn by_pod(
+    sandboxes: Vec<api::PodSandbox>,
+    containers: Vec<api::Container>,
+) -> HashMap<String, ListedPod> {
+    let mut pods: HashMap<String, ListedPod> = HashMap::new();
+    for s in sandboxes {
+        if let Some(uid) = s.labels.get(labels::POD_UID) {
+            pods.entry(uid.clone()).or_default().0.push(s);
+        }
+    }
+    for c in containers {
+        if let Some(uid) = c.labels.get(labels::POD_UID) {
+            pods.entry(uid.clone()).or_default().1.push(c);
+        }
+    }
+    pods
 }

@@ -231,6 +231,20 @@ impl StatusManager {
         })
     }
 
+    /// How many of `uids` are not known to have finished (phase neither Succeeded nor Failed):
+    /// the pods admission counts against `--max-pods`. One read lock for all of them.
+    pub fn count_active<'a>(&self, uids: impl Iterator<Item = &'a String>) -> usize {
+        let Ok(map) = self.inner.read() else {
+            return 0;
+        };
+        uids.filter(|uid| {
+            !map.get(*uid).is_some_and(|e| {
+                Phase::of(e.status.phase.as_deref()).is_some_and(Phase::is_terminal)
+            })
+        })
+        .count()
+    }
+
     pub fn running_count(&self) -> usize {
         self.inner
             .read()
