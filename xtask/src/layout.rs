@@ -29,6 +29,9 @@ pub struct Layout {
     pub lock_file: PathBuf,
     /// Where the image archives are written before import.
     pub images_dir: PathBuf,
+    /// containerd's registry host configs (`<dir>/<host:port>/hosts.toml`), read on every pull,
+    /// so a registry a test or bench starts is usable without restarting containerd.
+    pub registry_hosts_dir: PathBuf,
 }
 
 impl Default for Layout {
@@ -48,6 +51,7 @@ impl Default for Layout {
             pid_file: run.join("containerd.pid"),
             lock_file: run.join("lock"),
             images_dir: lib.join("images"),
+            registry_hosts_dir: lib.join("registry-hosts"),
         }
     }
 }

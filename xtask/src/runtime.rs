@@ -27,6 +27,9 @@ pub const BRIDGE_NAME: &str = "swiftlet0";
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 /// Top-level cgroups with this prefix belong to swiftlet's demo and tests.
 pub const CGROUP_PREFIX: &str = "swiftlet-";
+/// A second CRI runtime handler (runc as well, under another name), so that a pod's
+/// `runtimeClassName` can be seen to choose the handler its sandbox runs with.
+pub const ALT_RUNTIME_HANDLER: &str = "swiftlet-alt";
 
 /// Errors of the runtime commands, with the path or process concerned.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +124,12 @@ oom_score = 0
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{alt}]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{alt}.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{registry_hosts}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{cni_bin}"
     conf_dir = "{cni_conf}"
@@ -133,6 +142,8 @@ oom_score = 0
             pause = PAUSE_IMAGE,
             cni_bin = self.cni_bin_dir.display(),
             cni_conf = self.cni_conf_dir.display(),
+            alt = ALT_RUNTIME_HANDLER,
+            registry_hosts = self.registry_hosts_dir.display(),
         )
     }
 
@@ -182,17 +193,20 @@ oom_score = 0
         Ok(file)
     }
 
-    /// Writes the containerd config and the CNI config files (only when they changed).
-    pub fn write_configs(&self) -> Result<(), Error> {
+    /// Writes the containerd config and the CNI config files (only when they changed); whether
+    /// the containerd config changed (a running containerd must restart to read it).
+    pub fn write_configs(&self) -> Result<bool, Error> {
         for dir in [
             &self.state,
             &self.root,
             &self.cni_conf_dir,
             &self.cni_ipam_dir,
             &self.images_dir,
+            &self.registry_hosts_dir,
         ] {
             std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
         }
+        let mut config_changed = false;
         for (path, contents) in [
             (self.config.clone(), self.config_toml()),
             (
@@ -209,9 +223,10 @@ oom_score = 0
                     std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
                 }
                 std::fs::write(&path, contents).map_err(io_err("writing", &path))?;
+                config_changed |= path == self.config;
             }
         }
-        Ok(())
+        Ok(config_changed)
     }
 
     /// Whether containerd answers on the socket (`ctr --address SOCK version`).
@@ -351,9 +366,13 @@ fn up_locked(layout: &Layout) -> Result<UpOutcome, Error> {
     if !binary_present("containerd") || !binary_present("ctr") {
         return Err(Error::MissingBinary);
     }
-    layout.write_configs()?;
-    if layout.healthy() {
+    let config_changed = layout.write_configs()?;
+    if layout.healthy() && !config_changed {
         return Ok(UpOutcome::AlreadyUp { pid: layout.pid() });
+    }
+    if config_changed && let Some(pid) = layout.pid() {
+        // Running with an older config (the checkout changed under it): restart it.
+        stop_pid(pid)?;
     }
     if let Some(pid) = layout.pid() {
         // Started but not answering yet (or wedged): give it the start timeout, then restart.
@@ -764,6 +783,13 @@ mod tests {
         assert!(c.contains(r#"sandbox_image = "localhost/swiftlet/pause:v1""#));
         assert!(c.contains("SystemdCgroup = false"));
         assert!(c.contains(r#"conf_dir = "/var/lib/swiftlet-dev/cni/net.d""#));
+        assert!(c.contains(r#"config_path = "/var/lib/swiftlet-dev/registry-hosts""#));
+        assert!(c.contains(r#"containerd.runtimes.swiftlet-alt]"#));
+        let toml_ok = c
+            .lines()
+            .filter(|l| l.trim_start().starts_with('['))
+            .count();
+        assert!(toml_ok > 8, "{c}");
         let cni: serde_json::Value = serde_json::from_str(&l.cni_conflist()).unwrap();
         assert_eq!(cni["plugins"][0]["bridge"], "swiftlet0");
         assert_eq!(
