@@ -5,6 +5,7 @@
 //! `cm` (pod cgroups) -> `status::StatusManager` -> `/pods`. `pleg` relists the runtime; `ebpf`
 //! records what the kernel saw.
 pub mod agent;
+pub mod api_objects;
 pub mod cli;
 pub mod cm;
 pub mod config;

@@ -1,0 +1,136 @@
+//! Reading the API objects a pod refers to but does not contain (its image pull secrets, its
+//! RuntimeClass) from the API server named by `--kubeconfig`.
+//!
+//! The client is built on first use and kept. Without a kubeconfig every lookup is
+//! [`Error::NoApiServer`], so a pod that needs an object it cannot have waits with a reason
+//! saying so instead of running without it.
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::{Api, Client};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::OnceCell;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{kind} {name:?} is needed but swiftlet has no API server (--kubeconfig is not set)")]
+    NoApiServer { kind: &'static str, name: String },
+    #[error(transparent)]
+    Client(#[from] crate::config::api::Error),
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: &'static str, name: String },
+    #[error("reading {kind} {name:?} from the API server: {source}")]
+    Api {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// The object does not exist (as opposed to: it could not be read).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound { .. })
+    }
+}
+
+/// Lookups of API objects by name; cheap to clone.
+#[derive(Clone, Default)]
+pub struct ApiObjects {
+    kubeconfig: Option<PathBuf>,
+    client: Arc<OnceCell<Client>>,
+}
+
+impl std::fmt::Debug for ApiObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiObjects")
+            .field("kubeconfig", &self.kubeconfig)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiObjects {
+    /// Lookups through the API server of `kubeconfig`; `None`: there is no API server.
+    pub fn new(kubeconfig: Option<PathBuf>) -> Self {
+        Self {
+            kubeconfig,
+            client: Arc::default(),
+        }
+    }
+
+    /// Lookups through an existing client.
+    pub fn with_client(client: Client) -> Self {
+        Self {
+            kubeconfig: None,
+            client: Arc::new(OnceCell::new_with(Some(client))),
+        }
+    }
+
+    async fn client(&self, kind: &'static str, name: &str) -> Result<Client, Error> {
+        if let Some(c) = self.client.get() {
+            return Ok(c.clone());
+        }
+        let Some(path) = &self.kubeconfig else {
+            return Err(Error::NoApiServer {
+                kind,
+                name: name.to_owned(),
+            });
+        };
+        let c = self
+            .client
+            .get_or_try_init(|| crate::config::api::client(path))
+            .await?;
+        Ok(c.clone())
+    }
+
+    async fn get<K>(
+        &self,
+        api: impl FnOnce(Client) -> Api<K>,
+        kind: &'static str,
+        name: &str,
+    ) -> Result<K, Error>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let api = api(self.client(kind, name).await?);
+        match api.get_opt(name).await {
+            Ok(Some(o)) => Ok(o),
+            Ok(None) => Err(Error::NotFound {
+                kind,
+                name: name.to_owned(),
+            }),
+            Err(source) => Err(Error::Api {
+                kind,
+                name: name.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// The secret `namespace/name`.
+    pub async fn secret(&self, namespace: &str, name: &str) -> Result<Secret, Error> {
+        self.get(|c| Api::namespaced(c, namespace), "Secret", name)
+            .await
+    }
+
+    /// The RuntimeClass `name` (cluster-scoped).
+    pub async fn runtime_class(&self, name: &str) -> Result<RuntimeClass, Error> {
+        self.get(Api::all, "RuntimeClass", name).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn without_an_api_server_lookups_say_so() {
+        let o = ApiObjects::new(None);
+        let e = o.secret("default", "regcred").await.unwrap_err();
+        assert!(matches!(e, Error::NoApiServer { .. }), "{e}");
+        assert!(e.to_string().contains("--kubeconfig"), "{e}");
+        let e = o.runtime_class("gvisor").await.unwrap_err();
+        assert!(e.to_string().contains("RuntimeClass \"gvisor\""), "{e}");
+    }
+}
