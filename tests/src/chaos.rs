@@ -251,6 +251,9 @@ pub struct Outcome {
     pub faults: usize,
     /// Manifest changes made (creates, updates, deletes).
     pub changes: usize,
+    /// How long each fault itself took, in milliseconds, sorted (kill9: the restart until
+    /// `/healthz`; sigterm: the agent's exit after SIGTERM).
+    pub fault_ms: Vec<u64>,
     /// Time from each fault's end to the invariant holding, in milliseconds, sorted.
     pub converge_ms: Vec<u64>,
     /// Violations still there when the scenario gave up (empty: the invariant held every time).
@@ -264,84 +267,117 @@ impl Outcome {
 
     /// The `q`-quantile (0..=1) of the convergence times.
     pub fn converge_quantile(&self, q: f64) -> Option<u64> {
-        let n = self.converge_ms.len();
-        let idx = ((n as f64 - 1.0) * q).round();
-        (n > 0).then(|| self.converge_ms[(idx as usize).min(n - 1)])
+        quantile(&self.converge_ms, q)
+    }
+
+    /// The `q`-quantile (0..=1) of the faults' own times.
+    pub fn fault_quantile(&self, q: f64) -> Option<u64> {
+        quantile(&self.fault_ms, q)
     }
 }
 
-/// Applies one random change to the manifests: create a pod, update one (a new label: the
-/// static pod gets a new UID, so the old one is killed and a new one started) or delete one.
-fn churn_once(rng: &mut Rng, agent: &Agent, desired: &mut Desired, next: &mut usize, max: usize) {
-    let names: Vec<String> = desired.keys().cloned().collect();
-    let op = if names.is_empty() {
-        0
-    } else if names.len() >= max {
-        1 + rng.below(2)
-    } else {
-        rng.below(3)
+/// The `q`-quantile of sorted `v`.
+fn quantile(v: &[u64], q: f64) -> Option<u64> {
+    let n = v.len();
+    let idx = ((n as f64 - 1.0) * q).round();
+    (n > 0).then(|| v[(idx as usize).min(n - 1)])
+}
+
+/// A scenario's moving parts: its random source, the agent and what it should run.
+pub struct Ctx {
+    pub rng: Rng,
+    pub agent: Agent,
+    pub desired: Desired,
+    /// The most pods the churn keeps.
+    pub max_pods: usize,
+    next: usize,
+    changes: usize,
+}
+
+impl Ctx {
+    /// Applies one random change to the manifests: create a pod, update one (a new label: the
+    /// static pod gets a new UID, so the old one is killed and a new one started) or delete one.
+    pub fn churn(&mut self) {
+        let names: Vec<String> = self.desired.keys().cloned().collect();
+        let op = if names.is_empty() {
+            0
+        } else if names.len() >= self.max_pods {
+            1 + self.rng.below(2)
+        } else {
+            self.rng.below(3)
+        };
+        self.changes += 1;
+        let pick = |rng: &mut Rng| {
+            names[usize::try_from(rng.below(names.len() as u64)).unwrap_or(0)].clone()
+        };
+        match op {
+            0 => {
+                let file = format!("chaos-{}.yaml", self.next);
+                self.next += 1;
+                let text = looping_pod_manifest(file.trim_end_matches(".yaml"), &[]);
+                self.agent.write_manifest(&file, &text);
+                self.desired.insert(file, text);
+            }
+            1 => {
+                let file = pick(&mut self.rng);
+                let generation = self.rng.next_u64().to_string();
+                let text =
+                    looping_pod_manifest(file.trim_end_matches(".yaml"), &[("gen", &generation)]);
+                self.agent.write_manifest(&file, &text);
+                self.desired.insert(file, text);
+            }
+            _ => {
+                let file = pick(&mut self.rng);
+                self.agent.remove_manifest(&file);
+                self.desired.remove(&file);
+            }
+        }
+    }
+
+    /// A pause of up to `max_ms` milliseconds, chosen by the seed.
+    pub fn pause(&mut self, max_ms: u64) {
+        std::thread::sleep(Duration::from_millis(self.rng.below(max_ms)));
+    }
+}
+
+/// Runs `rounds` rounds of `fault` (which injects one fault and returns how long the fault took
+/// in milliseconds, or why it failed), checking the invariant after each.
+fn run_rounds(
+    runtime: &Runtime,
+    scenario: &'static str,
+    seed: u64,
+    rounds: usize,
+    pods: usize,
+    mut fault: impl FnMut(&mut Ctx) -> Result<u64, String>,
+) -> Outcome {
+    let mut cx = Ctx {
+        rng: Rng::new(seed),
+        agent: Agent::start(runtime, AgentOptions::new(&format!("chaos-{scenario}"))),
+        desired: Desired::new(),
+        max_pods: pods.max(1),
+        next: 0,
+        changes: 0,
     };
-    match op {
-        0 => {
-            let file = format!("chaos-{next}.yaml");
-            *next += 1;
-            let text = looping_pod_manifest(file.trim_end_matches(".yaml"), &[]);
-            agent.write_manifest(&file, &text);
-            desired.insert(file, text);
-        }
-        1 => {
-            let file = &names[usize::try_from(rng.below(names.len() as u64)).unwrap_or(0)];
-            let generation = rng.next_u64().to_string();
-            let text =
-                looping_pod_manifest(file.trim_end_matches(".yaml"), &[("gen", &generation)]);
-            agent.write_manifest(file, &text);
-            desired.insert(file.clone(), text);
-        }
-        _ => {
-            let file = &names[usize::try_from(rng.below(names.len() as u64)).unwrap_or(0)];
-            agent.remove_manifest(file);
-            desired.remove(file);
-        }
-    }
-}
-
-/// kill -9 of the agent at random instants during create/update/delete churn: `rounds` rounds
-/// over at most `pods` pods; each round makes a few changes, kills the agent 0-1.5 s later
-/// (sometimes changing more while it is down), restarts it and measures the time until the
-/// invariant holds.
-pub fn kill9_churn(runtime: &Runtime, seed: u64, rounds: usize, pods: usize) -> Outcome {
-    let mut rng = Rng::new(seed);
-    let mut agent = Agent::start(runtime, AgentOptions::new("chaos-kill9"));
-    let mut desired = Desired::new();
-    let mut next = 0;
-    let mut changes = 0;
     let mut out = Outcome {
-        scenario: "kill9",
+        scenario,
         seed,
         faults: 0,
         changes: 0,
+        fault_ms: Vec::new(),
         converge_ms: Vec::new(),
         violations: Vec::new(),
     };
     for _ in 0..pods.min(3) {
-        churn_once(&mut rng, &agent, &mut desired, &mut next, pods);
-        changes += 1;
+        cx.churn();
     }
     for round in 0..rounds {
-        for _ in 0..=rng.below(3) {
-            churn_once(&mut rng, &agent, &mut desired, &mut next, pods);
-            changes += 1;
-        }
-        std::thread::sleep(Duration::from_millis(rng.below(1500)));
-        let down_changes = if rng.below(3) == 0 { 1 } else { 0 };
-        agent.kill();
-        for _ in 0..down_changes {
-            churn_once(&mut rng, &agent, &mut desired, &mut next, pods);
-            changes += 1;
-        }
-        agent.restart_after_sigkill();
+        let result = fault(&mut cx);
         out.faults += 1;
-        match converge(&agent, &desired, CONVERGE_TIMEOUT) {
+        let checked = result.map_err(|e| vec![e]).and_then(|ms| {
+            out.fault_ms.push(ms);
+            converge(&cx.agent, &cx.desired, CONVERGE_TIMEOUT)
+        });
+        match checked {
             Ok(t) => out
                 .converge_ms
                 .push(u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
@@ -354,15 +390,64 @@ pub fn kill9_churn(runtime: &Runtime, seed: u64, rounds: usize, pods: usize) -> 
             }
         }
     }
-    out.changes = changes;
+    out.changes = cx.changes;
     out.converge_ms.sort_unstable();
+    out.fault_ms.sort_unstable();
     if !out.passed() {
         eprintln!(
-            "chaos kill9 (seed {seed}) failed; agent log {}",
-            agent.log_path().display()
+            "chaos {scenario} (seed {seed}) failed; agent log {}",
+            cx.agent.log_path().display()
         );
     }
     out
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// kill -9 of the agent at random instants during create/update/delete churn: each round makes
+/// one to three changes, kills the agent 0-1.5 s later (a third of the time changing one more
+/// manifest while it is down) and restarts it.
+pub fn kill9_churn(runtime: &Runtime, seed: u64, rounds: usize, pods: usize) -> Outcome {
+    run_rounds(runtime, "kill9", seed, rounds, pods, |cx| {
+        for _ in 0..=cx.rng.below(3) {
+            cx.churn();
+        }
+        cx.pause(1500);
+        cx.agent.kill();
+        if cx.rng.below(3) == 0 {
+            cx.churn();
+        }
+        let started = Instant::now();
+        cx.agent.restart_after_sigkill();
+        Ok(ms(started.elapsed()))
+    })
+}
+
+/// How long the agent may take to exit after SIGTERM.
+pub const SIGTERM_EXIT_LIMIT: Duration = Duration::from_secs(10);
+
+/// SIGTERM in the middle of a burst: each round makes three to eight changes at once, sends
+/// SIGTERM 0-0.5 s later (the fault's time is how long the agent took to exit, at most
+/// [`SIGTERM_EXIT_LIMIT`]) and starts the agent again.
+pub fn sigterm_burst(runtime: &Runtime, seed: u64, rounds: usize, pods: usize) -> Outcome {
+    run_rounds(runtime, "sigterm", seed, rounds, pods, |cx| {
+        for _ in 0..3 + cx.rng.below(6) {
+            cx.churn();
+        }
+        cx.pause(500);
+        let started = Instant::now();
+        cx.agent.stop(SIGTERM_EXIT_LIMIT + Duration::from_secs(5));
+        let took = started.elapsed();
+        if took > SIGTERM_EXIT_LIMIT {
+            return Err(format!(
+                "the agent took {took:?} to exit after SIGTERM (limit {SIGTERM_EXIT_LIMIT:?})"
+            ));
+        }
+        cx.agent.restart_after_sigkill();
+        Ok(ms(took))
+    })
 }
 
 #[cfg(test)]
@@ -384,6 +469,7 @@ mod tests {
             seed: 1,
             faults: 3,
             changes: 0,
+            fault_ms: vec![],
             converge_ms: vec![100, 200, 900],
             violations: vec![],
         };

@@ -18,3 +18,26 @@ fn kill9_during_churn_converges_every_round() {
     assert_eq!(outcome.faults, 4);
     assert_eq!(outcome.converge_ms.len(), 4);
 }
+
+/// SIGTERM in the middle of a burst of changes: the agent exits within the limit every time and
+/// the restarted agent converges.
+#[test]
+fn sigterm_during_a_burst_exits_promptly_and_converges() {
+    let Some(rt) = Runtime::shared() else { return };
+    let outcome = chaos::sigterm_burst(rt, 20261125, 3, 6);
+    assert!(
+        outcome.passed(),
+        "seed {}: {:#?}",
+        outcome.seed,
+        outcome.violations
+    );
+    assert_eq!(outcome.fault_ms.len(), 3);
+    assert!(
+        outcome
+            .fault_ms
+            .iter()
+            .all(|&ms| ms <= chaos::SIGTERM_EXIT_LIMIT.as_millis() as u64),
+        "{:?}",
+        outcome.fault_ms
+    );
+}

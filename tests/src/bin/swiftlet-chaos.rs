@@ -25,7 +25,7 @@ struct Args {
 
 fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut a = Args {
-        scenario: "kill9".into(),
+        scenario: "all".into(),
         seed: chaos::fresh_seed(),
         rounds: 10,
         pods: 10,
@@ -52,18 +52,18 @@ fn number<T: std::str::FromStr>(s: &str, flag: &str) -> Result<T, String> {
 }
 
 fn report(o: &Outcome, json: bool) {
-    let q = |q| {
-        o.converge_quantile(q)
-            .map_or("-".to_owned(), |v| format!("{v} ms"))
-    };
+    let show = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
     println!(
-        "{:<8} seed {:<20} faults {:>3}  changes {:>4}  converged p50 {:>9}  max {:>9}  {}",
+        "{:<8} seed {:<20} faults {:>3}  changes {:>4}  fault p50 {:>8} max {:>8}  \
+         converged p50 {:>8} max {:>8}  {}",
         o.scenario,
         o.seed,
         o.faults,
         o.changes,
-        q(0.5),
-        q(1.0),
+        show(o.fault_quantile(0.5)),
+        show(o.fault_quantile(1.0)),
+        show(o.converge_quantile(0.5)),
+        show(o.converge_quantile(1.0)),
         if o.passed() { "PASS" } else { "FAIL" }
     );
     for v in &o.violations {
@@ -94,15 +94,26 @@ fn main() -> ExitCode {
         "chaos: scenario {} seed {} rounds {} pods {}",
         args.scenario, args.seed, args.rounds, args.pods
     );
-    let outcome = match args.scenario.as_str() {
-        "kill9" => chaos::kill9_churn(runtime, args.seed, args.rounds, args.pods),
+    let scenarios: &[&str] = match args.scenario.as_str() {
+        "all" => &["kill9", "sigterm"],
+        "kill9" => &["kill9"],
+        "sigterm" => &["sigterm"],
         other => {
             eprintln!("swiftlet-chaos: unknown scenario {other:?}\n\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    report(&outcome, args.json);
-    if outcome.passed() {
+    let mut passed = true;
+    for name in scenarios {
+        let run = match *name {
+            "kill9" => chaos::kill9_churn,
+            _ => chaos::sigterm_burst,
+        };
+        let outcome = run(runtime, args.seed, args.rounds, args.pods);
+        report(&outcome, args.json);
+        passed &= outcome.passed();
+    }
+    if passed {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
