@@ -121,3 +121,27 @@ fn runtime_classes_pick_the_sandbox_handler_and_an_unknown_class_waits_until_it_
     drop(agent);
     drop(tokio);
 }
+
+#[test]
+fn a_static_pod_naming_a_class_without_an_api_server_waits_saying_so() {
+    let Some(agent) = swiftlet_tests::start_agent("rt-class-no-api") else {
+        return;
+    };
+    agent.write_manifest(
+        "kata.yaml",
+        &busybox_pod_manifest(
+            "name: kata, namespace: default",
+            "  runtimeClassName: kata\n",
+            "sleep 3600 & wait",
+            "",
+        ),
+    );
+    let pod = agent.static_pod_name("kata");
+    let w = wait_waiting_for(&agent, &pod, "--kubeconfig");
+    assert_eq!(w.reason.as_deref(), Some("ContainerCreating"), "{w:?}");
+    let message = w.message.unwrap_or_default();
+    assert!(message.contains("RuntimeClass \"kata\""), "{message}");
+    let list = agent.pods();
+    assert_eq!(list.phase(&pod), Some("Pending"));
+    assert!(sandboxes(&agent, &list, &pod).is_empty());
+}
