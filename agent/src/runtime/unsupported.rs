@@ -58,7 +58,7 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("resourceClaims", Use::Refused),
     ("resources", Use::Refused),
     ("restartPolicy", Use::Implemented),
-    ("runtimeClassName", Use::Refused),
+    ("runtimeClassName", Use::Implemented),
     ("schedulerName", SCHEDULING),
     ("schedulingGates", SCHEDULING),
     ("securityContext", Use::Implemented),
@@ -202,13 +202,6 @@ fn check_spec(spec: &PodSpec) -> Option<String> {
     }
     if spec.resources.is_some() {
         return refused("spec.resources (pod-level resources)");
-    }
-    if spec
-        .runtime_class_name
-        .as_deref()
-        .is_some_and(|r| !r.is_empty())
-    {
-        return refused("spec.runtimeClassName");
     }
     if spec.set_hostname_as_fqdn == Some(true) {
         return refused("spec.setHostnameAsFQDN");
@@ -402,7 +395,6 @@ mod tests {
             ),
             ("resourceClaims", json!({"resourceClaims": [{"name": "r"}]})),
             ("resources", json!({"resources": {"limits": {"cpu": "1"}}})),
-            ("runtimeClassName", json!({"runtimeClassName": "kata"})),
             ("setHostnameAsFQDN", json!({"setHostnameAsFQDN": true})),
             ("subdomain", json!({"subdomain": "s"})),
             (
@@ -484,6 +476,8 @@ mod tests {
         let ok = pod(json!({
             "dnsPolicy": "ClusterFirst",
             "hostname": "h",
+            "runtimeClassName": "kata",
+            "overhead": {"cpu": "100m", "memory": "32Mi"},
             "os": {"name": "linux"},
             "nodeSelector": {"kubernetes.io/os": "linux"},
             "tolerations": [{"operator": "Exists"}],
