@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use k8s_cri::v1 as cri;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use swiftlet_tests::{
-    Agent, PodList, looping_pod_manifest, pod_cri_objects, script_pod_manifest, start_agent,
+    Agent, BUSYBOX_IMAGE, PodList, looping_pod_manifest, pod_cri_objects, script_pod_manifest,
+    start_agent,
 };
 
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(90);
@@ -234,4 +235,41 @@ fn after_an_agent_restart_the_deadline_counts_from_the_pods_sandbox() {
     fails_within_slack(&agent, &pod, Instant::now(), started);
     let containers = wait_stopped(&agent, &uid, Duration::from_secs(20));
     assert_eq!(containers.len(), 1, "{containers:?}");
+}
+
+#[test]
+fn a_pod_stuck_in_its_init_container_fails_its_deadline_the_same_way() {
+    let Some(agent) = start_agent("deadline-init") else {
+        return;
+    };
+    let name = "deadline-init";
+    let init = format!(
+        "  activeDeadlineSeconds: 3\n  initContainers:\n  - name: init\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [\"sleep\", \"3600\"]\n"
+    );
+    let manifest = script_pod_manifest(agent.node_name(), name, "Always", "sleep 3600", &init);
+    agent.write_manifest("p.yaml", &manifest);
+    let pod = agent.static_pod_name(name);
+    let init_running = |l: &PodList| {
+        let st = l.get(&pod).and_then(|p| p.status.as_ref());
+        st.and_then(|s| s.init_container_statuses.as_ref())
+            .and_then(|c| c.first()?.state.as_ref()?.running.as_ref())
+            .is_some()
+    };
+    let list = agent.wait_for(init_running, RUNNING_TIMEOUT);
+    assert_eq!(list.phase(&pod), Some("Pending"));
+    let uid = list.uid(&pod).expect("a UID").to_owned();
+    let started = start_time(&list, &pod);
+    let since = Instant::now()
+        + Duration::try_from(
+            SignedDuration::from_secs(3) - Timestamp::now().duration_since(started),
+        )
+        .unwrap_or_default();
+    fails_within_slack(&agent, &pod, since, started);
+    // The init container is stopped and the app container never ran.
+    let containers = wait_stopped(&agent, &uid, Duration::from_secs(20));
+    let names: Vec<&str> = containers
+        .iter()
+        .filter_map(|c| c.metadata.as_ref().map(|m| m.name.as_str()))
+        .collect();
+    assert_eq!(names, ["init"], "{containers:?}");
 }
