@@ -15,6 +15,9 @@
 //!   kubelet (which retries a waiting static pod after a jittered 10 s back-off), the next one
 //!   starts as soon as the previous one has finished.
 //! * Runtime pods that no source knows are killed with a 1 s grace period (`Work::orphan_kill`).
+//! * `activeDeadlineSeconds`: a sync of a pod whose deadline lies ahead requeues it at the time
+//!   left ([`Synced::deadline_in`]); a pod past it is not synced with the runtime any more: its
+//!   status turns Failed (`DeadlineExceeded`), which ends it like any terminal phase.
 //!
 //! Each worker marks its pod's timeline ([`Marks`]) for the eBPF report, readable through
 //! [`Timelines`]. Runtime calls go through [`PodSyncer`], so the state machine is tested without
