@@ -11,6 +11,7 @@ pub mod cm;
 pub mod config;
 pub mod cri;
 pub mod ebpf;
+pub mod handler;
 pub mod kubelet;
 pub mod memory;
 pub mod metrics;
