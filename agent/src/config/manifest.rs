@@ -111,6 +111,8 @@ pub enum Problem {
     AnnotationsTooLarge { size: usize, max: usize },
     #[error("metadata.labels: {problem}")]
     BadLabel { problem: String },
+    #[error("spec.activeDeadlineSeconds {value} is invalid: {reason}")]
+    BadActiveDeadline { value: i64, reason: String },
 }
 
 impl Problem {
@@ -128,6 +130,7 @@ impl Problem {
             | Problem::DuplicateContainerName { .. } => "bad_container",
             Problem::AnnotationsTooLarge { .. } => "annotations_too_large",
             Problem::BadLabel { .. } => "bad_label",
+            Problem::BadActiveDeadline { .. } => "bad_active_deadline",
         }
     }
 }
@@ -612,6 +615,11 @@ fn validate_before_defaults(pod: &Pod) -> Result<(), Problem> {
     let spec = pod.spec.as_ref().ok_or(Problem::NoContainers)?;
     if spec.containers.is_empty() {
         return Err(Problem::NoContainers);
+    }
+    if let Some(value) = spec.active_deadline_seconds
+        && let Some(reason) = crate::pod::deadline::invalid(value)
+    {
+        return Err(Problem::BadActiveDeadline { value, reason });
     }
     let mut names = HashSet::new();
     let init = spec.init_containers.as_deref().unwrap_or_default();
@@ -1128,6 +1136,24 @@ mod tests {
             "k".repeat(63),
             "v".repeat(63)
         )));
+    }
+
+    #[test]
+    fn active_deadline_must_be_a_positive_int32() {
+        let with = |v: &str| format!("{}  activeDeadlineSeconds: {v}\n", yaml("job"));
+        let pod = ok(&with("3"));
+        assert_eq!(pod.spec.and_then(|s| s.active_deadline_seconds), Some(3));
+        ok(&with("2147483647"));
+        for bad in ["0", "-5", "2147483648"] {
+            let e = err(with(bad).as_bytes());
+            assert_eq!(e.reason(), "bad_active_deadline", "{bad}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("spec.activeDeadlineSeconds {bad} is invalid"))
+                    && text.contains("positive integer"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

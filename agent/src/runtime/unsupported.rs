@@ -23,7 +23,7 @@ const SCHEDULING: Use = Use::NotForTheNode("scheduling: decided before the pod r
 
 /// `PodSpec`.
 pub const POD_SPEC: &[(&str, Use)] = &[
-    ("activeDeadlineSeconds", Use::Refused),
+    ("activeDeadlineSeconds", Use::Implemented),
     ("affinity", SCHEDULING),
     (
         "automountServiceAccountToken",
@@ -171,9 +171,6 @@ fn non_empty<T>(v: &Option<Vec<T>>) -> bool {
 
 fn check_spec(spec: &PodSpec) -> Option<String> {
     let refused = |what: &str| Some(what.to_owned());
-    if spec.active_deadline_seconds.is_some() {
-        return refused("spec.activeDeadlineSeconds");
-    }
     if spec.dns_config.is_some() {
         return refused("spec.dnsConfig");
     }
@@ -371,10 +368,6 @@ mod tests {
         use serde_json::json;
         let pod_cases = [
             (
-                "activeDeadlineSeconds",
-                json!({"activeDeadlineSeconds": 30}),
-            ),
-            (
                 "dnsConfig",
                 json!({"dnsConfig": {"nameservers": ["1.1.1.1"]}}),
             ),
@@ -474,6 +467,7 @@ mod tests {
     fn what_is_implemented_passes() {
         use serde_json::json;
         let ok = pod(json!({
+            "activeDeadlineSeconds": 30,
             "dnsPolicy": "ClusterFirst",
             "hostname": "h",
             "runtimeClassName": "kata",
