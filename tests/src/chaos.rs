@@ -261,6 +261,19 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// Nothing injected yet.
+    pub fn new(scenario: &'static str, seed: u64) -> Self {
+        Self {
+            scenario,
+            seed,
+            faults: 0,
+            changes: 0,
+            fault_ms: Vec::new(),
+            converge_ms: Vec::new(),
+            violations: Vec::new(),
+        }
+    }
+
     pub fn passed(&self) -> bool {
         self.violations.is_empty()
     }
@@ -358,15 +371,7 @@ fn run_rounds(
         next: 0,
         changes: 0,
     };
-    let mut out = Outcome {
-        scenario,
-        seed,
-        faults: 0,
-        changes: 0,
-        fault_ms: Vec::new(),
-        converge_ms: Vec::new(),
-        violations: Vec::new(),
-    };
+    let mut out = Outcome::new(scenario, seed);
     for _ in 0..pods.min(3) {
         cx.churn();
     }
@@ -448,6 +453,419 @@ pub fn sigterm_burst(runtime: &Runtime, seed: u64, rounds: usize, pods: usize) -
         cx.agent.restart_after_sigkill();
         Ok(ms(took))
     })
+}
+
+/// The agent's peak RSS bound under hostile input.
+pub const MEMORY_BOUND_KIB: u64 = 64 * 1024;
+
+/// One hostile input and what it did to the agent.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HostileResult {
+    pub input: &'static str,
+    /// Rejections counted in `swiftlet_config_errors_total` while it was offered.
+    pub errors_counted: u64,
+    /// The agent's peak RSS while it was offered (VmHWM, reset before), KiB.
+    pub peak_rss_kib: u64,
+}
+
+/// What the manifest-URL server answers; switched by the scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Body {
+    /// A PodList of the two good URL pods.
+    Good,
+    /// A body that never ends (no length, bytes forever).
+    Endless,
+    /// Headers and a declared length, then nothing.
+    Stall,
+    /// A declared 64 MiB body.
+    Oversized,
+    /// Bytes that are not UTF-8.
+    InvalidUtf8,
+    /// A YAML document whose aliases expand to billions of nodes.
+    AliasBomb,
+    /// JSON nested 100,000 deep.
+    DeepNesting,
+    /// The two good pods and 9,998 more (more than `--max-pods`).
+    HugeList,
+}
+
+const HOSTILE_BODIES: &[(&str, Body)] = &[
+    ("url: endless body", Body::Endless),
+    ("url: stalled body", Body::Stall),
+    ("url: 64 MiB body", Body::Oversized),
+    ("url: invalid UTF-8", Body::InvalidUtf8),
+    ("url: YAML alias bomb", Body::AliasBomb),
+    ("url: JSON nested 100,000 deep", Body::DeepNesting),
+    ("url: PodList of 10,000 pods", Body::HugeList),
+];
+
+fn url_pod(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("{name}-uid")},
+        "spec": {"terminationGracePeriodSeconds": 2, "containers": [{
+            "name": "main", "image": crate::BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+            "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]}]}
+    })
+}
+
+/// Writes the HTTP answer for `body` to `stream`; returns when the body is written or the
+/// agent hangs up.
+fn answer(mut stream: std::net::TcpStream, body: Body) {
+    use std::io::{Read, Write};
+    let mut buf = [0u8; 4096];
+    let mut request = Vec::new();
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    let whole = |text: Vec<u8>| {
+        let mut out = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            text.len()
+        )
+        .into_bytes();
+        out.extend(text);
+        out
+    };
+    let list = |extra: usize| {
+        let mut items = vec![url_pod("url-a"), url_pod("url-b")];
+        items.extend((0..extra).map(|i| {
+            serde_json::json!({"metadata": {"name": format!("h{i}")},
+                "spec": {"containers": [{"name": "c", "image": crate::BUSYBOX_IMAGE}]}})
+        }));
+        serde_json::to_vec(
+            &serde_json::json!({"kind": "PodList", "apiVersion": "v1", "items": items}),
+        )
+        .unwrap_or_default()
+    };
+    let _ = match body {
+        Body::Good => stream.write_all(&whole(list(0))),
+        Body::HugeList => stream.write_all(&whole(list(9_998))),
+        Body::InvalidUtf8 => {
+            stream.write_all(&whole(b"kind: Pod\nmetadata: {name: \xff\xfe}\n".to_vec()))
+        }
+        Body::AliasBomb => {
+            let mut y =
+                String::from("a: &a [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n");
+            for (i, prev) in ('b'..='j').zip('a'..='i') {
+                y.push_str(&format!("{i}: &{i} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
+            }
+            y.push_str("kind: Pod\n");
+            stream.write_all(&whole(y.into_bytes()))
+        }
+        Body::DeepNesting => {
+            let mut j = "[".repeat(100_000);
+            j.push_str(&"]".repeat(100_000));
+            stream.write_all(&whole(j.into_bytes()))
+        }
+        Body::Stall => stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n{")
+            .map(|()| std::thread::sleep(Duration::from_secs(20))),
+        Body::Endless | Body::Oversized => {
+            let head: &[u8] = if body == Body::Endless {
+                b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n"
+            } else {
+                b"HTTP/1.1 200 OK\r\ncontent-length: 67108864\r\n\r\n"
+            };
+            let chunk = vec![b' '; 64 * 1024];
+            let mut r = stream.write_all(head);
+            let mut sent = 0usize;
+            while r.is_ok() && (body == Body::Endless || sent < 64 << 20) {
+                r = stream.write_all(&chunk);
+                sent += chunk.len();
+            }
+            r
+        }
+    };
+}
+
+/// The manifest-URL server's switch: what it answers, and how many requests it has had for
+/// each answer.
+#[derive(Clone, Default)]
+struct Served {
+    state: std::sync::Arc<std::sync::Mutex<ServedState>>,
+}
+
+/// The body answered now (`None`: good) and the requests per body so far.
+type ServedState = (Option<Body>, BTreeMap<Body, usize>);
+
+impl Served {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ServedState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set(&self, body: Body) {
+        self.lock().0 = Some(body);
+    }
+
+    /// The body to answer with, counted.
+    fn take(&self) -> Body {
+        let mut g = self.lock();
+        let body = g.0.unwrap_or(Body::Good);
+        *g.1.entry(body).or_default() += 1;
+        body
+    }
+
+    fn count(&self, body: Body) -> usize {
+        self.lock().1.get(&body).copied().unwrap_or(0)
+    }
+
+    /// Waits until `body` has been asked for `n` more times than `since` (false after `timeout`).
+    fn wait_requests(&self, body: Body, since: usize, n: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.count(body) < since + n {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
+    }
+}
+
+/// A manifest-URL server on loopback answering what the returned switch says.
+fn hostile_server() -> std::io::Result<(u16, Served)> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let served = Served::default();
+    let s = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let body = s.take();
+            std::thread::spawn(move || answer(stream, body));
+        }
+    });
+    Ok((port, served))
+}
+
+/// The hostile files written into the manifest directory: (what, file name, contents).
+fn hostile_files() -> Vec<(&'static str, &'static str, Vec<u8>)> {
+    let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x]\n");
+    for (i, prev) in ('b'..='j').zip('a'..='i') {
+        bomb.push_str(&format!(
+            "{i}: &{i} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"
+        ));
+    }
+    let escape = "apiVersion: v1\nkind: Pod\nmetadata: {name: ../../../etc/passwd}\n\
+                  spec: {containers: [{name: c, image: x}]}\n";
+    vec![
+        ("file: YAML alias bomb", "bomb.yaml", bomb.into_bytes()),
+        (
+            "file: invalid UTF-8",
+            "bad-utf8.yaml",
+            b"kind: Pod\nmetadata: {name: \xff}\n".to_vec(),
+        ),
+        ("file: 11 MiB manifest", "huge.yaml", vec![b'#'; 11 << 20]),
+        (
+            "file: a name leaving its directory",
+            "escape.yaml",
+            escape.as_bytes().to_vec(),
+        ),
+        ("file: JSON nested 100,000 deep", "deep.json", {
+            let mut j = "[".repeat(100_000);
+            j.push_str(&"]".repeat(100_000));
+            j.into_bytes()
+        }),
+    ]
+}
+
+/// The total of `swiftlet_config_errors_total` on the agent's `/metrics`.
+fn config_errors(agent: &Agent) -> u64 {
+    let (_, body) = agent.get("/metrics");
+    body.lines()
+        .filter(|l| l.starts_with("swiftlet_config_errors_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// Resets the agent's peak RSS (`/proc/<pid>/clear_refs` 5) so VmHWM measures from now.
+fn reset_peak(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
+/// The agent's VmHWM in KiB.
+fn peak_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The container IDs of every pod in `/pods`, by pod name (a restart changes them).
+fn container_ids(agent: &Agent) -> BTreeMap<String, Vec<String>> {
+    agent
+        .pods()
+        .items
+        .iter()
+        .map(|p| {
+            let ids = p
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .filter_map(|c| c.container_id.clone())
+                .collect();
+            (p.metadata.name.clone().unwrap_or_default(), ids)
+        })
+        .collect()
+}
+
+/// Hostile input at scale: every hostile body the manifest URL can serve and every hostile file
+/// the manifest directory can hold, one at a time beside two good file pods and two good URL
+/// pods. Each must be rejected and counted (`swiftlet_config_errors_total`), must not restart or
+/// drop a good pod, and its peak RSS is measured (the bound is [`MEMORY_BOUND_KIB`]; inputs over
+/// it are reported, see docs/reliability.md). `rounds` repeats the whole set (in a new order).
+pub fn hostile_input(runtime: &Runtime, seed: u64, rounds: usize) -> (Outcome, Vec<HostileResult>) {
+    let mut out = Outcome::new("hostile", seed);
+    let (port, served) = match hostile_server() {
+        Ok(s) => s,
+        Err(e) => {
+            out.violations
+                .push(format!("starting the manifest-URL server: {e}"));
+            return (out, Vec::new());
+        }
+    };
+    let mut opts = AgentOptions::new("chaos-hostile");
+    opts.extra_args = vec![
+        "--manifest-url".into(),
+        format!("http://127.0.0.1:{port}/pods"),
+        "--http-check-frequency".into(),
+        "1s".into(),
+        "--max-pods".into(),
+        "4".into(),
+    ];
+    // Debug logs of 10,000 rejected pods would be the test's own cost; warnings say enough.
+    opts.verbosity = 2;
+    let agent = Agent::start(runtime, opts);
+    let mut desired = Desired::new();
+    for name in ["good-a", "good-b"] {
+        let text = looping_pod_manifest(name, &[]);
+        agent.write_manifest(&format!("{name}.yaml"), &text);
+        desired.insert(format!("{name}.yaml"), text);
+    }
+    let all_good = |agent: &Agent| {
+        let pods = agent.pods();
+        let names = [
+            agent.static_pod_name("good-a"),
+            agent.static_pod_name("good-b"),
+            agent.static_pod_name("url-a"),
+            agent.static_pod_name("url-b"),
+        ];
+        names.iter().all(|n| pods.is_running(n))
+    };
+    if agent
+        .try_wait_for(|_| all_good(&agent), CONVERGE_TIMEOUT)
+        .is_none()
+    {
+        out.violations.push("the good pods did not start".into());
+        return (out, Vec::new());
+    }
+    let Some(pid) = agent.pid() else {
+        out.violations.push("the agent is not running".into());
+        return (out, Vec::new());
+    };
+    let mut rng = Rng::new(seed);
+    let mut results = vec![HostileResult {
+        input: "none (idle, the good pods running)",
+        errors_counted: 0,
+        peak_rss_kib: peak_kib(pid),
+    }];
+    let files = hostile_files();
+    for _ in 0..rounds.max(1) {
+        // Every input once a round, in an order the seed picks.
+        let mut order: Vec<usize> = (0..HOSTILE_BODIES.len() + files.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, usize::try_from(rng.below(i as u64 + 1)).unwrap_or(0));
+        }
+        for i in order {
+            let before_ids = container_ids(&agent);
+            let before = config_errors(&agent);
+            reset_peak(pid);
+            let started = Instant::now();
+            let mut counted = || config_errors(&agent).saturating_sub(before);
+            let wait_counted = |counted: &mut dyn FnMut() -> u64| {
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while counted() == 0 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            };
+            let what = if let Some((what, body)) = HOSTILE_BODIES.get(i) {
+                // Two fetches of it at least (a stalled one runs into the agent's fetch timeout),
+                // and then two good fetches, so no stalled fetch reaches into the next input.
+                served.set(*body);
+                let asked = served.count(*body);
+                if !served.wait_requests(*body, asked, 2, Duration::from_secs(30)) {
+                    out.violations
+                        .push(format!("{what}: the agent stopped fetching"));
+                }
+                if *body != Body::HugeList {
+                    wait_counted(&mut counted);
+                }
+                let good = served.count(Body::Good);
+                served.set(Body::Good);
+                if !served.wait_requests(Body::Good, good, 2, Duration::from_secs(30)) {
+                    out.violations
+                        .push(format!("{what}: the agent stopped fetching after it"));
+                }
+                *what
+            } else {
+                let (what, file, bytes) = &files[i - HOSTILE_BODIES.len()];
+                let path = agent.manifest_dir().join(file);
+                if let Err(e) = std::fs::write(&path, bytes) {
+                    out.violations.push(format!("{what}: writing it: {e}"));
+                }
+                wait_counted(&mut counted);
+                let _ = std::fs::remove_file(&path);
+                *what
+            };
+            out.faults += 1;
+            let counted = counted();
+            // The huge list is valid input: its pods are admitted or rejected by --max-pods
+            // (admission, not a config error).
+            if counted == 0 && !what.contains("10,000") {
+                out.violations
+                    .push(format!("{what}: not counted as a config error"));
+            }
+            // The good pods come back if the input replaced them, but never restarted.
+            std::thread::sleep(Duration::from_secs(2));
+            let after_ids = container_ids(&agent);
+            for (name, ids) in &before_ids {
+                if after_ids.get(name) != Some(ids) {
+                    out.violations
+                        .push(format!("{what}: pod {name} restarted or went away"));
+                }
+            }
+            let peak = peak_kib(pid);
+            out.fault_ms.push(ms(started.elapsed()));
+            results.push(HostileResult {
+                input: what,
+                errors_counted: counted,
+                peak_rss_kib: peak,
+            });
+        }
+    }
+    match converge(&agent, &desired, CONVERGE_TIMEOUT) {
+        Ok(t) => out.converge_ms.push(ms(t)),
+        // The URL pods are in /pods but not in `desired`: only other violations count.
+        Err(bad) => out.violations.extend(
+            bad.into_iter()
+                .filter(|b| !b.contains("url-a") && !b.contains("url-b") && !b.contains("-uid")),
+        ),
+    }
+    out.fault_ms.sort_unstable();
+    if !out.passed() {
+        eprintln!(
+            "chaos hostile (seed {seed}) failed; agent log {}",
+            agent.log_path().display()
+        );
+    }
+    (out, results)
 }
 
 #[cfg(test)]

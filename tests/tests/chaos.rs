@@ -41,3 +41,20 @@ fn sigterm_during_a_burst_exits_promptly_and_converges() {
         outcome.fault_ms
     );
 }
+
+/// Hostile input beside good pods: every hostile manifest-URL body and manifest file is
+/// rejected and counted, and no good pod restarts or goes away (a body that was not a Pod once
+/// replaced the URL's good pods).
+#[test]
+fn hostile_input_is_rejected_and_counted_and_good_pods_keep_running() {
+    let Some(rt) = Runtime::shared() else { return };
+    let (outcome, inputs) = chaos::hostile_input(rt, 20261125, 1);
+    assert!(
+        outcome.passed(),
+        "seed {}: {:#?}",
+        outcome.seed,
+        outcome.violations
+    );
+    // The idle sample and every input once.
+    assert_eq!(inputs.len(), 13, "{inputs:#?}");
+}

@@ -211,8 +211,9 @@ pub fn parse(path: &Path, bytes: &[u8], node_name: &str) -> Result<Pod> {
 }
 
 /// Parses what a manifest URL served: one Pod or a PodList (`kind: PodList`, items without
-/// `kind`/`apiVersion` accepted), YAML or JSON. The outer error rejects the whole body (unreadable,
-/// not a Pod or PodList); each item then parses (and fails) on its own, named `<url> items[i]`.
+/// `kind`/`apiVersion` accepted), YAML or JSON. The outer error rejects the whole body
+/// (unreadable, not a Pod or PodList, a single pod that is invalid); a PodList's items each parse
+/// (and fail) on their own, named `<url> items[i]`.
 pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<Pod>>> {
     let path = PathBuf::from(url);
     let text = text(&path, bytes, node_name)?;
@@ -223,7 +224,8 @@ pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<
     let head: Head = decode(&path, text, json)?;
     let kind = head.kind.as_ref().and_then(serde_json::Value::as_str);
     if !head.object || kind != Some("PodList") {
-        return Ok(vec![parse_pod(origin, &path, text, node_name)]);
+        // One pod: if it is bad, the whole body is (the source keeps its last good set).
+        return parse_pod(origin, &path, text, node_name).map(|pod| vec![Ok(pod)]);
     }
     api_version_is_v1(head.api_version.as_ref().and_then(|v| v.as_str())).map_err(|problem| {
         Error::Invalid {
@@ -1384,11 +1386,14 @@ mod tests {
         // An empty list, a list in YAML, and bodies that are neither.
         let empty = parse_url(url, b"kind: PodList\napiVersion: v1\nitems: []\n", NODE);
         assert!(empty.expect("parses").is_empty());
-        let e = parse_url(url, b"kind: List\napiVersion: v1\n", NODE).expect("one result");
-        assert_eq!(
-            e[0].as_ref().expect_err("wrong kind").reason(),
-            "wrong_kind"
-        );
+        // A body that is neither a Pod nor a PodList, or a bad single pod, is rejected whole.
+        let e = parse_url(url, b"kind: List\napiVersion: v1\n", NODE).expect_err("wrong kind");
+        assert_eq!(e.reason(), "wrong_kind");
+        let e = parse_url(url, b"[[[[]]]]", NODE).expect_err("not an object");
+        assert!(e.to_string().contains("not an object"), "{e}");
+        let bad_pod = "kind: Pod\napiVersion: v1\nmetadata: {name: x}\nspec: {containers: []}\n";
+        let e = parse_url(url, bad_pod.as_bytes(), NODE).expect_err("no containers");
+        assert_eq!(e.reason(), "no_containers");
         let e = parse_url(url, b"kind: PodList\napiVersion: v2\n", NODE).expect_err("bad");
         assert_eq!(e.reason(), "wrong_api_version");
         assert!(e.to_string().contains(url));

@@ -95,9 +95,10 @@ fn main() -> ExitCode {
         args.scenario, args.seed, args.rounds, args.pods
     );
     let scenarios: &[&str] = match args.scenario.as_str() {
-        "all" => &["kill9", "sigterm"],
+        "all" => &["kill9", "sigterm", "hostile"],
         "kill9" => &["kill9"],
         "sigterm" => &["sigterm"],
+        "hostile" => &["hostile"],
         other => {
             eprintln!("swiftlet-chaos: unknown scenario {other:?}\n\n{USAGE}");
             return ExitCode::from(2);
@@ -105,11 +106,31 @@ fn main() -> ExitCode {
     };
     let mut passed = true;
     for name in scenarios {
-        let run = match *name {
-            "kill9" => chaos::kill9_churn,
-            _ => chaos::sigterm_burst,
+        let outcome = match *name {
+            "kill9" => chaos::kill9_churn(runtime, args.seed, args.rounds, args.pods),
+            "sigterm" => chaos::sigterm_burst(runtime, args.seed, args.rounds, args.pods),
+            _ => {
+                // The whole set of inputs once (about a minute); --rounds is for the others.
+                let (outcome, inputs) = chaos::hostile_input(runtime, args.seed, 1);
+                for r in &inputs {
+                    println!(
+                        "  {:<36} errors counted {:>6}  peak RSS {:>7.1} MiB  {}",
+                        r.input,
+                        r.errors_counted,
+                        r.peak_rss_kib as f64 / 1024.0,
+                        if r.peak_rss_kib <= chaos::MEMORY_BOUND_KIB {
+                            "within 64 MiB"
+                        } else {
+                            "OVER 64 MiB"
+                        }
+                    );
+                }
+                if args.json {
+                    println!("{}", serde_json::to_string(&inputs).unwrap_or_default());
+                }
+                outcome
+            }
         };
-        let outcome = run(runtime, args.seed, args.rounds, args.pods);
         report(&outcome, args.json);
         passed &= outcome.passed();
     }
