@@ -31,7 +31,7 @@ pub struct InvalidProbe {
     pub reason: String,
 }
 
-pub use crate::handler::{Handler, HttpGet};
+pub use crate::handler::{Grpc, Handler, HttpGet};
 
 /// A probe with the API defaults applied (period 10 s, timeout 1 s, thresholds 1 and 3).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,8 +82,8 @@ impl Spec {
                 port: t.port.clone(),
             });
         }
-        if p.grpc.is_some() {
-            handlers.push(Handler::Grpc);
+        if let Some(g) = &p.grpc {
+            handlers.push(Handler::Grpc(Grpc::parse(g)?));
         }
         let handler = match handlers.len() {
             1 => handlers.remove(0),
