@@ -309,12 +309,14 @@ fn redirect(location: &str, current: &Url) -> Result<Option<Url>, String> {
         None
     };
     let Some(absolute) = absolute else {
+        let here = current.path.split(['?', '#']).next().unwrap_or("");
         let path = if location.starts_with('/') {
             location.to_owned()
+        } else if location.starts_with('?') {
+            format!("{here}{location}")
         } else {
             // Relative to the current path's directory.
-            let path = current.path.split(['?', '#']).next().unwrap_or("");
-            let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+            let dir = here.rsplit_once('/').map_or("", |(d, _)| d);
             format!("{dir}/{location}")
         };
         return Ok(Some(Url {
@@ -689,6 +691,7 @@ mod tests {
         );
         assert_eq!(to("/p").as_deref(), Some("http://127.0.0.1:8080/p"));
         assert_eq!(to("b").as_deref(), Some("http://127.0.0.1:8080/a/b"));
+        assert_eq!(to("?r").as_deref(), Some("http://127.0.0.1:8080/a/c?r"));
         let v6 = Url::new(false, "::1", 80, "/");
         assert_eq!(
             redirect("http://[::1]:81/x", &v6)
