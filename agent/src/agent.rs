@@ -40,6 +40,8 @@ pub enum Error {
 
 /// Runs the agent until `cancel` fires, then waits for its tasks to stop. Pods keep running.
 pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Error> {
+    // Probe workers created within one probe period of this spread their first probes.
+    let started = tokio::time::Instant::now();
     let tracker = TaskTracker::new();
     let metrics = Metrics::new();
     for dir in [&cfg.root_dir, &cfg.pod_logs_dir] {
@@ -136,6 +138,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         prober::probe::Prober::new(runtime.cri().clone()),
         status.clone(),
         metrics.clone(),
+        started,
         tracker.clone(),
         cancel.clone(),
     );

@@ -1,15 +1,25 @@
 //! The actions probes and lifecycle hooks run against a container (the API's handlers): exec
-//! (CRI `ExecSync`), an HTTP GET (HTTP/1.1 on fresh connections, no keep-alive, redirects
-//! followed on the same host only), a TCP connect, and a pause (`sleep`). Each is given a timeout
-//! and answers with a [`ProbeResult`] and a short message saying why.
+//! (CRI `ExecSync`), an HTTP or HTTPS GET (HTTP/1.1 on fresh connections, no keep-alive,
+//! redirects followed on the same host name only), a TCP connect, a gRPC health check
+//! (`grpc.health.v1.Health/Check`) and a pause (`sleep`). Each is given a timeout and answers
+//! with a [`ProbeResult`] and a short message saying why.
+//!
+//! HTTPS is TLS without verifying the server's certificate, as the kubelet's prober does: any
+//! certificate is accepted, but the handshake's signatures are still checked against it. The
+//! server name sent (SNI) is the probe's host, or none when that is an IP address.
 use crate::cri::Cri;
 use crate::pod::probe_results::ProbeResult;
 use http_body_util::Empty;
 use hyper::header::{HeaderName, HeaderValue};
-use k8s_openapi::api::core::v1::{ContainerPort, HTTPGetAction};
+use k8s_openapi::api::core::v1::{ContainerPort, GRPCAction, HTTPGetAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+
+#[cfg(any(test, feature = "test-servers"))]
+pub mod test_servers;
 
 /// How much longer than its timeout an exec may take before swiftlet stops waiting for the
 /// runtime (ExecSync itself is given the timeout).
@@ -30,7 +40,7 @@ pub enum Handler {
         host: Option<String>,
         port: IntOrString,
     },
-    Grpc,
+    Grpc(Grpc),
     /// A lifecycle hook's pause.
     Sleep(Duration),
 }
@@ -74,6 +84,28 @@ impl HttpGet {
     }
 }
 
+/// A gRPC probe: `grpc.health.v1.Health/Check` for `service` on the pod IP and `port`,
+/// plain-text HTTP/2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grpc {
+    pub port: u16,
+    pub service: String,
+}
+
+impl Grpc {
+    /// Validates an API grpc action and applies its default (service "").
+    pub fn parse(g: &GRPCAction) -> Result<Grpc, String> {
+        let port = u16::try_from(g.port)
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| format!("grpc.port {} is not between 1 and 65535", g.port))?;
+        Ok(Grpc {
+            port,
+            service: g.service.clone().unwrap_or_default(),
+        })
+    }
+}
+
 /// A port given by number (1 to 65535) or by a non-empty name.
 pub fn check_port(p: &IntOrString) -> Result<(), String> {
     match p {
@@ -104,10 +136,7 @@ pub async fn run(
         Handler::Exec(cmd) => exec(cri, &target.container_id, cmd, timeout).await,
         Handler::Http(h) => http_get(h, target, timeout).await,
         Handler::Tcp { host, port } => tcp(host.as_deref(), port, target, timeout).await,
-        Handler::Grpc => (
-            ProbeResult::Failure,
-            "gRPC probes are not supported yet".into(),
-        ),
+        Handler::Grpc(g) => grpc(g, target, timeout).await,
         Handler::Sleep(d) => {
             tokio::time::sleep((*d).min(timeout)).await;
             (ProbeResult::Success, String::new())
@@ -203,24 +232,55 @@ async fn tcp(
     }
 }
 
-async fn http_get(h: &HttpGet, target: &Target, timeout: Duration) -> (ProbeResult, String) {
-    if h.scheme != "HTTP" {
-        return (
-            ProbeResult::Failure,
-            format!("{} probes are not supported yet", h.scheme),
-        );
+/// `host:port`, with an IPv6 address in brackets.
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
+}
+
+/// Where one GET goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Url {
+    tls: bool,
+    /// The host name or IP address, without brackets.
+    host: String,
+    port: u16,
+    /// The Host header: the URL's authority as written.
+    authority: String,
+    /// Path and query.
+    path: String,
+}
+
+impl Url {
+    fn new(tls: bool, host: &str, port: u16, path: &str) -> Url {
+        Url {
+            tls,
+            host: host.to_owned(),
+            port,
+            authority: join_host_port(host, port),
+            path: path.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority, self.path)
+    }
+}
+
+async fn http_get(h: &HttpGet, target: &Target, timeout: Duration) -> (ProbeResult, String) {
     let (host, port) = match endpoint(h.host.as_deref(), &h.port, target) {
         Ok(e) => e,
         Err(r) => return r,
     };
-    let authority = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
-    let url = format!("http://{authority}{}", h.path);
-    match tokio::time::timeout(timeout, follow(&host, port, &authority, h)).await {
+    let url = Url::new(h.scheme == "HTTPS", &host, port, &h.path);
+    let shown = url.to_string();
+    match tokio::time::timeout(timeout, follow(url, h)).await {
         Ok(Ok(status)) if (200..400).contains(&status) => {
             (ProbeResult::Success, format!("HTTP {status}"))
         }
@@ -228,70 +288,127 @@ async fn http_get(h: &HttpGet, target: &Target, timeout: Duration) -> (ProbeResu
             ProbeResult::Failure,
             format!("HTTP probe failed with statuscode: {status}"),
         ),
-        Ok(Err(e)) => (ProbeResult::Failure, format!("Get {url:?}: {e}")),
+        Ok(Err(e)) => (ProbeResult::Failure, e),
         Err(_) => (
             ProbeResult::Failure,
-            format!("Get {url:?}: no answer within {timeout:?}"),
+            format!("Get {shown:?}: no answer within {timeout:?}"),
         ),
     }
 }
 
-/// The path a redirect to `location` leads to when it stays on `authority`; `None` when it
-/// leaves the host.
-fn same_host_path(location: &str, authority: &str, current: &str) -> Option<String> {
-    if location.starts_with('/') && !location.starts_with("//") {
-        return Some(location.to_owned());
+/// Where a redirect from `current` to `location` leads: `Ok(None)` when it leaves the host name
+/// (not followed). As the kubelet, only the host name counts: a redirect may change the scheme
+/// (HTTP to HTTPS and back) and the port.
+fn redirect(location: &str, current: &Url) -> Result<Option<Url>, String> {
+    let absolute = if location.starts_with("//") {
+        let scheme = if current.tls { "https" } else { "http" };
+        Some(format!("{scheme}:{location}"))
+    } else if location.contains("://") {
+        Some(location.to_owned())
+    } else {
+        None
+    };
+    let Some(absolute) = absolute else {
+        let here = current.path.split(['?', '#']).next().unwrap_or("");
+        let path = if location.starts_with('/') {
+            location.to_owned()
+        } else if location.starts_with('?') {
+            format!("{here}{location}")
+        } else {
+            // Relative to the current path's directory.
+            let dir = here.rsplit_once('/').map_or("", |(d, _)| d);
+            format!("{dir}/{location}")
+        };
+        return Ok(Some(Url {
+            path,
+            ..current.clone()
+        }));
+    };
+    let uri = absolute
+        .parse::<hyper::Uri>()
+        .map_err(|e| format!("redirect to {location:?}: {e}"))?;
+    let Some(authority) = uri.authority() else {
+        return Err(format!("redirect to {location:?}: no host"));
+    };
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    if host != current.host {
+        return Ok(None);
     }
-    if location.contains("://") || location.starts_with("//") {
-        let uri = location.parse::<hyper::Uri>().ok()?;
-        let a = uri.authority()?;
-        let port = a.port_u16().unwrap_or(80);
-        let same = uri.scheme_str() == Some("http")
-            && format!("{}:{port}", a.host()) == authority.replace(['[', ']'], "");
-        return same.then(|| uri.path_and_query().map_or("/", |p| p.as_str()).to_owned());
-    }
-    // Relative to the current path's directory.
-    let dir = current.rsplit_once('/').map_or("", |(d, _)| d);
-    Some(format!("{dir}/{location}"))
+    let tls = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("http") => false,
+        Some("https") => true,
+        other => {
+            return Err(format!(
+                "redirect to {location:?}: unsupported protocol scheme {:?}",
+                other.unwrap_or("")
+            ));
+        }
+    };
+    Ok(Some(Url {
+        tls,
+        host: host.to_owned(),
+        port: authority.port_u16().unwrap_or(if tls { 443 } else { 80 }),
+        authority: authority.as_str().to_owned(),
+        path: uri.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
+    }))
 }
 
-/// GETs, following redirects that stay on the same host (at most [`MAX_REDIRECTS`]). A redirect
-/// to another host is not followed: its 3xx status is the answer (the kubelet counts it as a
-/// success with a warning).
-async fn follow(host: &str, port: u16, authority: &str, h: &HttpGet) -> Result<u16, String> {
-    let mut path = h.path.clone();
+/// GETs, following redirects that stay on the same host name (at most [`MAX_REDIRECTS`]). A
+/// redirect to another host is not followed: its 3xx status is the answer (the kubelet counts it
+/// as a success with a warning). An error names the URL that failed.
+async fn follow(first: Url, h: &HttpGet) -> Result<u16, String> {
+    let mut url = first;
     for _ in 0..=MAX_REDIRECTS {
-        let (status, location) = get(host, port, authority, &path, h).await?;
-        let next = location
-            .filter(|_| (300..400).contains(&status))
-            .and_then(|l| same_host_path(&l, authority, &path));
+        let (status, location) = get(&url, h)
+            .await
+            .map_err(|e| format!("Get {:?}: {e}", url.to_string()))?;
+        let next = match location.filter(|_| (300..400).contains(&status)) {
+            Some(l) => redirect(&l, &url).map_err(|e| format!("Get {:?}: {e}", url.to_string()))?,
+            None => None,
+        };
         match next {
-            Some(p) => path = p,
+            Some(u) => url = u,
             None => return Ok(status),
         }
     }
     Err(format!("stopped after {MAX_REDIRECTS} redirects"))
 }
 
-/// One GET of `path` on a new connection: the response status and its Location header.
-async fn get(
-    host: &str,
-    port: u16,
-    authority: &str,
-    path: &str,
-    h: &HttpGet,
-) -> Result<(u16, Option<String>), String> {
-    let stream = TcpStream::connect((host, port))
+/// One GET of `url` on a new connection (TLS for https): the response status and its Location
+/// header.
+async fn get(url: &Url, h: &HttpGet) -> Result<(u16, Option<String>), String> {
+    let tcp = TcpStream::connect((url.host.as_str(), url.port))
         .await
-        .map_err(|e| format!("dial tcp: {e}"))?;
+        .map_err(|e| format!("dial tcp {}: {e}", url.authority))?;
+    if !url.tls {
+        return request(tcp, url, h).await;
+    }
+    let connector = TLS.as_ref().map_err(Clone::clone)?;
+    let name = rustls::pki_types::ServerName::try_from(url.host.clone())
+        .map_err(|e| format!("TLS server name {:?}: {e}", url.host))?;
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake with {}: {e}", url.authority))?;
+    request(tls, url, h).await
+}
+
+/// The GET itself, over `stream`.
+async fn request<S>(stream: S, url: &Url, h: &HttpGet) -> Result<(u16, Option<String>), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Empty<bytes::Bytes>>(
         hyper_util::rt::TokioIo::new(stream),
     )
     .await
     .map_err(|e| e.to_string())?;
     let conn = tokio::spawn(conn);
-    let mut req = hyper::Request::get(path)
-        .header(hyper::header::HOST, authority)
+    let mut req = hyper::Request::get(url.path.as_str())
+        .header(hyper::header::HOST, url.authority.as_str())
         .header(hyper::header::USER_AGENT, USER_AGENT)
         .header(hyper::header::ACCEPT, "*/*")
         .header(hyper::header::CONNECTION, "close");
@@ -322,6 +439,162 @@ async fn get(
         .map_err(|e| e.to_string());
     conn.abort();
     result
+}
+
+/// The TLS client of HTTPS probes and hooks (ring, TLS 1.2 and 1.3, ALPN `http/1.1`), built once.
+static TLS: LazyLock<Result<tokio_rustls::TlsConnector, String>> = LazyLock::new(|| {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS client configuration: {e}"))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+});
+
+/// Accepts any server certificate (the kubelet's prober does not verify it either) but checks
+/// that the server holds its key: the handshake's signatures are verified against it.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// An error with its causes (tonic's transport errors say little on their own).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s = format!("{s}: {c}");
+        cause = c.source();
+    }
+    s
+}
+
+/// A gRPC health check of the pod IP, with the kubelet's messages. `timeout` bounds the
+/// connection and the call together (the call's deadline is what is left of it). Unlike the
+/// kubelet, whose blocking dial retries until the timeout, a refused connection fails at once.
+async fn grpc(g: &Grpc, target: &Target, timeout: Duration) -> (ProbeResult, String) {
+    use swiftlet_proto::health::health_check_response::ServingStatus;
+    use swiftlet_proto::health::{HealthCheckRequest, health_client::HealthClient};
+    let Some(host) = target.pod_ip.as_deref() else {
+        return (ProbeResult::Unknown, "the pod has no IP yet".to_owned());
+    };
+    let addr = join_host_port(host, g.port);
+    let started = tokio::time::Instant::now();
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .and_then(|e| e.user_agent(USER_AGENT));
+    let connect = async { endpoint?.connect().await };
+    let channel = match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            return (
+                ProbeResult::Failure,
+                format!(
+                    "error: failed to connect service at {addr:?}: {}",
+                    with_causes(&e)
+                ),
+            );
+        }
+        Err(_) => {
+            return (
+                ProbeResult::Failure,
+                format!(
+                    "timeout: failed to connect service {addr:?} within {timeout:?}: context deadline exceeded"
+                ),
+            );
+        }
+    };
+    let left = timeout.saturating_sub(started.elapsed());
+    let mut req = tonic::Request::new(HealthCheckRequest {
+        service: g.service.clone(),
+    });
+    req.set_timeout(left);
+    let rpc_timeout = || {
+        (
+            ProbeResult::Failure,
+            format!("timeout: health rpc did not complete within {timeout:?}"),
+        )
+    };
+    let resp = match tokio::time::timeout(left, HealthClient::new(channel).check(req)).await {
+        Ok(Ok(r)) => r.into_inner(),
+        Ok(Err(s)) => {
+            // tonic ends a call whose deadline passed as CANCELLED on the client side.
+            let expired = started.elapsed() >= timeout;
+            return match s.code() {
+                tonic::Code::DeadlineExceeded | tonic::Code::Cancelled if expired => rpc_timeout(),
+                tonic::Code::Unimplemented => (
+                    ProbeResult::Failure,
+                    format!(
+                        "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
+                        s.message()
+                    ),
+                ),
+                tonic::Code::DeadlineExceeded => rpc_timeout(),
+                code => (
+                    ProbeResult::Failure,
+                    format!(
+                        "error: health rpc probe failed: rpc error: code = {code:?} desc = {}",
+                        s.message()
+                    ),
+                ),
+            };
+        }
+        Err(_) => return rpc_timeout(),
+    };
+    if resp.status == ServingStatus::Serving as i32 {
+        return (ProbeResult::Success, "service healthy".to_owned());
+    }
+    let status = ServingStatus::try_from(resp.status)
+        .map_or_else(|_| resp.status.to_string(), |s| s.as_str_name().to_owned());
+    (
+        ProbeResult::Failure,
+        format!("service unhealthy (responded with {status:?})"),
+    )
 }
 
 #[cfg(test)]
@@ -393,13 +666,44 @@ mod tests {
         let (a, b) = server.await.unwrap();
         assert!(a.starts_with("GET /healthz "), "{a}");
         assert!(b.starts_with("GET /moved "), "{b}");
-        let auth = "127.0.0.1:8080";
-        assert_eq!(same_host_path("http://10.0.0.9/x", auth, "/a"), None);
+    }
+
+    #[test]
+    fn redirects_keep_to_the_host_name_only() {
+        let cur = Url::new(false, "127.0.0.1", 8080, "/a/c?q");
+        let to = |l: &str| redirect(l, &cur).unwrap().map(|u| u.to_string());
+        assert_eq!(to("http://10.0.0.9/x"), None);
+        assert_eq!(to("https://localhost:8080/x"), None);
         assert_eq!(
-            same_host_path("http://127.0.0.1:8080/x?y", auth, "/a").as_deref(),
-            Some("/x?y")
+            to("http://127.0.0.1:8080/x?y").as_deref(),
+            Some("http://127.0.0.1:8080/x?y")
         );
-        assert_eq!(same_host_path("b", auth, "/a/c").as_deref(), Some("/a/b"));
+        // The scheme and the port may change on the same host.
+        assert_eq!(
+            to("https://127.0.0.1:8443/s").as_deref(),
+            Some("https://127.0.0.1:8443/s")
+        );
+        let https = redirect("https://127.0.0.1/", &cur).unwrap().unwrap();
+        assert_eq!((https.tls, https.port), (true, 443));
+        assert_eq!(
+            to("//127.0.0.1:9/p").as_deref(),
+            Some("http://127.0.0.1:9/p")
+        );
+        assert_eq!(to("/p").as_deref(), Some("http://127.0.0.1:8080/p"));
+        assert_eq!(to("b").as_deref(), Some("http://127.0.0.1:8080/a/b"));
+        assert_eq!(to("?r").as_deref(), Some("http://127.0.0.1:8080/a/c?r"));
+        let v6 = Url::new(false, "::1", 80, "/");
+        assert_eq!(
+            redirect("http://[::1]:81/x", &v6)
+                .unwrap()
+                .map(|u| (u.port, u.authority)),
+            Some((81, "[::1]:81".to_owned()))
+        );
+        assert!(
+            redirect("ftp://127.0.0.1/x", &cur)
+                .unwrap_err()
+                .contains("unsupported protocol scheme \"ftp\"")
+        );
     }
 
     fn http(port: u16) -> HttpGet {
@@ -439,13 +743,215 @@ mod tests {
         drop(l);
     }
 
-    #[tokio::test]
-    async fn https_is_a_clear_failure() {
-        let mut h = http(1);
+    fn https(port: u16) -> Handler {
+        let mut h = http(port);
         h.scheme = "HTTPS".into();
-        let (got, msg) = http_get(&h, &target(), Duration::from_secs(1)).await;
+        Handler::Http(h)
+    }
+
+    /// `run` as probes and hooks call it (no exec here: the CRI endpoint is never dialled).
+    async fn run_here(
+        handler: &Handler,
+        target: &Target,
+        timeout: Duration,
+    ) -> (ProbeResult, String) {
+        let metrics = crate::metrics::Metrics::new();
+        let cri = Cri::new("unix:///nonexistent/swiftlet-handler-test.sock", metrics).unwrap();
+        run(&cri, handler, target, timeout).await
+    }
+
+    #[tokio::test]
+    async fn https_accepts_a_self_signed_certificate_and_reads_the_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = test_servers::HttpsServer::start("127.0.0.1", dir.path())
+            .await
+            .unwrap();
+        let timeout = Duration::from_secs(5);
+        let (got, msg) = run_here(&https(server.port), &target(), timeout).await;
+        assert_eq!((got, msg.as_str()), (ProbeResult::Success, "HTTP 200"));
+        server.set_healthy(false);
+        let (got, msg) = run_here(&https(server.port), &target(), timeout).await;
         assert_eq!(got, ProbeResult::Failure);
-        assert_eq!(msg, "HTTPS probes are not supported yet");
+        assert_eq!(msg, "HTTP probe failed with statuscode: 503");
+        // A host name is sent as the server name; an IP address is not.
+        let Handler::Http(mut named) = https(server.port) else {
+            unreachable!()
+        };
+        named.host = Some("localhost".into());
+        run_here(&Handler::Http(named), &target(), timeout).await;
+        let seen = server.seen();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert_eq!(seen[0].sni, None);
+        let head = seen[0].head.to_lowercase();
+        assert!(head.starts_with("get /healthz http/1.1"), "{head}");
+        assert!(
+            head.contains(&format!("host: 127.0.0.1:{}", server.port)),
+            "{head}"
+        );
+        assert!(head.contains("x-probe: yes"), "{head}");
+        assert!(head.contains("user-agent: kube-probe/"), "{head}");
+        assert_eq!(seen[2].sni.as_deref(), Some("localhost"));
+        assert!(
+            seen[2]
+                .head
+                .to_lowercase()
+                .contains(&format!("host: localhost:{}", server.port))
+        );
+    }
+
+    #[tokio::test]
+    async fn https_to_a_server_without_tls_fails_the_handshake() {
+        let (port, _server) = serve(200).await;
+        let (got, msg) = run_here(&https(port), &target(), Duration::from_secs(5)).await;
+        assert_eq!(got, ProbeResult::Failure);
+        assert!(
+            msg.starts_with(&format!(
+                "Get \"https://127.0.0.1:{port}/healthz\": TLS handshake"
+            )),
+            "{msg}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_redirect_may_go_from_http_to_https_on_the_same_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = test_servers::HttpsServer::start("127.0.0.1", dir.path())
+            .await
+            .unwrap();
+        tls.set_healthy(false);
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let location = format!("location: https://127.0.0.1:{}/secure\r\n", tls.port);
+        let other = format!("location: https://localhost:{}/secure\r\n", tls.port);
+        let server = tokio::spawn(async move {
+            answer(&l, 301, &location).await;
+            answer(&l, 301, &other).await;
+        });
+        let timeout = Duration::from_secs(5);
+        let (got, msg) = http_get(&http(port), &target(), timeout).await;
+        assert_eq!(
+            got,
+            ProbeResult::Failure,
+            "followed to the failing HTTPS server: {msg}"
+        );
+        // To another host name: not followed, the 301 is the answer.
+        let (got, msg) = http_get(&http(port), &target(), timeout).await;
+        assert_eq!((got, msg.as_str()), (ProbeResult::Success, "HTTP 301"));
+        server.await.unwrap();
+        let seen = tls.seen();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(seen[0].head.starts_with("GET /secure "), "{seen:?}");
+    }
+
+    fn grpc_probe(port: u16, service: &str) -> Handler {
+        Handler::Grpc(Grpc {
+            port,
+            service: service.into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn grpc_succeeds_only_while_serving() {
+        let server = test_servers::GrpcServer::start("127.0.0.1", Some("app"))
+            .await
+            .unwrap();
+        let t = target();
+        let timeout = Duration::from_secs(5);
+        for service in ["", "app"] {
+            let (got, msg) = run_here(&grpc_probe(server.port, service), &t, timeout).await;
+            assert_eq!(
+                (got, msg.as_str()),
+                (ProbeResult::Success, "service healthy")
+            );
+        }
+        server.set_serving(false);
+        let (got, msg) = run_here(&grpc_probe(server.port, "app"), &t, timeout).await;
+        assert_eq!(got, ProbeResult::Failure);
+        assert_eq!(msg, "service unhealthy (responded with \"NOT_SERVING\")");
+        let (got, msg) = run_here(&grpc_probe(server.port, "other"), &t, timeout).await;
+        assert_eq!(got, ProbeResult::Failure);
+        assert_eq!(
+            msg,
+            "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service"
+        );
+        server.set_serving(true);
+        let (got, _) = run_here(&grpc_probe(server.port, "app"), &t, timeout).await;
+        assert_eq!(got, ProbeResult::Success);
+        let no_ip = Target::default();
+        assert_eq!(
+            run_here(&grpc_probe(server.port, ""), &no_ip, timeout)
+                .await
+                .0,
+            ProbeResult::Unknown
+        );
+    }
+
+    #[tokio::test]
+    async fn grpc_without_the_health_service_says_so() {
+        let server = test_servers::GrpcServer::start("127.0.0.1", None)
+            .await
+            .unwrap();
+        let (got, msg) = grpc(
+            &Grpc {
+                port: server.port,
+                service: String::new(),
+            },
+            &target(),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(got, ProbeResult::Failure);
+        assert!(
+            msg.starts_with(
+                "error: this server does not implement the grpc health protocol (grpc.health.v1.Health)"
+            ),
+            "{msg}"
+        );
+    }
+
+    #[tokio::test]
+    async fn grpc_connection_refused_and_timeout() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let g = Grpc {
+            port,
+            service: String::new(),
+        };
+        // Nobody answers on the accepted connection: the call's deadline passes.
+        let started = std::time::Instant::now();
+        let (got, msg) = grpc(&g, &target(), Duration::from_millis(300)).await;
+        assert_eq!(got, ProbeResult::Failure);
+        assert!(msg.starts_with("timeout: "), "{msg}");
+        assert!(msg.contains("within 300ms"), "{msg}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the timeout bounds the probe"
+        );
+        drop(l);
+        let (got, msg) = grpc(&g, &target(), Duration::from_secs(5)).await;
+        assert_eq!(got, ProbeResult::Failure);
+        assert!(
+            msg.starts_with(&format!(
+                "error: failed to connect service at \"127.0.0.1:{port}\": "
+            )),
+            "{msg}"
+        );
+        assert!(msg.to_lowercase().contains("refused"), "{msg}");
+    }
+
+    #[test]
+    fn grpc_port_and_service_are_checked_and_defaulted() {
+        let g = Grpc::parse(&GRPCAction {
+            port: 9090,
+            service: None,
+        })
+        .unwrap();
+        assert_eq!((g.port, g.service.as_str()), (9090, ""));
+        let bad = Grpc::parse(&GRPCAction {
+            port: 0,
+            service: None,
+        });
+        assert_eq!(bad.unwrap_err(), "grpc.port 0 is not between 1 and 65535");
     }
 
     #[tokio::test]

@@ -1,9 +1,16 @@
 //! Generated code for swiftlet's own gRPC API (`proto/swiftlet/v1/trace.proto`): the
-//! `swiftlet.v1.PodTrace` service that streams per-pod startup timelines.
+//! `swiftlet.v1.PodTrace` service that streams per-pod startup timelines; and for the standard
+//! health-checking service that gRPC probes call (`proto/grpc/health/v1/health.proto`:
+//! `grpc.health.v1.Health/Check`, client and server).
 #![allow(clippy::all, rust_2018_idioms)]
 
 pub mod v1 {
     tonic::include_proto!("swiftlet.v1");
+}
+
+/// `grpc.health.v1`: the client gRPC probes use, and the server side for tests.
+pub mod health {
+    tonic::include_proto!("grpc.health.v1");
 }
 
 #[cfg(test)]

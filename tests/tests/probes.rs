@@ -1,12 +1,14 @@
-//! Probes against a real containerd: exec, httpGet and tcpSocket readiness probes failing and
-//! recovering (container `ready` and the Ready / ContainersReady conditions on `/pods`), a
-//! liveness (failing, or timing out) and a startup probe failure restarting their containers, and
-//! a startup probe gating readiness. Probe traffic goes only to loopback. Each test runs its own agent.
+//! Probes against a real containerd: exec, httpGet, HTTPS httpGet, tcpSocket and grpc readiness
+//! probes failing and recovering (container `ready` and the Ready / ContainersReady conditions on
+//! `/pods`), a liveness (failing, or timing out) and a startup probe failure restarting their
+//! containers, and a startup probe gating readiness. Probe traffic goes to loopback, the pod
+//! network, or (HTTPS and gRPC) the node's own address. Each test runs its own agent.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
+use swiftlet::handler::test_servers::{GrpcServer, HttpsServer};
 use swiftlet_tests::{Agent, PodList, busybox_pod_manifest, start_agent};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -260,6 +262,104 @@ fn tcp_readiness_follows_a_listener() {
     let p = list.get(&pod).expect("the pod");
     assert_eq!(condition(p, "Ready").map(|c| c.0).as_deref(), Some("True"));
     drop(listener);
+}
+
+/// Waits until the pod's running container has `ready == want`; the container ID and the pod.
+fn wait_ready(agent: &Agent, pod: &str, want: bool) -> (Option<String>, Pod) {
+    let list = agent.wait_for(
+        |l| container(l, pod).is_some_and(|c| running(c) && c.ready == want),
+        TIMEOUT,
+    );
+    let id = container(&list, pod).and_then(|c| c.container_id.clone());
+    (id, list.get(pod).cloned().expect("the pod"))
+}
+
+/// The HTTPS and gRPC servers run in this process on the host, bound to 0.0.0.0: busybox serves
+/// neither TLS nor gRPC. The pods are host-network, so their IP is the node's and the probes (with
+/// no host of their own) reach these servers there.
+fn host_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Runtime::new().expect("a tokio runtime for the test's servers")
+}
+
+/// Runs host-network pod `name` with a readiness probe `handler` (one line of YAML; period 1 s,
+/// timeout 2 s, one failure), flips the health of the test's server with `set_healthy` and waits
+/// for the pod's `ready` to follow each flip (not ready, ready, not ready, ready) without a
+/// restart. Returns the pod's IP, which must be the node's.
+fn readiness_follows_on_the_host(
+    agent: &Agent,
+    name: &str,
+    handler: &str,
+    set_healthy: impl Fn(bool),
+) -> String {
+    let probes = format!(
+        "    readinessProbe:\n      {handler}\n      periodSeconds: 1\n      timeoutSeconds: 2\n      failureThreshold: 1\n"
+    );
+    let m = manifest(agent, name, true, "while true; do sleep 1; done", &probes);
+    agent.write_manifest(&format!("{name}.yaml"), &m);
+    let pod = agent.static_pod_name(name);
+    set_healthy(false);
+    let (id, _) = wait_ready(agent, &pod, false);
+    for healthy in [true, false, true] {
+        set_healthy(healthy);
+        let (now, _) = wait_ready(agent, &pod, healthy);
+        assert_eq!(now, id, "readiness never restarts the container");
+    }
+    let (_, p) = wait_ready(agent, &pod, true);
+    assert_eq!(condition(&p, "Ready").map(|c| c.0).as_deref(), Some("True"));
+    let status = p.status.as_ref().expect("a status");
+    let ip = status.pod_ip.clone().expect("a pod IP");
+    assert_eq!(
+        Some(&ip),
+        status.host_ip.as_ref(),
+        "a host-network pod's IP is the node's: {status:?}"
+    );
+    ip
+}
+
+#[test]
+fn https_readiness_follows_a_server_with_a_self_signed_certificate() {
+    let Some(agent) = start_agent("probe-https") else {
+        return;
+    };
+    let rt = host_runtime();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let server = rt
+        .block_on(HttpsServer::start("0.0.0.0", dir.path()))
+        .expect("the HTTPS server");
+    let handler = format!(
+        "httpGet: {{scheme: HTTPS, port: {}, path: /ready, httpHeaders: [{{name: X-Test, value: tls}}]}}",
+        server.port
+    );
+    let ip =
+        readiness_follows_on_the_host(&agent, "https-ready", &handler, |h| server.set_healthy(h));
+    let seen = server.seen();
+    let last = seen.last().expect("requests").head.to_lowercase();
+    assert!(last.starts_with("get /ready http/1.1"), "{last}");
+    assert!(
+        last.contains(&format!("host: {ip}:{}", server.port)),
+        "{last}"
+    );
+    assert!(last.contains("x-test: tls"), "{last}");
+    assert!(seen.iter().all(|s| s.sni.is_none()), "no SNI for an IP");
+}
+
+#[test]
+fn grpc_readiness_follows_the_health_service() {
+    let Some(agent) = start_agent("probe-grpc") else {
+        return;
+    };
+    let rt = host_runtime();
+    let server = rt
+        .block_on(GrpcServer::start("0.0.0.0", Some("swiftlet.test")))
+        .expect("the gRPC server");
+    let handler = format!("grpc: {{port: {}, service: swiftlet.test}}", server.port);
+    readiness_follows_on_the_host(&agent, "grpc-ready", &handler, |s| server.set_serving(s));
+    assert!(probe_count(&agent, "Readiness", "failed") > 0);
+    assert!(probe_count(&agent, "Readiness", "successful") > 0);
+    assert!(
+        agent.log().contains("service unhealthy (responded with"),
+        "the kubelet's message in the log"
+    );
 }
 
 /// Restart count and whether the last state is a termination.

@@ -4,8 +4,8 @@
 //!   [`Manager::add_pod`] before each sync (idempotent), [`Manager::stop_liveness_and_startup`]
 //!   when the pod starts terminating and [`Manager::remove_pod`] once it is stopped.
 //! * A worker reads the container's ID, start time and the pod IP from the status manager, runs
-//!   its probe every `periodSeconds` ([`probe`]: exec through CRI `ExecSync`, httpGet, tcpSocket)
-//!   and records the result in [`Results`] once `successThreshold` / `failureThreshold`
+//!   its probe every `periodSeconds` ([`probe`]: exec through CRI `ExecSync`, httpGet over HTTP or
+//!   HTTPS, tcpSocket, grpc) and records the result in [`Results`] once `successThreshold` / `failureThreshold`
 //!   consecutive results agree.
 //! * [`Results`] is shared: the status uses readiness and startup results for a container's
 //!   `ready` and `started`, the runtime kills a container whose liveness or startup probe failed,
@@ -31,7 +31,7 @@ pub struct InvalidProbe {
     pub reason: String,
 }
 
-pub use crate::handler::{Handler, HttpGet};
+pub use crate::handler::{Grpc, Handler, HttpGet};
 
 /// A probe with the API defaults applied (period 10 s, timeout 1 s, thresholds 1 and 3).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,8 +82,8 @@ impl Spec {
                 port: t.port.clone(),
             });
         }
-        if p.grpc.is_some() {
-            handlers.push(Handler::Grpc);
+        if let Some(g) = &p.grpc {
+            handlers.push(Handler::Grpc(Grpc::parse(g)?));
         }
         let handler = match handlers.len() {
             1 => handlers.remove(0),
@@ -132,6 +132,7 @@ impl Manager {
         prober: probe::Prober,
         status: crate::status::StatusManager,
         metrics: crate::metrics::Metrics,
+        agent_start: tokio::time::Instant,
         tracker: TaskTracker,
         cancel: CancellationToken,
     ) -> Self {
@@ -142,6 +143,8 @@ impl Manager {
                 runner: Arc::new(prober),
                 source: status,
                 metrics: Some(metrics),
+                agent_start,
+                random: fastrand::f64,
             },
             tracker,
             cancel,
@@ -371,6 +374,7 @@ mod tests {
             probe::Prober::new(cri),
             crate::status::StatusManager::new(metrics.clone()),
             metrics,
+            tokio::time::Instant::now(),
             TaskTracker::new(),
             cancel.clone(),
         );

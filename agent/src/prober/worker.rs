@@ -8,8 +8,10 @@
 //! liveness and readiness workers until then. A result is recorded once `successThreshold` /
 //! `failureThreshold` consecutive runs agree; Unknown runs (nothing to connect to) are dropped.
 //! Rounds start every `periodSeconds` (at most 1 s apart while waiting for the container to run
-//! or start: reading the status is cheap). Unlike the kubelet, the first round is not delayed by a
-//! random part of the period right after the agent starts.
+//! or start: reading the status is cheap). As in the kubelet, a worker that starts less than one
+//! period after the agent waits a random part of the period before its first round
+//! ([`first_probe_delay`]), so that a restarted agent does not probe every container at once; a
+//! worker started later (a pod added later) does not wait.
 use super::probe::{Runner, Target};
 use super::{Kind, ProbeResult, Results, Spec};
 use crate::pod::RestartPolicy;
@@ -40,6 +42,21 @@ pub struct Context<R, S> {
     pub runner: Arc<R>,
     pub source: S,
     pub metrics: Option<crate::metrics::Metrics>,
+    /// When the agent started (see [`first_probe_delay`]).
+    pub agent_start: Instant,
+    /// A random number in [0, 1) for the first probe's delay; tests inject their own.
+    pub random: fn() -> f64,
+}
+
+/// How long a worker created `since_agent_start` after the agent started waits before its first
+/// round: `random` (in [0, 1)) times the period when the agent started less than one period ago,
+/// else nothing (the kubelet's rule).
+pub fn first_probe_delay(period: Duration, since_agent_start: Duration, random: f64) -> Duration {
+    if since_agent_start < period {
+        period.mul_f64(random.clamp(0.0, 1.0))
+    } else {
+        Duration::ZERO
+    }
 }
 
 impl<R, S: Clone> Clone for Context<R, S> {
@@ -49,6 +66,8 @@ impl<R, S: Clone> Clone for Context<R, S> {
             runner: self.runner.clone(),
             source: self.source.clone(),
             metrics: self.metrics.clone(),
+            agent_start: self.agent_start,
+            random: self.random,
         }
     }
 }
@@ -108,6 +127,15 @@ impl<R: Runner, S: StatusSource> Worker<R, S> {
 
     /// Probes until cancelled (or until the container stopped for good), then forgets its result.
     pub async fn run(mut self, cancel: CancellationToken) {
+        let delay = first_probe_delay(
+            self.spec.period,
+            self.ctx.agent_start.elapsed(),
+            (self.ctx.random)(),
+        );
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
         loop {
             // Rounds start every period, however long the probe took (as the kubelet's ticker).
             let round = Instant::now();
@@ -290,15 +318,20 @@ mod tests {
         source: Source,
         results: Results,
         cancel: CancellationToken,
+        agent_start: Instant,
+        random: fn() -> f64,
     }
 
     impl Setup {
+        /// An agent that started long ago: no first-probe delay.
         fn new() -> Self {
             Self {
                 fake: Arc::default(),
                 source: Source::default(),
                 results: Results::default(),
                 cancel: CancellationToken::new(),
+                agent_start: Instant::now() - Duration::from_secs(3600),
+                random: || 0.5,
             }
         }
 
@@ -313,6 +346,8 @@ mod tests {
                 runner: self.fake.clone(),
                 source: self.source.clone(),
                 metrics: None,
+                agent_start: self.agent_start,
+                random: self.random,
             };
             let spec = Spec::parse(kind, "c", &probe).unwrap();
             let w = Worker::new(ctx, "u", Arc::default(), container, kind, spec);
@@ -471,5 +506,55 @@ mod tests {
         );
         at(t0, 8.5).await;
         assert_eq!(s.calls(), 4);
+    }
+
+    #[test]
+    fn the_first_probe_waits_only_right_after_the_agent_started() {
+        let period = Duration::from_secs(10);
+        let secs = Duration::from_secs;
+        assert_eq!(
+            first_probe_delay(period, secs(0), 0.25),
+            secs(2) + Duration::from_millis(500)
+        );
+        assert_eq!(first_probe_delay(period, secs(9), 0.9), secs(9));
+        assert_eq!(first_probe_delay(period, secs(9), 0.0), Duration::ZERO);
+        // One period or more after the start: no wait, whatever the draw.
+        assert_eq!(first_probe_delay(period, secs(10), 0.9), Duration::ZERO);
+        assert_eq!(first_probe_delay(period, secs(600), 0.9), Duration::ZERO);
+        // A wild draw stays within the period.
+        assert_eq!(first_probe_delay(period, secs(0), 7.0), period);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn workers_started_with_the_agent_spread_their_first_probe() {
+        // The agent has just started: the first probe waits 0.4 of the 10 s period.
+        let mut s = Setup::new();
+        s.agent_start = Instant::now();
+        s.random = || 0.4;
+        s.source.running("id1");
+        let t0 = Instant::now();
+        s.start(Kind::Readiness, probe(10, 1, 3, 0), false);
+        at(t0, 3.9).await;
+        assert_eq!(s.calls(), 0);
+        assert_eq!(s.results.get("id1", Kind::Readiness), None);
+        at(t0, 4.1).await;
+        assert_eq!(s.calls(), 1);
+        // Then every period from there.
+        at(t0, 13.9).await;
+        assert_eq!(s.calls(), 1);
+        at(t0, 14.1).await;
+        assert_eq!(s.calls(), 2);
+        // A pod's worker started more than a period after the agent probes at once.
+        let later = Setup {
+            agent_start: s.agent_start,
+            random: || 0.9,
+            ..Setup::new()
+        };
+        later.source.running("id2");
+        later.start(Kind::Readiness, probe(10, 1, 3, 0), false);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(later.calls(), 1);
+        s.cancel.cancel();
+        later.cancel.cancel();
     }
 }

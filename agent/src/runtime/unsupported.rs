@@ -91,7 +91,6 @@ pub const CONTAINER: &[(&str, Use)] = &[
     // preStop exec and sleep are implemented; postStart, httpGet and tcpSocket preStop and
     // stopSignal are refused.
     ("lifecycle", Use::Refused),
-    // HTTPS and gRPC probes fail with "not supported yet" in the probe's result.
     ("livenessProbe", Use::Implemented),
     ("name", Use::Implemented),
     ("ports", Use::Implemented),
