@@ -1,4 +1,5 @@
 //! Wires the components together and runs them until shutdown.
+use crate::api_objects::ApiObjects;
 use crate::cli::AgentConfig;
 use crate::config::{self, Mux};
 use crate::cri::Cri;
@@ -6,7 +7,7 @@ use crate::metrics::Metrics;
 use crate::pod_workers::{PodWorkers, WorkerContext};
 use crate::runtime::Manager;
 use crate::status::StatusManager;
-use crate::{cm, ebpf, kubelet, pleg, prober, runtime, server, trace};
+use crate::{cm, credentials, ebpf, kubelet, pleg, prober, runtime, server, trace};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -125,7 +126,9 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             memory_capacity: memory_capacity(),
         },
     )
-    .with_probe_results(probe_results.clone());
+    .with_probe_results(probe_results.clone())
+    .with_api_objects(ApiObjects::new(cfg.kubeconfig.clone()))
+    .with_node_credentials(credentials::NodeFiles::kubelet_search(&cfg.root_dir));
     let status = StatusManager::new(metrics.clone()).with_probe_results(probe_results.clone());
     let probes = prober::Manager::new(
         probe_results,

@@ -7,6 +7,7 @@ pub mod gc;
 pub mod hash;
 mod kill;
 mod orphans;
+pub mod pull;
 mod reading;
 mod resize;
 pub mod security;
@@ -74,7 +75,7 @@ pub enum Error {
         container: String,
         image: String,
         #[source]
-        source: cri::Error,
+        source: Box<pull::PullError>,
     },
     #[error("pod {0} has no spec")]
     NoSpec(String),
@@ -219,6 +220,10 @@ pub struct Manager {
     orphan_dirs: Arc<Mutex<HashSet<PathBuf>>>,
     /// The stale-sandbox collector's state.
     gc: Arc<Mutex<gc::GcState>>,
+    /// Where pods' image pull secrets are read.
+    api: crate::api_objects::ApiObjects,
+    /// The node's docker config files (pull credentials for every pod).
+    node_credentials: crate::credentials::NodeFiles,
 }
 
 /// Marks a mutation of one pod (or the stop of one container) for as long as it lives.

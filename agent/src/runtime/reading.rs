@@ -15,6 +15,8 @@ impl Manager {
             fresh: Arc::default(),
             orphan_dirs: Arc::default(),
             gc: Arc::default(),
+            api: Default::default(),
+            node_credentials: Default::default(),
         }
     }
 
@@ -111,6 +113,18 @@ impl Manager {
     }
 
     /// Lets failed liveness and startup probes kill their containers.
+    /// Reads pods' image pull secrets through `api` (without it every secret is missing).
+    pub fn with_api_objects(mut self, api: crate::api_objects::ApiObjects) -> Self {
+        self.api = api;
+        self
+    }
+
+    /// Pulls with the credentials of the node's docker config `files` too.
+    pub fn with_node_credentials(mut self, files: crate::credentials::NodeFiles) -> Self {
+        self.node_credentials = files;
+        self
+    }
+
     pub fn with_probe_results(mut self, probes: crate::pod::probe_results::Results) -> Self {
         self.probes = probes;
         self
