@@ -54,7 +54,8 @@ pub struct Flags {
     /// CRI endpoint of the container runtime (unix:// URL).
     #[arg(long, value_name = "URL")]
     pub container_runtime_endpoint: Option<String>,
-    /// Directory for the agent's own state [default: /var/lib/swiftlet].
+    /// Directory for the agent's own state [default: /var/lib/swiftlet]. Its `config.json` (or
+    /// `.dockercfg`) holds the node's image pull credentials, searched first.
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<PathBuf>,
     /// Directory of pod logs written by the runtime [default: /var/log/pods].
@@ -101,7 +102,8 @@ pub struct Flags {
     /// How often --manifest-url is fetched [default: 20s].
     #[arg(long, value_name = "DURATION")]
     pub http_check_frequency: Option<String>,
-    /// kubeconfig of the API server to take this node's pods from (source "api").
+    /// kubeconfig of the API server to take this node's pods from (source "api") and to read
+    /// pods' image pull secrets from.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// eBPF probes: auto (load what can be loaded, warn otherwise), on (fail without them), off.

@@ -12,6 +12,8 @@
 //! - After [`ApiServer::compact`], a watch from a version older than the compaction answers with
 //!   an `ERROR` event holding a `Status` with code 410 (`Expired`), as etcd compaction does.
 //! - [`ApiServer::drop_watches`] ends every open watch response (a dropped connection).
+//! - `GET /api/v1/namespaces/{ns}/secrets/{name}`: a secret put with [`ApiServer::put_secret`],
+//!   or 404 with a `NotFound` `Status`, as for a missing pod.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -21,7 +23,7 @@ use std::time::Duration;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
 
@@ -51,6 +53,8 @@ pub fn pod(uid: &str, name: &str, node: &str, image: &str) -> Pod {
 struct Store {
     rv: u64,
     pods: BTreeMap<String, Pod>,
+    /// By (namespace, name).
+    secrets: BTreeMap<(String, String), Secret>,
     /// (resourceVersion, event type, object) of every change after `compacted`.
     history: Vec<(u64, &'static str, Pod)>,
     /// Watches from a version older than this get 410.
@@ -94,6 +98,10 @@ impl ApiServer {
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}",
                 axum::routing::get(one_pod),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/secrets/{name}",
+                axum::routing::get(one_secret),
             )
             .with_state(server.clone());
         tokio::spawn(async move {
@@ -144,6 +152,19 @@ impl ApiServer {
         s.history.push((rv, kind, pod));
         drop(s);
         self.notify();
+    }
+
+    /// Creates or replaces a secret (its namespace defaults to `default`).
+    pub fn put_secret(&self, mut secret: Secret) {
+        let mut s = self.lock();
+        s.rv += 1;
+        secret.metadata.resource_version = Some(s.rv.to_string());
+        let ns = secret
+            .metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_owned());
+        let key = (ns.clone(), secret.metadata.name.clone().unwrap_or_default());
+        s.secrets.insert(key, secret);
     }
 
     /// Deletes a pod (DELETED, carrying the deletion's resourceVersion).
@@ -255,6 +276,9 @@ async fn api_resources() -> Response {
         "resources": [{
             "name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
             "verbs": ["get", "list", "watch"], "shortNames": ["po"],
+        }, {
+            "name": "secrets", "singularName": "secret", "namespaced": true, "kind": "Secret",
+            "verbs": ["get"],
         }],
     }))
     .into_response()
@@ -272,16 +296,33 @@ async fn one_pod(
     });
     match found {
         Some(p) => axum::Json(p.clone()).into_response(),
-        None => (
-            axum::http::StatusCode::NOT_FOUND,
-            axum::Json(serde_json::json!({
-                "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "message": format!("pods \"{name}\" not found"), "reason": "NotFound",
-                "details": {"name": name, "kind": "pods"}, "code": 404,
-            })),
-        )
-            .into_response(),
+        None => not_found("pods", &name),
     }
+}
+
+/// `GET /api/v1/namespaces/{ns}/secrets/{name}`: the secret, or a 404 `Status`.
+async fn one_secret(
+    State(server): State<ApiServer>,
+    axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>,
+) -> Response {
+    let s = server.lock();
+    match s.secrets.get(&(ns, name.clone())) {
+        Some(secret) => axum::Json(secret.clone()).into_response(),
+        None => not_found("secrets", &name),
+    }
+}
+
+/// The API's answer for a missing object: 404 with a `Status` whose reason is `NotFound`.
+fn not_found(resource: &str, name: &str) -> Response {
+    (
+        axum::http::StatusCode::NOT_FOUND,
+        axum::Json(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("{resource} \"{name}\" not found"), "reason": "NotFound",
+            "details": {"name": name, "kind": resource}, "code": 404,
+        })),
+    )
+        .into_response()
 }
 
 async fn pods(
