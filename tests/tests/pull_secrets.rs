@@ -2,7 +2,8 @@
 //! `swiftlet_tests::registry`) holds the busybox image; pods from the in-process API server pull
 //! it with their `imagePullSecrets`, or are refused (`ErrImagePull` with the registry's
 //! `unauthorized`, then `ImagePullBackOff`); a static pod pulls it with the node's `config.json`
-//! in `--root-dir`. Each test pushes its own repository and removes it from containerd first, so
+//! in `--root-dir`, and a pod whose secret the registry refuses falls through to the node's. Each
+//! test pushes its own repository and removes it from containerd first, so
 //! every start really pulls. Credentials must appear in no log, status or metric.
 
 use std::time::Duration;
@@ -107,6 +108,15 @@ fn secret(name: &str, type_: &str, key: &str, body: &serde_json::Value) -> Secre
     .expect("secret")
 }
 
+/// The registry's login in `config.json` in the agent's `--root-dir`; returns its `auth` value.
+fn write_node_config(agent: &Agent, reg: &Registry) -> String {
+    let auth = b64(&format!("{}:{}", reg.username, reg.password));
+    let config = serde_json::json!({"auths": {format!("https://{}", reg.host): {"auth": auth}}});
+    std::fs::write(agent.root_dir().join("config.json"), config.to_string())
+        .expect("write config.json");
+    auth
+}
+
 fn main_status<'a>(l: &'a PodList, pod: &str) -> Option<&'a ContainerStatus> {
     l.container(pod, "main")
 }
@@ -123,7 +133,7 @@ fn assert_never_shown(agent: &Agent, secret_text: &str) {
         "a credential is in the agent log {}",
         agent.log_path().display()
     );
-    for path in ["/pods", "/metrics"] {
+    for path in ["/pods", "/metrics", "/debug/manifests", "/debug/trace/pods"] {
         let (_, body) = agent.get(path);
         assert!(!body.contains(secret_text), "a credential is in {path}");
     }
@@ -232,10 +242,7 @@ fn a_config_json_in_the_root_dir_lets_a_pod_without_secrets_pull() {
     };
     let agent = Agent::start(runtime, AgentOptions::new("node-config-json"));
     let image = fresh_image(&agent, reg, "private/node-config");
-    let auth = b64(&format!("{}:{}", reg.username, reg.password));
-    let config = serde_json::json!({"auths": {reg.host.clone(): {"auth": auth}}});
-    std::fs::write(agent.root_dir().join("config.json"), config.to_string())
-        .expect("write config.json");
+    let auth = write_node_config(&agent, reg);
     let manifest = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: nodecfg, namespace: default}}\nspec:\n  \
          terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {image}\n    \
@@ -247,4 +254,22 @@ fn a_config_json_in_the_root_dir_lets_a_pod_without_secrets_pull() {
     assert!(image_present(agent.endpoint(), &image).expect("ImageStatus"));
     assert_never_shown(&agent, &reg.password);
     assert_never_shown(&agent, &auth);
+}
+
+#[test]
+fn a_pull_secret_the_registry_refuses_is_followed_by_the_nodes_credentials() {
+    let Some(s) = setup("secret-then-node") else {
+        return;
+    };
+    let image = fresh_image(&s.agent, s.registry, "private/secret-then-node");
+    let stale = "a-stale-password-1234";
+    s.put_login_secret("stale", stale);
+    let auth = write_node_config(&s.agent, s.registry);
+    s.server
+        .put(api_pod(&s.agent, "fallthrough", &image, &["stale"]));
+    s.agent.wait_for(|l| l.is_running("fallthrough"), TIMEOUT);
+    assert!(image_present(s.agent.endpoint(), &image).expect("ImageStatus"));
+    for text in [stale, &auth, &s.registry.password] {
+        assert_never_shown(&s.agent, text);
+    }
 }

@@ -106,3 +106,27 @@ impl Manager {
         Err(PullError::EachCredential(errors))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(n: u32) -> cri::Error {
+        cri::Error::Call {
+            method: "PullImage",
+            status: tonic::Status::unknown(format!("401 Unauthorized ({n})")),
+        }
+    }
+
+    #[test]
+    fn a_pull_failing_with_every_credential_reports_each_error() {
+        let one = PullError::EachCredential(vec![refused(1)]).to_string();
+        assert!(
+            one.starts_with("CRI PullImage:") && one.contains("(1)"),
+            "{one}"
+        );
+        let two = PullError::EachCredential(vec![refused(1), refused(2)]).to_string();
+        assert!(two.starts_with("with each of 2 credentials: ["), "{two}");
+        assert!(two.contains("(1)") && two.contains("(2)"), "{two}");
+    }
+}
