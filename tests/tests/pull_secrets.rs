@@ -63,6 +63,17 @@ impl Setup {
             &body,
         ));
     }
+
+    /// Pod `pod` running `repository` (pushed, absent from containerd) with one pull secret,
+    /// `<pod>-login`, for the registry's user with `password`; returns the image.
+    fn pod_with_login_secret(&self, pod: &str, repository: &str, password: &str) -> String {
+        let image = fresh_image(&self.agent, self.registry, repository);
+        let secret = format!("{pod}-login");
+        self.put_login_secret(&secret, password);
+        self.server
+            .put(api_pod(&self.agent, pod, &image, &[&secret]));
+        image
+    }
 }
 
 /// `repository` pushed, and absent from containerd.
@@ -223,11 +234,8 @@ fn a_pull_secret_with_a_wrong_password_is_refused() {
     let Some(s) = setup("wrong-password") else {
         return;
     };
-    let image = fresh_image(&s.agent, s.registry, "private/wrong-password");
     let wrong = "not-the-password-4711";
-    s.put_login_secret("badcred", wrong);
-    s.server
-        .put(api_pod(&s.agent, "wrong", &image, &["badcred"]));
+    let image = s.pod_with_login_secret("wrong", "private/wrong-password", wrong);
     assert_refused_unauthorized(&s.agent, "wrong", &image);
     assert_never_shown(&s.agent, wrong);
 }
@@ -261,12 +269,9 @@ fn a_pull_secret_the_registry_refuses_is_followed_by_the_nodes_credentials() {
     let Some(s) = setup("secret-then-node") else {
         return;
     };
-    let image = fresh_image(&s.agent, s.registry, "private/secret-then-node");
-    let stale = "a-stale-password-1234";
-    s.put_login_secret("stale", stale);
     let auth = write_node_config(&s.agent, s.registry);
-    s.server
-        .put(api_pod(&s.agent, "fallthrough", &image, &["stale"]));
+    let stale = "a-stale-password-1234";
+    let image = s.pod_with_login_secret("fallthrough", "private/secret-then-node", stale);
     s.agent.wait_for(|l| l.is_running("fallthrough"), TIMEOUT);
     assert!(image_present(s.agent.endpoint(), &image).expect("ImageStatus"));
     for text in [stale, &auth, &s.registry.password] {
