@@ -1,5 +1,4 @@
 //! Wires the components together and runs them until shutdown.
-use crate::api_objects::ApiObjects;
 use crate::cli::AgentConfig;
 use crate::config::{self, Mux};
 use crate::cri::Cri;
@@ -110,6 +109,9 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // one result per period, so the backlog is at most one per probe worker and period.
     let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
     let probe_results = prober::Results::new(probe_tx);
+    // The API objects pods refer to (their RuntimeClass), read from --kubeconfig's API server
+    // through one client.
+    let api_objects = crate::api_objects::ApiObjects::new(cfg.kubeconfig.clone());
     let runtime = Manager::new(
         cri,
         cm,
@@ -127,7 +129,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         },
     )
     .with_probe_results(probe_results.clone())
-    .with_api_objects(ApiObjects::new(cfg.kubeconfig.clone()))
+    .with_api_objects(api_objects)
     .with_node_credentials(credentials::NodeFiles::kubelet_search(&cfg.root_dir));
     let status = StatusManager::new(metrics.clone()).with_probe_results(probe_results.clone());
     let probes = prober::Manager::new(

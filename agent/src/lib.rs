@@ -12,6 +12,7 @@ pub mod config;
 pub mod credentials;
 pub mod cri;
 pub mod ebpf;
+pub mod handler;
 pub mod kubelet;
 pub mod memory;
 pub mod metrics;

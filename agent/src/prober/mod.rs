@@ -12,7 +12,6 @@
 //!   and every change is sent to the sync loop, which then syncs the pod.
 use crate::pod::is_sidecar;
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -32,26 +31,7 @@ pub struct InvalidProbe {
     pub reason: String,
 }
 
-/// What a probe does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Handler {
-    Exec(Vec<String>),
-    Http(HttpGet),
-    Tcp {
-        host: Option<String>,
-        port: IntOrString,
-    },
-    Grpc,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpGet {
-    pub host: Option<String>,
-    pub port: IntOrString,
-    pub path: String,
-    pub scheme: String,
-    pub headers: Vec<(String, String)>,
-}
+pub use crate::handler::{Handler, HttpGet};
 
 /// A probe with the API defaults applied (period 10 s, timeout 1 s, thresholds 1 and 3).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,33 +73,10 @@ impl Spec {
             handlers.push(Handler::Exec(cmd));
         }
         if let Some(h) = &p.http_get {
-            check_port(&h.port)?;
-            let scheme = h.scheme.clone().unwrap_or_else(|| "HTTP".into());
-            if !matches!(scheme.as_str(), "HTTP" | "HTTPS") {
-                return Err(format!(
-                    "httpGet.scheme must be HTTP or HTTPS (got {scheme:?})"
-                ));
-            }
-            let path = match h.path.as_deref() {
-                None | Some("") => "/".to_owned(),
-                Some(p) if p.starts_with('/') => p.to_owned(),
-                Some(p) => format!("/{p}"),
-            };
-            handlers.push(Handler::Http(HttpGet {
-                host: h.host.clone().filter(|h| !h.is_empty()),
-                port: h.port.clone(),
-                path,
-                scheme,
-                headers: h
-                    .http_headers
-                    .iter()
-                    .flatten()
-                    .map(|h| (h.name.clone(), h.value.clone()))
-                    .collect(),
-            }));
+            handlers.push(Handler::Http(HttpGet::parse(h)?));
         }
         if let Some(t) = &p.tcp_socket {
-            check_port(&t.port)?;
+            crate::handler::check_port(&t.port)?;
             handlers.push(Handler::Tcp {
                 host: t.host.clone().filter(|h| !h.is_empty()),
                 port: t.port.clone(),
@@ -149,16 +106,6 @@ impl Spec {
             success_threshold,
             failure_threshold: seconds(p.failure_threshold, 3, "failureThreshold")?,
         })
-    }
-}
-
-fn check_port(p: &IntOrString) -> Result<(), String> {
-    match p {
-        IntOrString::Int(n) if !(1..=65535).contains(n) => {
-            Err(format!("port {n} is not between 1 and 65535"))
-        }
-        IntOrString::String(s) if s.is_empty() => Err("port name is empty".into()),
-        _ => Ok(()),
     }
 }
 
@@ -291,6 +238,7 @@ impl Manager {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ExecAction, HTTPGetAction, TCPSocketAction};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn exec() -> Probe {
         Probe {

@@ -10,6 +10,7 @@ mod orphans;
 pub mod pull;
 mod reading;
 mod resize;
+pub mod runtime_class;
 pub mod security;
 mod start;
 mod sync;
@@ -79,6 +80,13 @@ pub enum Error {
     },
     #[error("pod {0} has no spec")]
     NoSpec(String),
+    /// `spec.runtimeClassName` names no RuntimeClass swiftlet can read: no sandbox is created.
+    #[error("pod {pod}: failed to create pod sandbox: {source}")]
+    RuntimeClass {
+        pod: String,
+        #[source]
+        source: crate::api_objects::Error,
+    },
     /// The security context asks for what this node does not allow or cannot honour.
     #[error("pod {pod}: {refusal}")]
     Refused {
@@ -96,6 +104,8 @@ impl Error {
             Error::ImagePullBackOff { .. } => "ImagePullBackOff",
             Error::Unsupported { .. } => "CreateContainerConfigError",
             Error::Refused { refusal, .. } => refusal.reason(),
+            // The kubelet's status while the sandbox cannot be created; the message says why.
+            Error::RuntimeClass { .. } => "ContainerCreating",
             _ => "CreateContainerError",
         }
     }
@@ -220,6 +230,8 @@ pub struct Manager {
     orphan_dirs: Arc<Mutex<HashSet<PathBuf>>>,
     /// The stale-sandbox collector's state.
     gc: Arc<Mutex<gc::GcState>>,
+    /// `spec.runtimeClassName` -> CRI runtime handler, through the API server.
+    runtime_classes: runtime_class::RuntimeClasses,
     /// Where pods' image pull secrets are read.
     api: crate::api_objects::ApiObjects,
     /// The node's docker config files (pull credentials for every pod).

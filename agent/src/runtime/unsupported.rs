@@ -58,7 +58,7 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("resourceClaims", Use::Refused),
     ("resources", Use::Refused),
     ("restartPolicy", Use::Implemented),
-    ("runtimeClassName", Use::Refused),
+    ("runtimeClassName", Use::Implemented),
     ("schedulerName", SCHEDULING),
     ("schedulingGates", SCHEDULING),
     ("securityContext", Use::Implemented),
@@ -199,13 +199,6 @@ fn check_spec(spec: &PodSpec) -> Option<String> {
     }
     if spec.resources.is_some() {
         return refused("spec.resources (pod-level resources)");
-    }
-    if spec
-        .runtime_class_name
-        .as_deref()
-        .is_some_and(|r| !r.is_empty())
-    {
-        return refused("spec.runtimeClassName");
     }
     if spec.set_hostname_as_fqdn == Some(true) {
         return refused("spec.setHostnameAsFQDN");
@@ -395,7 +388,6 @@ mod tests {
             ),
             ("resourceClaims", json!({"resourceClaims": [{"name": "r"}]})),
             ("resources", json!({"resources": {"limits": {"cpu": "1"}}})),
-            ("runtimeClassName", json!({"runtimeClassName": "kata"})),
             ("setHostnameAsFQDN", json!({"setHostnameAsFQDN": true})),
             ("subdomain", json!({"subdomain": "s"})),
             (
@@ -478,6 +470,8 @@ mod tests {
             "dnsPolicy": "ClusterFirst",
             "hostname": "h",
             "imagePullSecrets": [{"name": "regcred"}],
+            "runtimeClassName": "kata",
+            "overhead": {"cpu": "100m", "memory": "32Mi"},
             "os": {"name": "linux"},
             "nodeSelector": {"kubernetes.io/os": "linux"},
             "tolerations": [{"operator": "Exists"}],
