@@ -464,7 +464,7 @@ fn first_valid(dirs: &[PathBuf], file: &str, parse: Parser) -> Option<Vec<(Strin
                 tracing::debug!(path = %path.display(), registries = entries.len(), "node pull credentials");
                 return Some(entries);
             }
-            Err(e) => tracing::warn!(error = %e, "skipped"),
+            Err(e) => tracing::warn!(error = %e, "invalid docker config file: skipped"),
         }
     }
     None
