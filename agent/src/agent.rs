@@ -6,7 +6,7 @@ use crate::metrics::Metrics;
 use crate::pod_workers::{PodWorkers, WorkerContext};
 use crate::runtime::Manager;
 use crate::status::StatusManager;
-use crate::{cm, ebpf, kubelet, pleg, prober, runtime, server, trace};
+use crate::{cm, credentials, ebpf, kubelet, pleg, prober, runtime, server, trace};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -131,7 +131,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         },
     )
     .with_probe_results(probe_results.clone())
-    .with_api_objects(api_objects);
+    .with_api_objects(api_objects)
+    .with_node_credentials(credentials::NodeFiles::kubelet_search(&cfg.root_dir));
     let status = StatusManager::new(metrics.clone()).with_probe_results(probe_results.clone());
     let probes = prober::Manager::new(
         probe_results,

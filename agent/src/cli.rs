@@ -54,7 +54,8 @@ pub struct Flags {
     /// CRI endpoint of the container runtime (unix:// URL).
     #[arg(long, value_name = "URL")]
     pub container_runtime_endpoint: Option<String>,
-    /// Directory for the agent's own state [default: /var/lib/swiftlet].
+    /// Directory for the agent's own state [default: /var/lib/swiftlet]. Its `config.json` (or
+    /// `.dockercfg`) holds the node's image pull credentials, searched first.
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<PathBuf>,
     /// Directory of pod logs written by the runtime [default: /var/log/pods].
@@ -102,7 +103,8 @@ pub struct Flags {
     #[arg(long, value_name = "DURATION")]
     pub http_check_frequency: Option<String>,
     /// kubeconfig of the API server to take this node's pods from (source "api"), and to read
-    /// the RuntimeClass a pod's runtimeClassName names (any source's pods).
+    /// the RuntimeClass a pod's runtimeClassName names and its image pull secrets (any
+    /// source's pods).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// eBPF probes: auto (load what can be loaded, warn otherwise), on (fail without them), off.

@@ -377,11 +377,12 @@ impl Cri {
         Ok(self.timed("ImageStatus", c.image_status(req)).await?.image)
     }
 
-    pub async fn pull_image(&self, image: &str) -> Result<String> {
+    /// Pulls `image`, anonymously or with `auth` (never logged: the request is not traced).
+    pub async fn pull_image(&self, image: &str, auth: Option<cri::AuthConfig>) -> Result<String> {
         let mut c = self.image.clone();
         let req = cri::PullImageRequest {
             image: Some(image_spec(image)),
-            auth: None,
+            auth,
             sandbox_config: None,
         };
         Ok(self.timed("PullImage", c.pull_image(req)).await?.image_ref)

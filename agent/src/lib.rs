@@ -9,6 +9,7 @@ pub mod api_objects;
 pub mod cli;
 pub mod cm;
 pub mod config;
+pub mod credentials;
 pub mod cri;
 pub mod ebpf;
 pub mod handler;

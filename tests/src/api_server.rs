@@ -14,6 +14,8 @@
 //! - [`ApiServer::drop_watches`] ends every open watch response (a dropped connection).
 //! - `GET /apis/node.k8s.io/v1/runtimeclasses/{name}`: the RuntimeClass put with
 //!   [`ApiServer::put_runtime_class`], or a 404 `Status` (reason `NotFound`) as the API answers.
+//! - `GET /api/v1/namespaces/{ns}/secrets/{name}`: a secret put with [`ApiServer::put_secret`],
+//!   or 404 with a `NotFound` `Status`, as for a missing pod.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -23,7 +25,7 @@ use std::time::Duration;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Secret};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
@@ -67,6 +69,8 @@ pub fn runtime_class(name: &str, handler: &str) -> RuntimeClass {
 struct Store {
     rv: u64,
     pods: BTreeMap<String, Pod>,
+    /// By (namespace, name).
+    secrets: BTreeMap<(String, String), Secret>,
     /// Cluster-scoped: by name.
     runtime_classes: BTreeMap<String, RuntimeClass>,
     runtime_class_gets: usize,
@@ -113,6 +117,10 @@ impl ApiServer {
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}",
                 axum::routing::get(one_pod),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/secrets/{name}",
+                axum::routing::get(one_secret),
             )
             .route("/apis/node.k8s.io/v1", axum::routing::get(node_resources))
             .route(
@@ -168,6 +176,19 @@ impl ApiServer {
         s.history.push((rv, kind, pod));
         drop(s);
         self.notify();
+    }
+
+    /// Creates or replaces a secret (its namespace defaults to `default`).
+    pub fn put_secret(&self, mut secret: Secret) {
+        let mut s = self.lock();
+        s.rv += 1;
+        secret.metadata.resource_version = Some(s.rv.to_string());
+        let ns = secret
+            .metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_owned());
+        let key = (ns.clone(), secret.metadata.name.clone().unwrap_or_default());
+        s.secrets.insert(key, secret);
     }
 
     /// Deletes a pod (DELETED, carrying the deletion's resourceVersion).
@@ -355,6 +376,9 @@ async fn api_resources() -> Response {
         "resources": [{
             "name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
             "verbs": ["get", "list", "watch"], "shortNames": ["po"],
+        }, {
+            "name": "secrets", "singularName": "secret", "namespaced": true, "kind": "Secret",
+            "verbs": ["get"],
         }],
     }))
     .into_response()
@@ -373,6 +397,18 @@ async fn one_pod(
     match found {
         Some(p) => axum::Json(p.clone()).into_response(),
         None => not_found("", "pods", &name),
+    }
+}
+
+/// `GET /api/v1/namespaces/{ns}/secrets/{name}`: the secret, or a 404 `Status`.
+async fn one_secret(
+    State(server): State<ApiServer>,
+    axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>,
+) -> Response {
+    let s = server.lock();
+    match s.secrets.get(&(ns, name.clone())) {
+        Some(secret) => axum::Json(secret.clone()).into_response(),
+        None => not_found("", "secrets", &name),
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub mod api_server;
 pub mod chaos;
+pub mod registry;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use tonic::transport::Channel;
@@ -67,7 +69,7 @@ pub fn runtime_required() -> bool {
         .is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
-fn on_path(name: &str) -> bool {
+pub(crate) fn on_path(name: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
 }
@@ -93,6 +95,33 @@ fn missing_prerequisite() -> Option<String> {
     None
 }
 
+/// The one `T` of this process in `cell`, made by `start` on first use; `None` (after printing
+/// `SKIPPED: <why>`) when `missing` names a missing prerequisite and the runtime is not required.
+///
+/// # Panics
+/// When a prerequisite is missing and `SWIFTLET_REQUIRE_RUNTIME=1` (naming `what`).
+pub(crate) fn shared_or_skip<T>(
+    cell: &'static OnceLock<Option<T>>,
+    what: &str,
+    missing: fn() -> Option<String>,
+    start: impl FnOnce() -> T,
+) -> Option<&'static T> {
+    let value = cell.get_or_init(|| {
+        if let Some(why) = missing() {
+            if runtime_required() {
+                panic!("SWIFTLET_REQUIRE_RUNTIME=1 but {what} cannot run: {why}");
+            }
+            return None;
+        }
+        Some(start())
+    });
+    if value.is_none() {
+        let why = missing().unwrap_or_else(|| format!("{what} unavailable"));
+        eprintln!("SKIPPED: {why}");
+    }
+    value.as_ref()
+}
+
 impl Runtime {
     /// The runtime, started (idempotently) with its images once per process; `None` (after
     /// printing `SKIPPED: <why>`) when a prerequisite is missing and the runtime is not required.
@@ -102,13 +131,7 @@ impl Runtime {
     /// runtime or importing the images fails.
     pub fn shared() -> Option<&'static Runtime> {
         static RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();
-        let rt = RUNTIME.get_or_init(|| {
-            if let Some(why) = missing_prerequisite() {
-                if runtime_required() {
-                    panic!("SWIFTLET_REQUIRE_RUNTIME=1 but the runtime cannot run: {why}");
-                }
-                return None;
-            }
+        shared_or_skip(&RUNTIME, "the runtime", missing_prerequisite, || {
             let layout = xtask::runtime::Layout::default();
             if let Err(e) = xtask::runtime::up(&layout) {
                 panic!("starting the private containerd: {e}");
@@ -121,16 +144,11 @@ impl Runtime {
                     panic!("importing the test images: {e}");
                 }
             }
-            Some(Runtime {
+            Runtime {
                 endpoint: layout.endpoint(),
                 layout,
-            })
-        });
-        if rt.is_none() {
-            let why = missing_prerequisite().unwrap_or_else(|| "runtime unavailable".into());
-            eprintln!("SKIPPED: {why}");
-        }
-        rt.as_ref()
+            }
+        })
     }
 
     /// A CRI runtime-service client to this runtime (connects lazily).
@@ -201,6 +219,46 @@ pub async fn containers_with_labels(
             method: "ListContainers",
             status,
         })
+}
+
+/// Whether the runtime holds `image` (CRI `ImageStatus`; blocking).
+pub fn image_present(endpoint: &str, image: &str) -> Result<bool> {
+    let (endpoint, image) = (endpoint.to_owned(), image.to_owned());
+    block_on(async move {
+        let mut client = ImageServiceClient::new(cri_channel(&endpoint)?);
+        let req = cri::ImageStatusRequest {
+            image: Some(swiftlet::cri::image_spec(&image)),
+            verbose: false,
+        };
+        let status = client
+            .image_status(req)
+            .await
+            .map_err(|status| Error::Call {
+                method: "ImageStatus",
+                status,
+            })?;
+        Ok(status.into_inner().image.is_some())
+    })?
+}
+
+/// Removes `image` from the runtime (CRI `RemoveImage`; a missing image is no error), so that
+/// the next start pulls it; blocking.
+pub fn remove_image(endpoint: &str, image: &str) -> Result<()> {
+    let (endpoint, image) = (endpoint.to_owned(), image.to_owned());
+    block_on(async move {
+        let mut client = ImageServiceClient::new(cri_channel(&endpoint)?);
+        let req = cri::RemoveImageRequest {
+            image: Some(swiftlet::cri::image_spec(&image)),
+        };
+        client
+            .remove_image(req)
+            .await
+            .map(drop)
+            .map_err(|status| Error::Call {
+                method: "RemoveImage",
+                status,
+            })
+    })?
 }
 
 /// Stops and removes every sandbox labelled `swiftlet.io/node-name=<node>` (and so its

@@ -14,6 +14,11 @@ pub const APT_PACKAGES: &[&str] = &[
     "iproute2",
     // The font `cargo xtask report` draws its charts' text with.
     "fonts-dejavu-core",
+    // The pull-credential tests' private registry (TLS, htpasswd) and the push into it.
+    "docker-registry",
+    "skopeo",
+    "apache2-utils",
+    "openssl",
 ];
 /// The bpf-linker version that links through the nightly's LLVM (see docs/machine.md).
 pub const BPF_LINKER_VERSION: &str = "0.10.0";

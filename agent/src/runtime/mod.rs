@@ -7,6 +7,7 @@ pub mod gc;
 pub mod hash;
 mod kill;
 mod orphans;
+pub mod pull;
 mod reading;
 mod resize;
 pub mod runtime_class;
@@ -75,7 +76,7 @@ pub enum Error {
         container: String,
         image: String,
         #[source]
-        source: cri::Error,
+        source: Box<pull::PullError>,
     },
     #[error("pod {0} has no spec")]
     NoSpec(String),
@@ -231,6 +232,10 @@ pub struct Manager {
     gc: Arc<Mutex<gc::GcState>>,
     /// `spec.runtimeClassName` -> CRI runtime handler, through the API server.
     runtime_classes: runtime_class::RuntimeClasses,
+    /// Where pods' image pull secrets are read.
+    api: crate::api_objects::ApiObjects,
+    /// The node's docker config files (pull credentials for every pod).
+    node_credentials: crate::credentials::NodeFiles,
 }
 
 /// Marks a mutation of one pod (or the stop of one container) for as long as it lives.

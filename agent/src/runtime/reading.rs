@@ -16,6 +16,8 @@ impl Manager {
             orphan_dirs: Arc::default(),
             gc: Arc::default(),
             runtime_classes: runtime_class::RuntimeClasses::default(),
+            api: Default::default(),
+            node_credentials: Default::default(),
         }
     }
 
@@ -111,16 +113,24 @@ impl Manager {
             .inc();
     }
 
+    /// Pulls with the credentials of the node's docker config `files` too.
+    pub fn with_node_credentials(mut self, files: crate::credentials::NodeFiles) -> Self {
+        self.node_credentials = files;
+        self
+    }
+
     /// Lets failed liveness and startup probes kill their containers.
     pub fn with_probe_results(mut self, probes: crate::pod::probe_results::Results) -> Self {
         self.probes = probes;
         self
     }
 
-    /// The API server's objects the pods refer to (their RuntimeClass). Without this, no API
-    /// server is known: a pod naming a RuntimeClass waits with an error saying so.
+    /// The API server's objects the pods refer to (their RuntimeClass, their image pull
+    /// secrets). Without this, no API server is known: a pod naming a RuntimeClass waits with an
+    /// error saying so, and pull secrets are skipped as missing.
     pub fn with_api_objects(mut self, objects: crate::api_objects::ApiObjects) -> Self {
-        self.runtime_classes = runtime_class::RuntimeClasses::new(objects);
+        self.runtime_classes = runtime_class::RuntimeClasses::new(objects.clone());
+        self.api = objects;
         self
     }
 

@@ -77,7 +77,7 @@ impl Manager {
         hash: u64,
     ) -> Result<api::ContainerStatus> {
         let image = container.image.clone().unwrap_or_default();
-        let (image_ref, image_user) = self.ensure_image(t.name, t.uid, container, &image).await?;
+        let (image_ref, image_user) = self.ensure_image(t, container, &image).await?;
         let instance = Instance {
             kind,
             restart_count,
@@ -117,11 +117,11 @@ impl Manager {
     /// Returns the image's reference (its id) as the runtime knows it, and the user it runs as.
     pub(super) async fn ensure_image(
         &self,
-        pod: &str,
-        uid: &str,
+        t: &StartTarget<'_>,
         container: &Container,
         image: &str,
     ) -> Result<(String, ImageUser)> {
+        let (pod, uid) = (t.name, t.uid);
         let policy = container
             .image_pull_policy
             .as_deref()
@@ -155,7 +155,7 @@ impl Manager {
                     left,
                 });
             }
-            let res = self.cri.pull_image(image).await;
+            let res = self.pull(t.pod, pod, image).await;
             let image_ref = {
                 let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
                 match res {
@@ -169,7 +169,7 @@ impl Manager {
                             pod: pod.to_owned(),
                             container: container.name.clone(),
                             image: image.to_owned(),
-                            source,
+                            source: Box::new(source),
                         });
                     }
                 }

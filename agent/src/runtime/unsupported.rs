@@ -45,7 +45,7 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("hostPID", Use::Implemented),
     ("hostUsers", Use::Implemented),
     ("hostname", Use::Implemented),
-    ("imagePullSecrets", Use::Refused),
+    ("imagePullSecrets", Use::Implemented),
     ("initContainers", Use::Implemented),
     ("nodeName", SCHEDULING),
     ("nodeSelector", SCHEDULING),
@@ -181,9 +181,6 @@ fn check_spec(spec: &PodSpec) -> Option<String> {
     }
     if non_empty(&spec.host_aliases) {
         return refused("spec.hostAliases (the pod's /etc/hosts is not managed)");
-    }
-    if non_empty(&spec.image_pull_secrets) {
-        return refused("spec.imagePullSecrets (pull credentials)");
     }
     if let Some(os) = &spec.os
         && os.name != "linux"
@@ -376,10 +373,6 @@ mod tests {
                 json!({"ephemeralContainers": [{"name": "e", "image": "x"}]}),
             ),
             ("hostAliases", json!({"hostAliases": [{"ip": "10.0.0.1"}]})),
-            (
-                "imagePullSecrets",
-                json!({"imagePullSecrets": [{"name": "s"}]}),
-            ),
             ("os", json!({"os": {"name": "windows"}})),
             (
                 "readinessGates",
@@ -469,6 +462,7 @@ mod tests {
             "activeDeadlineSeconds": 30,
             "dnsPolicy": "ClusterFirst",
             "hostname": "h",
+            "imagePullSecrets": [{"name": "regcred"}],
             "runtimeClassName": "kata",
             "overhead": {"cpu": "100m", "memory": "32Mi"},
             "os": {"name": "linux"},

@@ -1,0 +1,318 @@
+//! A private image registry for the pull-credential tests: Debian's `docker-registry`
+//! (distribution 2.8) on 127.0.0.1 and a free port, serving TLS with a certificate of a test CA
+//! (both made with `openssl`) and asking for htpasswd (bcrypt) basic auth. The busybox test image
+//! is pushed into it with `skopeo`, and the private containerd trusts the CA through a host
+//! config (`<registry_hosts_dir>/127.0.0.1:<port>/hosts.toml`, read on every pull).
+//!
+//! One registry per test process, started on first use with its own storage directory. It dies
+//! with the process (parent-death signal), and an exit handler removes its files.
+
+use std::collections::HashSet;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::{Runtime, on_path, shared_or_skip};
+
+/// The registry's binary, as the Debian package installs it.
+pub const REGISTRY_BINARY: &str = "/usr/bin/docker-registry";
+/// The tag every pushed repository gets.
+pub const TAG: &str = "v1";
+
+/// The running registry.
+#[derive(Debug)]
+pub struct Registry {
+    /// `127.0.0.1:<port>`.
+    pub host: String,
+    /// The one htpasswd user.
+    pub username: String,
+    pub password: String,
+    dir: PathBuf,
+    /// The repositories pushed so far.
+    pushed: Mutex<HashSet<String>>,
+}
+
+/// What the exit handler cleans up.
+struct Cleanup {
+    pid: i32,
+    dirs: Vec<PathBuf>,
+}
+
+static CLEANUP: OnceLock<Cleanup> = OnceLock::new();
+
+extern "C" fn clean_up_at_exit() {
+    if let Some(c) = CLEANUP.get() {
+        // SAFETY: kill(2) on the registry's pid; no memory is involved.
+        unsafe {
+            libc::kill(c.pid, libc::SIGTERM);
+        }
+        for d in &c.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn missing_prerequisite() -> Option<String> {
+    if !Path::new(REGISTRY_BINARY).is_file() {
+        return Some(format!(
+            "no {REGISTRY_BINARY} (apt-get install docker-registry)"
+        ));
+    }
+    for (bin, package) in [
+        ("skopeo", "skopeo"),
+        ("htpasswd", "apache2-utils"),
+        ("openssl", "openssl"),
+    ] {
+        if !on_path(bin) {
+            return Some(format!("no `{bin}` on PATH (apt-get install {package})"));
+        }
+    }
+    None
+}
+
+/// Runs `cmd`; its stderr in the error when it fails.
+fn run(cmd: &mut Command) -> Result<Vec<u8>, String> {
+    let what = format!("{cmd:?}");
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running {what}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(out.stdout)
+}
+
+fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), String> {
+    std::fs::write(path, contents).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// A test CA (`ca.pem`, also as `certs/ca.crt` for skopeo) and a server certificate for
+/// 127.0.0.1 signed by it (`server.pem`, `server.key`), in `dir`.
+fn make_certificates(dir: &Path) -> Result<(), String> {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run(Command::new("openssl")
+        .args(["req", "-x509"])
+        .args(ec)
+        .args(["-days", "2", "-subj", "/CN=swiftlet test CA"])
+        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
+        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+        .args(["-keyout", "ca.key", "-out", "ca.pem"])
+        .current_dir(dir))?;
+    run(Command::new("openssl")
+        .arg("req")
+        .args(ec)
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ])
+        .current_dir(dir))?;
+    write(
+        &dir.join("server.ext"),
+        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )?;
+    run(Command::new("openssl")
+        .args([
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+        ])
+        .args(["-CAcreateserial", "-days", "2", "-extfile", "server.ext"])
+        .args(["-out", "server.pem"])
+        .current_dir(dir))?;
+    let certs = dir.join("certs");
+    std::fs::create_dir_all(&certs).map_err(|e| format!("creating {}: {e}", certs.display()))?;
+    std::fs::copy(dir.join("ca.pem"), certs.join("ca.crt"))
+        .map_err(|e| format!("copying the CA: {e}"))?;
+    Ok(())
+}
+
+/// Starts the registry from a thread that lives as long as the process, so that the child's
+/// parent-death signal fires only when the process ends.
+fn spawn_registry(config: PathBuf, log: PathBuf) -> Result<i32, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("test-registry".into())
+        .spawn(move || {
+            let spawned = (|| {
+                let out = std::fs::File::create(&log)
+                    .map_err(|e| format!("creating {}: {e}", log.display()))?;
+                let err = out.try_clone().map_err(|e| format!("{e}"))?;
+                let mut cmd = Command::new(REGISTRY_BINARY);
+                cmd.arg("serve")
+                    .arg(&config)
+                    .stdin(Stdio::null())
+                    .stdout(out)
+                    .stderr(err);
+                // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent.
+                unsafe {
+                    std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+                cmd.spawn()
+                    .map_err(|e| format!("starting {REGISTRY_BINARY}: {e}"))
+            })();
+            match spawned {
+                Ok(mut child) => {
+                    let _ = tx.send(Ok(i32::try_from(child.id()).unwrap_or(i32::MAX)));
+                    // Reaps it if it dies; else parks here until the process exits.
+                    let _ = child.wait();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        })
+        .map_err(|e| format!("spawning the registry thread: {e}"))?;
+    rx.recv()
+        .map_err(|_| "the registry thread ended".to_owned())?
+}
+
+impl Registry {
+    /// The registry of this process, started on first use; `None` (after printing `SKIPPED:
+    /// <why>`) when a prerequisite is missing and the runtime is not required.
+    ///
+    /// # Panics
+    /// When a prerequisite is missing and `SWIFTLET_REQUIRE_RUNTIME=1`, or when it cannot start.
+    pub fn shared(runtime: &Runtime) -> Option<&'static Registry> {
+        static REGISTRY: OnceLock<Option<Registry>> = OnceLock::new();
+        shared_or_skip(&REGISTRY, "the test registry", missing_prerequisite, || {
+            Registry::start(runtime).unwrap_or_else(|e| panic!("test registry: {e}"))
+        })
+    }
+
+    fn start(runtime: &Runtime) -> Result<Registry, String> {
+        let dir = std::env::temp_dir().join(format!("swiftlet-registry-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("storage"))
+            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        make_certificates(&dir)?;
+        let username = "swiftlet".to_owned();
+        let password = format!(
+            "pw-{}-{}",
+            std::process::id(),
+            crate::unix_nanos() % 1_000_000
+        );
+        let htpasswd = run(Command::new("htpasswd").args(["-Bbn", &username, &password]))?;
+        write(&dir.join("htpasswd"), htpasswd)?;
+        let port = xtask::free_loopback_port().map_err(|e| format!("a free port: {e}"))?;
+        let host = format!("127.0.0.1:{port}");
+        let d = dir.display();
+        write(
+            &dir.join("config.yml"),
+            format!(
+                "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n\
+                 storage:\n  filesystem:\n    rootdirectory: {d}/storage\n  delete:\n    enabled: true\n\
+                 http:\n  addr: {host}\n  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\n\
+                 auth:\n  htpasswd:\n    realm: swiftlet-test\n    path: {d}/htpasswd\n"
+            ),
+        )?;
+        let hosts_dir = runtime.layout.registry_hosts_dir.join(&host);
+        std::fs::create_dir_all(&hosts_dir)
+            .map_err(|e| format!("creating {}: {e}", hosts_dir.display()))?;
+        write(
+            &hosts_dir.join("hosts.toml"),
+            format!(
+                "server = \"https://{host}\"\n\n[host.\"https://{host}\"]\n  \
+                 capabilities = [\"pull\", \"resolve\"]\n  ca = \"{d}/ca.pem\"\n"
+            ),
+        )?;
+        let pid = spawn_registry(dir.join("config.yml"), dir.join("registry.log"))?;
+        let _ = CLEANUP.set(Cleanup {
+            pid,
+            dirs: vec![dir.clone(), hosts_dir],
+        });
+        // SAFETY: registers a plain `extern "C"` function that only reads a static.
+        unsafe {
+            libc::atexit(clean_up_at_exit);
+        }
+        let registry = Registry {
+            host,
+            username,
+            password,
+            dir,
+            pushed: Mutex::default(),
+        };
+        registry.wait_listening(Duration::from_secs(15))?;
+        Ok(registry)
+    }
+
+    fn wait_listening(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        while TcpStream::connect(&self.host).is_err() {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "not listening on {} after {timeout:?}; log:\n{}",
+                    self.host,
+                    xtask::agent::tail(&self.dir.join("registry.log"), 20)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// `<host>/<repository>:v1`, the busybox test image pushed there (once per repository).
+    ///
+    /// # Panics
+    /// When the push fails.
+    pub fn push(&self, repository: &str) -> String {
+        let image = format!("{}/{repository}:{TAG}", self.host);
+        let mut pushed = self
+            .pushed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pushed.contains(repository) {
+            return image;
+        }
+        let archive = self.dir.join("busybox.tar");
+        if !archive.is_file() {
+            let written = xtask::images::write_archive(
+                xtask::images::Image::Busybox,
+                Path::new(xtask::images::BUSYBOX_PATH),
+                &self.dir,
+            )
+            .unwrap_or_else(|e| panic!("writing the busybox archive: {e}"));
+            std::fs::rename(&written, &archive)
+                .unwrap_or_else(|e| panic!("renaming {}: {e}", written.display()));
+        }
+        run(Command::new("skopeo")
+            .args(["--insecure-policy", "copy", "--quiet", "--dest-creds"])
+            .arg(format!("{}:{}", self.username, self.password))
+            .arg("--dest-cert-dir")
+            .arg(self.dir.join("certs"))
+            .arg(format!("oci-archive:{}", archive.display()))
+            .arg(format!("docker://{image}")))
+        .unwrap_or_else(|e| panic!("pushing {image}: {e}"));
+        pushed.insert(repository.to_owned());
+        image
+    }
+}
