@@ -204,16 +204,33 @@ async fn tcp(
 }
 
 async fn http_get(h: &HttpGet, target: &Target, timeout: Duration) -> (ProbeResult, String) {
+    match http_status(h, target, timeout).await {
+        Ok(status) if (200..400).contains(&status) => {
+            (ProbeResult::Success, format!("HTTP {status}"))
+        }
+        Ok(status) => (
+            ProbeResult::Failure,
+            format!("HTTP probe failed with statuscode: {status}"),
+        ),
+        Err(r) => r,
+    }
+}
+
+/// GETs `h` within `timeout` and answers the final response's status, whatever it is (a
+/// lifecycle hook succeeds on any answer, a probe only on 2xx and 3xx); `Err` when there was no
+/// answer, with the result and message saying why.
+pub async fn http_status(
+    h: &HttpGet,
+    target: &Target,
+    timeout: Duration,
+) -> Result<u16, (ProbeResult, String)> {
     if h.scheme != "HTTP" {
-        return (
+        return Err((
             ProbeResult::Failure,
             format!("{} probes are not supported yet", h.scheme),
-        );
+        ));
     }
-    let (host, port) = match endpoint(h.host.as_deref(), &h.port, target) {
-        Ok(e) => e,
-        Err(r) => return r,
-    };
+    let (host, port) = endpoint(h.host.as_deref(), &h.port, target)?;
     let authority = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -221,18 +238,12 @@ async fn http_get(h: &HttpGet, target: &Target, timeout: Duration) -> (ProbeResu
     };
     let url = format!("http://{authority}{}", h.path);
     match tokio::time::timeout(timeout, follow(&host, port, &authority, h)).await {
-        Ok(Ok(status)) if (200..400).contains(&status) => {
-            (ProbeResult::Success, format!("HTTP {status}"))
-        }
-        Ok(Ok(status)) => (
-            ProbeResult::Failure,
-            format!("HTTP probe failed with statuscode: {status}"),
-        ),
-        Ok(Err(e)) => (ProbeResult::Failure, format!("Get {url:?}: {e}")),
-        Err(_) => (
+        Ok(Ok(status)) => Ok(status),
+        Ok(Err(e)) => Err((ProbeResult::Failure, format!("Get {url:?}: {e}"))),
+        Err(_) => Err((
             ProbeResult::Failure,
             format!("Get {url:?}: no answer within {timeout:?}"),
-        ),
+        )),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod fresh;
 pub mod gc;
 pub mod hash;
+mod hooks;
 mod kill;
 mod orphans;
 mod reading;
@@ -26,6 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -76,6 +78,21 @@ pub enum Error {
         #[source]
         source: cri::Error,
     },
+    /// A lifecycle hook the API server would have rejected.
+    #[error("pod {pod} container {container}: {hook}: {reason}")]
+    InvalidHook {
+        pod: String,
+        container: String,
+        hook: &'static str,
+        reason: String,
+    },
+    /// A postStart hook failed (the kubelet's message); the container was killed.
+    #[error("{message}")]
+    PostStartHook {
+        pod: String,
+        container: String,
+        message: String,
+    },
     #[error("pod {0} has no spec")]
     NoSpec(String),
     /// The security context asks for what this node does not allow or cannot honour.
@@ -93,7 +110,8 @@ impl Error {
             Error::ImageNeverPull { .. } => "ErrImageNeverPull",
             Error::ImagePull { .. } => "ErrImagePull",
             Error::ImagePullBackOff { .. } => "ImagePullBackOff",
-            Error::Unsupported { .. } => "CreateContainerConfigError",
+            Error::Unsupported { .. } | Error::InvalidHook { .. } => "CreateContainerConfigError",
+            Error::PostStartHook { .. } => "PostStartHookError",
             Error::Refused { refusal, .. } => refusal.reason(),
             _ => "CreateContainerError",
         }
@@ -122,6 +140,8 @@ struct StartTarget<'a> {
     state: &'a PodState,
     sandbox_id: &'a str,
     sandbox_config: &'a api::PodSandboxConfig,
+    /// Fires when the pod starts terminating: a postStart hook still running is abandoned.
+    cancel: &'a CancellationToken,
 }
 
 /// Crash-loop and image-pull back-offs, per pod and container (or image).
@@ -297,21 +317,21 @@ impl Manager {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::{Config, Known, Manager, hash};
     use crate::pod::labels;
     use crate::{cm, cri::Cri, metrics::Metrics};
     use std::collections::HashSet;
 
-    #[tokio::test]
-    async fn first_start_requests_are_what_a_new_pods_sync_sends() {
-        let mount = tempfile::tempdir().expect("tempdir");
-        let manager = Manager::new(
+    /// A manager whose CRI client connects to nothing (lazily) and whose cgroups live under
+    /// `mount`.
+    pub(crate) fn manager(mount: &std::path::Path) -> Manager {
+        Manager::new(
             Cri::new("unix:///nonexistent/cri.sock", Metrics::new()).expect("lazy client"),
             cm::ContainerManager::new(cm::Config {
                 cgroup_root: "/t".into(),
                 cgroups_per_qos: true,
-                mount: mount.path().into(),
+                mount: mount.into(),
                 pod_pids_limit: -1,
             }),
             Config {
@@ -321,7 +341,13 @@ mod tests {
                 security: super::security::Settings::default(),
                 memory_capacity: 8 << 30,
             },
-        );
+        )
+    }
+
+    #[tokio::test]
+    async fn first_start_requests_are_what_a_new_pods_sync_sends() {
+        let mount = tempfile::tempdir().expect("tempdir");
+        let manager = manager(mount.path());
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web", "namespace": "ns"},
             "spec": {"containers": [
