@@ -4,14 +4,19 @@
 //! postStart httpGet hook reaching an HTTP server in a sidecar of the same pod on the pod's IP
 //! and a named port, and a preStop httpGet hook reaching a server in the test while the
 //! container still runs, after the pod's spec is gone (its port found by name from the
-//! container's annotation). Each test runs its own agent.
+//! container's annotation), and a postStart hook that never ends holding up neither the status
+//! (not Running) nor the pod's deletion. Each test runs its own agent.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::ContainerStatus;
-use swiftlet_tests::{Agent, BUSYBOX_IMAGE, PodList, exec, is_running, start_agent};
+use swiftlet_tests::{
+    Agent, BUSYBOX_IMAGE, PodList, container_statuses, exec, is_running, pod_cri_objects,
+    start_agent,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -229,5 +234,59 @@ fn pre_stop_http_hook_runs_while_the_container_runs_without_the_spec() {
     assert!(
         agent.log().contains("preStop hook done"),
         "no preStop in the log"
+    );
+}
+
+#[test]
+fn a_post_start_hook_still_running_does_not_hold_up_the_pods_deletion() {
+    let Some(agent) = start_agent("hook-endless") else {
+        return;
+    };
+    let hook = "    lifecycle:\n      postStart:\n        exec:\n          command: \
+                [\"sleep\", \"3600\"]\n";
+    agent.write_manifest(
+        "endless.yaml",
+        &agent.busybox_pod("endless", "", "while true; do sleep 0.2; done", hook),
+    );
+    let uid = format!("endless-{}", agent.node_name());
+    // The container runs (its hook with it) ...
+    agent.eventually("the container runs", TIMEOUT, || {
+        match container_statuses(agent.endpoint(), &uid) {
+            Ok(s)
+                if s.iter()
+                    .any(|c| c.state == cri::ContainerState::ContainerRunning as i32) =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    });
+    // ... but the status does not say so while the hook has not finished.
+    std::thread::sleep(Duration::from_secs(1));
+    let pod = agent.static_pod_name("endless");
+    let list = agent.pods();
+    let main = main_container(&list, &pod);
+    assert!(
+        !main.is_some_and(is_running),
+        "Running before the postStart hook finished: {main:?}"
+    );
+    let begun = Instant::now();
+    agent.remove_manifest("endless.yaml");
+    agent.eventually(
+        "the pod is gone from the runtime",
+        TIMEOUT,
+        || match pod_cri_objects(agent.endpoint(), &uid) {
+            Ok((s, c)) if s.is_empty() && c.is_empty() => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    assert!(
+        begun.elapsed() < Duration::from_secs(20),
+        "the deletion waited for the hook: {:?}",
+        begun.elapsed()
+    );
+    assert!(
+        agent.log().contains("postStart hook abandoned"),
+        "no abandoned hook in the log"
     );
 }
