@@ -4,7 +4,8 @@
 //! postStart httpGet hook reaching an HTTP server in a sidecar of the same pod on the pod's IP
 //! and a named port, and a preStop httpGet hook reaching a server in the test while the
 //! container still runs, after the pod's spec is gone (its port found by name from the
-//! container's annotation), and a postStart hook that never ends holding up neither the status
+//! container's annotation), a failing postStart hook under restartPolicy Never failing the pod
+//! without a restart, and a postStart hook that never ends holding up neither the status
 //! (not Running) nor the pod's deletion. Each test runs its own agent.
 
 use std::io::{Read, Write};
@@ -12,7 +13,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::ContainerStatus;
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus};
 use swiftlet_tests::{
     Agent, BUSYBOX_IMAGE, PodList, container_statuses, exec, is_running, pod_cri_objects,
     start_agent,
@@ -22,6 +23,16 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 fn main_container<'a>(list: &'a PodList, pod: &str) -> Option<&'a ContainerStatus> {
     list.container(pod, "main")
+}
+
+/// The terminated state in `state` (the status `c`'s state or last state).
+fn terminated<'a>(
+    state: Option<&'a ContainerState>,
+    c: &ContainerStatus,
+) -> &'a ContainerStateTerminated {
+    state
+        .and_then(|s| s.terminated.as_ref())
+        .unwrap_or_else(|| panic!("no terminated state: {c:?}"))
 }
 
 /// Polls `/pods` without pause until pod `pod`'s container `main` is first reported Running;
@@ -120,11 +131,7 @@ fn failing_post_start_hook_kills_and_restarts_the_container() {
         "{message}"
     );
     let last = last.expect("a status");
-    let ended = last
-        .last_state
-        .as_ref()
-        .and_then(|s| s.terminated.as_ref())
-        .unwrap_or_else(|| panic!("the killed instance is the last state: {last:?}"));
+    let ended = terminated(last.last_state.as_ref(), &last);
     assert_eq!(ended.exit_code, 42, "stopped by the agent: {ended:?}");
     assert!(
         agent.log().contains("FailedPostStartHook"),
@@ -289,4 +296,44 @@ fn a_post_start_hook_still_running_does_not_hold_up_the_pods_deletion() {
         agent.log().contains("postStart hook abandoned"),
         "no abandoned hook in the log"
     );
+}
+
+#[test]
+fn failing_post_start_hook_under_restart_policy_never_fails_the_pod() {
+    let Some(agent) = start_agent("hook-never") else {
+        return;
+    };
+    let hook = "    lifecycle:\n      postStart:\n        exec:\n          command: [\"false\"]\n";
+    agent.write_manifest(
+        "once.yaml",
+        &agent.busybox_pod(
+            "once",
+            "  restartPolicy: Never\n",
+            "trap 'exit 42' TERM; while true; do sleep 0.2; done",
+            hook,
+        ),
+    );
+    let pod = agent.static_pod_name("once");
+    let mut waiting = Vec::new();
+    let mut last = None;
+    let failed = agent.poll_pods(Duration::from_millis(10), TIMEOUT, |list, _| {
+        let c = main_container(list, &pod);
+        if let Some(w) = c.and_then(|c| c.state.as_ref()?.waiting.clone()) {
+            waiting.push(w);
+        }
+        last = c.cloned();
+        list.phase(&pod) == Some("Failed")
+    });
+    assert!(failed, "the pod did not fail: {last:?}");
+    // Not restarted, so never waiting for a restart with the hook's error (as the kubelet).
+    assert!(
+        !waiting
+            .iter()
+            .any(|w| w.reason.as_deref() == Some("PostStartHookError")),
+        "{waiting:?}"
+    );
+    let last = last.expect("a status");
+    let ended = terminated(last.state.as_ref(), &last);
+    assert_eq!((ended.exit_code, last.restart_count), (42, 0), "{last:?}");
+    agent.remove_manifest("once.yaml");
 }

@@ -10,6 +10,7 @@
 //! - tcpSocket is accepted by the API for compatibility only and fails when run.
 use super::*;
 use crate::handler::{self, HttpGet};
+use crate::pod::RestartPolicy;
 use k8s_openapi::api::core::v1::ContainerPort;
 
 /// Output of a failed exec hook kept in its message.
@@ -131,6 +132,17 @@ pub(super) fn check_pod(pod: &Pod) -> Result<()> {
     Ok(())
 }
 
+/// Whether a container killed for its failed postStart hook, ending with `exit_code`, is started
+/// again (the kubelet's rule for a container that is not running): a sidecar always, an init
+/// container that failed unless the pod's policy is Never, an app container by the policy.
+fn restarts_after_kill(policy: RestartPolicy, kind: ContainerKind, exit_code: i32) -> bool {
+    match kind {
+        ContainerKind::Sidecar => true,
+        ContainerKind::Init => exit_code != 0 && policy != RestartPolicy::Never,
+        ContainerKind::App => policy.restarts_after(exit_code),
+    }
+}
+
 /// The container's ports as kept in its annotation (so a preStop hook without the spec still
 /// resolves a named port): `None` when it has none.
 pub(super) fn ports_annotation(c: &Container) -> Option<String> {
@@ -232,6 +244,7 @@ impl Manager {
         &self,
         t: &StartTarget<'_>,
         c: &Container,
+        kind: ContainerKind,
         started: &api::ContainerStatus,
     ) -> Result<()> {
         let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
@@ -267,6 +280,7 @@ impl Manager {
                     pod: t.name.to_owned(),
                     container: c.name.clone(),
                     message: "the pod started terminating before its postStart hook finished".into(),
+                    restarts: false,
                 });
             }
         };
@@ -288,10 +302,16 @@ impl Manager {
         {
             tracing::warn!(pod = %t.name, container = %c.name, error = %e, "killing the container whose postStart hook failed");
         }
+        // How it ended decides whether it runs again (unknown: as a kill ends, non-zero).
+        let exit_code = match self.cri.container_status(&started.id).await {
+            Ok(Some(s)) if s.state == api::ContainerState::ContainerExited as i32 => s.exit_code,
+            _ => 1,
+        };
         Err(Error::PostStartHook {
             pod: t.name.to_owned(),
             container: c.name.clone(),
             message,
+            restarts: restarts_after_kill(RestartPolicy::of(t.pod), kind, exit_code),
         })
     }
 
@@ -480,5 +500,27 @@ mod tests {
         let sleep = Hook::Sleep(Duration::from_millis(300));
         assert_eq!(m.run_hook(&sleep, &run(80)).await, Ok(()));
         assert!(begun.elapsed() >= Duration::from_millis(300));
+    }
+
+    #[test]
+    fn a_killed_container_restarts_by_kind_policy_and_exit_code() {
+        use ContainerKind::{App, Init, Sidecar};
+        use RestartPolicy::{Always, Never, OnFailure};
+        for (policy, kind, code, want) in [
+            (Always, App, 0, true),
+            (OnFailure, App, 143, true),
+            (OnFailure, App, 0, false),
+            (Never, App, 143, false),
+            (Never, Sidecar, 0, true),
+            (Always, Init, 143, true),
+            (Always, Init, 0, false),
+            (Never, Init, 137, false),
+        ] {
+            assert_eq!(
+                restarts_after_kill(policy, kind, code),
+                want,
+                "{policy:?} {kind:?} {code}"
+            );
+        }
     }
 }

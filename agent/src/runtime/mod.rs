@@ -92,6 +92,9 @@ pub enum Error {
         pod: String,
         container: String,
         message: String,
+        /// The killed container will be started again (its restart policy and exit code): only
+        /// then does the status show it waiting with this error, as the kubelet shows it.
+        restarts: bool,
     },
     #[error("pod {0} has no spec")]
     NoSpec(String),
@@ -208,6 +211,8 @@ pub struct SyncOutcome {
     /// The runtime held nothing for the pod before this sync: `state` is exactly what this sync
     /// created, as of its end.
     from_nothing: bool,
+    /// A start failed after its container was created: what the pod holds must be read back.
+    start_failed: bool,
 }
 
 impl SyncOutcome {

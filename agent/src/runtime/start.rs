@@ -61,8 +61,17 @@ impl Manager {
             }
             Err(e) => {
                 tracing::warn!(pod = %t.name, container = %c.name, error = %e, "starting container");
+                outcome.start_failed = true;
                 let retry = e.retry_after();
-                outcome.wait(&c.name, e.reason(), e.to_string(), retry);
+                if let Error::PostStartHook {
+                    restarts: false, ..
+                } = e
+                {
+                    // Killed for good: the status shows how it ended, not a waiting reason.
+                    outcome.requeue(Duration::ZERO);
+                } else {
+                    outcome.wait(&c.name, e.reason(), e.to_string(), retry);
+                }
                 Err(())
             }
         }
@@ -112,7 +121,7 @@ impl Manager {
         };
         // Before the sync goes on (the next init container waits for it) and before the status
         // can show the container Running: the worker writes the status after the sync.
-        self.post_start(t, container, &started).await?;
+        self.post_start(t, container, kind, &started).await?;
         Ok(started)
     }
 

@@ -202,7 +202,9 @@ impl Manager {
             }
         }
         outcome.actions = actions;
-        if let Some(mut after) = after.filter(|_| outcome.waiting.is_empty()) {
+        if let Some(mut after) =
+            after.filter(|_| outcome.waiting.is_empty() && !outcome.start_failed)
+        {
             // Newest first, as `pod_state` orders them.
             after
                 .containers
