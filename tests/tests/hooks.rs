@@ -1,12 +1,12 @@
 //! Lifecycle hooks against a real containerd: a postStart exec hook finished before the status
-//! first shows its container Running (while the container's own command ran beside it), a failing
-//! postStart hook killing and restarting its container with the failure in the status, a
-//! postStart httpGet hook reaching an HTTP server in a sidecar of the same pod on the pod's IP
-//! and a named port, and a preStop httpGet hook reaching a server in the test while the
-//! container still runs, after the pod's spec is gone (its port found by name from the
-//! container's annotation), a failing postStart hook under restartPolicy Never failing the pod
-//! without a restart, and a postStart hook that never ends holding up neither the status
-//! (not Running) nor the pod's deletion. Each test runs its own agent.
+//! first shows its container Running (while the container's own command ran beside it); a
+//! failing postStart hook killing and restarting its container with the failure in the status,
+//! and under restartPolicy Never failing the pod without a restart; postStart and preStop httpGet
+//! hooks (a spec change restarts the container) reaching an HTTP server in a sidecar of the same
+//! pod on the pod's IP and a named port, in order; a preStop httpGet hook reaching a server in
+//! the test while the container still runs, after the pod's spec is gone (its port found by name
+//! from the container's annotation); and a postStart hook that never ends holding up neither the
+//! status (not Running) nor the pod's deletion. Each test runs its own agent.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -141,14 +141,15 @@ fn failing_post_start_hook_kills_and_restarts_the_container() {
 }
 
 #[test]
-fn post_start_http_hook_reaches_a_sidecar_on_the_pod_ip() {
+fn http_hooks_reach_a_sidecar_on_the_pod_ip_in_order() {
     let Some(agent) = start_agent("hook-http") else {
         return;
     };
-    // The sidecar serves a CGI script that records the request; its own postStart hook waits
-    // until the server answers, so the app container (and its hook) starts only then.
+    // The sidecar serves a CGI script that appends each request's query to /tmp/requests; its own
+    // postStart hook waits until the server answers, so the app container (and its hooks)
+    // starts only then. It is stopped after the app container, so it also sees its preStop.
     let server = "mkdir -p /www/cgi-bin; echo ok > /www/index.html; \
-                  printf '#!/bin/sh\\ndate > /tmp/hooked\\necho Content-Type: text/plain\\necho\\necho ok\\n' \
+                  printf '#!/bin/sh\\necho $QUERY_STRING >> /tmp/requests\\necho Content-Type: text/plain\\necho\\necho ok\\n' \
                   > /www/cgi-bin/hook; chmod +x /www/cgi-bin/hook; exec httpd -f -p 8080 -h /www";
     let wait = "until wget -q -O /dev/null http://127.0.0.1:8080/; do sleep 0.1; done";
     let sidecar = format!(
@@ -156,13 +157,13 @@ fn post_start_http_hook_reaches_a_sidecar_on_the_pod_ip() {
          restartPolicy: Always\n    command: [\"sh\", \"-c\", {server:?}]\n    lifecycle:\n      \
          postStart:\n        exec:\n          command: [\"sh\", \"-c\", {wait:?}]\n"
     );
-    let hook = "    ports:\n    - {name: web, containerPort: 8080}\n    lifecycle:\n      postStart:\n        \
-                httpGet: {path: /cgi-bin/hook, port: web}\n";
-    agent.write_manifest(
-        "web.yaml",
-        &agent.busybox_pod("web", &sidecar, "while true; do sleep 0.2; done", hook),
-    );
-    first_running(&agent, "web");
+    // No host: the pod's IP; the port by name.
+    let hooks = "    ports:\n    - {name: web, containerPort: 8080}\n    lifecycle:\n      postStart:\n        \
+                 httpGet: {path: /cgi-bin/hook?start, port: web}\n      preStop:\n        \
+                 httpGet: {path: /cgi-bin/hook?stop, port: web}\n";
+    let pod = |script: &str| agent.busybox_pod("web", &sidecar, script, hooks);
+    agent.write_manifest("web.yaml", &pod("while true; do sleep 0.2; done"));
+    let first = first_running(&agent, "web");
     let list = agent.pods();
     let sidecar_id = list
         .get(&agent.static_pod_name("web"))
@@ -171,9 +172,26 @@ fn post_start_http_hook_reaches_a_sidecar_on_the_pod_ip() {
         .and_then(|s| s.iter().find(|c| c.name == "web"))
         .and_then(|c| c.container_id.clone())
         .expect("the sidecar's container id");
-    let (code, out) =
-        exec(agent.endpoint(), &sidecar_id, &["cat", "/tmp/hooked"]).expect("ExecSync");
-    assert_eq!(code, 0, "the hook's request reached the sidecar: {out}");
+    let requests = || exec(agent.endpoint(), &sidecar_id, &["cat", "/tmp/requests"]);
+    assert_eq!(
+        requests().expect("ExecSync"),
+        (0, "start\n".to_owned()),
+        "the postStart hook's request reached the sidecar before main was reported Running"
+    );
+    // A spec change restarts main: its preStop hook, then the new instance's postStart.
+    agent.write_manifest("web.yaml", &pod("while true; do sleep 0.3; done"));
+    let pod_name = agent.static_pod_name("web");
+    agent.wait_for(
+        |l| {
+            main_container(l, &pod_name)
+                .is_some_and(|c| is_running(c) && c.container_id.as_ref() != Some(&first))
+        },
+        TIMEOUT,
+    );
+    assert_eq!(
+        requests().expect("ExecSync"),
+        (0, "start\nstop\nstart\n".to_owned())
+    );
     agent.remove_manifest("web.yaml");
 }
 
