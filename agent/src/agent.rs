@@ -109,6 +109,9 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // one result per period, so the backlog is at most one per probe worker and period.
     let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
     let probe_results = prober::Results::new(probe_tx);
+    // The API objects pods refer to (their RuntimeClass), read from --kubeconfig's API server
+    // through one client.
+    let api_objects = crate::api_objects::ApiObjects::new(cfg.kubeconfig.clone());
     let runtime = Manager::new(
         cri,
         cm,
@@ -125,7 +128,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             memory_capacity: memory_capacity(),
         },
     )
-    .with_probe_results(probe_results.clone());
+    .with_probe_results(probe_results.clone())
+    .with_api_objects(api_objects);
     let status = StatusManager::new(metrics.clone()).with_probe_results(probe_results.clone());
     let probes = prober::Manager::new(
         probe_results,

@@ -101,7 +101,8 @@ pub struct Flags {
     /// How often --manifest-url is fetched [default: 20s].
     #[arg(long, value_name = "DURATION")]
     pub http_check_frequency: Option<String>,
-    /// kubeconfig of the API server to take this node's pods from (source "api").
+    /// kubeconfig of the API server to take this node's pods from (source "api"), and to read
+    /// the RuntimeClass a pod's runtimeClassName names (any source's pods).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// eBPF probes: auto (load what can be loaded, warn otherwise), on (fail without them), off.

@@ -199,11 +199,16 @@ impl Cri {
             .await
     }
 
-    pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String> {
+    /// Runs a sandbox with the runtime handler `runtime_handler` (`""`: the runtime's default).
+    pub async fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<String> {
         let mut c = self.runtime.clone();
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
-            runtime_handler: String::new(),
+            runtime_handler,
         };
         Ok(self
             .timed("RunPodSandbox", c.run_pod_sandbox(req))

@@ -15,11 +15,15 @@
 //!   kubelet (which retries a waiting static pod after a jittered 10 s back-off), the next one
 //!   starts as soon as the previous one has finished.
 //! * Runtime pods that no source knows are killed with a 1 s grace period (`Work::orphan_kill`).
+//! * `activeDeadlineSeconds`: a sync of a pod whose deadline lies ahead requeues it at the time
+//!   left ([`Synced::deadline_in`]); a pod past it is not synced with the runtime any more: its
+//!   status turns Failed (`DeadlineExceeded`), which ends it like any terminal phase.
 //!
 //! Each worker marks its pod's timeline ([`Marks`]) for the eBPF report, readable through
 //! [`Timelines`]. Runtime calls go through [`PodSyncer`], so the state machine is tested without
 //! containerd. The worker is the only place that changes a pod's runtime state.
 use crate::pod::Phase;
+use crate::pod::deadline::Deadline;
 use crate::runtime::{self, Manager};
 use crate::status::StatusManager;
 use crate::work_queue::WorkQueue;
@@ -185,6 +189,9 @@ pub struct Synced {
     pub terminal: bool,
     /// Look again this soon (for example when a crash-loop back-off ends).
     pub requeue_after: Option<Duration>,
+    /// The pod's `activeDeadlineSeconds` passes this soon: it is synced again then at the
+    /// latest, whatever `requeue_after` or the periodic resync say.
+    pub deadline_in: Option<Duration>,
 }
 
 /// The runtime calls a worker makes. [`WorkerContext`] is the real one; tests use a fake.
@@ -241,6 +248,9 @@ impl PodSyncer for WorkerContext {
         // `Manager::sync_pod` has one safe point: a postStart hook still running is abandoned
         // when the pod starts terminating. Everything else runs to its end (see the trait).
         let name = crate::pod::full_name(pod);
+        if self.status.active_deadline(uid, pod) == Deadline::Exceeded {
+            return self.fail_deadline(uid, pod).await;
+        }
         // The pod's timeline: only the first sync counts.
         self.tracer.worker_started(uid);
         self.probes.add_pod(uid, pod);
@@ -276,11 +286,19 @@ impl PodSyncer for WorkerContext {
             Err(e) => tracing::warn!(pod = %name, error = %e, "reading pod state"),
         }
         let outcome = result?;
+        let deadline = self.status.active_deadline(uid, pod);
         // An exit only the kernel has seen shows in the status at once, but the pod is acted on
         // (terminated) once the runtime has recorded it: the PLEG's relist syncs it again then.
+        // A pod past its deadline is stopped whatever its containers do.
+        let terminal = outcome.terminal
+            || ((!kernel_seen || deadline == Deadline::Exceeded) && self.status.is_terminal(uid));
         Ok(Synced {
-            terminal: outcome.terminal || (!kernel_seen && self.status.is_terminal(uid)),
+            terminal,
             requeue_after: outcome.requeue_after,
+            deadline_in: match deadline {
+                Deadline::In(left) => Some(left),
+                _ => None,
+            },
         })
     }
 
@@ -350,6 +368,29 @@ impl PodSyncer for WorkerContext {
                 operation: op.as_str(),
             })
             .observe(secs);
+    }
+}
+
+impl WorkerContext {
+    /// A pod past its active deadline: nothing is started or restarted any more. Its status,
+    /// from what the runtime holds now, shows phase Failed with reason `DeadlineExceeded`, and
+    /// the pod is terminal, so the worker stops it with its grace period (the kubelet's syncPod
+    /// returns before the runtime's sync once the status it generated is terminal).
+    async fn fail_deadline(&self, uid: &str, pod: &Pod) -> Result<Synced, runtime::Error> {
+        let state = self
+            .runtime
+            .pod_state_own_read(uid, "worker")
+            .await
+            .map_err(|source| runtime::Error::Cri {
+                pod: crate::pod::full_name(pod),
+                source,
+            })?;
+        let (state, _) = self.runtime.with_kernel_exits(uid, state);
+        self.status.update(uid, &state, &HashMap::new());
+        Ok(Synced {
+            terminal: self.status.is_terminal(uid),
+            ..Default::default()
+        })
     }
 }
 
@@ -1103,10 +1144,12 @@ impl<S: PodSyncer> Worker<S> {
                 st.requeue_last();
                 None
             }
-            (WorkType::Sync, Outcome::Synced(s)) => Some(
-                s.requeue_after
-                    .unwrap_or_else(|| self.queue.jitter(RESYNC, JITTER)),
-            ),
+            (WorkType::Sync, Outcome::Synced(s)) => {
+                let next = s
+                    .requeue_after
+                    .unwrap_or_else(|| self.queue.jitter(RESYNC, JITTER));
+                Some(s.deadline_in.map_or(next, |d| next.min(d)))
+            }
             (WorkType::Sync, Outcome::Done) => Some(self.queue.jitter(RESYNC, JITTER)),
         };
         drop(st);

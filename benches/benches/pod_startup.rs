@@ -230,7 +230,9 @@ async fn floor_one(cri: Cri, pod: FloorPod) -> Result<Duration, swiftlet::cri::E
     let _ = std::fs::create_dir_all(&pod.sandbox.log_directory);
     let start = Instant::now();
     cri.image_status(&pod.image).await?;
-    let sandbox = cri.run_pod_sandbox(pod.sandbox.clone()).await?;
+    let sandbox = cri
+        .run_pod_sandbox(pod.sandbox.clone(), String::new())
+        .await?;
     let id = cri
         .create_container(&sandbox, pod.container, pod.sandbox)
         .await?;

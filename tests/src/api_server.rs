@@ -12,6 +12,8 @@
 //! - After [`ApiServer::compact`], a watch from a version older than the compaction answers with
 //!   an `ERROR` event holding a `Status` with code 410 (`Expired`), as etcd compaction does.
 //! - [`ApiServer::drop_watches`] ends every open watch response (a dropped connection).
+//! - `GET /apis/node.k8s.io/v1/runtimeclasses/{name}`: the RuntimeClass put with
+//!   [`ApiServer::put_runtime_class`], or a 404 `Status` (reason `NotFound`) as the API answers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -22,6 +24,7 @@ use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
 
@@ -47,10 +50,26 @@ pub fn pod(uid: &str, name: &str, node: &str, image: &str) -> Pod {
     }
 }
 
+/// A RuntimeClass named `name` whose pods run with the CRI runtime handler `handler`.
+pub fn runtime_class(name: &str, handler: &str) -> RuntimeClass {
+    RuntimeClass {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        handler: handler.to_owned(),
+        overhead: None,
+        scheduling: None,
+    }
+}
+
 #[derive(Default)]
 struct Store {
     rv: u64,
     pods: BTreeMap<String, Pod>,
+    /// Cluster-scoped: by name.
+    runtime_classes: BTreeMap<String, RuntimeClass>,
+    runtime_class_gets: usize,
     /// (resourceVersion, event type, object) of every change after `compacted`.
     history: Vec<(u64, &'static str, Pod)>,
     /// Watches from a version older than this get 410.
@@ -94,6 +113,11 @@ impl ApiServer {
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}",
                 axum::routing::get(one_pod),
+            )
+            .route("/apis/node.k8s.io/v1", axum::routing::get(node_resources))
+            .route(
+                "/apis/node.k8s.io/v1/runtimeclasses/{name}",
+                axum::routing::get(one_runtime_class),
             )
             .with_state(server.clone());
         tokio::spawn(async move {
@@ -158,6 +182,33 @@ impl ApiServer {
         s.history.push((rv, "DELETED", pod));
         drop(s);
         self.notify();
+    }
+
+    /// Creates or replaces a RuntimeClass. Its change bumps the one resourceVersion the whole
+    /// store shares, as every change does on a real API server (pod watches do not see it).
+    pub fn put_runtime_class(&self, mut class: RuntimeClass) {
+        let mut s = self.lock();
+        s.rv += 1;
+        class.metadata.resource_version = Some(s.rv.to_string());
+        let name = class.metadata.name.clone().unwrap_or_default();
+        class
+            .metadata
+            .uid
+            .get_or_insert_with(|| format!("runtimeclass-{name}"));
+        s.runtime_classes.insert(name, class);
+    }
+
+    /// Deletes the RuntimeClass `name`.
+    pub fn delete_runtime_class(&self, name: &str) {
+        let mut s = self.lock();
+        if s.runtime_classes.remove(name).is_some() {
+            s.rv += 1;
+        }
+    }
+
+    /// How many `GET .../runtimeclasses/{name}` the server answered.
+    pub fn runtime_class_gets(&self) -> usize {
+        self.lock().runtime_class_gets
     }
 
     /// Forgets all history: watches from older versions get 410 Gone.
@@ -242,10 +293,59 @@ async fn api_versions() -> Response {
     .into_response()
 }
 
-/// Discovery: no named API groups are served.
+/// Discovery: the one named API group served, `node.k8s.io`.
 async fn api_groups() -> Response {
-    axum::Json(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}))
+    let v1 = serde_json::json!({"groupVersion": "node.k8s.io/v1", "version": "v1"});
+    axum::Json(serde_json::json!({
+        "kind": "APIGroupList", "apiVersion": "v1",
+        "groups": [{"name": "node.k8s.io", "versions": [v1], "preferredVersion": v1}],
+    }))
+    .into_response()
+}
+
+/// Discovery: `node.k8s.io/v1` serves runtimeclasses (get).
+async fn node_resources() -> Response {
+    axum::Json(serde_json::json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "node.k8s.io/v1",
+        "resources": [{
+            "name": "runtimeclasses", "singularName": "runtimeclass", "namespaced": false,
+            "kind": "RuntimeClass", "verbs": ["get"],
+        }],
+    }))
+    .into_response()
+}
+
+/// The API's answer to a GET of an object that does not exist: 404 with a `Status` whose
+/// reason is `NotFound` (what clients such as kube's `get_opt` look for).
+fn not_found(group: &str, resource: &str, name: &str) -> Response {
+    let qualified = if group.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{resource}.{group}")
+    };
+    (
+        axum::http::StatusCode::NOT_FOUND,
+        axum::Json(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("{qualified} \"{name}\" not found"), "reason": "NotFound",
+            "details": {"name": name, "group": group, "kind": resource}, "code": 404,
+        })),
+    )
         .into_response()
+}
+
+/// `GET /apis/node.k8s.io/v1/runtimeclasses/{name}`: the class, or a 404 `Status`.
+async fn one_runtime_class(
+    State(server): State<ApiServer>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    let mut s = server.lock();
+    s.runtime_class_gets += 1;
+    match s.runtime_classes.get(&name) {
+        // k8s-openapi writes the kind and apiVersion.
+        Some(c) => axum::Json(c.clone()).into_response(),
+        None => not_found("node.k8s.io", "runtimeclasses", &name),
+    }
 }
 
 /// Discovery: the core group serves pods (get, list, watch).
@@ -272,15 +372,7 @@ async fn one_pod(
     });
     match found {
         Some(p) => axum::Json(p.clone()).into_response(),
-        None => (
-            axum::http::StatusCode::NOT_FOUND,
-            axum::Json(serde_json::json!({
-                "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "message": format!("pods \"{name}\" not found"), "reason": "NotFound",
-                "details": {"name": name, "kind": "pods"}, "code": 404,
-            })),
-        )
-            .into_response(),
+        None => not_found("", "pods", &name),
     }
 }
 

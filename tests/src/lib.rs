@@ -6,6 +6,7 @@
 //! `SWIFTLET_REQUIRE_RUNTIME=1` (CI sets it through `cargo xtask test`).
 
 pub mod api_server;
+pub mod chaos;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
@@ -235,12 +236,21 @@ pub fn pod_cri_objects(
     endpoint: &str,
     uid: &str,
 ) -> Result<(Vec<cri::PodSandbox>, Vec<cri::Container>)> {
+    cri_objects_labelled(endpoint, POD_UID_LABEL, uid)
+}
+
+/// The sandboxes and containers labelled `key=value` (blocking).
+pub fn cri_objects_labelled(
+    endpoint: &str,
+    key: &str,
+    value: &str,
+) -> Result<(Vec<cri::PodSandbox>, Vec<cri::Container>)> {
     let endpoint = endpoint.to_owned();
-    let uid = uid.to_owned();
+    let (key, value) = (key.to_owned(), value.to_owned());
     block_on(async move {
         let mut client = runtime_client(&endpoint)?;
-        let sandboxes = sandboxes_with_labels(&mut client, &[(POD_UID_LABEL, &uid)]).await?;
-        let containers = containers_with_labels(&mut client, &[(POD_UID_LABEL, &uid)]).await?;
+        let sandboxes = sandboxes_with_labels(&mut client, &[(&key, &value)]).await?;
+        let containers = containers_with_labels(&mut client, &[(&key, &value)]).await?;
         Ok((sandboxes, containers))
     })?
 }
@@ -611,12 +621,19 @@ impl Agent {
         }
     }
 
-    /// Kills the agent with SIGKILL (no clean-up of its own) and starts it again with the same
-    /// node name, directories and ports, appending to the same log; waits for `/healthz`.
-    pub fn restart_after_sigkill(&mut self) {
+    /// Kills the agent with SIGKILL (no clean-up of its own); [`Agent::restart_after_sigkill`]
+    /// starts it again.
+    pub fn kill(&mut self) {
         if let Some(mut process) = self.process.take() {
             process.kill();
         }
+    }
+
+    /// Kills the agent with SIGKILL (no clean-up of its own) if it runs, and starts it again
+    /// with the same node name, directories and ports, appending to the same log; waits for
+    /// `/healthz`.
+    pub fn restart_after_sigkill(&mut self) {
+        self.kill();
         // Connections kept to the killed process are of no use to the new one.
         self.http = xtask::http::Client::new(self.spec.read_only_addr(), Duration::from_secs(10));
         self.launch(true);

@@ -1,12 +1,15 @@
 //! The API-server pod source against the in-process API server (`swiftlet_tests::api_server`):
 //! list then watch, resuming after a dropped connection, bookmarks past compacted history, 410
-//! Gone and the relist, and kubeconfig handling. No containerd is needed.
+//! Gone and the relist, and kubeconfig handling; the RuntimeClass lookups pods need. No
+//! containerd is needed.
 use std::sync::Arc;
 use std::time::Duration;
 
+use swiftlet::api_objects::ApiObjects;
 use swiftlet::config::api::{Config, client, run, watch};
 use swiftlet::config::{API, ErrorCounter, SourceUpdate, StoredPod};
-use swiftlet_tests::api_server::{ApiServer, pod};
+use swiftlet::runtime::runtime_class::RuntimeClasses;
+use swiftlet_tests::api_server::{ApiServer, pod, runtime_class};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -241,6 +244,34 @@ async fn kubeconfig_is_read_and_a_bad_one_is_counted_not_fatal() {
         .expect("no panic");
 }
 
+#[tokio::test]
+async fn runtime_classes_are_read_from_the_api_server_and_cached_briefly() {
+    let server = ApiServer::start().await;
+    server.put_runtime_class(runtime_class("sandboxed", "swiftlet-alt"));
+    let objects = ApiObjects::with_client(server.client());
+    let class = objects.runtime_class("sandboxed").await.expect("found");
+    assert_eq!(class.handler, "swiftlet-alt");
+    let e = objects.runtime_class("nope").await.expect_err("missing");
+    assert!(e.is_not_found(), "{e}");
+    assert_eq!(e.to_string(), "RuntimeClass \"nope\" not found");
+    assert_eq!(server.runtime_class_gets(), 2);
+
+    // The resolver asks once per class and keeps the answer, found or not, for a few seconds.
+    let classes = RuntimeClasses::new(objects);
+    for _ in 0..3 {
+        assert_eq!(
+            classes.handler(Some("sandboxed")).await.expect("found"),
+            "swiftlet-alt"
+        );
+        let e = classes.handler(Some("late")).await.expect_err("missing");
+        assert_eq!(e.to_string(), "RuntimeClass \"late\" not found");
+    }
+    assert_eq!(server.runtime_class_gets(), 4);
+    // No class: the runtime's default handler, without asking.
+    assert_eq!(classes.handler(None).await.expect("default"), "");
+    assert_eq!(server.runtime_class_gets(), 4);
+}
+
 /// kubectl, or None (said on stderr) when it is not installed: the check is then skipped, unless
 /// `SWIFTLET_REQUIRE_RUNTIME=1`, where a missing kubectl fails the test.
 fn kubectl() -> Option<std::path::PathBuf> {
@@ -314,6 +345,19 @@ async fn kubectl_reads_the_test_servers_pods() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("NotFound") || err.contains("not found"),
+        "{err}"
+    );
+
+    // RuntimeClasses: discovered in node.k8s.io/v1 and read by name; a missing one is NotFound.
+    server.put_runtime_class(runtime_class("sandboxed", "swiftlet-alt"));
+    let rc = json(&["get", "runtimeclass", "sandboxed", "-o", "json"]).await;
+    assert_eq!(rc["handler"], "swiftlet-alt");
+    assert_eq!(rc["apiVersion"], "node.k8s.io/v1");
+    let out = run(&["get", "runtimeclass", "nope"]).await.expect("join");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("runtimeclasses.node.k8s.io \"nope\" not found"),
         "{err}"
     );
 

@@ -73,6 +73,21 @@ fn check(agent: &Agent, dir: &str, want: &[(&str, &str, &str)]) {
     }
 }
 
+/// The BestEffort pod `uid`'s cgroup: minimum shares, no quota, no memory limit.
+fn check_best_effort(agent: &Agent, uid: &str) {
+    let dir = format!("kubepods/besteffort/pod{uid}");
+    check(
+        agent,
+        &dir,
+        &[
+            ("cpu", "cpu.shares", "2"),
+            ("cpu", "cpu.cfs_quota_us", "-1"),
+        ],
+    );
+    let mem = read(agent, "memory", &format!("{dir}/memory.limit_in_bytes"));
+    assert!(unlimited_memory(&mem), "pod{uid} memory limit {mem}");
+}
+
 /// v1 shows "no memory limit" as a huge page-aligned number.
 fn unlimited_memory(value: &str) -> bool {
     value.parse::<u64>().is_ok_and(|v| v >= 1 << 62)
@@ -154,17 +169,7 @@ fn each_qos_class_gets_the_kubelets_cgroup_values() {
     let mem = read(&agent, "memory", &format!("{dir}/memory.limit_in_bytes"));
     assert!(unlimited_memory(&mem), "burstable-two memory limit {mem}");
     // BestEffort: minimum shares, nothing else.
-    let dir = format!("kubepods/besteffort/pod{be}");
-    check(
-        &agent,
-        &dir,
-        &[
-            ("cpu", "cpu.shares", "2"),
-            ("cpu", "cpu.cfs_quota_us", "-1"),
-        ],
-    );
-    let mem = read(&agent, "memory", &format!("{dir}/memory.limit_in_bytes"));
-    assert!(unlimited_memory(&mem), "besteffort memory limit {mem}");
+    check_best_effort(&agent, &be);
 
     // QoS level: burstable = shares of the summed burstable requests (350m), besteffort = 2.
     assert_eq!(
@@ -266,6 +271,13 @@ fn pod_json(agent: &Agent, name: &str) -> serde_json::Value {
         .find(|p| p["metadata"]["name"] == pod.as_str())
         .cloned()
         .unwrap_or_default()
+}
+
+/// The static pod `name`'s `status.qosClass` as `/pods` shows it.
+fn qos_class(agent: &Agent, name: &str) -> Option<String> {
+    pod_json(agent, name)["status"]["qosClass"]
+        .as_str()
+        .map(str::to_owned)
 }
 
 fn unique_uid(tag: &str) -> String {
@@ -481,11 +493,102 @@ fn a_sidecar_adds_to_the_pod_cgroup_and_a_limits_only_pod_is_guaranteed() {
             ("memory", "memory.limit_in_bytes", &mem96),
         ],
     );
-    let qos = |name: &str| {
-        pod_json(&agent, name)["status"]["qosClass"]
-            .as_str()
-            .map(str::to_owned)
+    assert_eq!(
+        qos_class(&agent, "limits-only").as_deref(),
+        Some("Guaranteed")
+    );
+    assert_eq!(qos_class(&agent, "sidecar").as_deref(), Some("Burstable"));
+}
+
+/// The looping test pod with `spec.overhead` (a flow mapping such as `{cpu: 100m}`) and
+/// `resources` as [`manifest`] takes them.
+fn manifest_with_overhead(name: &str, overhead: &str, resources: &str) -> String {
+    manifest(name, None, resources).replacen(
+        "\nspec:\n",
+        &format!("\nspec:\n  overhead: {overhead}\n"),
+        1,
+    )
+}
+
+/// `spec.overhead` (what the API's RuntimeClass admission copies from the class) is added as the
+/// kubelet adds it: to the requests behind the pod's cpu shares and the Burstable QoS cgroup's,
+/// and to the limits that are set (an unset limit stays unset); the QoS class ignores it.
+#[test]
+fn overhead_is_added_to_the_pod_cgroup_and_to_the_burstable_shares() {
+    let Some(agent) = start("cg-overhead", &[]) else {
+        return;
     };
-    assert_eq!(qos("limits-only").as_deref(), Some("Guaranteed"));
-    assert_eq!(qos("sidecar").as_deref(), Some("Burstable"));
+    agent.write_manifest(
+        "g.yaml",
+        &manifest_with_overhead(
+            "guaranteed-oh",
+            "{cpu: 100m, memory: 32Mi}",
+            "requests: {cpu: 250m, memory: 64Mi}\nlimits: {cpu: 250m, memory: 64Mi}",
+        ),
+    );
+    agent.write_manifest(
+        "b.yaml",
+        &manifest_with_overhead(
+            "burstable-oh",
+            "{cpu: 50m, memory: 16Mi}",
+            "requests: {cpu: 100m}\nlimits: {memory: 128Mi}",
+        ),
+    );
+    agent.write_manifest(
+        "be.yaml",
+        &manifest_with_overhead("besteffort-oh", "{cpu: 70m, memory: 8Mi}", ""),
+    );
+    let g = running_uid(&agent, "guaranteed-oh");
+    let b = running_uid(&agent, "burstable-oh");
+    let be = running_uid(&agent, "besteffort-oh");
+
+    // Guaranteed (requests equal limits, overhead aside): 250m + 100m = 350m of shares and
+    // quota, 64Mi + 32Mi of memory.
+    check(
+        &agent,
+        &format!("kubepods/pod{g}"),
+        &[
+            ("cpu", "cpu.shares", &(350 * 1024 / 1000).to_string()),
+            ("cpu", "cpu.cfs_quota_us", "35000"),
+            (
+                "memory",
+                "memory.limit_in_bytes",
+                &(96u64 << 20).to_string(),
+            ),
+        ],
+    );
+    // Burstable: shares of 100m + 50m; no cpu limit, so no quota however much overhead; memory
+    // 128Mi + 16Mi.
+    check(
+        &agent,
+        &format!("kubepods/burstable/pod{b}"),
+        &[
+            ("cpu", "cpu.shares", &(150 * 1024 / 1000).to_string()),
+            ("cpu", "cpu.cfs_quota_us", "-1"),
+            (
+                "memory",
+                "memory.limit_in_bytes",
+                &(144u64 << 20).to_string(),
+            ),
+        ],
+    );
+    // The Burstable QoS cgroup sums its pods' requests, overhead included.
+    assert_eq!(
+        read(&agent, "cpu", "kubepods/burstable/cpu.shares"),
+        (150 * 1024 / 1000).to_string()
+    );
+    // BestEffort stays BestEffort with an overhead: minimum shares, no limits.
+    check_best_effort(&agent, &be);
+    assert_eq!(
+        qos_class(&agent, "guaranteed-oh").as_deref(),
+        Some("Guaranteed")
+    );
+    assert_eq!(
+        qos_class(&agent, "burstable-oh").as_deref(),
+        Some("Burstable")
+    );
+    assert_eq!(
+        qos_class(&agent, "besteffort-oh").as_deref(),
+        Some("BestEffort")
+    );
 }

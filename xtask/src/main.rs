@@ -61,6 +61,14 @@ enum Cmd {
         #[arg(long = "crate-dir")]
         crate_dirs: Vec<std::path::PathBuf>,
     },
+    /// The fault-injection suite against the private containerd: seeded scenarios, each ending
+    /// with the invariant check (see docs/reliability.md). Arguments go to `swiftlet-chaos`
+    /// (`cargo xtask chaos -- --help`).
+    Chaos {
+        /// Passed to `swiftlet-chaos` (after `--`), e.g. `-- --scenario kill9 --seed 7`.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
     /// setup, runtime up, images, `cargo test --workspace [ARGS]`, runtime down.
     Test {
         /// Passed to `cargo test` (after `--`).
@@ -177,6 +185,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if !clean {
                 return Ok(ExitCode::FAILURE);
             }
+        }
+        Cmd::Chaos { args } => {
+            let mut p = Progress::new(1);
+            p.step("runtime up", || runtime::up(&layout))?;
+            // The debug builds the integration tests use (the suite builds the agent itself).
+            let status = std::process::Command::new(xtask::cargo_bin())
+                .args(["run", "-p", "swiftlet-tests", "--bin", "swiftlet-chaos"])
+                .arg("--")
+                .args(&args)
+                .status()
+                .context("running cargo")?;
+            return Ok(ExitCode::from(
+                u8::try_from(status.code().unwrap_or(1)).unwrap_or(1),
+            ));
         }
         Cmd::Test { args } => {
             let code = xtask::testrun::run(&args)?;

@@ -67,6 +67,43 @@ fn overhead_is_in_the_pod_cgroup() {
 }
 
 #[test]
+fn overhead_of_burstable_and_best_effort_pods() {
+    let with_overhead = |containers: &[(Res<'_>, Res<'_>)], overhead: Res<'_>| {
+        let mut p = pod(containers);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.overhead = list(overhead);
+        }
+        p
+    };
+    let oh: Res<'_> = &[("cpu", "50m"), ("memory", "16Mi")];
+    // Burstable, a cpu request and a memory limit: shares of 100m + 50m = 153; the cpu limit is
+    // not declared, so overhead makes no quota; memory 128Mi + 16Mi.
+    let b = with_overhead(&[(&[("cpu", "100m")], &[("memory", "128Mi")])], oh);
+    assert_eq!(
+        resource_config_for_pod(&b).unwrap(),
+        ResourceConfig {
+            cpu_shares: 153,
+            cpu_quota: None,
+            cpu_period: None,
+            memory_limit: Some(144 * MI),
+        }
+    );
+    // BestEffort stays BestEffort: minimum shares and no limits, overhead or not.
+    let be = with_overhead(&[(&[], &[])], oh);
+    assert_eq!(
+        resource_config_for_pod(&be).unwrap(),
+        ResourceConfig {
+            cpu_shares: MIN_SHARES,
+            ..Default::default()
+        }
+    );
+    // An overhead that does not parse is an error naming it.
+    let bad = with_overhead(&[(&[], &[])], &[("cpu", "lots")]);
+    let e = resource_config_for_pod(&bad).unwrap_err().to_string();
+    assert!(e.contains("spec.overhead.cpu"), "{e}");
+}
+
+#[test]
 fn limits_only_pod() {
     // As written (no defaulting): Burstable, no cpu request (2 shares), quota and memory
     // limit from the limits, which every container declares.

@@ -111,6 +111,8 @@ pub enum Problem {
     AnnotationsTooLarge { size: usize, max: usize },
     #[error("metadata.labels: {problem}")]
     BadLabel { problem: String },
+    #[error("spec.activeDeadlineSeconds {value} is invalid: {reason}")]
+    BadActiveDeadline { value: i64, reason: String },
 }
 
 impl Problem {
@@ -128,6 +130,7 @@ impl Problem {
             | Problem::DuplicateContainerName { .. } => "bad_container",
             Problem::AnnotationsTooLarge { .. } => "annotations_too_large",
             Problem::BadLabel { .. } => "bad_label",
+            Problem::BadActiveDeadline { .. } => "bad_active_deadline",
         }
     }
 }
@@ -215,37 +218,115 @@ pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<
     let text = text(&path, bytes, node_name)?;
     let origin = Origin::Url(url);
     let json = is_json(text);
-    let value: serde_json::Value = decode(&path, text, json)?;
-    let kind = value.get("kind").and_then(serde_json::Value::as_str);
-    if kind != Some("PodList") {
+    // The type fields first (no tree of the document), then the items one at a time: a list
+    // near the size limit never exists as a tree of the whole body, only as the pods it holds.
+    let head: Head = decode(&path, text, json)?;
+    let kind = head.kind.as_ref().and_then(serde_json::Value::as_str);
+    if !head.object || kind != Some("PodList") {
         return Ok(vec![parse_pod(origin, &path, text, node_name)]);
     }
-    let invalid = |problem| Error::Invalid {
-        path: path.clone(),
-        problem,
-    };
-    check_api_version(&value).map_err(invalid)?;
-    let items = match value.get("items") {
-        None | Some(serde_json::Value::Null) => return Ok(Vec::new()),
-        Some(serde_json::Value::Array(items)) => items,
-        Some(_) => {
-            return Err(Error::Syntax {
-                path,
-                format: if json { "JSON" } else { "YAML" },
-                line: None,
-                column: None,
-                message: "items is not a list".to_owned(),
-            });
+    api_version_is_v1(head.api_version.as_ref().and_then(|v| v.as_str())).map_err(|problem| {
+        Error::Invalid {
+            path: path.clone(),
+            problem,
         }
+    })?;
+    let list = ListItems {
+        origin,
+        url,
+        node_name,
     };
-    Ok(items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| {
-            let path = PathBuf::from(format!("{url} items[{i}]"));
-            parse_item(origin, &path, item, node_name)
-        })
-        .collect())
+    decode_seed(&path, text, json, list)
+}
+
+/// Decodes a PodList document, parsing each item as soon as it is read (one item's tree at a
+/// time) into its own result named `<url> items[i]`.
+#[derive(Clone, Copy)]
+struct ListItems<'a> {
+    origin: Origin<'a>,
+    url: &'a str,
+    node_name: &'a str,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ListItems<'_> {
+    type Value = Vec<Result<Pod>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ListItems<'_> {
+    type Value = Vec<Result<Pod>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a PodList")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut pods = Vec::new();
+        while let Some(key) = map.next_key::<serde_json::Value>()? {
+            if key.as_str() == Some("items") {
+                pods = map.next_value_seed(ItemsSeq(self))?;
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(pods)
+    }
+}
+
+/// The `items` of a PodList: `null` or a list.
+struct ItemsSeq<'a>(ListItems<'a>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeq<'_> {
+    type Value = Vec<Result<Pod>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
+    type Value = Vec<Result<Pod>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("items as a list")
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+
+    fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let ListItems {
+            origin,
+            url,
+            node_name,
+        } = self.0;
+        let mut pods = Vec::new();
+        while let Some(item) = seq.next_element::<serde_json::Value>()? {
+            let path = PathBuf::from(format!("{url} items[{}]", pods.len()));
+            pods.push(parse_item(origin, &path, item, node_name));
+        }
+        Ok(pods)
+    }
 }
 
 /// Size, UTF-8 and node-name checks shared by every entry point.
@@ -286,7 +367,7 @@ fn parse_pod(origin: Origin<'_>, path: &Path, text: &str, node_name: &str) -> Re
 fn parse_item(
     origin: Origin<'_>,
     path: &Path,
-    item: &serde_json::Value,
+    item: serde_json::Value,
     node_name: &str,
 ) -> Result<Pod> {
     let invalid = |problem| Error::Invalid {
@@ -302,9 +383,9 @@ fn parse_item(
             let found = kind.as_str().map(str::to_owned);
             return Err(invalid(Problem::WrongKind { found }));
         }
-        check_api_version(item).map_err(invalid)?;
+        check_api_version(&item).map_err(invalid)?;
     }
-    let pod: Pod = serde_json::from_value(item.clone()).map_err(|e| Error::Syntax {
+    let pod: Pod = serde_json::from_value(item).map_err(|e| Error::Syntax {
         path: path.to_path_buf(),
         format: "JSON",
         line: None,
@@ -331,25 +412,39 @@ fn finish(origin: Origin<'_>, path: &Path, mut pod: Pod, node_name: &str) -> Res
 }
 
 fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str, json: bool) -> Result<T> {
+    decode_seed(path, text, json, std::marker::PhantomData::<T>)
+}
+
+/// Decodes `text` (JSON or YAML) through `seed`; a syntax error names the file and where.
+fn decode_seed<T>(
+    path: &Path,
+    text: &str,
+    json: bool,
+    seed: impl for<'de> serde::de::DeserializeSeed<'de, Value = T>,
+) -> Result<T> {
     if json {
-        serde_json::from_str(text).map_err(|e| Error::Syntax {
-            path: path.to_path_buf(),
-            format: "JSON",
-            line: (e.line() > 0).then_some(e.line()),
-            column: (e.column() > 0).then_some(e.column()),
-            message: redact_values(&e.to_string()),
-        })
-    } else {
-        serde_yaml_ng::from_str(text).map_err(|e| {
-            let loc = e.location();
-            Error::Syntax {
+        let mut d = serde_json::Deserializer::from_str(text);
+        seed.deserialize(&mut d)
+            .and_then(|v| d.end().map(|()| v))
+            .map_err(|e| Error::Syntax {
                 path: path.to_path_buf(),
-                format: "YAML",
-                line: loc.as_ref().map(|l| l.line()),
-                column: loc.as_ref().map(|l| l.column()),
+                format: "JSON",
+                line: (e.line() > 0).then_some(e.line()),
+                column: (e.column() > 0).then_some(e.column()),
                 message: redact_values(&e.to_string()),
-            }
-        })
+            })
+    } else {
+        seed.deserialize(serde_yaml_ng::Deserializer::from_str(text))
+            .map_err(|e| {
+                let loc = e.location();
+                Error::Syntax {
+                    path: path.to_path_buf(),
+                    format: "YAML",
+                    line: loc.as_ref().map(|l| l.line()),
+                    column: loc.as_ref().map(|l| l.column()),
+                    message: redact_values(&e.to_string()),
+                }
+            })
     }
 }
 
@@ -520,6 +615,11 @@ fn validate_before_defaults(pod: &Pod) -> Result<(), Problem> {
     let spec = pod.spec.as_ref().ok_or(Problem::NoContainers)?;
     if spec.containers.is_empty() {
         return Err(Problem::NoContainers);
+    }
+    if let Some(value) = spec.active_deadline_seconds
+        && let Some(reason) = crate::pod::deadline::invalid(value)
+    {
+        return Err(Problem::BadActiveDeadline { value, reason });
     }
     let mut names = HashSet::new();
     let init = spec.init_containers.as_deref().unwrap_or_default();
@@ -1039,6 +1139,24 @@ mod tests {
     }
 
     #[test]
+    fn active_deadline_must_be_a_positive_int32() {
+        let with = |v: &str| format!("{}  activeDeadlineSeconds: {v}\n", yaml("job"));
+        let pod = ok(&with("3"));
+        assert_eq!(pod.spec.and_then(|s| s.active_deadline_seconds), Some(3));
+        ok(&with("2147483647"));
+        for bad in ["0", "-5", "2147483648"] {
+            let e = err(with(bad).as_bytes());
+            assert_eq!(e.reason(), "bad_active_deadline", "{bad}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("spec.activeDeadlineSeconds {bad} is invalid"))
+                    && text.contains("positive integer"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn errors_do_not_echo_values() {
         // A value of the wrong type (a token pasted in the wrong place): serde would quote it.
         let bad = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, \
@@ -1276,6 +1394,23 @@ mod tests {
         assert!(e.to_string().contains(url));
         let e = parse_url(url, b"{\"kind\": \"PodList\", \"items\": 3", NODE).expect_err("bad");
         assert_eq!(e.reason(), "syntax");
+        // items that are not a list, in either format; items: null is an empty list; the type
+        // fields may come after the items.
+        for body in [
+            &b"{\"kind\": \"PodList\", \"apiVersion\": \"v1\", \"items\": 3}"[..],
+            b"kind: PodList\napiVersion: v1\nitems: {a: 1}\n",
+        ] {
+            let e = parse_url(url, body, NODE).expect_err("items not a list");
+            assert_eq!(e.reason(), "syntax");
+            assert!(e.to_string().contains("list"), "{e}");
+        }
+        let none = parse_url(url, b"kind: PodList\napiVersion: v1\nitems: null\n", NODE);
+        assert!(none.expect("parses").is_empty());
+        let late = "items:\n- metadata: {name: y}\n  spec: {containers: [{name: c, image: x}]}\n\
+                    kind: PodList\napiVersion: v1\n";
+        let items = parse_url(url, late.as_bytes(), NODE).expect("list parses");
+        assert_eq!(items.len(), 1);
+        assert!(items[0].is_ok(), "{:?}", items[0]);
     }
 
     #[test]

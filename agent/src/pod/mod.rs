@@ -5,11 +5,12 @@
 //! resource helpers: a pod's full name and grace period, whether it is static or a mirror,
 //! which containers are sidecars, the pod phase and restart policy as enums, the runtime's view
 //! of a pod ([`state`]), the CRI label and annotation keys ([`labels`]), the annotation keys the
-//! config layer stamps ([`annotations`]) and the probe results shared by prober, status and
-//! runtime ([`probe_results`]).
+//! config layer stamps ([`annotations`]), the probe results shared by prober, status and
+//! runtime ([`probe_results`]) and the active deadline's arithmetic ([`deadline`]).
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 pub mod annotations;
+pub mod deadline;
 pub mod labels;
 pub mod probe_results;
 pub mod qos;

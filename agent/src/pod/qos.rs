@@ -122,7 +122,9 @@ pub fn container_oom_score_adj(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::resources::tests::{Res, app_pod, container, pod_of, sidecar, sidecar_pod};
+    use crate::pod::resources::tests::{
+        Res, app_pod, container, list, pod_of, sidecar, sidecar_pod,
+    };
 
     fn qos(containers: &[(Res<'_>, Res<'_>)]) -> QosClass {
         pod_qos(&app_pod(containers)).unwrap()
@@ -160,6 +162,25 @@ mod tests {
         let a: Res<'_> = &[("cpu", "1"), ("memory", "1Gi")];
         let b: Res<'_> = &[("cpu", "2"), ("memory", "1Gi")];
         assert_eq!(qos(&[(a, b), (b, a)]), QosClass::Guaranteed);
+    }
+
+    #[test]
+    fn overhead_does_not_change_the_class() {
+        // The kubelet's ComputePodQOS reads the containers only: overhead added to the requests
+        // (and to set limits) neither makes a BestEffort pod Burstable nor breaks Guaranteed.
+        let with_overhead = |containers: &[(Res<'_>, Res<'_>)]| {
+            let mut pod = app_pod(containers);
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.overhead = list(&[("cpu", "100m"), ("memory", "32Mi")]);
+            }
+            pod_qos(&pod).unwrap()
+        };
+        assert_eq!(with_overhead(&[(&[], &[])]), QosClass::BestEffort);
+        assert_eq!(with_overhead(&[(G, G)]), QosClass::Guaranteed);
+        assert_eq!(
+            with_overhead(&[(&[("cpu", "100m")], &[])]),
+            QosClass::Burstable
+        );
     }
 
     #[test]

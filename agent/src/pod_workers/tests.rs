@@ -20,6 +20,7 @@ pub(crate) struct Inner {
     pub(crate) terminal: Mutex<HashSet<String>>,
     pub(crate) failing: Mutex<HashSet<String>>,
     pub(crate) requeue_after: Option<Duration>,
+    pub(crate) deadline_in: Option<Duration>,
     /// How many kills fail before they succeed.
     pub(crate) kill_failures: std::sync::atomic::AtomicUsize,
 }
@@ -89,6 +90,7 @@ impl PodSyncer for Fake {
         Ok(Synced {
             terminal: self.0.terminal.lock().unwrap().contains(uid),
             requeue_after: self.0.requeue_after,
+            deadline_in: self.0.deadline_in,
         })
     }
 
@@ -518,6 +520,34 @@ async fn completed_work_is_queued_for_resync_or_retry() {
     // Enqueued when the sync finished, a millisecond ago at most.
     let left = h.workers.queue().due_at("u").unwrap() - Instant::now();
     assert!(left <= secs(7) && left > secs(6), "{left:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_with_an_active_deadline_is_synced_again_when_it_passes() {
+    // No other reason to look again: due at the deadline, not at the 60 s resync.
+    let mut h = harness(Inner {
+        deadline_in: Some(Duration::from_millis(2_500)),
+        ..Default::default()
+    });
+    h.update(UpdateType::Create, &pod("u", "u"));
+    h.run_for(Duration::from_millis(1)).await;
+    let left = h.workers.queue().due_at("u").unwrap() - Instant::now();
+    assert!(
+        left <= Duration::from_millis(2_500) && left > secs(2),
+        "{left:?}"
+    );
+    // A sooner reason (a back-off ending) wins; a later one waits for the deadline.
+    for (requeue, deadline, want) in [(1, 5, 1), (9, 4, 4)] {
+        let mut h = harness(Inner {
+            requeue_after: Some(secs(requeue)),
+            deadline_in: Some(secs(deadline)),
+            ..Default::default()
+        });
+        h.update(UpdateType::Create, &pod("u", "u"));
+        h.run_for(Duration::from_millis(1)).await;
+        let left = h.workers.queue().due_at("u").unwrap() - Instant::now();
+        assert!(left <= secs(want) && left > secs(want - 1), "{left:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -10,6 +10,7 @@ mod kill;
 mod orphans;
 mod reading;
 mod resize;
+pub mod runtime_class;
 pub mod security;
 mod start;
 mod sync;
@@ -98,6 +99,13 @@ pub enum Error {
     },
     #[error("pod {0} has no spec")]
     NoSpec(String),
+    /// `spec.runtimeClassName` names no RuntimeClass swiftlet can read: no sandbox is created.
+    #[error("pod {pod}: failed to create pod sandbox: {source}")]
+    RuntimeClass {
+        pod: String,
+        #[source]
+        source: crate::api_objects::Error,
+    },
     /// The security context asks for what this node does not allow or cannot honour.
     #[error("pod {pod}: {refusal}")]
     Refused {
@@ -116,6 +124,8 @@ impl Error {
             Error::Unsupported { .. } | Error::InvalidHook { .. } => "CreateContainerConfigError",
             Error::PostStartHook { .. } => "PostStartHookError",
             Error::Refused { refusal, .. } => refusal.reason(),
+            // The kubelet's status while the sandbox cannot be created; the message says why.
+            Error::RuntimeClass { .. } => "ContainerCreating",
             _ => "CreateContainerError",
         }
     }
@@ -244,6 +254,8 @@ pub struct Manager {
     orphan_dirs: Arc<Mutex<HashSet<PathBuf>>>,
     /// The stale-sandbox collector's state.
     gc: Arc<Mutex<gc::GcState>>,
+    /// `spec.runtimeClassName` -> CRI runtime handler, through the API server.
+    runtime_classes: runtime_class::RuntimeClasses,
 }
 
 /// Marks a mutation of one pod (or the stop of one container) for as long as it lives.

@@ -15,6 +15,7 @@ impl Manager {
             fresh: Arc::default(),
             orphan_dirs: Arc::default(),
             gc: Arc::default(),
+            runtime_classes: runtime_class::RuntimeClasses::default(),
         }
     }
 
@@ -113,6 +114,13 @@ impl Manager {
     /// Lets failed liveness and startup probes kill their containers.
     pub fn with_probe_results(mut self, probes: crate::pod::probe_results::Results) -> Self {
         self.probes = probes;
+        self
+    }
+
+    /// The API server's objects the pods refer to (their RuntimeClass). Without this, no API
+    /// server is known: a pod naming a RuntimeClass waits with an error saying so.
+    pub fn with_api_objects(mut self, objects: crate::api_objects::ApiObjects) -> Self {
+        self.runtime_classes = runtime_class::RuntimeClasses::new(objects);
         self
     }
 

@@ -137,6 +137,19 @@ impl Manager {
                 self.sandbox_config(pod, uid, actions.attempt, &cgroup),
             ),
             _ => {
+                // Resolved when a sandbox is created, and only then (as the kubelet does): a
+                // class whose handler changes later leaves this sandbox as it is.
+                let handler = self
+                    .runtime_classes
+                    .handler(spec.runtime_class_name.as_deref())
+                    .await
+                    .map_err(|source| Error::RuntimeClass {
+                        pod: name.clone(),
+                        source,
+                    })?;
+                if !handler.is_empty() {
+                    tracing::info!(pod = %name, runtime_handler = %handler, "running pod with runtime handler");
+                }
                 self.known().created.insert(uid.to_owned());
                 let config = self.sandbox_config(pod, uid, actions.attempt, &cgroup);
                 // The log directory is first needed by CreateContainer: it is made while
@@ -149,7 +162,10 @@ impl Manager {
                         tracing::warn!(pod = %name, dir = %log_dir.display(), %e, "creating pod log directory");
                     }
                 };
-                let (id, ()) = tokio::join!(self.cri.run_pod_sandbox(config.clone()), make_log_dir);
+                let (id, ()) = tokio::join!(
+                    self.cri.run_pod_sandbox(config.clone(), handler),
+                    make_log_dir
+                );
                 let id = id.map_err(Self::cri_err(&name))?;
                 tracing::info!(pod = %name, sandbox = %id, attempt = actions.attempt, "sandbox started");
                 if let Some(a) = &mut after

@@ -23,7 +23,7 @@ const SCHEDULING: Use = Use::NotForTheNode("scheduling: decided before the pod r
 
 /// `PodSpec`.
 pub const POD_SPEC: &[(&str, Use)] = &[
-    ("activeDeadlineSeconds", Use::Refused),
+    ("activeDeadlineSeconds", Use::Implemented),
     ("affinity", SCHEDULING),
     (
         "automountServiceAccountToken",
@@ -58,7 +58,7 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("resourceClaims", Use::Refused),
     ("resources", Use::Refused),
     ("restartPolicy", Use::Implemented),
-    ("runtimeClassName", Use::Refused),
+    ("runtimeClassName", Use::Implemented),
     ("schedulerName", SCHEDULING),
     ("schedulingGates", SCHEDULING),
     ("securityContext", Use::Implemented),
@@ -172,9 +172,6 @@ fn non_empty<T>(v: &Option<Vec<T>>) -> bool {
 
 fn check_spec(spec: &PodSpec) -> Option<String> {
     let refused = |what: &str| Some(what.to_owned());
-    if spec.active_deadline_seconds.is_some() {
-        return refused("spec.activeDeadlineSeconds");
-    }
     if spec.dns_config.is_some() {
         return refused("spec.dnsConfig");
     }
@@ -203,13 +200,6 @@ fn check_spec(spec: &PodSpec) -> Option<String> {
     }
     if spec.resources.is_some() {
         return refused("spec.resources (pod-level resources)");
-    }
-    if spec
-        .runtime_class_name
-        .as_deref()
-        .is_some_and(|r| !r.is_empty())
-    {
-        return refused("spec.runtimeClassName");
     }
     if spec.set_hostname_as_fqdn == Some(true) {
         return refused("spec.setHostnameAsFQDN");
@@ -371,10 +361,6 @@ mod tests {
         use serde_json::json;
         let pod_cases = [
             (
-                "activeDeadlineSeconds",
-                json!({"activeDeadlineSeconds": 30}),
-            ),
-            (
                 "dnsConfig",
                 json!({"dnsConfig": {"nameservers": ["1.1.1.1"]}}),
             ),
@@ -395,7 +381,6 @@ mod tests {
             ),
             ("resourceClaims", json!({"resourceClaims": [{"name": "r"}]})),
             ("resources", json!({"resources": {"limits": {"cpu": "1"}}})),
-            ("runtimeClassName", json!({"runtimeClassName": "kata"})),
             ("setHostnameAsFQDN", json!({"setHostnameAsFQDN": true})),
             ("subdomain", json!({"subdomain": "s"})),
             (
@@ -467,8 +452,11 @@ mod tests {
     fn what_is_implemented_passes() {
         use serde_json::json;
         let ok = pod(json!({
+            "activeDeadlineSeconds": 30,
             "dnsPolicy": "ClusterFirst",
             "hostname": "h",
+            "runtimeClassName": "kata",
+            "overhead": {"cpu": "100m", "memory": "32Mi"},
             "os": {"name": "linux"},
             "nodeSelector": {"kubernetes.io/os": "linux"},
             "tolerations": [{"operator": "Exists"}],

@@ -2,7 +2,7 @@
 //! `getPhase`, the pod conditions with their reasons and messages, one status per container,
 //! the resources applied by an in-place resize).
 use crate::pod::is_sidecar;
-use crate::pod::{Phase, PodState, RestartPolicy, labels};
+use crate::pod::{Phase, PodState, RestartPolicy, deadline, labels};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
@@ -360,7 +360,13 @@ pub fn generate_probed(
         .iter()
         .map(|c| container_status(c, uid, state, waiting, default_reason, probes))
         .collect();
-    let phase = get_phase(policy, inits, &init_statuses, &statuses);
+    let start_time = start_time(pod, state, prev).unwrap_or_else(|| now.clone());
+    let past_deadline = fails_deadline(pod, &start_time, &now, prev);
+    let phase = if past_deadline {
+        Phase::Failed
+    } else {
+        get_phase(policy, inits, &init_statuses, &statuses)
+    };
     let ready_to_start = !crate::pod::state::sandbox_changed(pod, state).0;
     let initialized = initialized_condition(inits, &init_statuses, &statuses, phase);
     let containers_ready =
@@ -381,10 +387,6 @@ pub fn generate_probed(
         })
         // A stopped sandbox has no IP any more: the pod keeps the one it had (as the kubelet).
         .or_else(|| prev.and_then(|p| p.pod_ip.clone()));
-    let start_time = prev
-        .and_then(|p| p.start_time.clone())
-        .or_else(|| state.sandboxes.last().and_then(|s| ts(s.created_at)))
-        .or_else(|| Some(now.clone()));
     let host_ip = host_ip.map(|ip| ip.to_string());
     let mut status = PodStatus {
         phase: Some(phase.as_str().to_owned()),
@@ -405,13 +407,43 @@ pub fn generate_probed(
         pod_ip: pod_ip.clone(),
         pod_ips: pod_ip.map(|ip| vec![PodIP { ip }]),
         qos_class: crate::pod::pod_qos(pod).ok().map(|q| q.as_str().to_owned()),
-        start_time,
+        start_time: Some(start_time),
+        reason: past_deadline.then(|| deadline::REASON.to_owned()),
+        message: past_deadline.then(|| deadline::MESSAGE.to_owned()),
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         ..Default::default()
     };
     resize_condition(&mut status, state, prev, &now);
     status
+}
+
+/// The pod's start time, which never changes once set: the one its status has, else the one
+/// the pod came with (the API server's record of it, which outlives an agent restart, as the
+/// kubelet's status manager starts from it), else the creation of the oldest sandbox the runtime
+/// holds for it (a pod adopted after a restart of the agent; for a new pod, its first sandbox,
+/// created on its first sync), else none yet (the caller uses now, the kubelet's first status).
+pub(super) fn start_time(pod: &Pod, state: &PodState, prev: Option<&PodStatus>) -> Option<Time> {
+    prev.and_then(|p| p.start_time.clone())
+        .or_else(|| pod.status.as_ref().and_then(|s| s.start_time.clone()))
+        .or_else(|| state.sandboxes.last().and_then(|s| ts(s.created_at)))
+}
+
+/// The kubelet's active deadline eviction: a pod past `startTime + activeDeadlineSeconds`
+/// fails with reason `DeadlineExceeded`, whatever its containers do, and stays so. A pod that
+/// had already finished otherwise (Succeeded, or Failed for another reason) keeps that.
+pub(super) fn fails_deadline(
+    pod: &Pod,
+    start: &Time,
+    now: &Time,
+    prev: Option<&PodStatus>,
+) -> bool {
+    let prev_phase = prev.and_then(|p| Phase::of(p.phase.as_deref()));
+    let prev_reason = prev.and_then(|p| p.reason.as_deref());
+    if prev_phase.is_some_and(Phase::is_terminal) {
+        return prev_phase == Some(Phase::Failed) && prev_reason == Some(deadline::REASON);
+    }
+    deadline::check(pod, Some(start.0), now.0) == deadline::Deadline::Exceeded
 }
 
 /// How the kubelet's `getPhase` reads one container status.

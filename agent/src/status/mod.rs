@@ -13,7 +13,7 @@ mod tests;
 
 pub use generate::{generate, generate_probed};
 
-use crate::pod::{Phase, PodState, annotations};
+use crate::pod::{Phase, PodState, annotations, deadline};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap};
@@ -182,11 +182,37 @@ impl StatusManager {
             first_running = true;
             self.observe_start(&entry.pod);
         }
+        if status.reason.as_deref() == Some(deadline::REASON)
+            && entry.status.reason.as_deref() != Some(deadline::REASON)
+        {
+            tracing::info!(
+                pod = %crate::pod::full_name(&entry.pod),
+                active_deadline_seconds = deadline::seconds(&entry.pod),
+                start_time = ?status.start_time.as_ref().map(|t| t.0),
+                "pod failed: {}", deadline::MESSAGE
+            );
+        }
         if status != entry.status {
             self.changed();
             entry.status = status;
         }
         first_running
+    }
+
+    /// Where `pod` stands against its `activeDeadlineSeconds` now, counted from the start time of
+    /// its last computed status, else the one the pod came with (the kubelet's
+    /// `pastActiveDeadline`).
+    pub fn active_deadline(&self, uid: &str, pod: &Pod) -> deadline::Deadline {
+        if deadline::seconds(pod).is_none() {
+            return deadline::Deadline::Unset;
+        }
+        let recorded = self
+            .inner
+            .read()
+            .ok()
+            .and_then(|m| m.get(uid).and_then(|e| e.status.start_time.clone()));
+        let start = recorded.or_else(|| pod.status.as_ref().and_then(|s| s.start_time.clone()));
+        deadline::check(pod, start.map(|t| t.0), Timestamp::now())
     }
 
     /// Feeds `swiftlet_pod_start_duration_seconds`: from the source's first sight of the pod to

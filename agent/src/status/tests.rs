@@ -610,3 +610,151 @@ fn the_termination_message_comes_from_the_file_or_with_fallback_from_the_log() {
         Some("OOMKilled: out of memory")
     );
 }
+
+fn with_deadline(mut p: Pod, secs: i64) -> Pod {
+    if let Some(s) = p.spec.as_mut() {
+        s.active_deadline_seconds = Some(secs);
+    }
+    p
+}
+
+/// A previous status that started `ago` seconds before now, in `phase`.
+fn started_ago(ago: i64, phase: &str, reason: Option<&str>) -> PodStatus {
+    let start = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(ago);
+    PodStatus {
+        phase: Some(phase.into()),
+        reason: reason.map(str::to_owned),
+        start_time: Some(Time(start)),
+        ..Default::default()
+    }
+}
+
+fn reason_and_message(st: &PodStatus) -> (Option<&str>, Option<&str>) {
+    (st.reason.as_deref(), st.message.as_deref())
+}
+
+/// The status generated after `prev`, checked for its phase, reason and message.
+fn next_status(
+    p: &Pod,
+    s: &PodState,
+    prev: &PodStatus,
+    phase: &str,
+    why: (Option<&str>, Option<&str>),
+) -> PodStatus {
+    let st = generate(p, s, &HashMap::new(), Some(prev), None);
+    assert_eq!(st.phase.as_deref(), Some(phase));
+    assert_eq!(reason_and_message(&st), why);
+    st
+}
+
+const EXCEEDED: (Option<&str>, Option<&str>) = (
+    Some("DeadlineExceeded"),
+    Some("Pod was active on the node longer than the specified deadline"),
+);
+
+#[test]
+fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded() {
+    let p = with_deadline(pod("Always", vec![], vec![spec("a", false)]), 3);
+    let running = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+    // Two seconds in: still running, no reason.
+    let prev = started_ago(2, "Running", None);
+    let st = next_status(&p, &running, &prev, "Running", (None, None));
+    assert_eq!(st.start_time, prev.start_time, "the start time never moves");
+    // Four seconds in: Failed while the container still runs, and the conditions follow.
+    let prev = started_ago(4, "Running", None);
+    let st = next_status(&p, &running, &prev, "Failed", EXCEEDED);
+    assert_eq!(cond_of(&st, "ContainersReady"), f("PodFailed", None));
+    assert_eq!(cond_of(&st, "Ready"), f("PodFailed", None));
+    // Once its containers are stopped (under Always, getPhase alone would say Running again),
+    // and even with the deadline gone from the spec, the phase never goes back.
+    let stopped = sandboxed(false, vec![inst("a", 0, EXITED, 137)]);
+    for p in [p.clone(), pod("Always", vec![], vec![spec("a", false)])] {
+        next_status(&p, &stopped, &st, "Failed", EXCEEDED);
+    }
+    // Without the field, time does not matter.
+    let plain = pod("Always", vec![], vec![spec("a", false)]);
+    let prev = started_ago(100_000, "Running", None);
+    next_status(&plain, &running, &prev, "Running", (None, None));
+}
+
+#[test]
+fn a_pod_stuck_in_init_past_its_deadline_fails_the_same_way() {
+    let p = with_deadline(
+        pod("Always", vec![spec("i", false)], vec![spec("a", false)]),
+        5,
+    );
+    let init_running = sandboxed(true, vec![inst("i", 0, RUNNING, 0)]);
+    let prev = started_ago(6, "Pending", None);
+    next_status(&p, &init_running, &prev, "Failed", EXCEEDED);
+}
+
+#[test]
+fn a_pod_that_finished_otherwise_keeps_its_phase_past_the_deadline() {
+    let p = with_deadline(pod("Never", vec![], vec![spec("a", false)]), 3);
+    let done = sandboxed(false, vec![inst("a", 0, EXITED, 0)]);
+    let prev = started_ago(10, "Succeeded", None);
+    next_status(&p, &done, &prev, "Succeeded", (None, None));
+    let failed = sandboxed(false, vec![inst("a", 0, EXITED, 2)]);
+    let prev = started_ago(10, "Failed", None);
+    next_status(&p, &failed, &prev, "Failed", (None, None));
+}
+
+#[test]
+fn the_start_time_comes_from_the_status_then_the_pod_then_the_oldest_sandbox() {
+    let p = with_deadline(pod("Always", vec![], vec![spec("a", false)]), 60);
+    let mut running = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+    // The oldest sandbox (last: newest first) gives the start after an agent restart.
+    running.sandboxes.push(api::PodSandbox {
+        id: "old".into(),
+        created_at: 500_000_000,
+        ..Default::default()
+    });
+    let st = gen_state(&p, &running);
+    assert_eq!(st.start_time, ts(500_000_000));
+    assert_eq!(st.phase.as_deref(), Some("Failed"), "started in 1970");
+    // The API server's record of the pod wins over the runtime's.
+    let mut from_api = p.clone();
+    let recorded = started_ago(10, "Running", None).start_time;
+    from_api.status = Some(PodStatus {
+        start_time: recorded.clone(),
+        ..Default::default()
+    });
+    let st = gen_state(&from_api, &running);
+    assert_eq!(st.start_time, recorded);
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    // Nothing known: now, and the deadline has all its time left.
+    let st = gen_state(&p, &state(vec![inst("a", 0, RUNNING, 0)]));
+    let start = st.start_time.expect("a start time").0;
+    assert!(Timestamp::now().duration_since(start).as_secs() < 5);
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+}
+
+#[test]
+fn the_manager_counts_the_deadline_from_the_status_start_time() {
+    use crate::pod::deadline::Deadline;
+    let m = StatusManager::new(crate::metrics::Metrics::new());
+    let p = with_deadline(pod("Always", vec![], vec![spec("a", false)]), 30);
+    m.set_pod("u", Arc::new(p.clone()));
+    // Admitted, not synced yet: no start time.
+    assert_eq!(m.active_deadline("u", &p), Deadline::NotStarted);
+    m.update("u", &state(vec![inst("a", 0, RUNNING, 0)]), &HashMap::new());
+    match m.active_deadline("u", &p) {
+        Deadline::In(left) => assert!(left.as_secs() >= 25 && left.as_secs() <= 30, "{left:?}"),
+        other => panic!("expected time left, got {other:?}"),
+    }
+    // A shortened deadline counts at once from the same start.
+    let shorter = with_deadline(p.clone(), 1);
+    m.set_pod("u", Arc::new(shorter.clone()));
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    assert_eq!(m.active_deadline("u", &shorter), Deadline::Exceeded);
+    m.update("u", &state(vec![inst("a", 0, RUNNING, 0)]), &HashMap::new());
+    let st = m.status("u").unwrap_or_default();
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(reason_and_message(&st), EXCEEDED);
+    assert!(m.is_terminal("u"));
+    // A pod with no deadline.
+    assert_eq!(
+        m.active_deadline("u", &pod("Always", vec![], vec![spec("a", false)])),
+        Deadline::Unset
+    );
+}

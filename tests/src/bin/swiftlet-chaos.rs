@@ -1,0 +1,121 @@
+//! `swiftlet-chaos`: runs the fault-injection scenarios against the private containerd and a
+//! real agent, prints a table (and with `--json` one JSON line per scenario) and exits non-zero
+//! when an invariant did not hold. `cargo xtask chaos` builds and runs it.
+use std::process::ExitCode;
+
+use swiftlet_tests::Runtime;
+use swiftlet_tests::chaos::{self, Outcome};
+
+const USAGE: &str =
+    "usage: swiftlet-chaos [--scenario kill9] [--seed N] [--rounds N] [--pods N] [--json]
+
+Scenarios:
+  kill9   kill -9 of the agent at random instants during manifest churn (create, update,
+          delete), restarting it each round; the invariant must hold within 60 s of each restart
+
+Every scenario prints its seed; --seed replays the same choices.";
+
+struct Args {
+    scenario: String,
+    seed: u64,
+    rounds: usize,
+    pods: usize,
+    json: bool,
+}
+
+fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut a = Args {
+        scenario: "all".into(),
+        seed: chaos::fresh_seed(),
+        rounds: 10,
+        pods: 10,
+        json: false,
+    };
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match flag.as_str() {
+            "--scenario" => a.scenario = value("--scenario")?,
+            "--seed" => a.seed = number(&value("--seed")?, "--seed")?,
+            "--rounds" => a.rounds = number(&value("--rounds")?, "--rounds")?,
+            "--pods" => a.pods = number(&value("--pods")?, "--pods")?,
+            "--json" => a.json = true,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(a)
+}
+
+fn number<T: std::str::FromStr>(s: &str, flag: &str) -> Result<T, String> {
+    s.parse()
+        .map_err(|_| format!("{flag} wants a non-negative number, got {s:?}"))
+}
+
+fn report(o: &Outcome, json: bool) {
+    let show = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
+    println!(
+        "{:<8} seed {:<20} faults {:>3}  changes {:>4}  fault p50 {:>8} max {:>8}  \
+         converged p50 {:>8} max {:>8}  {}",
+        o.scenario,
+        o.seed,
+        o.faults,
+        o.changes,
+        show(o.fault_quantile(0.5)),
+        show(o.fault_quantile(1.0)),
+        show(o.converge_quantile(0.5)),
+        show(o.converge_quantile(1.0)),
+        if o.passed() { "PASS" } else { "FAIL" }
+    );
+    for v in &o.violations {
+        println!("  violation: {v}");
+    }
+    if json {
+        println!("{}", serde_json::to_string(o).unwrap_or_default());
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("swiftlet-chaos: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(runtime) = Runtime::shared() else {
+        eprintln!("swiftlet-chaos: the private containerd cannot run here (see SKIPPED above)");
+        return ExitCode::from(2);
+    };
+    println!(
+        "chaos: scenario {} seed {} rounds {} pods {}",
+        args.scenario, args.seed, args.rounds, args.pods
+    );
+    let scenarios: &[&str] = match args.scenario.as_str() {
+        "all" => &["kill9", "sigterm"],
+        "kill9" => &["kill9"],
+        "sigterm" => &["sigterm"],
+        other => {
+            eprintln!("swiftlet-chaos: unknown scenario {other:?}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut passed = true;
+    for name in scenarios {
+        let run = match *name {
+            "kill9" => chaos::kill9_churn,
+            _ => chaos::sigterm_burst,
+        };
+        let outcome = run(runtime, args.seed, args.rounds, args.pods);
+        report(&outcome, args.json);
+        passed &= outcome.passed();
+    }
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
