@@ -1,8 +1,9 @@
 //! Lifecycle hooks: postStart (run right after StartContainer, before the pod's sync goes on to
 //! the next container) and preStop (run inside the grace period before StopContainer), with the
 //! kubelet's semantics:
-//! - exec runs through CRI `ExecSync` without a timeout of its own (the kubelet passes none); it
-//!   fails on a non-zero exit, with the command's output in the message;
+//! - exec runs through CRI `ExecSync`, for postStart without a timeout (the kubelet passes
+//!   none), for preStop within what is left of the grace period; it fails on a non-zero exit,
+//!   with the command's output in the message;
 //! - httpGet goes to the hook's host, else the pod's IP (from the runtime's sandbox status), on a
 //!   port given by number or by the name of one of the container's ports; any answer, whatever
 //!   its status code, is a success (only a request that gets no answer fails);
@@ -176,6 +177,9 @@ pub(super) struct HookRun<'a> {
     pub pod: String,
     pub container: &'a str,
     pub target: handler::Target,
+    /// The timeout an exec hook is given in ExecSync, in seconds (0: none). A preStop hook gets
+    /// its grace period's seconds, so the runtime ends a command the agent stopped waiting for.
+    pub exec_timeout_secs: i64,
 }
 
 fn truncated(s: &str) -> &str {
@@ -193,7 +197,7 @@ impl Manager {
             Hook::Exec(cmd) => {
                 match self
                     .cri
-                    .exec_sync(&run.target.container_id, cmd.clone(), 0)
+                    .exec_sync(&run.target.container_id, cmd.clone(), run.exec_timeout_secs)
                     .await
                 {
                     Ok(r) if r.exit_code == 0 => return Ok(()),
@@ -270,6 +274,7 @@ impl Manager {
                 pod_ip: pod_ip.clone(),
                 ports: c.ports.clone().unwrap_or_default(),
             },
+            exec_timeout_secs: 0,
         };
         let begun = Instant::now();
         let result = tokio::select! {
@@ -446,6 +451,7 @@ mod tests {
                     ..Default::default()
                 }],
             },
+            exec_timeout_secs: 0,
         }
     }
 

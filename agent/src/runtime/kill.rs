@@ -68,6 +68,7 @@ impl Manager {
                 pod_ip: pod_ip.map(str::to_owned),
                 ports: hooks::ports_of(st),
             },
+            exec_timeout_secs: i64::try_from(budget.as_secs().max(1)).unwrap_or(i64::MAX),
         };
         match tokio::time::timeout(budget, self.run_hook(&hook, &run)).await {
             Ok(Ok(())) => {}
