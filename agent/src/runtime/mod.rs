@@ -221,7 +221,8 @@ pub struct SyncOutcome {
     /// The runtime held nothing for the pod before this sync: `state` is exactly what this sync
     /// created, as of its end.
     from_nothing: bool,
-    /// A start failed after its container was created: what the pod holds must be read back.
+    /// A start failed: what the pod holds must be read back (a failed postStart hook leaves a
+    /// killed container that `started` does not hold).
     start_failed: bool,
 }
 

@@ -5,7 +5,7 @@ impl Manager {
     /// Brings the runtime in line with the pod spec: [`actions::compute_pod_actions`], then the
     /// kills, the sandbox, init containers and app containers (the kubelet's `SyncPod`).
     /// `cancel` fires when the pod starts terminating: a postStart hook still running is
-    /// abandoned then (CRI calls are let finish).
+    /// abandoned then (its ExecSync or HTTP request dropped); every other CRI call is let finish.
     pub async fn sync_pod(&self, pod: &Pod, cancel: &CancellationToken) -> Result<SyncOutcome> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let outcome = cri::with_pod(&uid, self.sync_pod_traced(pod, &uid, cancel)).await;
