@@ -274,25 +274,36 @@ impl std::fmt::Display for Url {
 }
 
 async fn http_get(h: &HttpGet, target: &Target, timeout: Duration) -> (ProbeResult, String) {
-    let (host, port) = match endpoint(h.host.as_deref(), &h.port, target) {
-        Ok(e) => e,
-        Err(r) => return r,
-    };
-    let url = Url::new(h.scheme == "HTTPS", &host, port, &h.path);
-    let shown = url.to_string();
-    match tokio::time::timeout(timeout, follow(url, h)).await {
-        Ok(Ok(status)) if (200..400).contains(&status) => {
+    match http_status(h, target, timeout).await {
+        Ok(status) if (200..400).contains(&status) => {
             (ProbeResult::Success, format!("HTTP {status}"))
         }
-        Ok(Ok(status)) => (
+        Ok(status) => (
             ProbeResult::Failure,
             format!("HTTP probe failed with statuscode: {status}"),
         ),
-        Ok(Err(e)) => (ProbeResult::Failure, e),
-        Err(_) => (
+        Err(r) => r,
+    }
+}
+
+/// GETs `h` within `timeout` and answers the final response's status, whatever it is (a
+/// lifecycle hook succeeds on any answer, a probe only on 2xx and 3xx); `Err` when there was no
+/// answer, with the result and message saying why.
+pub async fn http_status(
+    h: &HttpGet,
+    target: &Target,
+    timeout: Duration,
+) -> Result<u16, (ProbeResult, String)> {
+    let (host, port) = endpoint(h.host.as_deref(), &h.port, target)?;
+    let url = Url::new(h.scheme == "HTTPS", &host, port, &h.path);
+    let shown = url.to_string();
+    match tokio::time::timeout(timeout, follow(url, h)).await {
+        Ok(Ok(status)) => Ok(status),
+        Ok(Err(e)) => Err((ProbeResult::Failure, e)),
+        Err(_) => Err((
             ProbeResult::Failure,
             format!("Get {shown:?}: no answer within {timeout:?}"),
-        ),
+        )),
     }
 }
 

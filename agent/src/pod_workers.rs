@@ -243,9 +243,10 @@ impl PodSyncer for WorkerContext {
         &self,
         uid: &str,
         pod: &Pod,
-        _cancel: &CancellationToken,
+        cancel: &CancellationToken,
     ) -> Result<Synced, runtime::Error> {
-        // `Manager::sync_pod` has no safe points yet: it runs to its end (see the trait).
+        // `Manager::sync_pod` has one safe point: a postStart hook still running is abandoned
+        // when the pod starts terminating. Everything else runs to its end (see the trait).
         let name = crate::pod::full_name(pod);
         if self.status.active_deadline(uid, pod) == Deadline::Exceeded {
             return self.fail_deadline(uid, pod).await;
@@ -253,7 +254,7 @@ impl PodSyncer for WorkerContext {
         // The pod's timeline: only the first sync counts.
         self.tracer.worker_started(uid);
         self.probes.add_pod(uid, pod);
-        let mut result = self.runtime.sync_pod(pod).await;
+        let mut result = self.runtime.sync_pod(pod, cancel).await;
         // The state after the sync, when the sync knows it; else it is read back.
         let known = result.as_mut().ok().and_then(|o| o.state.take());
         let waiting = match &result {

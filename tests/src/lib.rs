@@ -395,6 +395,35 @@ pub fn container_pid(endpoint: &str, uid: &str, name: &str) -> Option<u32> {
     .flatten()
 }
 
+/// Runs `cmd` in container `id` through CRI `ExecSync` (at most 10 s): its exit code and its
+/// stdout and stderr together.
+pub fn exec(endpoint: &str, id: &str, cmd: &[&str]) -> Result<(i32, String)> {
+    let (endpoint, id) = (
+        endpoint.to_owned(),
+        id.trim_start_matches("containerd://").to_owned(),
+    );
+    let cmd = cmd.iter().map(|s| (*s).to_owned()).collect();
+    block_on(async move {
+        let mut client = runtime_client(&endpoint)?;
+        let req = cri::ExecSyncRequest {
+            container_id: id,
+            cmd,
+            timeout: 10,
+        };
+        let r = client
+            .exec_sync(req)
+            .await
+            .map_err(|status| Error::Call {
+                method: "ExecSync",
+                status,
+            })?
+            .into_inner();
+        let mut out = r.stdout;
+        out.extend_from_slice(&r.stderr);
+        Ok((r.exit_code, String::from_utf8_lossy(&out).into_owned()))
+    })?
+}
+
 /// The host pid of sandbox `id`'s pause process (from containerd's verbose `PodSandboxStatus`).
 pub fn sandbox_pid(endpoint: &str, id: &str) -> Option<u32> {
     let (endpoint, id) = (endpoint.to_owned(), id.to_owned());
@@ -683,6 +712,22 @@ impl Agent {
         format!("{name}-{}", self.spec.node)
     }
 
+    /// [`busybox_pod_manifest`] for pod `name` with the UID `<name>-<node>` in namespace
+    /// `default`.
+    pub fn busybox_pod(
+        &self,
+        name: &str,
+        spec_extra: &str,
+        script: &str,
+        container_extra: &str,
+    ) -> String {
+        let metadata = format!(
+            "name: {name}, namespace: default, uid: {name}-{}",
+            self.spec.node
+        );
+        busybox_pod_manifest(&metadata, spec_extra, script, container_extra)
+    }
+
     /// The agent's `--root-dir`.
     pub fn root_dir(&self) -> &Path {
         self.root_dir.path()
@@ -954,6 +999,11 @@ spec:
 {container_extra}"#,
         script = format!("trap 'exit 0' TERM; {script}"),
     )
+}
+
+/// Whether a container's status says Running.
+pub fn is_running(c: &ContainerStatus) -> bool {
+    c.state.as_ref().is_some_and(|s| s.running.is_some())
 }
 
 /// The UIDs of every `pod<uid>` cgroup directory below `<hierarchy>/<cgroup_root>`, in any cgroup

@@ -9,30 +9,19 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 use swiftlet::handler::test_servers::{GrpcServer, HttpsServer};
-use swiftlet_tests::{Agent, PodList, busybox_pod_manifest, start_agent};
+use swiftlet_tests::{Agent, PodList, is_running, start_agent};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A pod with one container `main` running `script` (TERM ends it at once), with `probes`
 /// (container-level YAML, indented by four spaces) and optional extra container lines.
 fn manifest(agent: &Agent, name: &str, host_network: bool, script: &str, probes: &str) -> String {
-    busybox_pod_manifest(
-        &format!(
-            "name: {name}, namespace: default, uid: {name}-{}",
-            agent.node_name()
-        ),
-        &format!("  hostNetwork: {host_network}\n"),
-        script,
-        probes,
-    )
+    let spec = format!("  hostNetwork: {host_network}\n");
+    agent.busybox_pod(name, &spec, script, probes)
 }
 
 fn container<'a>(list: &'a PodList, pod: &str) -> Option<&'a ContainerStatus> {
     list.container(pod, "main")
-}
-
-fn running(c: &ContainerStatus) -> bool {
-    c.state.as_ref().is_some_and(|s| s.running.is_some())
 }
 
 /// `(status, lastTransitionTime)` of condition `kind`.
@@ -67,7 +56,7 @@ fn watch_readiness(agent: &Agent, pod: &str, want: &[bool]) -> Vec<Seen> {
     loop {
         let list = agent.pods();
         if let (Some(c), Some(p)) = (container(&list, pod), list.get(pod))
-            && running(c)
+            && is_running(c)
         {
             match &id {
                 None => id = c.container_id.clone(),
@@ -241,7 +230,7 @@ fn tcp_readiness_follows_a_listener() {
     agent.write_manifest("tcp.yaml", &m);
     let pod = agent.static_pod_name("tcp");
     // Nothing listens: running but not ready.
-    let first = agent.wait_for(|l| container(l, &pod).is_some_and(running), TIMEOUT);
+    let first = agent.wait_for(|l| container(l, &pod).is_some_and(is_running), TIMEOUT);
     let id = container(&first, &pod).and_then(|c| c.container_id.clone());
     std::thread::sleep(Duration::from_secs(3));
     let c = container(&agent.pods(), &pod)
@@ -267,7 +256,7 @@ fn tcp_readiness_follows_a_listener() {
 /// Waits until the pod's running container has `ready == want`; the container ID and the pod.
 fn wait_ready(agent: &Agent, pod: &str, want: bool) -> (Option<String>, Pod) {
     let list = agent.wait_for(
-        |l| container(l, pod).is_some_and(|c| running(c) && c.ready == want),
+        |l| container(l, pod).is_some_and(|c| is_running(c) && c.ready == want),
         TIMEOUT,
     );
     let id = container(&list, pod).and_then(|c| c.container_id.clone());
@@ -413,7 +402,7 @@ fn liveness_and_startup_failures_restart_the_container() {
         agent.static_pod_name("boot"),
         agent.static_pod_name("slow"),
     );
-    let first = agent.wait_for(|l| container(l, &live).is_some_and(running), TIMEOUT);
+    let first = agent.wait_for(|l| container(l, &live).is_some_and(is_running), TIMEOUT);
     let first_id = container(&first, &live).and_then(|c| c.container_id.clone());
     let list = agent.wait_for(
         |l| {
@@ -476,7 +465,7 @@ fn startup_probe_gates_readiness() {
         &manifest(&agent, "gate", false, script, probes),
     );
     let pod = agent.static_pod_name("gate");
-    let first = agent.wait_for(|l| container(l, &pod).is_some_and(running), TIMEOUT);
+    let first = agent.wait_for(|l| container(l, &pod).is_some_and(is_running), TIMEOUT);
     let c = container(&first, &pod).expect("the container");
     assert_eq!((c.started, c.ready), (Some(false), false), "{c:?}");
     // Until the startup probe succeeds (4 s after the start), readiness is not probed.

@@ -15,6 +15,9 @@ pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationM
 /// The container's preStop handler (`LifecycleHandler` as JSON), so a kill without the spec
 /// (orphans, after an agent restart) still runs it.
 pub const PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
+/// The container's ports (`[ContainerPort]` as JSON), so a preStop httpGet hook without the spec
+/// still resolves a named port.
+pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
 /// `init`, `sidecar` or `app`: the container's turn when the pod is killed.
 pub const CONTAINER_TYPE: &str = "swiftlet.io/container-type";
 /// Sandbox annotation: the pod's QoS class when its sandbox was created (a change recreates the

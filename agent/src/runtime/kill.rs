@@ -10,14 +10,15 @@ impl Manager {
     }
 
     /// Stops one container within what is left of `grace` seconds counted from `since`: its
-    /// preStop hook (from the container's annotation) first, then StopContainer with the whole
-    /// seconds that remain (at least 2).
+    /// preStop hook (from the container's annotations, with `pod_ip`, the pod's IP when it has
+    /// one) first, then StopContainer with the whole seconds that remain (at least 2).
     pub(super) async fn kill_container(
         &self,
         pod: &str,
         st: &api::ContainerStatus,
         grace: i64,
         since: Instant,
+        pod_ip: Option<&str>,
     ) -> Result<()> {
         let name = st.metadata.as_ref().map_or("", |m| m.name.as_str());
         let left = |since: Instant| {
@@ -30,8 +31,7 @@ impl Manager {
                 .and_then(|j| serde_json::from_str::<LifecycleHandler>(j).ok())
             && !left(since).is_zero()
         {
-            self.pre_stop(pod, name, &st.id, &handler, left(since))
-                .await;
+            self.pre_stop(pod, st, pod_ip, &handler, left(since)).await;
         }
         // Whole seconds elapsed are taken off the grace period, as the kubelet does.
         let remaining = grace - i64::try_from(since.elapsed().as_secs()).unwrap_or(i64::MAX);
@@ -39,41 +39,48 @@ impl Manager {
         self.stop_container(pod, &st.id, remaining).await
     }
 
-    /// Runs a preStop hook, waiting at most `budget`. Failures are logged: the container is
-    /// stopped anyway.
+    /// Runs a preStop hook, waiting at most `budget`. Failures are logged (the kubelet's
+    /// FailedPreStopHook): the container is stopped anyway.
     pub(super) async fn pre_stop(
         &self,
         pod: &str,
-        container: &str,
-        id: &str,
+        st: &api::ContainerStatus,
+        pod_ip: Option<&str>,
         handler: &LifecycleHandler,
         budget: Duration,
     ) {
+        let container = st.metadata.as_ref().map_or("", |m| m.name.as_str());
         let started = Instant::now();
-        if let Some(cmd) = handler.exec.as_ref().and_then(|e| e.command.clone()) {
-            let timeout = i64::try_from(budget.as_secs().max(1)).unwrap_or(i64::MAX);
-            match tokio::time::timeout(budget, self.cri.exec_sync(id, cmd, timeout)).await {
-                Ok(Ok(r)) if r.exit_code == 0 => {}
-                Ok(Ok(r)) => {
-                    tracing::warn!(pod, container, exit_code = r.exit_code, stderr = %String::from_utf8_lossy(&r.stderr), "preStop hook failed")
-                }
-                Ok(Err(e)) => tracing::warn!(pod, container, error = %e, "preStop hook failed"),
-                Err(_) => tracing::warn!(
-                    pod,
-                    container,
-                    ?budget,
-                    "preStop hook did not finish within the grace period"
-                ),
+        // Validated when the container was created; the bound on sleep is the budget here.
+        let hook = match hooks::Hook::parse(handler, i64::MAX) {
+            Ok(hook) => hook,
+            Err(e) => {
+                tracing::warn!(pod, container, error = %e, "preStop hook not run");
+                return;
             }
-        } else if let Some(sleep) = &handler.sleep {
-            let d = Duration::from_secs(sleep.seconds.max(0).unsigned_abs()).min(budget);
-            tokio::time::sleep(d).await;
-        } else {
-            tracing::warn!(
+        };
+        let uid = st.labels.get(labels::POD_UID).map_or("", String::as_str);
+        let run = hooks::HookRun {
+            pod: format!("{pod}({uid})"),
+            container,
+            target: crate::handler::Target {
+                container_id: st.id.clone(),
+                pod_ip: pod_ip.map(str::to_owned),
+                ports: hooks::ports_of(st),
+            },
+            exec_timeout_secs: i64::try_from(budget.as_secs().max(1)).unwrap_or(i64::MAX),
+        };
+        match tokio::time::timeout(budget, self.run_hook(&hook, &run)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => {
+                tracing::warn!(pod, container, reason = "FailedPreStopHook", %message, "preStop hook failed")
+            }
+            Err(_) => tracing::warn!(
                 pod,
                 container,
-                "preStop hook: only exec and sleep handlers are supported yet"
-            );
+                ?budget,
+                "preStop hook did not finish within the grace period"
+            ),
         }
         tracing::info!(pod, container, elapsed = ?started.elapsed(), "preStop hook done");
     }
@@ -97,6 +104,7 @@ impl Manager {
                 == Some(ContainerKind::Sidecar.as_str())
         };
         let uid = cri::current_pod();
+        let pod_ip = hooks::sandbox_ip(state.sandbox_status.as_ref());
         let mut stops = tokio::task::JoinSet::new();
         for c in state
             .containers
@@ -105,8 +113,9 @@ impl Manager {
             .filter(|c| !is_sidecar(c))
         {
             let (this, name, st, uid) = (self.clone(), name.to_owned(), c.clone(), uid.clone());
+            let pod_ip = pod_ip.clone();
             stops.spawn(async move {
-                let kill = this.kill_container(&name, &st, grace, since);
+                let kill = this.kill_container(&name, &st, grace, since, pod_ip.as_deref());
                 match uid {
                     Some(uid) => cri::with_pod(&uid, kill).await,
                     None => kill.await,
@@ -130,7 +139,8 @@ impl Manager {
             .collect();
         sidecars.sort_by_key(|c| std::cmp::Reverse(c.created_at));
         for c in sidecars {
-            self.kill_container(name, c, grace, since).await?;
+            self.kill_container(name, c, grace, since, pod_ip.as_deref())
+                .await?;
         }
         for s in &state.sandboxes {
             let ready = s.state == api::PodSandboxState::SandboxReady as i32;

@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod fresh;
 pub mod gc;
 pub mod hash;
+mod hooks;
 mod kill;
 mod orphans;
 pub mod pull;
@@ -28,6 +29,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -78,6 +80,24 @@ pub enum Error {
         #[source]
         source: Box<pull::PullError>,
     },
+    /// A lifecycle hook the API server would have rejected.
+    #[error("pod {pod} container {container}: {hook}: {reason}")]
+    InvalidHook {
+        pod: String,
+        container: String,
+        hook: &'static str,
+        reason: String,
+    },
+    /// A postStart hook failed (the kubelet's message); the container was killed.
+    #[error("{message}")]
+    PostStartHook {
+        pod: String,
+        container: String,
+        message: String,
+        /// The killed container will be started again (its restart policy and exit code): only
+        /// then does the status show it waiting with this error, as the kubelet shows it.
+        restarts: bool,
+    },
     #[error("pod {0} has no spec")]
     NoSpec(String),
     /// `spec.runtimeClassName` names no RuntimeClass swiftlet can read: no sandbox is created.
@@ -102,7 +122,8 @@ impl Error {
             Error::ImageNeverPull { .. } => "ErrImageNeverPull",
             Error::ImagePull { .. } => "ErrImagePull",
             Error::ImagePullBackOff { .. } => "ImagePullBackOff",
-            Error::Unsupported { .. } => "CreateContainerConfigError",
+            Error::Unsupported { .. } | Error::InvalidHook { .. } => "CreateContainerConfigError",
+            Error::PostStartHook { .. } => "PostStartHookError",
             Error::Refused { refusal, .. } => refusal.reason(),
             // The kubelet's status while the sandbox cannot be created; the message says why.
             Error::RuntimeClass { .. } => "ContainerCreating",
@@ -133,6 +154,8 @@ struct StartTarget<'a> {
     state: &'a PodState,
     sandbox_id: &'a str,
     sandbox_config: &'a api::PodSandboxConfig,
+    /// Fires when the pod starts terminating: a postStart hook still running is abandoned.
+    cancel: &'a CancellationToken,
 }
 
 /// Crash-loop and image-pull back-offs, per pod and container (or image).
@@ -199,6 +222,9 @@ pub struct SyncOutcome {
     /// The runtime held nothing for the pod before this sync: `state` is exactly what this sync
     /// created, as of its end.
     from_nothing: bool,
+    /// A start failed: what the pod holds must be read back (a failed postStart hook leaves a
+    /// killed container that `started` does not hold).
+    start_failed: bool,
 }
 
 impl SyncOutcome {
@@ -314,21 +340,21 @@ impl Manager {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::{Config, Known, Manager, hash};
     use crate::pod::labels;
     use crate::{cm, cri::Cri, metrics::Metrics};
     use std::collections::HashSet;
 
-    #[tokio::test]
-    async fn first_start_requests_are_what_a_new_pods_sync_sends() {
-        let mount = tempfile::tempdir().expect("tempdir");
-        let manager = Manager::new(
+    /// A manager whose CRI client connects to nothing (lazily) and whose cgroups live under
+    /// `mount`.
+    pub(crate) fn manager(mount: &std::path::Path) -> Manager {
+        Manager::new(
             Cri::new("unix:///nonexistent/cri.sock", Metrics::new()).expect("lazy client"),
             cm::ContainerManager::new(cm::Config {
                 cgroup_root: "/t".into(),
                 cgroups_per_qos: true,
-                mount: mount.path().into(),
+                mount: mount.into(),
                 pod_pids_limit: -1,
             }),
             Config {
@@ -338,7 +364,13 @@ mod tests {
                 security: super::security::Settings::default(),
                 memory_capacity: 8 << 30,
             },
-        );
+        )
+    }
+
+    #[tokio::test]
+    async fn first_start_requests_are_what_a_new_pods_sync_sends() {
+        let mount = tempfile::tempdir().expect("tempdir");
+        let manager = manager(mount.path());
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web", "namespace": "ns"},
             "spec": {"containers": [

@@ -61,8 +61,17 @@ impl Manager {
             }
             Err(e) => {
                 tracing::warn!(pod = %t.name, container = %c.name, error = %e, "starting container");
+                outcome.start_failed = true;
                 let retry = e.retry_after();
-                outcome.wait(&c.name, e.reason(), e.to_string(), retry);
+                if let Error::PostStartHook {
+                    restarts: false, ..
+                } = e
+                {
+                    // Killed for good: the status shows how it ended, not a waiting reason.
+                    outcome.requeue(Duration::ZERO);
+                } else {
+                    outcome.wait(&c.name, e.reason(), e.to_string(), retry);
+                }
                 Err(())
             }
         }
@@ -97,7 +106,7 @@ impl Manager {
         tracing::info!(pod = %t.name, container = %container.name, id = %id, restart_count, kind = kind.as_str(), "container started");
         // What ContainerStatus would say now (StartContainer returned: the container runs). The
         // next relist replaces it with the runtime's own answer.
-        Ok(api::ContainerStatus {
+        let started = api::ContainerStatus {
             id,
             metadata: config.metadata,
             state: api::ContainerState::ContainerRunning as i32,
@@ -109,7 +118,11 @@ impl Manager {
             annotations: config.annotations,
             log_path: config.log_path,
             ..Default::default()
-        })
+        };
+        // Before the sync goes on (the next init container waits for it) and before the status
+        // can show the container Running: the worker writes the status after the sync.
+        self.post_start(t, container, kind, &started).await?;
+        Ok(started)
     }
 
     /// Makes the image present as the pull policy says (default IfNotPresent). A failed pull
@@ -421,6 +434,9 @@ impl Manager {
             && let Ok(json) = serde_json::to_string(pre_stop)
         {
             annotations.insert(labels::PRE_STOP_HANDLER.to_owned(), json);
+        }
+        if let Some(ports) = hooks::ports_annotation(c) {
+            annotations.insert(labels::CONTAINER_PORTS.to_owned(), ports);
         }
         let mut resources = cm::container_resources(c).map_err(|source| Error::Cgroup {
             pod: name.clone(),

@@ -4,9 +4,11 @@ use super::*;
 impl Manager {
     /// Brings the runtime in line with the pod spec: [`actions::compute_pod_actions`], then the
     /// kills, the sandbox, init containers and app containers (the kubelet's `SyncPod`).
-    pub async fn sync_pod(&self, pod: &Pod) -> Result<SyncOutcome> {
+    /// `cancel` fires when the pod starts terminating: a postStart hook still running is
+    /// abandoned then (its ExecSync or HTTP request dropped); every other CRI call is let finish.
+    pub async fn sync_pod(&self, pod: &Pod, cancel: &CancellationToken) -> Result<SyncOutcome> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let outcome = cri::with_pod(&uid, self.sync_pod_traced(pod, &uid)).await;
+        let outcome = cri::with_pod(&uid, self.sync_pod_traced(pod, &uid, cancel)).await;
         if let Ok(o) = &outcome
             && o.from_nothing
             && let Some(state) = &o.state
@@ -21,7 +23,12 @@ impl Manager {
         outcome
     }
 
-    pub(super) async fn sync_pod_traced(&self, pod: &Pod, uid: &str) -> Result<SyncOutcome> {
+    pub(super) async fn sync_pod_traced(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        cancel: &CancellationToken,
+    ) -> Result<SyncOutcome> {
         let name = full_name(pod);
         let spec = pod
             .spec
@@ -31,6 +38,7 @@ impl Manager {
             // Before anything is created: a field swiftlet cannot honour is never dropped.
             return Err(Error::Unsupported { pod: name, what });
         }
+        hooks::check_pod(pod)?;
         security::check_pod(pod, &self.cfg.security).map_err(|refusal| Error::Refused {
             pod: name.clone(),
             refusal,
@@ -94,7 +102,9 @@ impl Manager {
                 if let Some(st) = state.containers.iter().find(|c| c.id == k.id) {
                     let _stopping = self.mutating(uid, false, Some(&st.id));
                     let grace = k.grace.unwrap_or_else(|| grace_period_secs(pod));
-                    self.kill_container(&name, st, grace, started).await?;
+                    let pod_ip = hooks::sandbox_ip(state.sandbox_status.as_ref());
+                    self.kill_container(&name, st, grace, started, pod_ip.as_deref())
+                        .await?;
                 }
             }
         }
@@ -173,6 +183,7 @@ impl Manager {
             state: &state,
             sandbox_id: &sandbox_id,
             sandbox_config: &sandbox_config,
+            cancel,
         };
 
         let inits = spec.init_containers.as_deref().unwrap_or_default();
@@ -207,7 +218,9 @@ impl Manager {
             }
         }
         outcome.actions = actions;
-        if let Some(mut after) = after.filter(|_| outcome.waiting.is_empty()) {
+        if let Some(mut after) =
+            after.filter(|_| outcome.waiting.is_empty() && !outcome.start_failed)
+        {
             // Newest first, as `pod_state` orders them.
             after
                 .containers

@@ -88,8 +88,9 @@ pub const CONTAINER: &[(&str, Use)] = &[
     ("envFrom", Use::Refused),
     ("image", Use::Implemented),
     ("imagePullPolicy", Use::Implemented),
-    // preStop exec and sleep are implemented; postStart, httpGet and tcpSocket preStop and
-    // stopSignal are refused.
+    // postStart and preStop (exec, httpGet, sleep; tcpSocket, kept by the API for compatibility
+    // only, fails when run as in the kubelet) are implemented (`runtime::hooks`); stopSignal is
+    // refused.
     ("lifecycle", Use::Refused),
     ("livenessProbe", Use::Implemented),
     ("name", Use::Implemented),
@@ -215,19 +216,11 @@ fn check_container(c: &Container) -> Option<String> {
     if non_empty(&c.env_from) {
         return Some("envFrom".to_owned());
     }
-    if let Some(l) = &c.lifecycle {
-        if l.post_start.is_some() {
-            return Some("lifecycle.postStart".to_owned());
-        }
-        if let Some(p) = &l.pre_stop
-            && p.exec.is_none()
-            && p.sleep.is_none()
-        {
-            return Some("lifecycle.preStop other than exec or sleep".to_owned());
-        }
-        if l.stop_signal.is_some() {
-            return Some("lifecycle.stopSignal".to_owned());
-        }
+    if c.lifecycle
+        .as_ref()
+        .is_some_and(|l| l.stop_signal.is_some())
+    {
+        return Some("lifecycle.stopSignal".to_owned());
     }
     if let Some(p) = c
         .resize_policy
@@ -402,16 +395,8 @@ mod tests {
                 json!({"envFrom": [{"configMapRef": {"name": "m"}}]}),
             ),
             (
-                "lifecycle.postStart",
-                json!({"lifecycle": {"postStart": {"exec": {"command": ["true"]}}}}),
-            ),
-            (
-                "lifecycle.preStop",
-                json!({"lifecycle": {"preStop": {"httpGet": {"port": 80}}}}),
-            ),
-            (
                 "lifecycle.stopSignal",
-                json!({"lifecycle": {"stopSignal": "SIGUSR1"}}),
+                json!({"lifecycle": {"postStart": {"exec": {"command": ["true"]}}, "stopSignal": "SIGUSR1"}}),
             ),
             (
                 "resizePolicy",
@@ -468,10 +453,17 @@ mod tests {
             "os": {"name": "linux"},
             "nodeSelector": {"kubernetes.io/os": "linux"},
             "tolerations": [{"operator": "Exists"}],
+            "initContainers": [{
+                "name": "i", "image": "x",
+                "lifecycle": {"postStart": {"sleep": {"seconds": 1}}, "preStop": {"tcpSocket": {"port": 1}}},
+            }],
             "containers": [{
                 "name": "c", "image": "x",
                 "env": [{"name": "A", "value": "1"}],
-                "lifecycle": {"preStop": {"exec": {"command": ["true"]}}},
+                "lifecycle": {
+                    "postStart": {"exec": {"command": ["true"]}},
+                    "preStop": {"httpGet": {"port": "web", "path": "/stop"}},
+                },
                 "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
                 "resources": {"limits": {"cpu": "1"}},
             }],
