@@ -51,7 +51,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         })?;
     }
 
-    let cri = Cri::new(&cfg.container_runtime_endpoint, metrics.clone())?;
+    let cri = Cri::new(&cfg.container_runtime_endpoint, metrics.clone())?
+        .with_request_timeout(cfg.runtime_request_timeout);
     let version = cri.version().await.map_err(|source| Error::RuntimeDown {
         endpoint: cfg.container_runtime_endpoint.clone(),
         source,

@@ -34,6 +34,8 @@ pub enum Error {
     Hostname(String),
     #[error("--pleg-relist-period {0:?}: must be at least 1ms")]
     RelistPeriod(String),
+    #[error("--runtime-request-timeout {0:?}: must be more than zero")]
+    RequestTimeout(String),
 }
 
 /// swiftlet: a node agent that does the kubelet's job, faster and observably.
@@ -45,7 +47,8 @@ pub enum Error {
 pub struct Flags {
     /// KubeletConfiguration file (YAML). Fields: staticPodPath, containerRuntimeEndpoint,
     /// cgroupRoot, cgroupsPerQOS, cgroupDriver, healthzBindAddress, healthzPort, readOnlyPort,
-    /// fileCheckFrequency, podLogsDir, allowedUnsafeSysctls, seccompDefault.
+    /// fileCheckFrequency, podLogsDir, allowedUnsafeSysctls, seccompDefault,
+    /// runtimeRequestTimeout.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Directory (or single file) of static pod manifests.
@@ -54,6 +57,11 @@ pub struct Flags {
     /// CRI endpoint of the container runtime (unix:// URL).
     #[arg(long, value_name = "URL")]
     pub container_runtime_endpoint: Option<String>,
+    /// Deadline of each CRI call, except image pulls, which have none: RunPodSandbox gets twice
+    /// it, StopContainer the grace period more, ExecSync the command's timeout more. A call past
+    /// its deadline fails, and the pod's sync is retried as after any error [default: 2m].
+    #[arg(long, value_name = "DURATION")]
+    pub runtime_request_timeout: Option<String>,
     /// Directory for the agent's own state [default: /var/lib/swiftlet]. Its `config.json` (or
     /// `.dockercfg`) holds the node's image pull credentials, searched first.
     #[arg(long, value_name = "DIR")]
@@ -139,6 +147,7 @@ pub struct KubeletConfiguration {
     pub kind: Option<String>,
     pub static_pod_path: Option<PathBuf>,
     pub container_runtime_endpoint: Option<String>,
+    pub runtime_request_timeout: Option<String>,
     pub cgroup_root: Option<String>,
     #[serde(rename = "cgroupsPerQOS")]
     pub cgroups_per_qos: Option<bool>,
@@ -165,6 +174,8 @@ pub struct KubeletConfiguration {
 pub struct AgentConfig {
     pub pod_manifest_path: Option<PathBuf>,
     pub container_runtime_endpoint: String,
+    /// `--runtime-request-timeout` / `runtimeRequestTimeout`: the deadline of CRI calls.
+    pub runtime_request_timeout: Duration,
     pub root_dir: PathBuf,
     pub pod_logs_dir: PathBuf,
     pub node_name: String,
@@ -324,12 +335,22 @@ impl Flags {
             .ok()
             .filter(|d| *d >= Duration::from_millis(1))
             .ok_or_else(|| Error::RelistPeriod(relist.to_owned()))?;
+        let request_timeout = self
+            .runtime_request_timeout
+            .or(file.runtime_request_timeout)
+            .unwrap_or_else(|| "2m".to_owned());
+        let runtime_request_timeout =
+            parse_duration("--runtime-request-timeout", &request_timeout)?;
+        if runtime_request_timeout.is_zero() {
+            return Err(Error::RequestTimeout(request_timeout));
+        }
         Ok(AgentConfig {
             pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),
             container_runtime_endpoint: self
                 .container_runtime_endpoint
                 .or(file.container_runtime_endpoint)
                 .unwrap_or_else(|| DEFAULT_RUNTIME_ENDPOINT.to_owned()),
+            runtime_request_timeout,
             root_dir: self
                 .root_dir
                 .unwrap_or_else(|| PathBuf::from("/var/lib/swiftlet")),
@@ -487,6 +508,45 @@ mod tests {
         assert!(matches!(
             KubeletConfiguration::load(&path),
             Err(Error::Kind { .. })
+        ));
+    }
+
+    #[test]
+    fn runtime_request_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.yaml");
+        std::fs::write(&path, "runtimeRequestTimeout: 30s\n").unwrap();
+        let resolve = |args: &[&str]| {
+            let mut all = vec!["swiftlet", "--hostname-override", "n"];
+            all.extend(args);
+            Flags::parse_from(all).resolve()
+        };
+        assert_eq!(
+            resolve(&[]).unwrap().runtime_request_timeout,
+            crate::cri::DEFAULT_REQUEST_TIMEOUT
+        );
+        let file = path.to_str().unwrap();
+        assert_eq!(
+            resolve(&["--config", file])
+                .unwrap()
+                .runtime_request_timeout,
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            resolve(&["--config", file, "--runtime-request-timeout", "5s"])
+                .unwrap()
+                .runtime_request_timeout,
+            Duration::from_secs(5)
+        );
+        let zero = resolve(&["--runtime-request-timeout", "0s"]).unwrap_err();
+        assert!(matches!(zero, Error::RequestTimeout(_)), "{zero}");
+        assert!(zero.to_string().contains("more than zero"), "{zero}");
+        assert!(matches!(
+            resolve(&["--runtime-request-timeout", "soon"]),
+            Err(Error::Duration {
+                what: "--runtime-request-timeout",
+                ..
+            })
         ));
     }
 

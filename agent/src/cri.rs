@@ -2,6 +2,16 @@
 //! tracing span, the `swiftlet_runtime_operations_duration_seconds{operation}` histogram and an
 //! error counter. No other code holds a CRI client.
 //!
+//! # Deadlines
+//!
+//! Every call has a deadline computed from `--runtime-request-timeout` ([`Cri::request_timeout`],
+//! default 2 minutes) as the kubelet computes it (see [`Deadline`]): past it the call is
+//! abandoned (its HTTP/2 stream is reset, and the request carries the deadline in `grpc-timeout`
+//! so the runtime stops working on it too), it fails with [`Error::DeadlineExceeded`] naming the
+//! method and the deadline, and it is counted in `swiftlet_cri_deadline_exceeded_total{method}`
+//! besides the error counter. Image pulls have no deadline, as in the kubelet: a pull may take
+//! as long as the image needs, and a pull that makes no progress is the runtime's to cancel.
+//!
 //! # Trace markers (for eBPF uprobes)
 //!
 //! Every call is bracketed by two exported no-op functions that uprobes attach to by symbol name
@@ -20,7 +30,7 @@
 //! agent's CPU during a burst of pod starts when relists fired them too). On x86-64 the
 //! arguments are in rdi, rsi, rdx (and rcx); the same pid/tid sees begin then end, so a uprobe
 //! pair times the call from the agent's side.
-use crate::metrics::{Metrics, OperationLabel};
+use crate::metrics::{MethodLabel, Metrics, OperationLabel};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
@@ -46,6 +56,13 @@ pub enum Error {
         method: &'static str,
         status: tonic::Status,
     },
+    #[error(
+        "CRI {method}: no answer within its deadline of {deadline:?} (set by --runtime-request-timeout)"
+    )]
+    DeadlineExceeded {
+        method: &'static str,
+        deadline: Duration,
+    },
 }
 
 impl Error {
@@ -56,6 +73,89 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `--runtime-request-timeout`'s default, the kubelet's.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long one CRI call may take, computed from the request timeout as the kubelet computes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// The call is abandoned after this long.
+    After(Duration),
+    /// No deadline: `PullImage`, and `ExecSync` without a timeout of its own.
+    None,
+}
+
+impl Deadline {
+    /// Most calls: the request timeout.
+    pub fn request(timeout: Duration) -> Self {
+        Self::After(timeout)
+    }
+
+    /// `RunPodSandbox`: twice the request timeout (creating the sandbox's network takes longer).
+    pub fn run_pod_sandbox(timeout: Duration) -> Self {
+        Self::After(timeout.saturating_mul(2))
+    }
+
+    /// `StopContainer`: the grace period, then the request timeout for the kill and the answer.
+    pub fn stop_container(timeout: Duration, grace_secs: i64) -> Self {
+        Self::After(timeout.saturating_add(secs(grace_secs)))
+    }
+
+    /// `ExecSync`: the command's own timeout plus the request timeout, which leaves the runtime
+    /// time to clean up; no deadline when the command has no timeout (0).
+    pub fn exec_sync(timeout: Duration, command_secs: i64) -> Self {
+        if command_secs == 0 {
+            Self::None
+        } else {
+            Self::After(timeout.saturating_add(secs(command_secs)))
+        }
+    }
+}
+
+/// Seconds of a CRI request field as a duration (negative: zero).
+fn secs(s: i64) -> Duration {
+    Duration::from_secs(u64::try_from(s).unwrap_or(0))
+}
+
+/// Awaits one call until `deadline`. Past it the call's future is dropped (tonic resets its
+/// stream) and the call fails with [`Error::DeadlineExceeded`]; an error that arrives once the
+/// deadline has passed (the runtime enforcing the deadline it was sent) is the same failure.
+pub async fn call_with_deadline<T, F>(method: &'static str, deadline: Deadline, fut: F) -> Result<T>
+where
+    F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+{
+    let start = tokio::time::Instant::now();
+    let res = match deadline {
+        Deadline::None => fut.await,
+        Deadline::After(d) => match tokio::time::timeout(d, fut).await {
+            Ok(res) => res,
+            Err(_) => {
+                return Err(Error::DeadlineExceeded {
+                    method,
+                    deadline: d,
+                });
+            }
+        },
+    };
+    match (res, deadline) {
+        (Ok(resp), _) => Ok(resp.into_inner()),
+        (Err(_), Deadline::After(d)) if start.elapsed() >= d => Err(Error::DeadlineExceeded {
+            method,
+            deadline: d,
+        }),
+        (Err(status), _) => Err(Error::Call { method, status }),
+    }
+}
+
+/// `msg` as a request that tells the runtime its deadline (`grpc-timeout`).
+fn request<T>(msg: T, deadline: Deadline) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    if let Deadline::After(d) = deadline {
+        req.set_timeout(d);
+    }
+    req
+}
 
 /// CRI method names by trace-marker id (the index). Append only. The table lives beside the eBPF
 /// probes' event types, which decode the id.
@@ -149,6 +249,7 @@ pub struct Cri {
     runtime: RuntimeServiceClient<Channel>,
     image: ImageServiceClient<Channel>,
     metrics: Metrics,
+    timeout: Duration,
 }
 
 impl Cri {
@@ -158,7 +259,20 @@ impl Cri {
             runtime: RuntimeServiceClient::new(ch.clone()).max_decoding_message_size(64 << 20),
             image: ImageServiceClient::new(ch),
             metrics,
+            timeout: DEFAULT_REQUEST_TIMEOUT,
         })
+    }
+
+    /// The same client with `timeout` as `--runtime-request-timeout` (see [`Deadline`]).
+    #[must_use]
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// `--runtime-request-timeout`: the deadline of most calls.
+    pub fn request_timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// The metrics the calls are counted in.
@@ -166,37 +280,46 @@ impl Cri {
         &self.metrics
     }
 
-    /// Times one call and records its outcome. `method` is the CRI method name.
-    async fn timed<T, F>(&self, method: &'static str, fut: F) -> Result<T>
+    /// Times one call, bounded by `deadline`, and records its outcome. `method` is the CRI
+    /// method name.
+    async fn timed<T, F>(&self, method: &'static str, deadline: Deadline, fut: F) -> Result<T>
     where
         F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let span = tracing::debug_span!("cri", method);
         marker(method, None);
         let start = Instant::now();
-        let res = fut.instrument(span).await;
+        let res = call_with_deadline(method, deadline, fut.instrument(span)).await;
         marker(method, Some(res.is_ok()));
         let label = OperationLabel { operation: method };
         self.metrics
             .runtime_operations_duration_seconds
             .get_or_create(&label)
             .observe(start.elapsed().as_secs_f64());
-        match res {
-            Ok(resp) => Ok(resp.into_inner()),
-            Err(status) => {
+        if let Err(e) = &res {
+            self.metrics
+                .runtime_operations_errors_total
+                .get_or_create(&label)
+                .inc();
+            if let Error::DeadlineExceeded { .. } = e {
                 self.metrics
-                    .runtime_operations_errors_total
-                    .get_or_create(&label)
+                    .cri_deadline_exceeded_total
+                    .get_or_create(&MethodLabel { method })
                     .inc();
-                Err(Error::Call { method, status })
             }
         }
+        res
     }
 
     pub async fn version(&self) -> Result<cri::VersionResponse> {
         let mut c = self.runtime.clone();
-        self.timed("Version", c.version(cri::VersionRequest::default()))
-            .await
+        let d = Deadline::request(self.timeout);
+        self.timed(
+            "Version",
+            d,
+            c.version(request(cri::VersionRequest::default(), d)),
+        )
+        .await
     }
 
     /// Runs a sandbox with the runtime handler `runtime_handler` (`""`: the runtime's default).
@@ -206,44 +329,48 @@ impl Cri {
         runtime_handler: String,
     ) -> Result<String> {
         let mut c = self.runtime.clone();
+        let d = Deadline::run_pod_sandbox(self.timeout);
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
             runtime_handler,
         };
         Ok(self
-            .timed("RunPodSandbox", c.run_pod_sandbox(req))
+            .timed("RunPodSandbox", d, c.run_pod_sandbox(request(req, d)))
             .await?
             .pod_sandbox_id)
     }
 
     pub async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
         let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::StopPodSandboxRequest {
             pod_sandbox_id: id.to_owned(),
         };
-        self.timed("StopPodSandbox", c.stop_pod_sandbox(req))
+        self.timed("StopPodSandbox", d, c.stop_pod_sandbox(request(req, d)))
             .await
             .map(drop)
     }
 
     pub async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
         let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::RemovePodSandboxRequest {
             pod_sandbox_id: id.to_owned(),
         };
-        self.timed("RemovePodSandbox", c.remove_pod_sandbox(req))
+        self.timed("RemovePodSandbox", d, c.remove_pod_sandbox(request(req, d)))
             .await
             .map(drop)
     }
 
     pub async fn pod_sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>> {
         let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::PodSandboxStatusRequest {
             pod_sandbox_id: id.to_owned(),
             verbose: false,
         };
         Ok(self
-            .timed("PodSandboxStatus", c.pod_sandbox_status(req))
+            .timed("PodSandboxStatus", d, c.pod_sandbox_status(request(req, d)))
             .await?
             .status)
     }
@@ -253,9 +380,10 @@ impl Cri {
         filter: Option<cri::PodSandboxFilter>,
     ) -> Result<Vec<cri::PodSandbox>> {
         let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::ListPodSandboxRequest { filter };
         Ok(self
-            .timed("ListPodSandbox", c.list_pod_sandbox(req))
+            .timed("ListPodSandbox", d, c.list_pod_sandbox(request(req, d)))
             .await?
             .items)
     }
@@ -267,34 +395,37 @@ impl Cri {
         sandbox_config: cri::PodSandboxConfig,
     ) -> Result<String> {
         let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::CreateContainerRequest {
             pod_sandbox_id: sandbox_id.to_owned(),
             config: Some(config),
             sandbox_config: Some(sandbox_config),
         };
         Ok(self
-            .timed("CreateContainer", c.create_container(req))
+            .timed("CreateContainer", d, c.create_container(request(req, d)))
             .await?
             .container_id)
     }
 
     pub async fn start_container(&self, id: &str) -> Result<()> {
         let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::StartContainerRequest {
             container_id: id.to_owned(),
         };
-        self.timed("StartContainer", c.start_container(req))
+        self.timed("StartContainer", d, c.start_container(request(req, d)))
             .await
             .map(drop)
     }
 
     pub async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<()> {
         let mut c = self.runtime.clone();
+        let d = Deadline::stop_container(self.timeout, timeout_secs);
         let req = cri::StopContainerRequest {
             container_id: id.to_owned(),
             timeout: timeout_secs,
         };
-        self.timed("StopContainer", c.stop_container(req))
+        self.timed("StopContainer", d, c.stop_container(request(req, d)))
             .await
             .map(drop)
     }
@@ -305,6 +436,7 @@ impl Cri {
         linux: cri::LinuxContainerResources,
     ) -> Result<()> {
         let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::UpdateContainerResourcesRequest {
             container_id: id.to_owned(),
             linux: Some(linux),
@@ -312,7 +444,8 @@ impl Cri {
         };
         self.timed(
             "UpdateContainerResources",
-            c.update_container_resources(req),
+            d,
+            c.update_container_resources(request(req, d)),
         )
         .await
         .map(drop)
@@ -320,10 +453,11 @@ impl Cri {
 
     pub async fn remove_container(&self, id: &str) -> Result<()> {
         let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::RemoveContainerRequest {
             container_id: id.to_owned(),
         };
-        self.timed("RemoveContainer", c.remove_container(req))
+        self.timed("RemoveContainer", d, c.remove_container(request(req, d)))
             .await
             .map(drop)
     }
@@ -333,21 +467,23 @@ impl Cri {
         filter: Option<cri::ContainerFilter>,
     ) -> Result<Vec<cri::Container>> {
         let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::ListContainersRequest { filter };
         Ok(self
-            .timed("ListContainers", c.list_containers(req))
+            .timed("ListContainers", d, c.list_containers(request(req, d)))
             .await?
             .containers)
     }
 
     pub async fn container_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>> {
         let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::ContainerStatusRequest {
             container_id: id.to_owned(),
             verbose: false,
         };
         Ok(self
-            .timed("ContainerStatus", c.container_status(req))
+            .timed("ContainerStatus", d, c.container_status(request(req, d)))
             .await?
             .status)
     }
@@ -360,32 +496,43 @@ impl Cri {
         timeout_secs: i64,
     ) -> Result<cri::ExecSyncResponse> {
         let mut c = self.runtime.clone();
+        let d = Deadline::exec_sync(self.timeout, timeout_secs);
         let req = cri::ExecSyncRequest {
             container_id: id.to_owned(),
             cmd,
             timeout: timeout_secs,
         };
-        self.timed("ExecSync", c.exec_sync(req)).await
+        self.timed("ExecSync", d, c.exec_sync(request(req, d)))
+            .await
     }
 
     pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>> {
         let mut c = self.image.clone();
+        let d = Deadline::request(self.timeout);
         let req = cri::ImageStatusRequest {
             image: Some(image_spec(image)),
             verbose: false,
         };
-        Ok(self.timed("ImageStatus", c.image_status(req)).await?.image)
+        Ok(self
+            .timed("ImageStatus", d, c.image_status(request(req, d)))
+            .await?
+            .image)
     }
 
     /// Pulls `image`, anonymously or with `auth` (never logged: the request is not traced).
     pub async fn pull_image(&self, image: &str, auth: Option<cri::AuthConfig>) -> Result<String> {
         let mut c = self.image.clone();
+        // No deadline, as in the kubelet (see the module documentation).
+        let d = Deadline::None;
         let req = cri::PullImageRequest {
             image: Some(image_spec(image)),
             auth,
             sandbox_config: None,
         };
-        Ok(self.timed("PullImage", c.pull_image(req)).await?.image_ref)
+        Ok(self
+            .timed("PullImage", d, c.pull_image(request(req, d)))
+            .await?
+            .image_ref)
     }
 }
 
@@ -424,6 +571,160 @@ mod tests {
         assert_eq!(method_id("StartContainer"), 7);
         assert_eq!(method_id("ExecSync"), 14);
         assert_eq!(method_id("NoSuchMethod"), u32::MAX);
+    }
+
+    #[test]
+    fn deadlines_are_computed_as_the_kubelet_computes_them() {
+        let t = Duration::from_secs(120);
+        assert_eq!(Deadline::request(t), Deadline::After(t));
+        assert_eq!(
+            Deadline::run_pod_sandbox(t),
+            Deadline::After(Duration::from_secs(240))
+        );
+        assert_eq!(
+            Deadline::stop_container(t, 30),
+            Deadline::After(Duration::from_secs(150))
+        );
+        assert_eq!(Deadline::stop_container(t, -1), Deadline::After(t));
+        assert_eq!(
+            Deadline::exec_sync(t, 10),
+            Deadline::After(Duration::from_secs(130))
+        );
+        assert_eq!(Deadline::exec_sync(t, 0), Deadline::None);
+    }
+
+    /// A call that never answers, as `call_with_deadline` sees it.
+    async fn never() -> std::result::Result<tonic::Response<()>, tonic::Status> {
+        std::future::pending().await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_never_answers_fails_at_its_deadline() {
+        let start = tokio::time::Instant::now();
+        let d = Deadline::stop_container(Duration::from_secs(120), 30);
+        let err = call_with_deadline("StopContainer", d, never())
+            .await
+            .unwrap_err();
+        assert_eq!(start.elapsed(), Duration::from_secs(150));
+        assert!(
+            matches!(err, Error::DeadlineExceeded { method: "StopContainer", deadline }
+                if deadline == Duration::from_secs(150)),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("StopContainer") && msg.contains("150s"),
+            "{msg}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_without_deadline_is_waited_for() {
+        // PullImage: a day without an answer is still no failure.
+        let day = Duration::from_secs(86_400);
+        let pull = call_with_deadline("PullImage", Deadline::None, never());
+        assert!(tokio::time::timeout(day, pull).await.is_err());
+        // And an answer after an hour is taken.
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(tonic::Response::new(7))
+        };
+        assert_eq!(
+            call_with_deadline("PullImage", Deadline::None, slow)
+                .await
+                .unwrap(),
+            7
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_error_at_the_deadline_is_the_deadline_and_one_before_it_is_the_runtimes() {
+        let d = Duration::from_secs(5);
+        let fail_after = |after: Duration, status: tonic::Status| async move {
+            tokio::time::sleep(after).await;
+            Err::<tonic::Response<()>, _>(status)
+        };
+        // The runtime enforcing the deadline it was sent answers just as it passes.
+        let at = call_with_deadline(
+            "CreateContainer",
+            Deadline::After(d),
+            fail_after(
+                d,
+                tonic::Status::deadline_exceeded("context deadline exceeded"),
+            ),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(
+                at,
+                Error::DeadlineExceeded {
+                    method: "CreateContainer",
+                    ..
+                }
+            ),
+            "{at:?}"
+        );
+        // A runtime's own DeadlineExceeded before the deadline is the runtime's error.
+        let before = call_with_deadline(
+            "CreateContainer",
+            Deadline::After(d),
+            fail_after(
+                Duration::from_secs(1),
+                tonic::Status::deadline_exceeded("inner timeout"),
+            ),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&before, Error::Call { status, .. }
+                if status.code() == tonic::Code::DeadlineExceeded),
+            "{before:?}"
+        );
+    }
+
+    /// A real client against a socket whose server accepts connections and never answers: the
+    /// call fails at the deadline, and is counted.
+    #[tokio::test]
+    async fn a_runtime_that_never_answers_fails_the_call_at_the_deadline_and_counts_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cri.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let (accepted_tx, mut accepted) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                let _ = accepted_tx.send(());
+                held.push(conn);
+            }
+        });
+        let metrics = Metrics::new();
+        let timeout = Duration::from_millis(300);
+        let cri = Cri::new(&format!("unix://{}", path.display()), metrics.clone())
+            .unwrap()
+            .with_request_timeout(timeout);
+        assert_eq!(cri.request_timeout(), timeout);
+        let start = Instant::now();
+        let err = cri.version().await.unwrap_err();
+        let took = start.elapsed();
+        assert!(
+            matches!(err, Error::DeadlineExceeded { method: "Version", deadline } if deadline == timeout),
+            "{err:?}"
+        );
+        assert!(took >= timeout && took < Duration::from_secs(3), "{took:?}");
+        assert!(
+            accepted.try_recv().is_ok(),
+            "the call never reached the socket"
+        );
+        let text = metrics.encode();
+        assert!(
+            text.contains("swiftlet_cri_deadline_exceeded_total{method=\"Version\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("swiftlet_runtime_operations_errors_total{operation=\"Version\"} 1"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -13,6 +13,12 @@ pub struct OperationLabel {
     pub operation: &'static str,
 }
 
+/// Labels of `swiftlet_cri_deadline_exceeded_total`: the CRI method whose deadline passed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabel {
+    pub method: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
     pub source: &'static str,
@@ -68,6 +74,7 @@ pub struct Metrics {
     registry: Arc<Registry>,
     pub runtime_operations_duration_seconds: Family<OperationLabel, Histogram, fn() -> Histogram>,
     pub runtime_operations_errors_total: Family<OperationLabel, Counter>,
+    pub cri_deadline_exceeded_total: Family<MethodLabel, Counter>,
     pub config_errors_total: Family<ConfigErrorLabel, Counter>,
     pub pod_start_duration_seconds: Histogram,
     pub pod_worker_duration_seconds: Family<OperationLabel, Histogram, fn() -> Histogram>,
@@ -114,6 +121,13 @@ impl Metrics {
             "runtime_operations_errors",
             "Failed CRI calls, by method",
             runtime_operations_errors_total.clone(),
+        );
+        let cri_deadline_exceeded_total = Family::<MethodLabel, Counter>::default();
+        registry.register(
+            "cri_deadline_exceeded",
+            "CRI calls abandoned at their deadline (--runtime-request-timeout), by method; also \
+             counted in runtime_operations_errors",
+            cri_deadline_exceeded_total.clone(),
         );
         let config_errors_total = Family::<ConfigErrorLabel, Counter>::default();
         registry.register(
@@ -272,6 +286,7 @@ impl Metrics {
             pod_start_phase_duration_seconds,
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,
+            cri_deadline_exceeded_total,
             config_errors_total,
             pod_start_duration_seconds,
             pod_worker_duration_seconds,
