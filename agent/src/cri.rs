@@ -289,7 +289,10 @@ impl Cri {
         let span = tracing::debug_span!("cri", method);
         marker(method, None);
         let start = Instant::now();
-        let res = call_with_deadline(method, deadline, fut.instrument(span)).await;
+        // Boxed: a call's future is large in debug builds, and the deadline's wrapper around it
+        // would otherwise add copies of it to the stack of every pod sync that awaits it.
+        let call = Box::pin(fut.instrument(span));
+        let res = call_with_deadline(method, deadline, call).await;
         marker(method, Some(res.is_ok()));
         let label = OperationLabel { operation: method };
         self.metrics

@@ -9,7 +9,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
+use swiftlet::runtime::gc::MAX_DEAD_PER_CONTAINER;
 
+pub use crate::rng::Rng;
+
+use crate::cri_proxy::{CriProxy, Fault, Share};
 use crate::{
     Agent, AgentOptions, CONTAINER_NAME_LABEL, NODE_NAME_LABEL, POD_UID_LABEL, Runtime, block_on,
     cri_objects_labelled, looping_pod_manifest, pod_cgroup_uids, runtime_client,
@@ -18,30 +22,6 @@ use crate::{
 
 /// How long a scenario waits for the invariant to hold after a fault before calling it failed.
 pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A small seeded generator (xorshift64*): the same seed gives the same choices.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed.max(1))
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A number in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
 
 /// A seed from the clock, for runs that do not name one.
 pub fn fresh_seed() -> u64 {
@@ -52,7 +32,8 @@ pub fn fresh_seed() -> u64 {
 pub type Desired = BTreeMap<String, String>;
 
 /// Checks the invariant once: every desired pod Running exactly once (one ready sandbox, one
-/// running container), nothing left for pods that are gone (sandboxes, containers, pod cgroups,
+/// running instance of each container and at most one dead one, as the kubelet's container
+/// garbage collection keeps), nothing left for pods that are gone (sandboxes, containers, pod cgroups,
 /// pod log and state directories, shm mounts of removed sandboxes), `/pods` agreeing with CRI,
 /// and no panic in the agent's log. `Err` lists every violation found.
 pub fn check(agent: &Agent, desired: &Desired) -> Result<(), Vec<String>> {
@@ -174,9 +155,10 @@ fn check_cri(view: &CriView, want: &BTreeSet<String>, bad: &mut Vec<String>) {
             bad.push(format!("pod {uid}: no container in the runtime"));
         }
         for (name, (all, live)) in by_name {
-            if live != 1 || all != 1 {
+            if live != 1 || all - live > MAX_DEAD_PER_CONTAINER {
                 bad.push(format!(
-                    "pod {uid} container {name}: {all} instances, {live} running (want one)"
+                    "pod {uid} container {name}: {all} instances, {live} running (want one \
+                     running and at most {MAX_DEAD_PER_CONTAINER} dead)"
                 ));
             }
         }
@@ -361,11 +343,25 @@ fn run_rounds(
     seed: u64,
     rounds: usize,
     pods: usize,
-    mut fault: impl FnMut(&mut Ctx) -> Result<u64, String>,
+    fault: impl FnMut(&mut Ctx) -> Result<u64, String>,
 ) -> Outcome {
+    let opts = AgentOptions::new(&format!("chaos-{scenario}"));
+    run_rounds_with(runtime, scenario, seed, (rounds, pods), opts, fault).0
+}
+
+/// [`run_rounds`] with the agent started with `opts`; `(rounds, pods)`. Hands back the scenario's
+/// context too, its agent still running, for what the scenario reads at the end.
+fn run_rounds_with(
+    runtime: &Runtime,
+    scenario: &'static str,
+    seed: u64,
+    (rounds, pods): (usize, usize),
+    opts: AgentOptions,
+    mut fault: impl FnMut(&mut Ctx) -> Result<u64, String>,
+) -> (Outcome, Ctx) {
     let mut cx = Ctx {
         rng: Rng::new(seed),
-        agent: Agent::start(runtime, AgentOptions::new(&format!("chaos-{scenario}"))),
+        agent: Agent::start(runtime, opts),
         desired: Desired::new(),
         max_pods: pods.max(1),
         next: 0,
@@ -404,7 +400,7 @@ fn run_rounds(
             cx.agent.log_path().display()
         );
     }
-    out
+    (out, cx)
 }
 
 fn ms(d: Duration) -> u64 {
@@ -453,6 +449,123 @@ pub fn sigterm_burst(runtime: &Runtime, seed: u64, rounds: usize, pods: usize) -
         cx.agent.restart_after_sigkill();
         Ok(ms(took))
     })
+}
+
+/// `--runtime-request-timeout` of the `cri-faults` agent: a hung call fails within it (twice it
+/// for `RunPodSandbox`, plus the grace period for `StopContainer`).
+pub const CRI_FAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The CRI methods the `cri-faults` scenario disturbs.
+pub const CRI_FAULT_METHODS: &[&str] = &[
+    "RunPodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "StopContainer",
+    "ListContainers",
+];
+
+/// One round of `cri-faults`: the fault and how many calls it disturbed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CriFaultRound {
+    pub method: &'static str,
+    pub fault: String,
+    /// Calls the fault disturbed (0: the churn made no call of the method in the window).
+    pub disturbed: u64,
+}
+
+/// What `cri-faults` saw besides the [`Outcome`].
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CriFaultReport {
+    pub rounds: Vec<CriFaultRound>,
+    /// `swiftlet_cri_deadline_exceeded_total` at the end, by label set.
+    pub deadline_exceeded: BTreeMap<String, u64>,
+}
+
+impl CriFaultReport {
+    /// Rounds whose fault was a hang that took a call: each must end in a deadline exceeded.
+    pub fn hung_calls(&self) -> u64 {
+        self.rounds
+            .iter()
+            .filter(|r| r.fault == Fault::Hang.to_string())
+            .map(|r| r.disturbed)
+            .sum()
+    }
+
+    /// Every call the agent gave up on at its deadline.
+    pub fn deadlines_exceeded(&self) -> u64 {
+        self.deadline_exceeded.values().sum()
+    }
+}
+
+/// The fault of one `cri-faults` round, chosen by the seed: a method of [`CRI_FAULT_METHODS`]
+/// and a delay of 0.5-8 s (every call), an Unavailable, Internal or DeadlineExceeded error (half
+/// the calls), or a hang of the next call.
+fn pick_cri_fault(rng: &mut Rng) -> (&'static str, Fault, Share) {
+    let method =
+        CRI_FAULT_METHODS[usize::try_from(rng.below(CRI_FAULT_METHODS.len() as u64)).unwrap_or(0)];
+    let half = Share::PerMillion(500_000);
+    let (fault, share) = match rng.below(5) {
+        0 => (
+            Fault::Delay(Duration::from_millis(500 + rng.below(7_500))),
+            Share::ALL,
+        ),
+        1 => (Fault::Fail(tonic::Code::Unavailable), half),
+        2 => (Fault::Fail(tonic::Code::Internal), half),
+        3 => (Fault::Fail(tonic::Code::DeadlineExceeded), half),
+        _ => (Fault::Hang, Share::Next(1)),
+    };
+    (method, fault, share)
+}
+
+/// CRI faults during manifest churn: the agent talks to the runtime through a [`CriProxy`] and
+/// runs with `--runtime-request-timeout` [`CRI_FAULT_REQUEST_TIMEOUT`]. Each round injects one
+/// fault chosen by the seed ([`pick_cri_fault`]) for 2-5 s while making one to three changes,
+/// then removes it (the fault's time is that window); the invariant must then hold within the
+/// convergence timeout, hung calls having failed at their deadlines.
+pub fn cri_faults(
+    runtime: &Runtime,
+    seed: u64,
+    rounds: usize,
+    pods: usize,
+) -> (Outcome, CriFaultReport) {
+    let mut report = CriFaultReport::default();
+    let proxy = match CriProxy::start(&runtime.endpoint, seed) {
+        Ok(p) => p,
+        Err(e) => {
+            let mut out = Outcome::new("cri-faults", seed);
+            out.violations.push(e.to_string());
+            return (out, report);
+        }
+    };
+    let mut opts = AgentOptions::new("chaos-cri-faults");
+    opts.cri_endpoint = Some(proxy.endpoint());
+    opts.extra_args = vec![
+        "--runtime-request-timeout".into(),
+        format!("{}s", CRI_FAULT_REQUEST_TIMEOUT.as_secs()),
+    ];
+    let (out, cx) = run_rounds_with(runtime, "cri-faults", seed, (rounds, pods), opts, |cx| {
+        let (method, fault, share) = pick_cri_fault(&mut cx.rng);
+        let before = proxy.injected(method);
+        let window = Duration::from_millis(2_000 + cx.rng.below(3_000));
+        let started = Instant::now();
+        proxy.inject(method, fault, share);
+        for _ in 0..=cx.rng.below(3) {
+            cx.churn();
+            cx.pause(1_000);
+        }
+        std::thread::sleep(window.saturating_sub(started.elapsed()));
+        proxy.clear();
+        report.rounds.push(CriFaultRound {
+            method,
+            fault: fault.to_string(),
+            disturbed: proxy.injected(method) - before,
+        });
+        Ok(ms(started.elapsed()))
+    });
+    report.deadline_exceeded = metric_by_label(&cx.agent, "swiftlet_cri_deadline_exceeded_total");
+    // The agent goes before the proxy it talks through.
+    drop(cx);
+    (out, report)
 }
 
 /// The agent's peak RSS bound under hostile input.
@@ -675,12 +788,23 @@ fn hostile_files() -> Vec<(&'static str, &'static str, Vec<u8>)> {
 
 /// The total of `swiftlet_config_errors_total` on the agent's `/metrics`.
 fn config_errors(agent: &Agent) -> u64 {
+    metric_by_label(agent, "swiftlet_config_errors_total")
+        .values()
+        .sum()
+}
+
+/// The samples of counter family `name` on the agent's `/metrics`, by their label set (the text
+/// between the braces).
+fn metric_by_label(agent: &Agent, name: &str) -> BTreeMap<String, u64> {
     let (_, body) = agent.get("/metrics");
     body.lines()
-        .filter(|l| l.starts_with("swiftlet_config_errors_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix('{'))
+        .filter_map(|l| {
+            let (labels, value) = l.rsplit_once(' ')?;
+            let value = value.parse::<f64>().ok()? as u64;
+            Some((labels.trim_end_matches('}').to_owned(), value))
+        })
+        .collect()
 }
 
 /// Resets the agent's peak RSS (`/proc/<pid>/clear_refs` 5) so VmHWM measures from now.

@@ -7,7 +7,9 @@
 
 pub mod api_server;
 pub mod chaos;
+pub mod cri_proxy;
 pub mod registry;
+pub mod rng;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
@@ -541,6 +543,9 @@ pub struct AgentOptions {
     pub binary: Option<PathBuf>,
     /// `-v`; 4 (debug logs) unless a bench wants the agent quiet.
     pub verbosity: u8,
+    /// The CRI endpoint the agent talks to, when not the runtime's own (a [`cri_proxy::CriProxy`]
+    /// in front of it); the fixture's checks and clean-up still use the runtime's.
+    pub cri_endpoint: Option<String>,
 }
 
 impl AgentOptions {
@@ -552,6 +557,7 @@ impl AgentOptions {
             extra_args: Vec::new(),
             binary: None,
             verbosity: 4,
+            cri_endpoint: None,
         }
     }
 }
@@ -608,6 +614,8 @@ pub struct Agent {
     http: xtask::http::Client,
     manifest_dir: tempfile::TempDir,
     root_dir: tempfile::TempDir,
+    /// The runtime's own endpoint (the agent's may be a proxy in front of it).
+    runtime_endpoint: String,
 }
 
 impl std::fmt::Debug for Agent {
@@ -647,7 +655,9 @@ impl Agent {
         let spec = xtask::agent::Spec {
             binary: opts.binary.unwrap_or_else(|| agent_binary().to_path_buf()),
             manifest_dir: manifest_dir.path().to_owned(),
-            endpoint: runtime.endpoint.clone(),
+            endpoint: opts
+                .cri_endpoint
+                .unwrap_or_else(|| runtime.endpoint.clone()),
             root_dir: root_dir.path().to_owned(),
             pod_logs_dir: Some(root_dir.path().join("pod-logs")),
             cgroup_root: format!("/swiftlet-test-{node}"),
@@ -666,6 +676,7 @@ impl Agent {
             http,
             manifest_dir,
             root_dir,
+            runtime_endpoint: runtime.endpoint.clone(),
         };
         agent.launch(false);
         agent
@@ -743,9 +754,10 @@ impl Agent {
         self.spec.read_only_addr()
     }
 
-    /// The CRI endpoint the agent talks to.
+    /// The runtime's CRI endpoint (the agent talks to it directly, or through
+    /// [`AgentOptions::cri_endpoint`]).
     pub fn endpoint(&self) -> &str {
-        &self.spec.endpoint
+        &self.runtime_endpoint
     }
 
     /// The manifest directory (`--pod-manifest-path`).
@@ -921,7 +933,7 @@ impl Drop for Agent {
             );
         }
         self.stop(Duration::from_secs(20));
-        let endpoint = self.spec.endpoint.clone();
+        let endpoint = self.runtime_endpoint.clone();
         let node = self.spec.node.clone();
         match block_on(async move { remove_node_sandboxes(&endpoint, &node).await }) {
             Ok(Ok(_)) => {}

@@ -58,3 +58,28 @@ fn hostile_input_is_rejected_and_counted_and_good_pods_keep_running() {
     // The idle sample and every input once.
     assert_eq!(inputs.len(), 13, "{inputs:#?}");
 }
+
+/// CRI faults (delays, Unavailable/Internal/DeadlineExceeded errors, a hung call) on the
+/// methods pod starts and stops use, injected by a proxy during churn: after each, the
+/// invariant holds within the convergence timeout, and every hung call ended at its deadline
+/// (`--runtime-request-timeout 5s`) instead of wedging its pod's worker.
+#[test]
+fn cri_faults_during_churn_converge_every_round() {
+    let Some(rt) = Runtime::shared() else { return };
+    let (outcome, report) = chaos::cri_faults(rt, 20261125, 4, 4);
+    assert!(
+        outcome.passed(),
+        "seed {}: {:#?}\n{report:#?}",
+        outcome.seed,
+        outcome.violations
+    );
+    assert_eq!(outcome.converge_ms.len(), 4, "{report:#?}");
+    assert!(
+        report.rounds.iter().any(|r| r.disturbed > 0),
+        "no fault disturbed a call: {report:#?}"
+    );
+    assert!(
+        report.deadlines_exceeded() >= report.hung_calls(),
+        "a hung call did not end at its deadline: {report:#?}"
+    );
+}

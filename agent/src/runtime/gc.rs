@@ -9,6 +9,12 @@
 //! container of the same name exists (the kubelet keeps one dead instance per container, and so
 //! does this: the newest one carries the restart count and the last termination state). A stale
 //! sandbox that must stay for such a container is at least stopped, once.
+//!
+//! In the sandboxes a pod still uses, dead instances of a container (exited, or created and never
+//! started, as after a failed `StartContainer`) are held to [`MAX_DEAD_PER_CONTAINER`] per
+//! container name, the newest kept, as the kubelet's container garbage collection does with its
+//! default `--maximum-dead-containers-per-container`; without it a crash loop or a runtime that
+//! keeps failing starts would leave one more container behind each time.
 use std::collections::HashMap;
 
 use super::*;
@@ -16,6 +22,10 @@ use super::*;
 /// Time between two collections (the kubelet's is a minute; a node recovering from a runtime
 /// restart should not hold dead sandboxes that long).
 pub const GC_PERIOD: Duration = Duration::from_secs(10);
+
+/// Dead (not running) instances kept per container name of a pod, the newest ones (the kubelet's
+/// default `--maximum-dead-containers-per-container`).
+pub const MAX_DEAD_PER_CONTAINER: usize = 1;
 
 /// The collector's own state, shared by the manager's clones.
 #[derive(Debug, Default)]
@@ -30,7 +40,8 @@ pub(super) struct GcState {
 /// What one pod's collection does.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
-    /// Exited containers in stale sandboxes with a newer instance of the same name.
+    /// Exited containers in stale sandboxes with a newer instance of the same name, and dead
+    /// instances beyond [`MAX_DEAD_PER_CONTAINER`] in the sandboxes the pod still uses.
     pub remove_containers: Vec<String>,
     /// Stale sandboxes left with no container: stopped, then removed.
     pub remove_sandboxes: Vec<String>,
@@ -86,6 +97,32 @@ pub fn plan(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> Pla
             plan.stop_sandboxes.push(s.id.clone());
         }
     }
+    // Dead instances of each name, newest first; past the ones kept, those in a sandbox the pod
+    // still uses go (a stale sandbox's are the rule above's).
+    let in_use = |sandbox: &str| {
+        sandbox == newest.id
+            || sandboxes
+                .iter()
+                .any(|s| s.id == sandbox && s.state == ready)
+    };
+    let running = api::ContainerState::ContainerRunning as i32;
+    let mut dead: HashMap<&str, Vec<&api::Container>> = HashMap::new();
+    for c in containers.iter().filter(|c| c.state != running) {
+        let name = c.metadata.as_ref().map_or("", |m| m.name.as_str());
+        dead.entry(name).or_default().push(c);
+    }
+    let mut surplus: Vec<&api::Container> = dead
+        .into_values()
+        .flat_map(|mut of_name| {
+            of_name
+                .sort_by(|a, b| (b.created_at, b.id.as_str()).cmp(&(a.created_at, a.id.as_str())));
+            of_name.into_iter().skip(MAX_DEAD_PER_CONTAINER)
+        })
+        .filter(|c| in_use(&c.pod_sandbox_id))
+        .collect();
+    surplus.sort_by_key(|c| (c.created_at, c.id.as_str()));
+    plan.remove_containers
+        .extend(surplus.into_iter().map(|c| c.id.clone()));
     plan
 }
 
@@ -159,7 +196,7 @@ impl Manager {
         let mut done = Collected::default();
         for id in &plan.remove_containers {
             self.ignore_not_found(pod, self.cri.remove_container(id).await)?;
-            tracing::info!(%pod, container = %id, "removed an exited container of a stale sandbox");
+            tracing::info!(%pod, container = %id, "removed a superseded dead container");
             done.containers += 1;
         }
         for id in &plan.remove_sandboxes {
@@ -277,5 +314,41 @@ mod tests {
             sandbox("z", 3, true),
         ];
         assert_eq!(plan(&sandboxes, &[]).remove_sandboxes, ["x", "y"]);
+    }
+
+    #[test]
+    fn a_live_sandbox_keeps_one_dead_instance_per_container() {
+        let created = |id: &str, name: &str, at: i64| {
+            let mut c = container(id, "s", name, at, false);
+            c.state = api::ContainerState::ContainerCreated as i32;
+            c
+        };
+        // Two starts failed (created, never started), then one ran: the newest dead one stays.
+        let sandboxes = [sandbox("s", 1, true)];
+        let containers = [
+            created("a0", "app", 1),
+            created("a1", "app", 2),
+            container("a2", "s", "app", 3, true),
+            container("b0", "s", "side", 1, false),
+        ];
+        let p = plan(&sandboxes, &containers);
+        assert_eq!(p.remove_containers, ["a0"]);
+        assert!(p.remove_sandboxes.is_empty() && p.stop_sandboxes.is_empty());
+        // A crash loop: exited instances beyond the newest go, oldest first.
+        let containers = [
+            container("c0", "s", "app", 1, false),
+            container("c1", "s", "app", 2, false),
+            container("c2", "s", "app", 3, false),
+        ];
+        assert_eq!(
+            plan(&sandboxes, &containers).remove_containers,
+            ["c0", "c1"]
+        );
+        // One dead instance beside the running one: nothing to do.
+        let containers = [
+            container("d0", "s", "app", 1, false),
+            container("d1", "s", "app", 2, true),
+        ];
+        assert_eq!(plan(&sandboxes, &containers), Plan::default());
     }
 }

@@ -7,13 +7,22 @@ use swiftlet_tests::Runtime;
 use swiftlet_tests::chaos::{self, Outcome};
 
 const USAGE: &str =
-    "usage: swiftlet-chaos [--scenario kill9] [--seed N] [--rounds N] [--pods N] [--json]
+    "usage: swiftlet-chaos [--scenario NAME] [--seed N] [--rounds N] [--pods N] [--json]
 
-Scenarios:
-  kill9   kill -9 of the agent at random instants during manifest churn (create, update,
-          delete), restarting it each round; the invariant must hold within 60 s of each restart
+Scenarios (default: all of them):
+  kill9       kill -9 of the agent at random instants during manifest churn (create, update,
+              delete), restarting it each round; the invariant must hold within 60 s of each
+              restart
+  sigterm     SIGTERM in the middle of a burst of changes; the agent must exit within 10 s,
+              then it is restarted and must converge
+  hostile     hostile manifest-URL bodies and manifest files beside good pods: each counted as
+              a config error, no good pod restarted, peak RSS measured
+  cri-faults  the agent talks to the runtime through a fault-injecting CRI proxy with
+              --runtime-request-timeout 5s; each round delays, fails or hangs one CRI method
+              for 2-5 s during churn, and the invariant must hold within 60 s after
 
-Every scenario prints its seed; --seed replays the same choices.";
+Every scenario prints its seed; --seed replays the same choices.
+";
 
 struct Args {
     scenario: String,
@@ -54,7 +63,7 @@ fn number<T: std::str::FromStr>(s: &str, flag: &str) -> Result<T, String> {
 fn report(o: &Outcome, json: bool) {
     let show = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
     println!(
-        "{:<8} seed {:<20} faults {:>3}  changes {:>4}  fault p50 {:>8} max {:>8}  \
+        "{:<10} seed {:<20} faults {:>3}  changes {:>4}  fault p50 {:>8} max {:>8}  \
          converged p50 {:>8} max {:>8}  {}",
         o.scenario,
         o.seed,
@@ -95,10 +104,11 @@ fn main() -> ExitCode {
         args.scenario, args.seed, args.rounds, args.pods
     );
     let scenarios: &[&str] = match args.scenario.as_str() {
-        "all" => &["kill9", "sigterm", "hostile"],
+        "all" => &["kill9", "sigterm", "hostile", "cri-faults"],
         "kill9" => &["kill9"],
         "sigterm" => &["sigterm"],
         "hostile" => &["hostile"],
+        "cri-faults" => &["cri-faults"],
         other => {
             eprintln!("swiftlet-chaos: unknown scenario {other:?}\n\n{USAGE}");
             return ExitCode::from(2);
@@ -109,6 +119,26 @@ fn main() -> ExitCode {
         let outcome = match *name {
             "kill9" => chaos::kill9_churn(runtime, args.seed, args.rounds, args.pods),
             "sigterm" => chaos::sigterm_burst(runtime, args.seed, args.rounds, args.pods),
+            "cri-faults" => {
+                let (outcome, report) =
+                    chaos::cri_faults(runtime, args.seed, args.rounds, args.pods);
+                for (i, r) in report.rounds.iter().enumerate() {
+                    println!(
+                        "  round {i:>3}: {:<16} {:<24} calls disturbed {:>3}",
+                        r.method, r.fault, r.disturbed
+                    );
+                }
+                println!(
+                    "  deadlines exceeded: {} (hung calls {}) {:?}",
+                    report.deadlines_exceeded(),
+                    report.hung_calls(),
+                    report.deadline_exceeded
+                );
+                if args.json {
+                    println!("{}", serde_json::to_string(&report).unwrap_or_default());
+                }
+                outcome
+            }
             _ => {
                 // The whole set of inputs once (about a minute); --rounds is for the others.
                 let (outcome, inputs) = chaos::hostile_input(runtime, args.seed, 1);
