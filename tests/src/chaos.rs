@@ -301,6 +301,19 @@ impl Ctx {
         } else {
             self.rng.below(3)
         };
+        self.change(op);
+    }
+
+    /// Replaces one pod by a new one (an update to a new UID: its containers are stopped, a new
+    /// sandbox and containers are created and started), or creates one when there is none.
+    pub fn replace_one(&mut self) {
+        self.change(u64::from(!self.desired.is_empty()));
+    }
+
+    /// Makes change `op`: 0 creates a pod, 1 updates one, anything else deletes one.
+    fn change(&mut self, op: u64) {
+        let names: Vec<String> = self.desired.keys().cloned().collect();
+        let op = if names.is_empty() { 0 } else { op };
         self.changes += 1;
         let pick = |rng: &mut Rng| {
             names[usize::try_from(rng.below(names.len() as u64)).unwrap_or(0)].clone()
@@ -498,20 +511,21 @@ impl CriFaultReport {
 }
 
 /// The fault of one `cri-faults` round, chosen by the seed: a method of [`CRI_FAULT_METHODS`]
-/// and a delay of 0.5-8 s (every call), an Unavailable, Internal or DeadlineExceeded error (half
-/// the calls), or a hang of the next call.
+/// and a delay of 0.5-8 s (every call), an Unavailable, Internal or DeadlineExceeded error (three
+/// calls in four), or a hang of the next call.
 fn pick_cri_fault(rng: &mut Rng) -> (&'static str, Fault, Share) {
     let method =
         CRI_FAULT_METHODS[usize::try_from(rng.below(CRI_FAULT_METHODS.len() as u64)).unwrap_or(0)];
-    let half = Share::PerMillion(500_000);
-    let (fault, share) = match rng.below(5) {
+    let most = Share::PerMillion(750_000);
+    let (fault, share) = match rng.below(6) {
         0 => (
             Fault::Delay(Duration::from_millis(500 + rng.below(7_500))),
             Share::ALL,
         ),
-        1 => (Fault::Fail(tonic::Code::Unavailable), half),
-        2 => (Fault::Fail(tonic::Code::Internal), half),
-        3 => (Fault::Fail(tonic::Code::DeadlineExceeded), half),
+        1 => (Fault::Fail(tonic::Code::Unavailable), most),
+        2 => (Fault::Fail(tonic::Code::Internal), most),
+        3 => (Fault::Fail(tonic::Code::DeadlineExceeded), most),
+        // Twice as likely as each other fault: the one only a deadline ends.
         _ => (Fault::Hang, Share::Next(1)),
     };
     (method, fault, share)
@@ -519,8 +533,8 @@ fn pick_cri_fault(rng: &mut Rng) -> (&'static str, Fault, Share) {
 
 /// CRI faults during manifest churn: the agent talks to the runtime through a [`CriProxy`] and
 /// runs with `--runtime-request-timeout` [`CRI_FAULT_REQUEST_TIMEOUT`]. Each round injects one
-/// fault chosen by the seed ([`pick_cri_fault`]) for 2-5 s while making one to three changes,
-/// then removes it (the fault's time is that window); the invariant must then hold within the
+/// fault chosen by the seed ([`pick_cri_fault`]) for 2-5 s while replacing a pod and making zero
+/// to two other changes, then removes it (the fault's time is that window); the invariant must then hold within the
 /// convergence timeout, hung calls having failed at their deadlines.
 pub fn cri_faults(
     runtime: &Runtime,
@@ -549,9 +563,11 @@ pub fn cri_faults(
         let window = Duration::from_millis(2_000 + cx.rng.below(3_000));
         let started = Instant::now();
         proxy.inject(method, fault, share);
-        for _ in 0..=cx.rng.below(3) {
-            cx.churn();
+        // A replaced pod calls every method the faults aim at; then zero to two more changes.
+        cx.replace_one();
+        for _ in 0..cx.rng.below(3) {
             cx.pause(1_000);
+            cx.churn();
         }
         std::thread::sleep(window.saturating_sub(started.elapsed()));
         proxy.clear();

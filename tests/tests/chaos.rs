@@ -78,6 +78,8 @@ fn cri_faults_during_churn_converge_every_round() {
         report.rounds.iter().any(|r| r.disturbed > 0),
         "no fault disturbed a call: {report:#?}"
     );
+    // This seed hangs a StartContainer and a StopContainer.
+    assert!(report.hung_calls() >= 1, "no call hung: {report:#?}");
     assert!(
         report.deadlines_exceeded() >= report.hung_calls(),
         "a hung call did not end at its deadline: {report:#?}"
