@@ -199,7 +199,9 @@ pub trait PodSyncer: Send + Sync + 'static {
     /// Brings the runtime in line with the pod and refreshes its status. `cancel` fires when the
     /// pod starts terminating: the sync should stop at its next safe point. CRI calls already sent
     /// must be let finish (as the kubelet runs the runtime's SyncPod without cancellation): a
-    /// RunPodSandbox cut off mid-way leaves runc's cgroups behind.
+    /// RunPodSandbox cut off mid-way leaves runc's cgroups behind. Each call still ends by its
+    /// deadline (`--runtime-request-timeout`, see `cri`), so a runtime that never answers fails
+    /// the sync instead of holding the worker.
     fn sync_pod(
         &self,
         uid: &str,
