@@ -184,7 +184,15 @@ impl Manager {
             .pod_state_counted(uid, "kill")
             .await
             .map_err(Self::cri_err(name))?;
-        self.stop_runtime_pod(name, &state, grace, false).await
+        self.stop_runtime_pod(name, &state, grace, false).await?;
+        // Nothing will run in the pod again: its volumes go (a hostPath is left as it is).
+        let (pods_dir, uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
+        match tokio::task::spawn_blocking(move || crate::volume::tear_down(&pods_dir, &uid)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(pod = %name, error = %e, "tearing down volumes"),
+            Err(e) => tracing::warn!(pod = %name, %e, "tearing down volumes"),
+        }
+        Ok(())
     }
 
     /// [`Manager::kill_pod`] for a known pod: the grace period is `grace_override`, else the pod's
@@ -220,10 +228,12 @@ impl Manager {
                     .pod_logs_dir
                     .join(format!("{}_{}_{}", m.namespace, m.name, m.uid))
             })
-            .chain(std::iter::once(self.cfg.pods_dir.join(uid)))
             .collect();
-        // A log directory can hold many files: removed on a blocking thread.
+        // A log directory can hold many files: removed on a blocking thread. The pod's own
+        // directory (volumes, termination message files) goes once its volumes are torn down;
+        // what cannot be torn down is left for housekeeping's orphan pass to try again.
         let pod = name.to_owned();
+        let (pods_dir, pod_uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
         let removed = tokio::task::spawn_blocking(move || {
             for dir in dirs {
                 if let Err(e) = std::fs::remove_dir_all(&dir)
@@ -231,6 +241,9 @@ impl Manager {
                 {
                     tracing::warn!(%pod, dir = %dir.display(), %e, "removing pod log directory");
                 }
+            }
+            if let Err(e) = crate::volume::remove_pod_dir(&pods_dir, &pod_uid) {
+                tracing::warn!(%pod, error = %e, "removing the pod's directory");
             }
         });
         if let Err(e) = removed.await {

@@ -98,6 +98,13 @@ pub enum Error {
         /// then does the status show it waiting with this error, as the kubelet shows it.
         restarts: bool,
     },
+    /// A volume could not be set up or mounted (`volume::Error` says which and why).
+    #[error("pod {pod}: {source}")]
+    Volume {
+        pod: String,
+        #[source]
+        source: crate::volume::Error,
+    },
     #[error("pod {0} has no spec")]
     NoSpec(String),
     /// `spec.runtimeClassName` names no RuntimeClass swiftlet can read: no sandbox is created.
@@ -125,6 +132,7 @@ impl Error {
             Error::Unsupported { .. } | Error::InvalidHook { .. } => "CreateContainerConfigError",
             Error::PostStartHook { .. } => "PostStartHookError",
             Error::Refused { refusal, .. } => refusal.reason(),
+            Error::Volume { source, .. } => source.reason(),
             // The kubelet's status while the sandbox cannot be created; the message says why.
             Error::RuntimeClass { .. } => "ContainerCreating",
             _ => "CreateContainerError",

@@ -453,15 +453,27 @@ impl Manager {
             labels::CONTAINER_RESOURCES.to_owned(),
             cm::resources_label(&resources),
         );
-        let mounts = self
-            .termination_message_mount(uid, c, restart_count)
-            .map_err(|source| Error::TerminationMessage {
-                pod: name.clone(),
-                container: c.name.clone(),
-                source,
-            })?
-            .into_iter()
-            .collect();
+        let volume_err = |source| Error::Volume {
+            pod: name.clone(),
+            source,
+        };
+        let volumes = pod
+            .spec
+            .as_ref()
+            .map(crate::volume::plan)
+            .transpose()
+            .map_err(volume_err)?
+            .unwrap_or_default();
+        let mut mounts = crate::volume::container_mounts(&self.cfg.pods_dir, uid, &volumes, c)
+            .map_err(volume_err)?;
+        mounts.extend(
+            self.termination_message_mount(uid, c, restart_count)
+                .map_err(|source| Error::TerminationMessage {
+                    pod: name.clone(),
+                    container: c.name.clone(),
+                    source,
+                })?,
+        );
         Ok(api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
                 name: c.name.clone(),
