@@ -349,3 +349,63 @@ fn a_volume_that_cannot_be_set_up_keeps_the_pod_waiting_with_the_reason() {
     std::fs::create_dir(&file).expect("mkdir");
     running(&agent, "mismatch");
 }
+
+#[test]
+fn the_example_pod_with_volumes_does_what_its_comment_says() {
+    let Some(agent) = start_agent("volumes-example") else {
+        return;
+    };
+    let path = xtask::workspace_root().join("examples/pods/50-volumes.yaml");
+    let manifest = std::fs::read_to_string(&path).expect("the example");
+    agent.write_manifest("volumes.yaml", &manifest);
+    let pod = agent.static_pod_name("volumes");
+    agent.wait_for(|l| l.is_running(&pod), TIMEOUT);
+    let demo = Path::new("/tmp/swiftlet-demo");
+    let hostname = std::fs::read_to_string("/etc/hostname").expect("hostname");
+    // The reader copies what the writer left in the shared emptyDir (through a subPath) to the
+    // hostPath, with the node's hostname the writer read from its read-only mount.
+    agent.eventually("the message on the node", TIMEOUT, || {
+        let msg = std::fs::read_to_string(demo.join("last-message")).map_err(|e| e.to_string())?;
+        msg.trim_end()
+            .ends_with(&format!("from {}", hostname.trim()))
+            .then_some(())
+            .ok_or(msg)
+    });
+    agent.eventually("the cache's size on the node", TIMEOUT, || {
+        let df = std::fs::read_to_string(demo.join("cache-size")).map_err(|e| e.to_string())?;
+        (df.split_whitespace().nth(1) == Some("16384"))
+            .then_some(())
+            .ok_or(df)
+    });
+}
+
+#[test]
+fn a_finished_pod_kept_for_its_status_has_its_volumes_torn_down() {
+    let Some(agent) = start_agent("volumes-finished") else {
+        return;
+    };
+    let spec = "  restartPolicy: Never
+  volumes:
+  - {name: mem, emptyDir: {medium: Memory}}
+";
+    let mounts = "    volumeMounts:
+    - {name: mem, mountPath: /mem}
+";
+    agent.write_manifest(
+        "done.yaml",
+        &agent.busybox_pod("done", spec, "echo x > /mem/f && sleep 1", mounts),
+    );
+    let pod = agent.static_pod_name("done");
+    let list = agent.wait_for(|l| l.phase(&pod) == Some("Succeeded"), TIMEOUT);
+    let uid = list.uid(&pod).expect("uid").to_owned();
+    let volumes = agent.root_dir().join("pods").join(&uid).join("volumes");
+    agent.eventually("the finished pod's volumes to go", TIMEOUT, || {
+        let mounts = mounts_below(agent.root_dir());
+        match (mounts.is_empty(), volumes.exists()) {
+            (true, false) => Ok(()),
+            _ => Err(format!("mounts {mounts:?}, {} there", volumes.display())),
+        }
+    });
+    // The pod itself stays, for its status.
+    assert_eq!(agent.pods().phase(&pod), Some("Succeeded"));
+}
