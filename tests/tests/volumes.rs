@@ -189,7 +189,19 @@ fn volumes_hold_what_the_pod_asks_for_seen_from_inside_and_go_with_the_pod() {
         .join(&uid)
         .join("volumes/kubernetes.io~empty-dir");
     assert_holds(&empty_dirs.join("shared/note"), "written-by-main\n");
-    assert_eq!(mounts_below(agent.root_dir()).len(), 1, "the tmpfs");
+    // On the node: the tmpfs, and the subPath bound below volume-subpaths as the kubelet binds it.
+    let mut mounts = mounts_below(agent.root_dir());
+    mounts.sort();
+    let root = agent.root_dir().canonicalize().expect("canonical");
+    let pod_dir = root.join("pods").join(&uid);
+    assert_eq!(
+        mounts,
+        [
+            pod_dir.join("volume-subpaths/shared/main/4"),
+            pod_dir.join("volumes/kubernetes.io~empty-dir/mem"),
+        ]
+        .map(|p| p.display().to_string()),
+    );
 
     // Deleted: nothing of the volumes is left, the hostPath content is.
     agent.remove_manifest("inside.yaml");

@@ -21,6 +21,9 @@ pub use mountinfo::{MountPoint, mount_points};
 pub use remove::{remove_pod_dir, tear_down};
 pub use setup::{Context, set_up};
 
+/// The directory below `<pod>` where subPaths are bound (the kubelet's name).
+pub const SUBPATHS_DIR: &str = "volume-subpaths";
+
 /// The kubelet's directory name of the emptyDir plugin below `<pod>/volumes`.
 pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
 
@@ -358,8 +361,10 @@ fn propagation(
 
 /// The CRI mounts of container `c`'s `volumeMounts`, in their order: each volume's host path
 /// (see [`Volume::host_path`]), or for a subPath the path inside it (created as a directory with
-/// the volume's mode when missing; symlinks followed only while they stay inside the volume).
-/// The volumes must have been set up ([`set_up`]).
+/// the volume's mode when missing; symlinks followed only while they stay inside the volume),
+/// bound by file descriptor below `<pod>/volume-subpaths` as the kubelet binds it, so that no
+/// symlink swapped in after the check can redirect the runtime's mount. The volumes must have
+/// been set up ([`set_up`]). Blocking (mounts).
 pub fn container_mounts(
     pods_dir: &Path,
     uid: &str,
@@ -368,19 +373,25 @@ pub fn container_mounts(
 ) -> Result<Vec<api::Mount>> {
     check_mounts(volumes, c)?;
     let mut out = Vec::new();
-    for m in c.volume_mounts.iter().flatten() {
+    for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
         let Some(v) = volumes.iter().find(|v| v.name == m.name) else {
             continue; // checked above
         };
         let base = v.host_path(pods_dir, uid);
         let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
             None => base,
-            Some(sub) => setup::sub_path(&base, sub).map_err(|why| {
-                Error::Invalid(format!(
-                    "container {}: volumeMount {:?}: subPath {sub:?}: {why}",
-                    c.name, m.name
-                ))
-            })?,
+            Some(sub) => {
+                let target = setup::sub_path_target(pods_dir, uid, &v.name, &c.name, index);
+                setup::sub_path(&base, sub)
+                    .and_then(|resolved| setup::bind_sub_path(&base, &resolved, &target))
+                    .map_err(|why| {
+                        Error::Invalid(format!(
+                            "container {}: volumeMount {:?}: subPath {sub:?}: {why}",
+                            c.name, m.name
+                        ))
+                    })?;
+                target
+            }
         };
         let propagation = propagation(m, privileged(c)).map_err(Error::Invalid)?;
         out.push(api::Mount {

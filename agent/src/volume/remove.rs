@@ -17,39 +17,60 @@ fn teardown_err(path: &Path) -> impl Fn(String) -> Error + '_ {
     }
 }
 
-/// Unmounts pod `uid`'s tmpfs volumes and removes `<pods_dir>/<uid>/volumes`. Refuses (leaving
-/// everything in place) when a mount point below it is not one of its emptyDir tmpfs mounts.
-/// Nothing to do is success. Blocking.
+/// Unmounts pod `uid`'s subPath binds and tmpfs volumes and removes
+/// `<pods_dir>/<uid>/volume-subpaths` and `<pods_dir>/<uid>/volumes`. Refuses (leaving
+/// everything below in place) when a mount point there is not one swiftlet made. Nothing to do
+/// is success. Blocking.
 pub fn tear_down(pods_dir: &Path, uid: &str) -> Result<()> {
-    let dir = volumes_dir(pods_dir, uid);
+    // A subPath bind: exactly `<volume>/<container>/<index>` below the subpaths dir.
+    let sub_paths = pods_dir.join(uid).join(super::SUBPATHS_DIR);
+    unmount_ours_and_remove(&sub_paths, "subPath bind", |dir, m| {
+        let up3 = m
+            .path
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::parent);
+        up3 == Some(dir)
+    })?;
+    // A Memory emptyDir: a tmpfs right on the volume's directory.
+    unmount_ours_and_remove(&volumes_dir(pods_dir, uid), "tmpfs", |dir, m| {
+        m.fs_type == "tmpfs" && m.path.parent() == Some(setup::empty_dir_plugin(dir).as_path())
+    })
+}
+
+/// Unmounts the mount points below `dir` that `ours(canonical dir, mount)` says swiftlet made,
+/// deepest first, then removes `dir`; any other mount point there stops it before anything is
+/// unmounted or removed.
+fn unmount_ours_and_remove(
+    dir: &Path,
+    what: &str,
+    ours: impl Fn(&Path, &MountPoint) -> bool,
+) -> Result<()> {
     let dir = match dir.canonicalize() {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(teardown_err(&dir)(e.to_string())),
+        Err(e) => return Err(teardown_err(dir)(e.to_string())),
     };
     let err = teardown_err(&dir);
-    let plugin = setup::empty_dir_plugin(&dir);
     let mounts =
         mountinfo::mount_points().map_err(|e| err(format!("reading the mount table: {e}")))?;
     let found = mountinfo::below(&mounts, &dir);
-    if let Some(other) = found
-        .iter()
-        .find(|m| m.fs_type != "tmpfs" || m.path.parent() != Some(plugin.as_path()))
-    {
+    if let Some(other) = found.iter().find(|m| !ours(&dir, m)) {
         return Err(Error::TearDown {
             path: other.path.clone(),
             message: format!(
-                "a {} mount point swiftlet did not make is below the pod's volumes: left in place",
-                other.fs_type
+                "a {} mount point swiftlet did not make is below {}: left in place",
+                other.fs_type,
+                dir.display()
             ),
         });
     }
     for m in found {
         unmount(&m.path).map_err(|e| Error::TearDown {
             path: m.path.clone(),
-            message: format!("unmounting the tmpfs: {e}"),
+            message: format!("unmounting the {what}: {e}"),
         })?;
-        tracing::info!(dir = %m.path.display(), "tmpfs volume unmounted");
+        tracing::info!(dir = %m.path.display(), "{what} unmounted");
     }
     remove_tree(&dir)
 }
@@ -67,9 +88,18 @@ pub fn remove_pod_dir(pods_dir: &Path, uid: &str) -> Result<()> {
 }
 
 pub(super) fn unmount(path: &Path) -> std::io::Result<()> {
+    umount(path, libc::UMOUNT_NOFOLLOW)
+}
+
+/// Detaches a subPath bind an old container instance may still hold.
+pub(super) fn unmount_detached(path: &Path) -> std::io::Result<()> {
+    umount(path, libc::UMOUNT_NOFOLLOW | libc::MNT_DETACH)
+}
+
+fn umount(path: &Path, flags: libc::c_int) -> std::io::Result<()> {
     let target = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
     // SAFETY: a NUL-terminated path alive for the call.
-    let rc = unsafe { libc::umount2(target.as_ptr(), libc::UMOUNT_NOFOLLOW) };
+    let rc = unsafe { libc::umount2(target.as_ptr(), flags) };
     if rc == 0 {
         Ok(())
     } else {

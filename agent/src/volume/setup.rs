@@ -251,6 +251,136 @@ pub(super) fn sub_path(base: &Path, sub: &str) -> std::result::Result<PathBuf, S
     Ok(cur)
 }
 
+/// Where the subPath mount `index` of container `container` of volume `volume` is bound:
+/// `<pods_dir>/<uid>/volume-subpaths/<volume>/<container>/<index>` (the kubelet's place).
+pub(super) fn sub_path_target(
+    pods_dir: &Path,
+    uid: &str,
+    volume: &str,
+    container: &str,
+    index: usize,
+) -> PathBuf {
+    pods_dir
+        .join(uid)
+        .join(super::SUBPATHS_DIR)
+        .join(volume)
+        .join(container)
+        .join(index.to_string())
+}
+
+/// Binds `resolved` (a path inside volume `base` that [`sub_path`] resolved and checked) onto
+/// `target`, as the kubelet does: the path is opened one component at a time from the volume's
+/// root without following any symlink (one put in place since the check is refused), and what
+/// was opened, by its file descriptor, is what gets mounted. The runtime then mounts `target`,
+/// which no container can redirect. A bind left on `target` by an earlier instance of the
+/// container is replaced.
+pub(super) fn bind_sub_path(
+    base: &Path,
+    resolved: &Path,
+    target: &Path,
+) -> std::result::Result<(), String> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let root = base
+        .canonicalize()
+        .map_err(|e| format!("volume path {}: {e}", base.display()))?;
+    let rel = resolved
+        .strip_prefix(&root)
+        .map_err(|_| format!("{} is outside the volume", resolved.display()))?;
+    let open = |at: libc::c_int, name: &std::ffi::CStr| -> std::io::Result<OwnedFd> {
+        // SAFETY: a NUL-terminated name alive for the call; the fd returned is owned here.
+        let fd = unsafe {
+            libc::openat(
+                at,
+                name.as_ptr(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: `st` is written by fstat before it is read.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(std::io::Error::other("is a symlink"));
+        }
+        Ok(fd)
+    };
+    let cstr = |b: &[u8]| CString::new(b).map_err(|_| "a path with a NUL byte".to_owned());
+    use std::os::unix::ffi::OsStrExt;
+    let mut fd = open(libc::AT_FDCWD, &cstr(root.as_os_str().as_bytes())?)
+        .map_err(|e| format!("opening {}: {e}", root.display()))?;
+    let mut at = root.clone();
+    for comp in rel.components() {
+        at.push(comp);
+        fd = open(fd.as_raw_fd(), &cstr(comp.as_os_str().as_bytes())?)
+            .map_err(|e| format!("opening {} without following symlinks: {e}", at.display()))?;
+    }
+    let is_dir = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| format!("{}: {e}", resolved.display()))?
+        .is_dir();
+    prepare_target(target, is_dir).map_err(|e| format!("{}: {e}", target.display()))?;
+    let source = cstr(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_bytes())?;
+    let dest = cstr(target.as_os_str().as_bytes())?;
+    // SAFETY: NUL-terminated strings alive for the call; no data for a bind mount.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            dest.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!(
+            "binding {} to {}: {e}",
+            resolved.display(),
+            target.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Makes `target` an unmounted directory (`dir`) or empty file to bind onto: a bind an earlier
+/// container instance left there is detached first (what it showed stays in the volume).
+fn prepare_target(target: &Path, dir: bool) -> std::io::Result<()> {
+    if let Some(parent) = target.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(parent)?;
+    }
+    let canonical = target.parent().map(|p| p.canonicalize()).transpose()?;
+    let full = canonical.map(|p| p.join(target.file_name().unwrap_or_default()));
+    let mounts = mountinfo::mount_points()?;
+    for _ in mounts.iter().filter(|m| Some(&m.path) == full.as_ref()) {
+        super::remove::unmount_detached(target)?;
+    }
+    match std::fs::symlink_metadata(target) {
+        Ok(m) if m.is_dir() == dir && !m.file_type().is_symlink() => return Ok(()),
+        Ok(m) if m.is_dir() => std::fs::remove_dir(target)?,
+        Ok(_) => std::fs::remove_file(target)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    if dir {
+        std::fs::DirBuilder::new().mode(0o750).create(target)
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .open(target)
+            .map(drop)
+    }
+}
+
 /// The emptyDir plugin directory of a pod's volumes dir (for tear-down).
 pub(super) fn empty_dir_plugin(volumes_dir: &Path) -> PathBuf {
     volumes_dir.join(EMPTY_DIR_PLUGIN)

@@ -195,7 +195,9 @@ fn mounts_are_checked_against_the_volumes() {
 
 #[test]
 fn the_mount_list_maps_read_only_sub_paths_and_propagation() {
-    let pods = tempfile::tempdir().expect("tempdir");
+    let Some(pods) = pods_dir_for_mounts() else {
+        return;
+    };
     let host = tempfile::tempdir().expect("tempdir");
     let vols = two_volumes(host.path());
     set_up(pods.path(), "u1", &vols, Context::default()).expect("set up");
@@ -247,7 +249,7 @@ fn the_mount_list_maps_read_only_sub_paths_and_propagation() {
             ),
             (
                 "/sub",
-                s(&scratch_c.join("a/b")),
+                s(&pods.path().join("u1/volume-subpaths/scratch/c/2")),
                 false,
                 P::PropagationPrivate as i32,
                 true
@@ -268,6 +270,25 @@ fn the_mount_list_maps_read_only_sub_paths_and_propagation() {
         .mode();
     assert_eq!(mode & 0o777, 0o777);
     assert!(host_c.exists());
+    // The subPath is bound where the runtime is told to look: what is written there is in the
+    // volume.
+    let bound = pods.path().join("u1/volume-subpaths/scratch/c/2");
+    std::fs::write(bound.join("f"), "through the bind").expect("write");
+    assert_eq!(
+        std::fs::read_to_string(scratch_c.join("a/b/f")).expect("in the volume"),
+        "through the bind"
+    );
+    // A second start of the container replaces its bind rather than stacking one more.
+    container_mounts(pods.path(), "u1", &vols, &c).expect("mounts again");
+    let bound_c = bound.canonicalize().expect("canonical");
+    let binds = || mountinfo::below(&mount_points().expect("mountinfo"), &bound_c).len();
+    assert_eq!(binds(), 1);
+    // Tear-down unmounts the bind before removing anything; the hostPath is left alone.
+    std::fs::write(host.path().join("keep"), "x").expect("write");
+    remove_pod_dir(pods.path(), "u1").expect("torn down");
+    assert_eq!(binds(), 0);
+    assert!(!pods.path().join("u1").exists());
+    assert!(host.path().join("keep").exists());
 }
 
 #[test]
@@ -296,6 +317,17 @@ fn a_sub_path_never_leaves_its_volume() {
     // A file in the way of a directory.
     std::fs::write(vol.path().join("f"), "x").expect("write");
     assert!(setup::sub_path(vol.path(), "f/y").is_err());
+    // A symlink swapped in between the check and the bind: the bind opens the path without
+    // following any symlink, and refuses.
+    std::fs::create_dir_all(vol.path().join("swap/x")).expect("mkdir");
+    let resolved = setup::sub_path(vol.path(), "swap/x").expect("inside");
+    std::fs::rename(vol.path().join("swap"), vol.path().join("swapped")).expect("mv");
+    std::os::unix::fs::symlink(outside.path(), vol.path().join("swap")).expect("symlink");
+    std::fs::create_dir(outside.path().join("x")).expect("mkdir");
+    let target = vol.path().join("never-bound");
+    let why = setup::bind_sub_path(vol.path(), &resolved, &target).expect_err("swapped");
+    assert!(why.contains("without following symlinks"), "{why}");
+    assert!(!target.exists(), "nothing was prepared");
 }
 
 #[test]
