@@ -201,7 +201,7 @@ pub struct Config {
     pub node_name: String,
     pub pod_logs_dir: PathBuf,
     /// `<root-dir>/pods`: per pod (by UID) the files the agent mounts into its containers (the
-    /// termination message files).
+    /// termination message files, emptyDir volumes, subPath binds).
     pub pods_dir: PathBuf,
     /// What the node allows of security contexts.
     pub security: security::Settings,

@@ -146,7 +146,7 @@ pub const POD_SECURITY_CONTEXT: &[(&str, Use)] = &[
     (
         "fsGroupChangePolicy",
         Use::NotForTheNode(
-            "an emptyDir is given to the fsGroup when it is made, empty: both policies give the same result",
+            "an emptyDir's root is given to the fsGroup at each set-up (setgid: what is made in it gets the group)",
         ),
     ),
     ("runAsGroup", Use::Implemented),

@@ -29,8 +29,7 @@ pub fn set_up(pods_dir: &Path, uid: &str, volumes: &[Volume], ctx: Context) -> R
         match &v.source {
             Source::EmptyDir { memory, size_limit } => {
                 let dir = v.host_path(pods_dir, uid);
-                empty_dir(&dir, ctx.fs_group)
-                    .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+                empty_dir(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
                 if *memory {
                     if mounts.is_none() {
                         mounts = Some(
@@ -64,6 +63,10 @@ pub fn set_up(pods_dir: &Path, uid: &str, volumes: &[Volume], ctx: Context) -> R
                         }
                     }
                 }
+                if let Some(gid) = ctx.fs_group {
+                    give_to_fs_group(&dir, gid)
+                        .map_err(|e| fail(format!("fsGroup {gid} on {}: {e}", dir.display())))?;
+                }
             }
             Source::HostPath { path, kind } => check_host_path(path, *kind).map_err(fail)?,
         }
@@ -71,9 +74,9 @@ pub fn set_up(pods_dir: &Path, uid: &str, volumes: &[Volume], ctx: Context) -> R
     Ok(())
 }
 
-/// An emptyDir's directory: made with mode 0777 whatever the umask (as the kubelet makes it),
-/// with `fs_group` its group, setgid and group rwx.
-fn empty_dir(dir: &Path, fs_group: Option<i64>) -> std::io::Result<()> {
+/// An emptyDir's directory: made with mode 0777 whatever the umask (as the kubelet makes it).
+/// One that exists is left as the pod left it.
+fn empty_dir(dir: &Path) -> std::io::Result<()> {
     if let Some(parent) = dir.parent() {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -81,23 +84,26 @@ fn empty_dir(dir: &Path, fs_group: Option<i64>) -> std::io::Result<()> {
             .create(parent)?;
     }
     match std::fs::DirBuilder::new().mode(0o777).create(dir) {
-        Ok(()) => {}
+        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let meta = std::fs::symlink_metadata(dir)?;
-            if !meta.is_dir() {
-                return Err(std::io::Error::other("exists and is not a directory"));
+            if std::fs::symlink_metadata(dir)?.is_dir() {
+                Ok(())
+            } else {
+                Err(std::io::Error::other("exists and is not a directory"))
             }
-            return Ok(()); // set up before: left as the pod left it
         }
-        Err(e) => return Err(e),
+        Err(e) => Err(e),
     }
-    let mut mode = 0o777;
-    if let Some(gid) = fs_group {
-        let gid = u32::try_from(gid).map_err(|_| std::io::Error::other("fsGroup out of range"))?;
-        std::os::unix::fs::chown(dir, None, Some(gid))?;
-        mode |= 0o2000;
-    }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+}
+
+/// Gives an emptyDir's root (the directory, or the tmpfs mounted on it) to the pod's `fsGroup`
+/// as the kubelet's volume ownership does: that group, group rwx, setgid (files made in it get
+/// the group). At each set-up, as the kubelet applies it at each mount.
+fn give_to_fs_group(dir: &Path, gid: i64) -> std::io::Result<()> {
+    let gid = u32::try_from(gid).map_err(|_| std::io::Error::other("fsGroup out of range"))?;
+    std::os::unix::fs::chown(dir, None, Some(gid))?;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o2070))
 }
 
 pub(super) fn mount_tmpfs(dir: &Path, size: u64) -> std::io::Result<()> {

@@ -421,8 +421,23 @@ fn tear_down_removes_disk_volumes_and_never_follows_symlinks() {
     let host = tempfile::tempdir().expect("tempdir");
     std::fs::write(host.path().join("host-data"), "host data").expect("write");
     let vols = two_volumes(host.path());
-    set_up(pods.path(), "u1", &vols, Context::default()).expect("set up");
+    // SAFETY: geteuid has no preconditions. Only root may give a file to another group.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ctx = Context {
+        fs_group: root.then_some(4321),
+        ..Context::default()
+    };
+    set_up(pods.path(), "u1", &vols, ctx).expect("set up");
     let scratch = vols[0].host_path(pods.path(), "u1");
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&scratch).expect("stat");
+    if root {
+        assert_eq!((meta.gid(), meta.mode() & 0o7777), (4321, 0o2777));
+        // The hostPath is not given to the fsGroup.
+        assert_ne!(std::fs::metadata(host.path()).expect("stat").gid(), 4321);
+    } else {
+        assert_eq!(meta.mode() & 0o7777, 0o777);
+    }
     std::fs::create_dir_all(scratch.join("a/b")).expect("mkdir");
     std::fs::write(scratch.join("a/b/f"), "x").expect("write");
     std::os::unix::fs::symlink(outside.path(), scratch.join("a/link")).expect("symlink");
@@ -478,6 +493,11 @@ fn a_memory_volume_is_a_tmpfs_of_its_size_unmounted_before_removal() {
     let c = std::ffi::CString::new(dir.to_string_lossy().as_bytes()).expect("path");
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
     assert_eq!(st.f_blocks * st.f_frsize, 8 << 20, "sizeLimit is the size");
+    // The tmpfs root (not the directory below it) belongs to the fsGroup, setgid, group rwx.
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&dir).expect("stat");
+    assert_eq!(meta.gid(), 1234);
+    assert_eq!(meta.mode() & 0o2070, 0o2070, "{:o}", meta.mode());
     std::fs::write(dir.join("f"), "in memory").expect("write");
     // Set up again (a restarted agent): not mounted twice, the data stays.
     set_up(pods.path(), "u1", &vols, ctx).expect("set up again");
