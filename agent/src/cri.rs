@@ -143,36 +143,20 @@ pub fn channel(endpoint: &str) -> Result<Channel> {
     )
 }
 
-/// Connections StopContainer calls are spread over. A connection carries at most 100 calls at
-/// once (the HTTP/2 client's limit of concurrent streams while the runtime announces none), and
-/// a StopContainer holds its stream for up to the grace period: on one connection, a pod of
-/// 1,000 containers was stopped 100 at a time, one grace period each. With these (connected only
-/// when first used) up to 1,600 stops run at once, so a pod's containers are all signalled at
-/// its kill and all stopped within one grace period.
-pub const STOP_CONNECTIONS: usize = 16;
-
 /// The timed CRI client. Cheap to clone (tonic channels multiplex).
 #[derive(Clone)]
 pub struct Cri {
     runtime: RuntimeServiceClient<Channel>,
     image: ImageServiceClient<Channel>,
-    /// [`STOP_CONNECTIONS`] lazy connections for StopContainer, taken in turn.
-    stops: std::sync::Arc<[RuntimeServiceClient<Channel>]>,
-    next_stop: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     metrics: Metrics,
 }
 
 impl Cri {
     pub fn new(endpoint: &str, metrics: Metrics) -> Result<Self> {
         let ch = channel(endpoint)?;
-        let stops = (0..STOP_CONNECTIONS)
-            .map(|_| channel(endpoint).map(RuntimeServiceClient::new))
-            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             runtime: RuntimeServiceClient::new(ch.clone()).max_decoding_message_size(64 << 20),
             image: ImageServiceClient::new(ch),
-            stops: stops.into(),
-            next_stop: std::sync::Arc::default(),
             metrics,
         })
     }
@@ -305,10 +289,7 @@ impl Cri {
     }
 
     pub async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<()> {
-        let turn = self
-            .next_stop
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut c = self.stops[turn % self.stops.len()].clone();
+        let mut c = self.runtime.clone();
         let req = cri::StopContainerRequest {
             container_id: id.to_owned(),
             timeout: timeout_secs,
