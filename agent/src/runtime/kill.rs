@@ -1,6 +1,9 @@
 //! Stopping containers and pods: preStop hooks, grace periods, the order of kills.
 use super::*;
 
+/// A pod stop with at least this many containers logs its progress every this many stopped.
+const PROGRESS_EVERY: usize = 100;
+
 impl Manager {
     pub(super) async fn stop_container(&self, pod: &str, id: &str, grace: i64) -> Result<()> {
         match self.cri.stop_container(id, grace.max(MIN_GRACE_SECS)).await {
@@ -122,10 +125,22 @@ impl Manager {
                 }
             });
         }
+        // Every stop runs at once (the kubelet's goroutine per container): each container's
+        // grace period counts from `since`, so the whole pod is down within one grace period
+        // however many containers it has. Progress goes to the log every PROGRESS_EVERY stops.
+        let total = stops.len();
+        if total >= PROGRESS_EVERY {
+            tracing::info!(pod = %name, containers = total, grace, "stopping containers");
+        }
         let mut first_err = None;
+        let mut stopped = 0;
         while let Some(res) = stops.join_next().await {
+            stopped += 1;
             if let Ok(Err(e)) = res {
                 first_err.get_or_insert(e);
+            }
+            if total >= PROGRESS_EVERY && (stopped % PROGRESS_EVERY == 0 || stopped == total) {
+                tracing::info!(pod = %name, stopped, of = total, elapsed = ?since.elapsed(), "containers stopped");
             }
         }
         if let Some(e) = first_err {

@@ -159,7 +159,8 @@ struct StartTarget<'a> {
     pod: &'a Pod,
     name: &'a str,
     uid: &'a str,
-    state: &'a PodState,
+    /// The pod's containers by name, as the sync read them.
+    index: &'a crate::pod::state::ContainerIndex<'a>,
     sandbox_id: &'a str,
     sandbox_config: &'a api::PodSandboxConfig,
     /// Fires when the pod starts terminating: a postStart hook still running is abandoned.

@@ -22,13 +22,11 @@ impl Manager {
         outcome: &mut SyncOutcome,
     ) -> std::result::Result<bool, ()> {
         let hash = hash::container_hash(c);
-        let prev = t.state.newest(&c.name);
+        let instances = t.index.get(&c.name);
+        let prev = instances.newest;
         // The kubelet's doBackOff: from the newest instance that exited, even when a newer one
         // was running (killed for a failed liveness probe, it backs off from its predecessor).
-        let exited = t.state.containers.iter().find(|s| {
-            s.state == api::ContainerState::ContainerExited as i32
-                && s.metadata.as_ref().is_some_and(|m| m.name == c.name)
-        });
+        let exited = instances.newest_exited;
         if let Some(prev) = exited {
             let key = format!("{}_{}_{}", t.uid, c.name, hash::hash_label(hash));
             let now = now_nanos();

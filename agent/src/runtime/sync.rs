@@ -178,11 +178,12 @@ impl Manager {
                 (id, config)
             }
         };
+        let index = state.index();
         let target = StartTarget {
             pod,
             name: &name,
             uid,
-            state: &state,
+            index: &index,
             sandbox_id: &sandbox_id,
             sandbox_config: &sandbox_config,
             cancel,
