@@ -24,4 +24,5 @@ pub mod runtime;
 pub mod server;
 pub mod status;
 pub mod trace;
+pub mod volume;
 pub mod work_queue;

@@ -230,6 +230,9 @@ pub trait PodSyncer: Send + Sync + 'static {
     fn cleanup_orphans(&self, _known: HashSet<String>) {}
 }
 
+/// How often a pod's status is refreshed from the runtime while its kill runs.
+const STATUS_DURING_KILL: Duration = Duration::from_secs(1);
+
 /// The real runtime calls.
 #[derive(Clone)]
 pub struct WorkerContext {
@@ -326,7 +329,24 @@ impl PodSyncer for WorkerContext {
             tracing::info!(pod = %name, grace, "finished pod stopped");
             return Ok(());
         }
-        self.runtime.kill_pod(&name, uid, grace).await?;
+        // Not Ready from now on; the containers show terminated as they stop (the status is
+        // refreshed every STATUS_DURING_KILL while the kill runs).
+        self.status.terminating(uid);
+        let refresh = async {
+            let mut every = tokio::time::interval(STATUS_DURING_KILL);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                if let Ok(state) = self.runtime.pod_state_own_read(uid, "kill").await {
+                    self.status.update(uid, &state, &HashMap::new());
+                }
+            }
+        };
+        // Both run at once; the refresh (possibly mid-read) ends with the kill.
+        tokio::select! {
+            r = self.runtime.kill_pod(&name, uid, grace) => r?,
+            () = refresh => {}
+        }
         self.probes.remove_pod(uid);
         tracing::info!(pod = %name, grace, "pod terminated");
         Ok(())

@@ -885,6 +885,24 @@ impl Agent {
         }
     }
 
+    /// The waiting reason and message of container `main` of static pod `name` (its
+    /// `metadata.name`), once it waits with a message.
+    ///
+    /// # Panics
+    /// When it does not within 60 s.
+    pub fn waiting(&self, name: &str) -> (String, String) {
+        let pod = self.static_pod_name(name);
+        self.eventually("a waiting reason", Duration::from_secs(60), || {
+            let list = self.pods();
+            let w = list
+                .container(&pod, "main")
+                .and_then(|c| c.state.as_ref()?.waiting.clone())
+                .filter(|w| w.message.is_some())
+                .ok_or_else(|| format!("no waiting message: {}", list.summary()))?;
+            Ok((w.reason.unwrap_or_default(), w.message.unwrap_or_default()))
+        })
+    }
+
     /// Waits until `path` no longer exists; `what` names it in the failure message.
     ///
     /// # Panics

@@ -66,4 +66,12 @@ fn example_pods_are_valid_and_use_local_images() {
             .is_some_and(|r| r.requests.is_some() && r.limits.is_some()))),
         "a pod with requests and limits"
     );
+    let volumes = |s: &&k8s_openapi::api::core::v1::PodSpec| {
+        let vs = s.volumes.iter().flatten();
+        vs.clone().any(|v| v.empty_dir.is_some()) && vs.clone().any(|v| v.host_path.is_some())
+    };
+    assert!(
+        specs.iter().any(volumes),
+        "a pod with emptyDir and hostPath volumes"
+    );
 }

@@ -40,19 +40,6 @@ fn running(agent: &Agent, name: &str) -> (String, u32) {
     (uid, pid)
 }
 
-/// The waiting reason and message of container `main` of pod `name`, once it has one.
-fn waiting(agent: &Agent, name: &str) -> (String, String) {
-    let pod = agent.static_pod_name(name);
-    agent.eventually("a waiting reason", TIMEOUT, || {
-        let list = agent.pods();
-        let w = list
-            .container(&pod, "main")
-            .and_then(|c| c.state.as_ref()?.waiting.clone())
-            .ok_or_else(|| format!("no waiting state: {}", list.summary()))?;
-        Ok((w.reason.unwrap_or_default(), w.message.unwrap_or_default()))
-    })
-}
-
 #[test]
 fn a_restricted_pod_runs_as_its_user_without_capabilities_on_a_read_only_root() {
     let Some(agent) = start_agent("security-restricted") else {
@@ -184,13 +171,13 @@ fn what_the_node_does_not_allow_is_refused_with_a_reason() {
             "",
         ),
     );
-    let (reason, message) = waiting(&agent, "nonroot");
+    let (reason, message) = agent.waiting("nonroot");
     assert_eq!(reason, "CreateContainerConfigError");
     assert!(
         message.contains("container has runAsNonRoot and image will run as root"),
         "{message}"
     );
-    let (reason, message) = waiting(&agent, "sysctl");
+    let (reason, message) = agent.waiting("sysctl");
     assert_eq!(reason, "SysctlForbidden");
     assert!(
         message.contains("forbidden sysctl: \"kernel.msgmax\""),

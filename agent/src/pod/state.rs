@@ -2,6 +2,7 @@
 //! read ([`PodState`]) or as the cheap summary a relist compares ([`RelistEntry`]).
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::Pod;
+use std::collections::HashMap;
 
 /// What part a container plays in its pod (stored on it, so a kill knows its turn without the
 /// spec: app and init containers first, sidecars after them in reverse start order).
@@ -60,6 +61,34 @@ impl PodState {
             .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
     }
 
+    /// The instances of every container name, in one pass: what a sync or a status looks up per
+    /// spec container without scanning every container for each (a pod of n containers costs
+    /// O(n), not O(n^2)).
+    pub fn index(&self) -> ContainerIndex<'_> {
+        self.index_where(|_| true)
+    }
+
+    /// [`PodState::index`] over the containers `keep` accepts.
+    pub fn index_where(&self, keep: impl Fn(&api::ContainerStatus) -> bool) -> ContainerIndex<'_> {
+        let mut by_name: HashMap<&str, Instances<'_>> = HashMap::new();
+        // Newest first: the first seen of a name is its newest instance.
+        for c in self.containers.iter().filter(|c| keep(c)) {
+            let Some(m) = c.metadata.as_ref() else {
+                continue;
+            };
+            let e = by_name.entry(m.name.as_str()).or_default();
+            match (e.newest, e.previous) {
+                (None, _) => e.newest = Some(c),
+                (Some(_), None) => e.previous = Some(c),
+                _ => {}
+            }
+            if e.newest_exited.is_none() && c.state == api::ContainerState::ContainerExited as i32 {
+                e.newest_exited = Some(c);
+            }
+        }
+        ContainerIndex { by_name }
+    }
+
     /// Marks running container `id` exited with `code` at `finished_ns` (Unix nanoseconds), as
     /// the kernel saw its main process exit before the runtime recorded it. False (and nothing
     /// changed) when no running container has that id, or when the exit is from before the
@@ -97,6 +126,35 @@ impl PodState {
         entry.sandboxes.sort();
         entry.containers.sort();
         entry
+    }
+}
+
+/// The instances of one container name a pod's state holds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Instances<'a> {
+    /// The newest instance.
+    pub newest: Option<&'a api::ContainerStatus>,
+    /// The one before it.
+    pub previous: Option<&'a api::ContainerStatus>,
+    /// The newest instance that exited (the newest itself, or an older one).
+    pub newest_exited: Option<&'a api::ContainerStatus>,
+}
+
+/// A pod's containers by name ([`PodState::index`]).
+#[derive(Debug, Default)]
+pub struct ContainerIndex<'a> {
+    by_name: HashMap<&'a str, Instances<'a>>,
+}
+
+impl<'a> ContainerIndex<'a> {
+    /// The instances of container `name` (none: every field `None`).
+    pub fn get(&self, name: &str) -> Instances<'a> {
+        self.by_name.get(name).copied().unwrap_or_default()
+    }
+
+    /// The newest instance of container `name`.
+    pub fn newest(&self, name: &str) -> Option<&'a api::ContainerStatus> {
+        self.get(name).newest
     }
 }
 
@@ -185,6 +243,50 @@ mod tests {
             (api::ContainerState::ContainerExited as i32, 3, 5_000)
         );
         assert!(!state.apply_kernel_exit("a", 4, 6_000), "already exited");
+    }
+
+    fn instance(name: &str, id: &str, state: api::ContainerState) -> api::ContainerStatus {
+        api::ContainerStatus {
+            id: id.into(),
+            metadata: Some(api::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            state: state as i32,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_index_finds_the_newest_the_previous_and_the_newest_exited_instance() {
+        use api::ContainerState::{ContainerCreated, ContainerExited, ContainerRunning};
+        let state = PodState {
+            // Newest first.
+            containers: vec![
+                instance("a", "a3", ContainerRunning),
+                instance("b", "b1", ContainerCreated),
+                instance("a", "a2", ContainerCreated),
+                instance("a", "a1", ContainerExited),
+                instance("a", "a0", ContainerExited),
+            ],
+            ..Default::default()
+        };
+        let index = state.index();
+        let id = |c: Option<&api::ContainerStatus>| c.map(|c| c.id.clone());
+        let a = index.get("a");
+        assert_eq!(
+            (id(a.newest), id(a.previous), id(a.newest_exited)),
+            (Some("a3".into()), Some("a2".into()), Some("a1".into()))
+        );
+        assert_eq!(id(index.newest("a")), id(state.newest("a")));
+        let b = index.get("b");
+        assert_eq!(
+            (id(b.newest), id(b.previous), id(b.newest_exited)),
+            (Some("b1".into()), None, None)
+        );
+        assert!(index.get("c").newest.is_none());
+        let only_exited = state.index_where(|c| c.state == ContainerExited as i32);
+        assert_eq!(id(only_exited.newest("a")), Some("a1".into()));
     }
 
     #[test]

@@ -192,7 +192,10 @@ pub fn compute_pod_actions_with(pod: &Pod, state: &PodState, probes: &dyn ProbeV
     let policy = RestartPolicy::of(pod);
     let deleting = pod.metadata.deletion_timestamp.is_some();
     let inits = spec.init_containers.as_deref().unwrap_or_default();
-    let newest = |name: &str| state.newest(name);
+    // One pass over the containers: looking each spec container up by scanning them all would
+    // cost O(n^2) per sync of a pod of n containers.
+    let index = state.index();
+    let newest = |name: &str| index.newest(name);
     let (mut create, mut attempt, sandbox_id) = sandbox_changed(pod, state);
     // Also when the sandbox is to be recreated anyway (e.g. a sync that stopped the old one
     // failed before it started the new one): the cgroups under the old class must still go.

@@ -19,6 +19,7 @@
 //! The same bookkeeping says which pods (or containers) the agent is stopping right now: the
 //! eBPF fast path need not re-read those, the stopping code reads or forgets the pod itself.
 use crate::pod::PodState;
+use k8s_cri::v1 as api;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -62,9 +63,50 @@ pub struct Fresh {
     stopping: HashMap<String, u32>,
     /// Pod UID -> container exits the kernel saw: (container id, exit code, Unix ns).
     exits: HashMap<String, Vec<(String, i32, i64)>>,
+    /// Pod UID -> container id -> its last ContainerStatus read ([`Fresh::reuse_statuses`]).
+    statuses: HashMap<String, HashMap<String, api::ContainerStatus>>,
+}
+
+/// A container state whose ContainerStatus does not change while a listing shows the container
+/// in it: running (until it exits) and exited (for good). Created and unknown ones are asked.
+fn settled(state: i32) -> bool {
+    state == api::ContainerState::ContainerRunning as i32
+        || state == api::ContainerState::ContainerExited as i32
 }
 
 impl Fresh {
+    /// For each listed container of pod `uid` (id and the state the listing shows): the status
+    /// last read for it when that showed the same settled state, else `None` (to be asked). A
+    /// pod of n containers is then read with one ContainerStatus call per container that
+    /// changed, not n per read: the PLEG reads a starting pod on every relist, which made the
+    /// agent's CPU per started container grow with the pod's size.
+    pub fn reuse_statuses<'a>(
+        &self,
+        uid: &str,
+        listed: impl Iterator<Item = (&'a str, i32)>,
+    ) -> Vec<Option<api::ContainerStatus>> {
+        let known = self.statuses.get(uid);
+        listed
+            .map(|(id, state)| {
+                known
+                    .and_then(|k| k.get(id))
+                    .filter(|s| s.state == state && settled(state))
+                    .cloned()
+            })
+            .collect()
+    }
+
+    /// Remembers the statuses of pod `uid`'s containers just read (replacing what was kept, so
+    /// removed containers are forgotten).
+    pub fn remember_statuses(&mut self, uid: &str, statuses: &[api::ContainerStatus]) {
+        let kept = statuses
+            .iter()
+            .filter(|s| settled(s.state))
+            .map(|s| (s.id.clone(), s.clone()))
+            .collect();
+        self.statuses.insert(uid.to_owned(), kept);
+    }
+
     /// A mutation of pod `uid` begins; `kill` when it stops the whole pod. Drops the pod's
     /// stored read.
     pub fn begin(&mut self, uid: &str, kill: bool) {
@@ -215,6 +257,7 @@ impl Fresh {
     /// Forgets pod `uid` (removed from the runtime), unless a mutation of it still runs.
     pub fn forget(&mut self, uid: &str) {
         self.reads.remove(uid);
+        self.statuses.remove(uid);
         self.exits.remove(uid);
         self.used.remove(uid);
         if self.pods.get(uid).is_some_and(|m| m.active == 0) {
@@ -227,6 +270,7 @@ impl Fresh {
     pub fn retain(&mut self, keep: impl Fn(&str) -> bool, listed: ReadToken) {
         let listed = listed.clock;
         self.reads.retain(|uid, _| keep(uid));
+        self.statuses.retain(|uid, _| keep(uid));
         self.exits.retain(|uid, _| keep(uid));
         self.used.retain(|uid, _| keep(uid));
         let recent: std::collections::HashSet<String> = self

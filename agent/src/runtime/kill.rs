@@ -1,6 +1,9 @@
 //! Stopping containers and pods: preStop hooks, grace periods, the order of kills.
 use super::*;
 
+/// A pod stop with at least this many containers logs its progress every this many stopped.
+const PROGRESS_EVERY: usize = 100;
+
 impl Manager {
     pub(super) async fn stop_container(&self, pod: &str, id: &str, grace: i64) -> Result<()> {
         match self.cri.stop_container(id, grace.max(MIN_GRACE_SECS)).await {
@@ -122,10 +125,22 @@ impl Manager {
                 }
             });
         }
+        // Every stop runs at once (the kubelet's goroutine per container): each container's
+        // grace period counts from `since`, so the whole pod is down within one grace period
+        // however many containers it has. Progress goes to the log every PROGRESS_EVERY stops.
+        let total = stops.len();
+        if total >= PROGRESS_EVERY {
+            tracing::info!(pod = %name, containers = total, grace, "stopping containers");
+        }
         let mut first_err = None;
+        let mut stopped = 0;
         while let Some(res) = stops.join_next().await {
+            stopped += 1;
             if let Ok(Err(e)) = res {
                 first_err.get_or_insert(e);
+            }
+            if total >= PROGRESS_EVERY && (stopped % PROGRESS_EVERY == 0 || stopped == total) {
+                tracing::info!(pod = %name, stopped, of = total, elapsed = ?since.elapsed(), "containers stopped");
             }
         }
         if let Some(e) = first_err {
@@ -184,7 +199,15 @@ impl Manager {
             .pod_state_counted(uid, "kill")
             .await
             .map_err(Self::cri_err(name))?;
-        self.stop_runtime_pod(name, &state, grace, false).await
+        self.stop_runtime_pod(name, &state, grace, false).await?;
+        // Nothing will run in the pod again: its volumes go (a hostPath is left as it is).
+        let (pods_dir, uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
+        match tokio::task::spawn_blocking(move || crate::volume::tear_down(&pods_dir, &uid)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(pod = %name, error = %e, "tearing down volumes"),
+            Err(e) => tracing::warn!(pod = %name, %e, "tearing down volumes"),
+        }
+        Ok(())
     }
 
     /// [`Manager::kill_pod`] for a known pod: the grace period is `grace_override`, else the pod's
@@ -220,10 +243,12 @@ impl Manager {
                     .pod_logs_dir
                     .join(format!("{}_{}_{}", m.namespace, m.name, m.uid))
             })
-            .chain(std::iter::once(self.cfg.pods_dir.join(uid)))
             .collect();
-        // A log directory can hold many files: removed on a blocking thread.
+        // A log directory can hold many files: removed on a blocking thread. The pod's own
+        // directory (volumes, termination message files) goes once its volumes are torn down;
+        // what cannot be torn down is left for housekeeping's orphan pass to try again.
         let pod = name.to_owned();
+        let (pods_dir, pod_uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
         let removed = tokio::task::spawn_blocking(move || {
             for dir in dirs {
                 if let Err(e) = std::fs::remove_dir_all(&dir)
@@ -231,6 +256,9 @@ impl Manager {
                 {
                     tracing::warn!(%pod, dir = %dir.display(), %e, "removing pod log directory");
                 }
+            }
+            if let Err(e) = crate::volume::remove_pod_dir(&pods_dir, &pod_uid) {
+                tracing::warn!(%pod, error = %e, "removing the pod's directory");
             }
         });
         if let Err(e) = removed.await {

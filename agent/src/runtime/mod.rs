@@ -98,6 +98,13 @@ pub enum Error {
         /// then does the status show it waiting with this error, as the kubelet shows it.
         restarts: bool,
     },
+    /// A volume could not be set up or mounted (`volume::Error` says which and why).
+    #[error("pod {pod}: {source}")]
+    Volume {
+        pod: String,
+        #[source]
+        source: crate::volume::Error,
+    },
     #[error("pod {0} has no spec")]
     NoSpec(String),
     /// `spec.runtimeClassName` names no RuntimeClass swiftlet can read: no sandbox is created.
@@ -125,6 +132,7 @@ impl Error {
             Error::Unsupported { .. } | Error::InvalidHook { .. } => "CreateContainerConfigError",
             Error::PostStartHook { .. } => "PostStartHookError",
             Error::Refused { refusal, .. } => refusal.reason(),
+            Error::Volume { source, .. } => source.reason(),
             // The kubelet's status while the sandbox cannot be created; the message says why.
             Error::RuntimeClass { .. } => "ContainerCreating",
             _ => "CreateContainerError",
@@ -151,7 +159,8 @@ struct StartTarget<'a> {
     pod: &'a Pod,
     name: &'a str,
     uid: &'a str,
-    state: &'a PodState,
+    /// The pod's containers by name, as the sync read them.
+    index: &'a crate::pod::state::ContainerIndex<'a>,
     sandbox_id: &'a str,
     sandbox_config: &'a api::PodSandboxConfig,
     /// Fires when the pod starts terminating: a postStart hook still running is abandoned.
@@ -193,7 +202,7 @@ pub struct Config {
     pub node_name: String,
     pub pod_logs_dir: PathBuf,
     /// `<root-dir>/pods`: per pod (by UID) the files the agent mounts into its containers (the
-    /// termination message files).
+    /// termination message files, emptyDir volumes, subPath binds).
     pub pods_dir: PathBuf,
     /// What the node allows of security contexts.
     pub security: security::Settings,

@@ -7,7 +7,8 @@ use std::path::Path;
 
 impl Manager {
     /// Removes the pod log directories (`<namespace>_<name>_<uid>` below the pod logs dir) and
-    /// the pod state directories (`<uid>` below `<root-dir>/pods`: termination message files) of
+    /// the pod state directories (`<uid>` below `<root-dir>/pods`: termination message files and
+    /// volumes, torn down first by `volume::remove_pod_dir`, which leaves a mount point alone) of
     /// UIDs `known` says no to that were orphaned at the previous call too; returns how many
     /// were removed. Entries of any other shape, and anything but plain directories, are left
     /// alone. Blocking: call it off the async threads.
@@ -48,7 +49,15 @@ impl Manager {
             } else {
                 "log"
             };
-            match std::fs::remove_dir_all(&dir) {
+            let result = if what == "state" {
+                // Volumes are torn down first; a mount point left below stops the removal.
+                let uid = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                crate::volume::remove_pod_dir(&self.cfg.pods_dir, uid)
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+            } else {
+                std::fs::remove_dir_all(&dir)
+            };
+            match result {
                 Ok(()) => {
                     tracing::info!(dir = %dir.display(), "removed the {what} directory of a pod that is gone");
                     removed += 1;

@@ -249,8 +249,15 @@ impl Manager {
             },
             None => None,
         };
+        let reused = self
+            .fresh()
+            .reuse_statuses(uid, listed.iter().map(|c| (c.id.as_str(), c.state)));
         let mut containers = Vec::with_capacity(listed.len());
-        for c in listed {
+        for (c, known) in listed.iter().zip(reused) {
+            if let Some(st) = known {
+                containers.push(st);
+                continue;
+            }
             match self.cri.container_status(&c.id).await {
                 Ok(Some(st)) => containers.push(st),
                 Ok(None) => {}
@@ -258,6 +265,7 @@ impl Manager {
                 Err(e) => return Err(e),
             }
         }
+        self.fresh().remember_statuses(uid, &containers);
         containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
         let resize_error = self.overlay_resized(uid, &mut containers);
         Ok(PodState {

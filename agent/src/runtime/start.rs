@@ -22,13 +22,11 @@ impl Manager {
         outcome: &mut SyncOutcome,
     ) -> std::result::Result<bool, ()> {
         let hash = hash::container_hash(c);
-        let prev = t.state.newest(&c.name);
+        let instances = t.index.get(&c.name);
+        let prev = instances.newest;
         // The kubelet's doBackOff: from the newest instance that exited, even when a newer one
         // was running (killed for a failed liveness probe, it backs off from its predecessor).
-        let exited = t.state.containers.iter().find(|s| {
-            s.state == api::ContainerState::ContainerExited as i32
-                && s.metadata.as_ref().is_some_and(|m| m.name == c.name)
-        });
+        let exited = instances.newest_exited;
         if let Some(prev) = exited {
             let key = format!("{}_{}_{}", t.uid, c.name, hash::hash_label(hash));
             let now = now_nanos();
@@ -453,15 +451,27 @@ impl Manager {
             labels::CONTAINER_RESOURCES.to_owned(),
             cm::resources_label(&resources),
         );
-        let mounts = self
-            .termination_message_mount(uid, c, restart_count)
-            .map_err(|source| Error::TerminationMessage {
-                pod: name.clone(),
-                container: c.name.clone(),
-                source,
-            })?
-            .into_iter()
-            .collect();
+        let volume_err = |source| Error::Volume {
+            pod: name.clone(),
+            source,
+        };
+        let volumes = pod
+            .spec
+            .as_ref()
+            .map(crate::volume::plan)
+            .transpose()
+            .map_err(volume_err)?
+            .unwrap_or_default();
+        let mut mounts = crate::volume::container_mounts(&self.cfg.pods_dir, uid, &volumes, c)
+            .map_err(volume_err)?;
+        mounts.extend(
+            self.termination_message_mount(uid, c, restart_count)
+                .map_err(|source| Error::TerminationMessage {
+                    pod: name.clone(),
+                    container: c.name.clone(),
+                    source,
+                })?,
+        );
         Ok(api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
                 name: c.name.clone(),

@@ -123,6 +123,8 @@ impl Manager {
             return Ok(outcome);
         }
 
+        // Before the sandbox, as the kubelet waits for a pod's volumes before creating it.
+        self.set_up_volumes(pod, uid, &name).await?;
         let cgroup = self
             .cm
             .ensure_pod_cgroup(pod, uid)
@@ -176,11 +178,12 @@ impl Manager {
                 (id, config)
             }
         };
+        let index = state.index();
         let target = StartTarget {
             pod,
             name: &name,
             uid,
-            state: &state,
+            index: &index,
             sandbox_id: &sandbox_id,
             sandbox_config: &sandbox_config,
             cancel,
@@ -266,5 +269,43 @@ impl Manager {
             self.cri.pod_sandbox_status(id).await.ok().flatten()
         };
         after.sandbox_status.is_some()
+    }
+}
+
+impl Manager {
+    /// Checks the pod's volumes and every container's mounts of them, and sets the volumes up
+    /// (`volume::set_up`, idempotent) on a blocking thread.
+    pub(super) async fn set_up_volumes(&self, pod: &Pod, uid: &str, name: &str) -> Result<()> {
+        let Some(spec) = pod.spec.as_ref() else {
+            return Ok(());
+        };
+        let err = |source| Error::Volume {
+            pod: name.to_owned(),
+            source,
+        };
+        let volumes = crate::volume::plan(spec).map_err(err)?;
+        let init = spec.init_containers.iter().flatten();
+        for c in spec.containers.iter().chain(init) {
+            crate::volume::check_mounts(&volumes, c).map_err(err)?;
+        }
+        if volumes.is_empty() {
+            return Ok(());
+        }
+        let ctx = crate::volume::Context {
+            node_memory: self.cfg.memory_capacity,
+            pod_memory_limit: cm::resource_config_for_pod(pod)
+                .ok()
+                .and_then(|r| r.memory_limit),
+            fs_group: spec.security_context.as_ref().and_then(|s| s.fs_group),
+        };
+        let (pods_dir, uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
+        tokio::task::spawn_blocking(move || crate::volume::set_up(&pods_dir, &uid, &volumes, ctx))
+            .await
+            .map_err(|e| {
+                err(crate::volume::Error::Invalid(format!(
+                    "setting up volumes: {e}"
+                )))
+            })?
+            .map_err(err)
     }
 }

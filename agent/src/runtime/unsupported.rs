@@ -27,7 +27,9 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("affinity", SCHEDULING),
     (
         "automountServiceAccountToken",
-        Use::NotForTheNode("the token comes as a projected volume, and volumes are refused"),
+        Use::NotForTheNode(
+            "the token comes as a projected volume, and projected volumes are refused",
+        ),
     ),
     ("containers", Use::Implemented),
     ("dnsConfig", Use::Refused),
@@ -64,11 +66,15 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("securityContext", Use::Implemented),
     (
         "serviceAccount",
-        Use::NotForTheNode("its token comes as a projected volume, and volumes are refused"),
+        Use::NotForTheNode(
+            "its token comes as a projected volume, and projected volumes are refused",
+        ),
     ),
     (
         "serviceAccountName",
-        Use::NotForTheNode("its token comes as a projected volume, and volumes are refused"),
+        Use::NotForTheNode(
+            "its token comes as a projected volume, and projected volumes are refused",
+        ),
     ),
     ("setHostnameAsFQDN", Use::Refused),
     ("shareProcessNamespace", Use::Implemented),
@@ -76,6 +82,8 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("terminationGracePeriodSeconds", Use::Implemented),
     ("tolerations", SCHEDULING),
     ("topologySpreadConstraints", SCHEDULING),
+    // emptyDir and hostPath are implemented (`crate::volume`); every other type is refused by
+    // `volume::unsupported`, naming it.
     ("volumes", Use::Refused),
 ];
 
@@ -109,6 +117,8 @@ pub const CONTAINER: &[(&str, Use)] = &[
     ("terminationMessagePolicy", Use::Implemented),
     ("tty", Use::Implemented),
     ("volumeDevices", Use::Refused),
+    // readOnly, subPath and mountPropagation are implemented; subPathExpr and recursiveReadOnly
+    // are refused.
     ("volumeMounts", Use::Refused),
     ("workingDir", Use::Implemented),
 ];
@@ -135,14 +145,18 @@ pub const POD_SECURITY_CONTEXT: &[(&str, Use)] = &[
     ("fsGroup", Use::Implemented),
     (
         "fsGroupChangePolicy",
-        Use::NotForTheNode("concerns volumes, which are refused"),
+        Use::NotForTheNode(
+            "an emptyDir's root is given to the fsGroup at each set-up (setgid: what is made in it gets the group)",
+        ),
     ),
     ("runAsGroup", Use::Implemented),
     ("runAsNonRoot", Use::Implemented),
     ("runAsUser", Use::Implemented),
     (
         "seLinuxChangePolicy",
-        Use::NotForTheNode("concerns volumes, which are refused"),
+        Use::NotForTheNode(
+            "the runtime relabels emptyDir mounts (CRI selinux_relabel, as the kubelet asks); hostPath is never relabelled",
+        ),
     ),
     ("seLinuxOptions", Use::Implemented),
     ("seccompProfile", Use::Implemented),
@@ -203,10 +217,7 @@ fn check_spec(spec: &PodSpec) -> Option<String> {
     if spec.subdomain.as_deref().is_some_and(|s| !s.is_empty()) {
         return refused("spec.subdomain (the pod's /etc/hosts is not managed)");
     }
-    if non_empty(&spec.volumes) {
-        return refused("spec.volumes");
-    }
-    None
+    crate::volume::unsupported(spec).map(|what| format!("spec.volumes: {what}"))
 }
 
 fn check_container(c: &Container) -> Option<String> {
@@ -239,10 +250,7 @@ fn check_container(c: &Container) -> Option<String> {
     if non_empty(&c.volume_devices) {
         return Some("volumeDevices".to_owned());
     }
-    if non_empty(&c.volume_mounts) {
-        return Some("volumeMounts".to_owned());
-    }
-    None
+    crate::volume::unsupported_mount(c)
 }
 
 #[cfg(test)]
@@ -377,7 +385,7 @@ mod tests {
             ("subdomain", json!({"subdomain": "s"})),
             (
                 "volumes",
-                json!({"volumes": [{"name": "v", "emptyDir": {}}]}),
+                json!({"volumes": [{"name": "v", "configMap": {"name": "m"}}]}),
             ),
         ];
         for (field, spec) in &pod_cases {
@@ -412,7 +420,7 @@ mod tests {
             ),
             (
                 "volumeMounts",
-                json!({"volumeMounts": [{"name": "v", "mountPath": "/v"}]}),
+                json!({"volumeMounts": [{"name": "v", "mountPath": "/v", "subPathExpr": "$(X)"}]}),
             ),
         ];
         for (field, fields) in &container_cases {
@@ -466,8 +474,59 @@ mod tests {
                 },
                 "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
                 "resources": {"limits": {"cpu": "1"}},
+                "volumeMounts": [
+                    {"name": "scratch", "mountPath": "/s", "subPath": "a", "readOnly": true},
+                    {"name": "mem", "mountPath": "/m", "recursiveReadOnly": "Disabled"},
+                    {"name": "host", "mountPath": "/h", "mountPropagation": "HostToContainer"},
+                ],
             }],
+            "volumes": [
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+                {"name": "host", "hostPath": {"path": "/var/log", "type": "Directory"}},
+            ],
         }));
         assert_eq!(check(&ok), None);
+    }
+
+    #[test]
+    fn every_other_volume_type_is_refused_naming_it() {
+        use serde_json::json;
+        let cases = [
+            ("configMap", json!({"configMap": {"name": "m"}})),
+            ("secret", json!({"secret": {"secretName": "s"}})),
+            ("downwardAPI", json!({"downwardAPI": {"items": []}})),
+            ("projected", json!({"projected": {"sources": []}})),
+            (
+                "persistentVolumeClaim",
+                json!({"persistentVolumeClaim": {"claimName": "c"}}),
+            ),
+            ("nfs", json!({"nfs": {"server": "s", "path": "/"}})),
+            (
+                "emptyDir medium \"HugePages\"",
+                json!({"emptyDir": {"medium": "HugePages"}}),
+            ),
+            (
+                "emptyDir.sizeLimit on disk",
+                json!({"emptyDir": {"sizeLimit": "1Gi"}}),
+            ),
+        ];
+        for (what, source) in cases {
+            let mut v = json!({"name": "v"});
+            for (k, val) in source.as_object().expect("an object") {
+                v[k] = val.clone();
+            }
+            let why = check(&pod(json!({ "volumes": [v] })))
+                .unwrap_or_else(|| panic!("{what} was not refused"));
+            assert!(
+                why.starts_with("spec.volumes: volume \"v\"") && why.contains(what),
+                "{what}: {why}"
+            );
+        }
+        let why = check(&container(json!({"volumeMounts": [
+            {"name": "v", "mountPath": "/v", "recursiveReadOnly": "Enabled"}
+        ]})))
+        .expect("refused");
+        assert!(why.contains("recursiveReadOnly"), "{why}");
     }
 }

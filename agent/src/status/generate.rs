@@ -2,6 +2,7 @@
 //! `getPhase`, the pod conditions with their reasons and messages, one status per container,
 //! the resources applied by an in-place resize).
 use crate::pod::is_sidecar;
+use crate::pod::state::{ContainerIndex, Instances};
 use crate::pod::{Phase, PodState, RestartPolicy, deadline, labels};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{
@@ -170,18 +171,14 @@ fn last_log_lines(path: &std::path::Path) -> Option<String> {
 /// container has readiness or startup probes).
 pub(super) fn container_status(
     c: &Container,
-    uid: Option<&String>,
-    state: &PodState,
+    index: &ContainerIndex<'_>,
     waiting: &HashMap<String, (String, String)>,
     default_reason: &str,
     probes: Option<&crate::pod::probe_results::Results>,
 ) -> ContainerStatus {
-    let mut instances = state.containers.iter().filter(|s| {
-        s.metadata.as_ref().is_some_and(|m| m.name == c.name)
-            && s.labels.get(labels::POD_UID) == uid
-    });
-    let newest = instances.next();
-    let previous = instances.next();
+    let Instances {
+        newest, previous, ..
+    } = index.get(&c.name);
     let exited = |n: &api::ContainerStatus| n.state == api::ContainerState::ContainerExited as i32;
     let restart_count = newest
         .and_then(|n| n.annotations.get(labels::CONTAINER_RESTART_COUNT))
@@ -294,6 +291,33 @@ pub(super) fn applied_resources(
     })
 }
 
+/// The reason of the Ready and ContainersReady conditions of a pod being killed.
+pub const TERMINATING_REASON: &str = "PodTerminating";
+
+/// A pod being killed: no container is ready, and the Ready and ContainersReady conditions turn
+/// False with reason [`TERMINATING_REASON`] (their transition time kept when they already were).
+pub(super) fn not_ready(status: &mut PodStatus, prev: Option<&PodStatus>) {
+    let now = Time(Timestamp::now());
+    for c in status
+        .container_statuses
+        .iter_mut()
+        .chain(status.init_container_statuses.iter_mut())
+        .flatten()
+    {
+        c.ready = false;
+    }
+    for cond in status.conditions.iter_mut().flatten() {
+        if cond.type_ == "Ready" || cond.type_ == "ContainersReady" {
+            let value = Cond {
+                ok: false,
+                reason: Some(TERMINATING_REASON),
+                message: Some("the pod is being terminated".to_owned()),
+            };
+            *cond = condition(&cond.type_.clone(), value, prev, &now);
+        }
+    }
+}
+
 /// A refused or failed in-place resize: the `PodResizeInProgress` condition with reason `Error`
 /// and the message, as the kubelet reports a resize it could not carry out.
 pub(super) fn resize_condition(
@@ -352,13 +376,16 @@ pub fn generate_probed(
     } else {
         "PodInitializing"
     };
+    // The pod's own instances by name, in one pass (a scan per container would make a pod of n
+    // containers cost O(n^2) per status).
+    let index = state.index_where(|s| s.labels.get(labels::POD_UID) == uid);
     let init_statuses: Vec<ContainerStatus> = inits
         .iter()
-        .map(|c| container_status(c, uid, state, waiting, default_reason, probes))
+        .map(|c| container_status(c, &index, waiting, default_reason, probes))
         .collect();
     let statuses: Vec<ContainerStatus> = spec_containers
         .iter()
-        .map(|c| container_status(c, uid, state, waiting, default_reason, probes))
+        .map(|c| container_status(c, &index, waiting, default_reason, probes))
         .collect();
     let start_time = start_time(pod, state, prev).unwrap_or_else(|| now.clone());
     let past_deadline = fails_deadline(pod, &start_time, &now, prev);

@@ -27,6 +27,8 @@ struct Entry {
     running_observed: bool,
     /// Admission rejected the pod: no worker ever writes its status.
     rejected: bool,
+    /// The pod's worker is killing it: nothing of it is Ready any more.
+    terminating: bool,
 }
 
 impl Entry {
@@ -36,6 +38,7 @@ impl Entry {
             status,
             running_observed: false,
             rejected,
+            terminating: false,
         }
     }
 }
@@ -169,7 +172,7 @@ impl StatusManager {
             return false;
         };
         let mut first_running = false;
-        let status = generate_probed(
+        let mut status = generate_probed(
             &entry.pod,
             state,
             waiting,
@@ -177,6 +180,9 @@ impl StatusManager {
             self.host_ip,
             self.probes.as_ref(),
         );
+        if entry.terminating {
+            generate::not_ready(&mut status, Some(&entry.status));
+        }
         if Phase::of(status.phase.as_deref()) == Some(Phase::Running) && !entry.running_observed {
             entry.running_observed = true;
             first_running = true;
@@ -197,6 +203,26 @@ impl StatusManager {
             entry.status = status;
         }
         first_running
+    }
+
+    /// The pod's worker starts killing it: from now on its status shows no container ready and
+    /// the Ready and ContainersReady conditions False (reason `PodTerminating`), whatever its
+    /// containers still run; the phase stays what the containers make it, as the kubelet keeps
+    /// it. Called only from the pod's worker.
+    pub fn terminating(&self, uid: &str) {
+        let Some(mut map) = self.write() else {
+            return;
+        };
+        let Some(entry) = map.get_mut(uid) else {
+            return;
+        };
+        entry.terminating = true;
+        let mut status = entry.status.clone();
+        generate::not_ready(&mut status, Some(&entry.status));
+        if status != entry.status {
+            entry.status = status;
+            self.changed();
+        }
     }
 
     /// Where `pod` stands against its `activeDeadlineSeconds` now, counted from the start time of

@@ -1,0 +1,63 @@
+//! The agent's mount table, read from `/proc/self/mountinfo`.
+use std::path::{Path, PathBuf};
+
+/// One mount: where it is and its filesystem type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountPoint {
+    pub path: PathBuf,
+    pub fs_type: String,
+}
+
+/// Every mount point of the agent's mount namespace, in the table's order (a later mount on the
+/// same path hides an earlier one).
+pub fn mount_points() -> std::io::Result<Vec<MountPoint>> {
+    Ok(parse(&std::fs::read_to_string("/proc/self/mountinfo")?))
+}
+
+/// The mount points of a mountinfo text. A line is `id parent major:minor root mount-point
+/// options [optional fields...] - fs-type source super-options`; paths escape space, tab,
+/// newline and backslash in octal (`\040`). Malformed lines are skipped.
+pub(super) fn parse(text: &str) -> Vec<MountPoint> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let path = fields.get(4)?;
+            let dash = fields.iter().position(|f| *f == "-")?;
+            let fs_type = fields.get(dash + 1)?;
+            Some(MountPoint {
+                path: PathBuf::from(unescape(path)),
+                fs_type: unescape(fs_type),
+            })
+        })
+        .collect()
+}
+
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                let v = d.iter().fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
+                out.push(u8::try_from(v).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The mount points at or below `dir` (compared component by component), deepest first.
+pub(super) fn below<'a>(mounts: &'a [MountPoint], dir: &Path) -> Vec<&'a MountPoint> {
+    let mut found: Vec<&MountPoint> = mounts.iter().filter(|m| m.path.starts_with(dir)).collect();
+    found.sort_by_key(|m| std::cmp::Reverse(m.path.components().count()));
+    found
+}

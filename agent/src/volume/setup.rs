@@ -1,0 +1,393 @@
+//! Setting volumes up before the pod's sandbox starts: emptyDir directories and tmpfs mounts,
+//! hostPath type checks, subPath directories.
+use super::{EMPTY_DIR_PLUGIN, Error, HostPathType, Result, Source, Volume, mountinfo};
+use std::ffi::CString;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+/// What sizes and owns a pod's volumes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Context {
+    /// The node's memory in bytes (a Memory emptyDir is at most this big).
+    pub node_memory: u64,
+    /// The pod cgroup's memory limit, when it has one.
+    pub pod_memory_limit: Option<u64>,
+    /// `securityContext.fsGroup`: emptyDirs are given to this group (setgid, group rwx).
+    pub fs_group: Option<i64>,
+}
+
+/// Sets up every volume of pod `uid` (idempotent: a volume already set up is left as it is, so
+/// a restarted container or agent finds its data). hostPath volumes are checked (and created for
+/// the `...OrCreate` types) as the kubelet does.
+pub fn set_up(pods_dir: &Path, uid: &str, volumes: &[Volume], ctx: Context) -> Result<()> {
+    let mut mounts = None;
+    for v in volumes {
+        let fail = |message: String| Error::SetUp {
+            volume: v.name.clone(),
+            message,
+        };
+        match &v.source {
+            Source::EmptyDir { memory, size_limit } => {
+                let dir = v.host_path(pods_dir, uid);
+                empty_dir(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+                if *memory {
+                    if mounts.is_none() {
+                        mounts = Some(
+                            mountinfo::mount_points()
+                                .map_err(|e| fail(format!("reading the mount table: {e}")))?,
+                        );
+                    }
+                    let dir = dir
+                        .canonicalize()
+                        .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+                    let mounted = mounts.iter().flatten().rev().find(|m| m.path == dir);
+                    match mounted {
+                        Some(m) if m.fs_type == "tmpfs" => {}
+                        Some(m) => {
+                            return Err(fail(format!(
+                                "{} is a {} mount, not the tmpfs it should be",
+                                dir.display(),
+                                m.fs_type
+                            )));
+                        }
+                        None => {
+                            let size = super::memory_size(
+                                ctx.node_memory,
+                                ctx.pod_memory_limit,
+                                *size_limit,
+                            );
+                            mount_tmpfs(&dir, size).map_err(|e| {
+                                fail(format!("mounting a tmpfs on {}: {e}", dir.display()))
+                            })?;
+                            tracing::info!(volume = %v.name, dir = %dir.display(), size, "tmpfs mounted");
+                        }
+                    }
+                }
+                if let Some(gid) = ctx.fs_group {
+                    give_to_fs_group(&dir, gid)
+                        .map_err(|e| fail(format!("fsGroup {gid} on {}: {e}", dir.display())))?;
+                }
+            }
+            Source::HostPath { path, kind } => check_host_path(path, *kind).map_err(fail)?,
+        }
+    }
+    Ok(())
+}
+
+/// An emptyDir's directory: made with mode 0777 whatever the umask (as the kubelet makes it).
+/// One that exists is left as the pod left it.
+fn empty_dir(dir: &Path) -> std::io::Result<()> {
+    if let Some(parent) = dir.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o777).create(dir) {
+        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if std::fs::symlink_metadata(dir)?.is_dir() {
+                Ok(())
+            } else {
+                Err(std::io::Error::other("exists and is not a directory"))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives an emptyDir's root (the directory, or the tmpfs mounted on it) to the pod's `fsGroup`
+/// as the kubelet's volume ownership does: that group, group rwx, setgid (files made in it get
+/// the group). At each set-up, as the kubelet applies it at each mount.
+fn give_to_fs_group(dir: &Path, gid: i64) -> std::io::Result<()> {
+    let gid = u32::try_from(gid).map_err(|_| std::io::Error::other("fsGroup out of range"))?;
+    std::os::unix::fs::chown(dir, None, Some(gid))?;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o2070))
+}
+
+pub(super) fn mount_tmpfs(dir: &Path, size: u64) -> std::io::Result<()> {
+    let cstr = |s: &str| CString::new(s).map_err(std::io::Error::other);
+    let target = cstr(&dir.to_string_lossy())?;
+    let (source, fs) = (cstr("tmpfs")?, cstr("tmpfs")?);
+    let data = cstr(&if size > 0 {
+        format!("size={size}")
+    } else {
+        String::new()
+    })?;
+    // SAFETY: every pointer is a NUL-terminated string alive for the call.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fs.as_ptr(),
+            0,
+            data.as_ptr().cast(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The kubelet's name of a file type, for type mismatches.
+fn type_name(t: std::fs::FileType) -> &'static str {
+    if t.is_dir() {
+        "Directory"
+    } else if t.is_file() {
+        "File"
+    } else if t.is_socket() {
+        "Socket"
+    } else if t.is_char_device() {
+        "CharDevice"
+    } else if t.is_block_device() {
+        "BlockDevice"
+    } else {
+        "an unknown type"
+    }
+}
+
+/// The kubelet's hostPath checks: `...OrCreate` makes a missing directory (0755) or empty file
+/// (0644, its directory must exist); every other type must find what it names (symlinks
+/// followed). Messages as the kubelet's.
+pub(super) fn check_host_path(path: &Path, kind: HostPathType) -> std::result::Result<(), String> {
+    let shown = path.display();
+    let (expected, description) = match kind {
+        HostPathType::Unset => return Ok(()),
+        HostPathType::DirectoryOrCreate | HostPathType::Directory => ("Directory", "directory"),
+        HostPathType::FileOrCreate | HostPathType::File => ("File", "file"),
+        HostPathType::Socket => ("Socket", "socket file"),
+        HostPathType::CharDevice => ("CharDevice", "character device"),
+        HostPathType::BlockDevice => ("BlockDevice", "block device"),
+    };
+    let exists = std::fs::metadata(path).is_ok();
+    if !exists {
+        match kind {
+            HostPathType::DirectoryOrCreate => {
+                return std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(path)
+                    .map_err(|e| format!("creating directory {shown}: {e}"));
+            }
+            HostPathType::FileOrCreate => {
+                return std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o644)
+                    .open(path)
+                    .map(drop)
+                    .map_err(|e| format!("creating file {shown}: {e}"));
+            }
+            _ => return Err(format!("hostPath {shown} doesn't exist")),
+        }
+    }
+    let actual = std::fs::metadata(path)
+        .map(|m| type_name(m.file_type()))
+        .map_err(|e| {
+            format!("hostPath type check failed, {shown} is not a {description}, unable to determine its type: {e}")
+        })?;
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(format!(
+            "hostPath type check failed: {shown} is not a {description}, it's a {actual}"
+        ))
+    }
+}
+
+use std::os::unix::fs::OpenOptionsExt;
+
+/// The host path of `sub` inside volume directory `base`, made as the kubelet makes a subPath:
+/// what exists is resolved (symlinks followed) and must stay inside the volume; what is missing
+/// is created as directories with the volume's mode, never through a symlink. `sub` was checked
+/// to be relative without `..`.
+pub(super) fn sub_path(base: &Path, sub: &str) -> std::result::Result<PathBuf, String> {
+    let root = base
+        .canonicalize()
+        .map_err(|e| format!("volume path {}: {e}", base.display()))?;
+    let mode = std::fs::metadata(&root)
+        .map_err(|e| format!("volume path {}: {e}", root.display()))?
+        .permissions()
+        .mode()
+        & 0o7777;
+    let mut cur = root.clone();
+    for comp in Path::new(sub).components() {
+        let name = match comp {
+            Component::Normal(n) => n,
+            Component::CurDir => continue,
+            _ => return Err("must be a relative path without '..'".into()),
+        };
+        let next = cur.join(name);
+        match std::fs::symlink_metadata(&next) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if !cur.is_dir() {
+                    return Err(format!("{} is not a directory", cur.display()));
+                }
+                // mkdir does not follow a symlink put in its place: it fails instead.
+                match std::fs::DirBuilder::new().mode(mode).create(&next) {
+                    Ok(()) => {
+                        let _ =
+                            std::fs::set_permissions(&next, std::fs::Permissions::from_mode(mode));
+                        cur = next;
+                    }
+                    Err(e) => return Err(format!("creating {}: {e}", next.display())),
+                }
+            }
+            Err(e) => return Err(format!("{}: {e}", next.display())),
+            Ok(_) => {
+                let resolved = next
+                    .canonicalize()
+                    .map_err(|e| format!("{}: {e}", next.display()))?;
+                if !resolved.starts_with(&root) {
+                    return Err(format!(
+                        "{} resolves to {}, outside the volume {}",
+                        next.display(),
+                        resolved.display(),
+                        root.display()
+                    ));
+                }
+                cur = resolved;
+            }
+        }
+    }
+    Ok(cur)
+}
+
+/// Where the subPath mount `index` of container `container` of volume `volume` is bound:
+/// `<pods_dir>/<uid>/volume-subpaths/<volume>/<container>/<index>` (the kubelet's place).
+pub(super) fn sub_path_target(
+    pods_dir: &Path,
+    uid: &str,
+    volume: &str,
+    container: &str,
+    index: usize,
+) -> PathBuf {
+    pods_dir
+        .join(uid)
+        .join(super::SUBPATHS_DIR)
+        .join(volume)
+        .join(container)
+        .join(index.to_string())
+}
+
+/// Binds `resolved` (a path inside volume `base` that [`sub_path`] resolved and checked) onto
+/// `target`, as the kubelet does: the path is opened one component at a time from the volume's
+/// root without following any symlink (one put in place since the check is refused), and what
+/// was opened, by its file descriptor, is what gets mounted. The runtime then mounts `target`,
+/// which no container can redirect. A bind left on `target` by an earlier instance of the
+/// container is replaced.
+pub(super) fn bind_sub_path(
+    base: &Path,
+    resolved: &Path,
+    target: &Path,
+) -> std::result::Result<(), String> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let root = base
+        .canonicalize()
+        .map_err(|e| format!("volume path {}: {e}", base.display()))?;
+    let rel = resolved
+        .strip_prefix(&root)
+        .map_err(|_| format!("{} is outside the volume", resolved.display()))?;
+    let open = |at: libc::c_int, name: &std::ffi::CStr| -> std::io::Result<OwnedFd> {
+        // SAFETY: a NUL-terminated name alive for the call; the fd returned is owned here.
+        let fd = unsafe {
+            libc::openat(
+                at,
+                name.as_ptr(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: `st` is written by fstat before it is read.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(std::io::Error::other("is a symlink"));
+        }
+        Ok(fd)
+    };
+    let cstr = |b: &[u8]| CString::new(b).map_err(|_| "a path with a NUL byte".to_owned());
+    use std::os::unix::ffi::OsStrExt;
+    let mut fd = open(libc::AT_FDCWD, &cstr(root.as_os_str().as_bytes())?)
+        .map_err(|e| format!("opening {}: {e}", root.display()))?;
+    let mut at = root.clone();
+    for comp in rel.components() {
+        at.push(comp);
+        fd = open(fd.as_raw_fd(), &cstr(comp.as_os_str().as_bytes())?)
+            .map_err(|e| format!("opening {} without following symlinks: {e}", at.display()))?;
+    }
+    let is_dir = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| format!("{}: {e}", resolved.display()))?
+        .is_dir();
+    prepare_target(target, is_dir).map_err(|e| format!("{}: {e}", target.display()))?;
+    let source = cstr(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_bytes())?;
+    let dest = cstr(target.as_os_str().as_bytes())?;
+    // SAFETY: NUL-terminated strings alive for the call; no data for a bind mount.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            dest.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!(
+            "binding {} to {}: {e}",
+            resolved.display(),
+            target.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Makes `target` an unmounted directory (`dir`) or empty file to bind onto: a bind an earlier
+/// container instance left there is detached first (what it showed stays in the volume).
+fn prepare_target(target: &Path, dir: bool) -> std::io::Result<()> {
+    if let Some(parent) = target.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(parent)?;
+    }
+    let canonical = target.parent().map(|p| p.canonicalize()).transpose()?;
+    let full = canonical.map(|p| p.join(target.file_name().unwrap_or_default()));
+    let mounts = mountinfo::mount_points()?;
+    for _ in mounts.iter().filter(|m| Some(&m.path) == full.as_ref()) {
+        super::remove::unmount_detached(target)?;
+    }
+    match std::fs::symlink_metadata(target) {
+        Ok(m) if m.is_dir() == dir && !m.file_type().is_symlink() => return Ok(()),
+        Ok(m) if m.is_dir() => std::fs::remove_dir(target)?,
+        Ok(_) => std::fs::remove_file(target)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    if dir {
+        std::fs::DirBuilder::new().mode(0o750).create(target)
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .open(target)
+            .map(drop)
+    }
+}
+
+/// The emptyDir plugin directory of a pod's volumes dir (for tear-down).
+pub(super) fn empty_dir_plugin(volumes_dir: &Path) -> PathBuf {
+    volumes_dir.join(EMPTY_DIR_PLUGIN)
+}
