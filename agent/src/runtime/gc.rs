@@ -8,7 +8,10 @@
 //! and no container is left in it. The containers in it go first when they have exited and a newer
 //! container of the same name exists (the kubelet keeps one dead instance per container, and so
 //! does this: the newest one carries the restart count and the last termination state). A stale
-//! sandbox that must stay for such a container is at least stopped, once.
+//! sandbox that must stay for such a container is at least stopped, once. A container that was
+//! created but never started goes, in any sandbox, once a newer instance of its name exists: the
+//! runtime died during its CreateContainer (the call failed for the agent, so the next sync made
+//! another), and it never ran, so there is no exit of it to keep.
 use std::collections::HashMap;
 
 use super::*;
@@ -65,16 +68,29 @@ pub fn plan(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> Pla
         }
     }
     let exited = api::ContainerState::ContainerExited as i32;
+    let created = api::ContainerState::ContainerCreated as i32;
     let ready = api::PodSandboxState::SandboxReady as i32;
+    let is_newest = |c: &api::Container| {
+        let name = c.metadata.as_ref().map_or("", |m| m.name.as_str());
+        newest_of.get(name).is_some_and(|n| n.id == c.id)
+    };
+    // A container created but never started, with a newer instance of its name, in any sandbox:
+    // the runtime made it but its CreateContainer answer was lost (the runtime died during the
+    // call) and the next sync made another. It never ran, so it holds no exit to report.
+    let stale_sandbox =
+        |id: &str| id != newest.id && sandboxes.iter().any(|s| s.id == id && s.state != ready);
+    for c in containers {
+        if c.state == created && !is_newest(c) && !stale_sandbox(&c.pod_sandbox_id) {
+            plan.remove_containers.push(c.id.clone());
+        }
+    }
     for s in sandboxes {
         if s.id == newest.id || s.state == ready {
             continue;
         }
         let mut kept = 0;
         for c in containers.iter().filter(|c| c.pod_sandbox_id == s.id) {
-            let name = c.metadata.as_ref().map_or("", |m| m.name.as_str());
-            let is_newest = newest_of.get(name).is_some_and(|n| n.id == c.id);
-            if c.state == exited && !is_newest {
+            if (c.state == exited || c.state == created) && !is_newest(c) {
                 plan.remove_containers.push(c.id.clone());
             } else {
                 kept += 1;
@@ -159,7 +175,7 @@ impl Manager {
         let mut done = Collected::default();
         for id in &plan.remove_containers {
             self.ignore_not_found(pod, self.cri.remove_container(id).await)?;
-            tracing::info!(%pod, container = %id, "removed an exited container of a stale sandbox");
+            tracing::info!(%pod, container = %id, "removed a superseded container (exited in a stale sandbox, or never started)");
             done.containers += 1;
         }
         for id in &plan.remove_sandboxes {
@@ -267,6 +283,28 @@ mod tests {
         let p = plan(&sandboxes, &containers);
         assert!(p.remove_containers.is_empty());
         assert_eq!(p.stop_sandboxes, ["old"]);
+        // Created but never started, superseded by a newer instance (the runtime died during
+        // its CreateContainer): removed, in the newest sandbox as in a stale one; the newest
+        // instance stays even when it is only created (its start may be under way).
+        let mut never_started = container("a0", "new", "app", 1, false);
+        never_started.state = api::ContainerState::ContainerCreated as i32;
+        let mut starting = container("b1", "new", "side", 4, false);
+        starting.state = api::ContainerState::ContainerCreated as i32;
+        let mut stale_created = container("i0", "old", "init", 1, false);
+        stale_created.state = api::ContainerState::ContainerCreated as i32;
+        let containers = [
+            never_started,
+            container("a1", "new", "app", 3, true),
+            stale_created,
+            container("i1", "new", "init", 2, false),
+            starting,
+        ];
+        let p = plan(
+            &[sandbox("old", 1, false), sandbox("new", 2, true)],
+            &containers,
+        );
+        assert_eq!(p.remove_containers, ["a0", "i0"]);
+        assert_eq!(p.remove_sandboxes, ["old"]);
         // A ready sandbox that is not the newest is left to the pod's sync.
         let p = plan(&[sandbox("a", 1, true), sandbox("b", 2, true)], &[]);
         assert_eq!(p, Plan::default());

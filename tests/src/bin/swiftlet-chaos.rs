@@ -6,12 +6,20 @@ use std::process::ExitCode;
 use swiftlet_tests::Runtime;
 use swiftlet_tests::chaos::{self, Outcome};
 
-const USAGE: &str =
-    "usage: swiftlet-chaos [--scenario kill9] [--seed N] [--rounds N] [--pods N] [--json]
+const USAGE: &str = "usage: swiftlet-chaos [--scenario NAME] [--seed N] [--rounds N] [--pods N] \
+     [--cycles N] [--json]
 
-Scenarios:
-  kill9   kill -9 of the agent at random instants during manifest churn (create, update,
-          delete), restarting it each round; the invariant must hold within 60 s of each restart
+Scenarios (default: all):
+  kill9    kill -9 of the agent at random instants during manifest churn (create, update,
+           delete), restarting it each round; the invariant must hold within 60 s of each restart
+  sigterm  SIGTERM in the middle of a burst of changes; the agent must exit within 10 s
+  hostile  hostile manifest-URL bodies and manifest files beside good pods (one pass)
+  runtime  containerd SIGKILLed and restarted during churn, and down while the agent starts,
+           on a containerd of its own (/var/lib/swiftlet-chaos-runtime, bridge swl-chaos0)
+  disk     the agent's root dir and pod log dir on 4 MiB tmpfs mounts filled to the last byte
+           and inode during churn, then freed
+  soak     --cycles create/delete cycles of --pods pods (default 1000 cycles, 3 pods); fails when
+           open fds or async tasks grow, or RSS grows more than 2 MiB from the middle to the end
 
 Every scenario prints its seed; --seed replays the same choices.";
 
@@ -20,6 +28,9 @@ struct Args {
     seed: u64,
     rounds: usize,
     pods: usize,
+    /// `--pods` given (the soak's default is 3, the others' 10).
+    pods_set: bool,
+    cycles: usize,
     json: bool,
 }
 
@@ -29,6 +40,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         seed: chaos::fresh_seed(),
         rounds: 10,
         pods: 10,
+        pods_set: false,
+        cycles: 1000,
         json: false,
     };
     while let Some(flag) = it.next() {
@@ -37,7 +50,11 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--scenario" => a.scenario = value("--scenario")?,
             "--seed" => a.seed = number(&value("--seed")?, "--seed")?,
             "--rounds" => a.rounds = number(&value("--rounds")?, "--rounds")?,
-            "--pods" => a.pods = number(&value("--pods")?, "--pods")?,
+            "--pods" => {
+                a.pods = number(&value("--pods")?, "--pods")?;
+                a.pods_set = true;
+            }
+            "--cycles" => a.cycles = number(&value("--cycles")?, "--cycles")?,
             "--json" => a.json = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
@@ -95,10 +112,13 @@ fn main() -> ExitCode {
         args.scenario, args.seed, args.rounds, args.pods
     );
     let scenarios: &[&str] = match args.scenario.as_str() {
-        "all" => &["kill9", "sigterm", "hostile"],
+        "all" => &["kill9", "sigterm", "hostile", "runtime", "disk", "soak"],
         "kill9" => &["kill9"],
         "sigterm" => &["sigterm"],
         "hostile" => &["hostile"],
+        "runtime" => &["runtime"],
+        "disk" => &["disk"],
+        "soak" => &["soak"],
         other => {
             eprintln!("swiftlet-chaos: unknown scenario {other:?}\n\n{USAGE}");
             return ExitCode::from(2);
@@ -109,6 +129,27 @@ fn main() -> ExitCode {
         let outcome = match *name {
             "kill9" => chaos::kill9_churn(runtime, args.seed, args.rounds, args.pods),
             "sigterm" => chaos::sigterm_burst(runtime, args.seed, args.rounds, args.pods),
+            "runtime" => chaos::runtime_restarts(args.seed, args.rounds, args.pods),
+            "disk" => chaos::disk_full(runtime, args.seed, args.rounds, args.pods),
+            "soak" => {
+                let pods = if args.pods_set { args.pods } else { 3 };
+                let (outcome, samples) = chaos::soak(runtime, args.seed, args.cycles, pods);
+                for r in &samples {
+                    println!(
+                        "  after cycle {:>5}: RSS {:>7.1} MiB  fds {:>4}  threads {:>3}  \
+                         async tasks {:>4}",
+                        r.cycle,
+                        r.rss_kib as f64 / 1024.0,
+                        r.fds,
+                        r.threads,
+                        r.tokio_tasks
+                    );
+                }
+                if args.json {
+                    println!("{}", serde_json::to_string(&samples).unwrap_or_default());
+                }
+                outcome
+            }
             _ => {
                 // The whole set of inputs once (about a minute); --rounds is for the others.
                 let (outcome, inputs) = chaos::hostile_input(runtime, args.seed, 1);
