@@ -56,6 +56,13 @@ pub type Desired = BTreeMap<String, String>;
 /// pod log and state directories, shm mounts of removed sandboxes), `/pods` agreeing with CRI,
 /// and no panic in the agent's log. `Err` lists every violation found.
 pub fn check(agent: &Agent, desired: &Desired) -> Result<(), Vec<String>> {
+    check_allowing(agent, desired, 0)
+}
+
+/// [`check`], allowing up to `dead` exited instances of each container beside its running one
+/// (the kubelet keeps the newest dead instance, with its last termination state, when a
+/// container failed, e.g. to start on a full disk).
+pub fn check_allowing(agent: &Agent, desired: &Desired, dead: usize) -> Result<(), Vec<String>> {
     let mut bad = Vec::new();
     let pods = agent.pods();
     let mut want_uids = BTreeSet::new();
@@ -97,7 +104,7 @@ pub fn check(agent: &Agent, desired: &Desired) -> Result<(), Vec<String>> {
     }
     match cri_view(agent.endpoint(), agent.node_name()) {
         Err(e) => bad.push(format!("listing CRI objects: {e}")),
-        Ok(view) => check_cri(&view, agent.runtime_state_dir(), &want_uids, &mut bad),
+        Ok(view) => check_cri(&view, agent.runtime_state_dir(), &want_uids, dead, &mut bad),
     }
     let cgroups = pod_cgroup_uids(agent.cgroup_root());
     compare_sets("pod cgroup", &cgroups, &want_uids, &mut bad);
@@ -136,7 +143,13 @@ fn cri_view(endpoint: &str, node: &str) -> crate::Result<CriView> {
     })
 }
 
-fn check_cri(view: &CriView, state: &Path, want: &BTreeSet<String>, bad: &mut Vec<String>) {
+fn check_cri(
+    view: &CriView,
+    state: &Path,
+    want: &BTreeSet<String>,
+    dead: usize,
+    bad: &mut Vec<String>,
+) {
     let uid_of = |labels: &std::collections::HashMap<String, String>| {
         labels.get(POD_UID_LABEL).cloned().unwrap_or_default()
     };
@@ -174,7 +187,7 @@ fn check_cri(view: &CriView, state: &Path, want: &BTreeSet<String>, bad: &mut Ve
             bad.push(format!("pod {uid}: no container in the runtime"));
         }
         for (name, (all, live)) in by_name {
-            if live != 1 || all != 1 {
+            if live != 1 || all > 1 + dead {
                 bad.push(format!(
                     "pod {uid} container {name}: {all} instances, {live} running (want one)"
                 ));
@@ -235,9 +248,19 @@ pub fn converge(
     desired: &Desired,
     timeout: Duration,
 ) -> Result<Duration, Vec<String>> {
+    converge_allowing(agent, desired, 0, timeout)
+}
+
+/// [`converge`] with [`check_allowing`] `dead` exited instances of each container.
+pub fn converge_allowing(
+    agent: &Agent,
+    desired: &Desired,
+    dead: usize,
+    timeout: Duration,
+) -> Result<Duration, Vec<String>> {
     let start = Instant::now();
     loop {
-        match check(agent, desired) {
+        match check_allowing(agent, desired, dead) {
             Ok(()) => return Ok(start.elapsed()),
             Err(bad) if start.elapsed() >= timeout => return Err(bad),
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
@@ -380,13 +403,14 @@ fn run_rounds(
     fault: impl FnMut(&mut Ctx) -> Result<u64, String>,
 ) -> Outcome {
     let opts = AgentOptions::new(&format!("chaos-{scenario}"));
-    run_rounds_with(runtime, opts, scenario, seed, rounds, pods, fault)
+    run_rounds_with(runtime, (opts, 0), scenario, seed, rounds, pods, fault)
 }
 
-/// [`run_rounds`] with an agent started with `opts`.
+/// [`run_rounds`] with an agent started with `opts.0`, allowing `opts.1` exited instances of
+/// each container ([`check_allowing`]).
 fn run_rounds_with(
     runtime: &Runtime,
-    opts: AgentOptions,
+    (opts, dead): (AgentOptions, usize),
     scenario: &'static str,
     seed: u64,
     rounds: usize,
@@ -410,7 +434,7 @@ fn run_rounds_with(
         out.faults += 1;
         let checked = result.map_err(|e| vec![e]).and_then(|ms| {
             out.fault_ms.push(ms);
-            converge(&cx.agent, &cx.desired, CONVERGE_TIMEOUT)
+            converge_allowing(&cx.agent, &cx.desired, dead, CONVERGE_TIMEOUT)
         });
         match checked {
             Ok(t) => out
@@ -1133,11 +1157,14 @@ fn chatty_pod(node: &str, name: &str) -> String {
 /// three manifest changes while they are full and waits [`DISK_FULL_FOR`]: the agent must keep
 /// answering (`/healthz`, `/pods`), must not panic, and a pod it could not start must say why in
 /// its status; then the fill is removed and the invariant must hold within the convergence
-/// timeout. The fault's time is how long the disks were full.
+/// timeout, allowing one exited instance of a container beside its running one (a container
+/// whose start failed on the full disk is kept as its dead instance, as the kubelet keeps it).
+/// The fault's time is how long the disks were full.
 pub fn disk_full(runtime: &Runtime, seed: u64, rounds: usize, pods: usize) -> Outcome {
     let mut opts = AgentOptions::new("chaos-disk");
     opts.tmpfs_kib = Some(DISK_TMPFS_KIB);
-    run_rounds_with(runtime, opts, "disk", seed, rounds, pods, |cx| {
+    // A container whose start failed on the full disk stays as its one dead instance.
+    run_rounds_with(runtime, (opts, 1), "disk", seed, rounds, pods, |cx| {
         for name in ["chatty-0", "chatty-1"] {
             let file = format!("{name}.yaml");
             if !cx.desired.contains_key(&file) {
@@ -1146,7 +1173,7 @@ pub fn disk_full(runtime: &Runtime, seed: u64, rounds: usize, pods: usize) -> Ou
                 cx.desired.insert(file, text);
             }
         }
-        converge(&cx.agent, &cx.desired, CONVERGE_TIMEOUT)
+        converge_allowing(&cx.agent, &cx.desired, 1, CONVERGE_TIMEOUT)
             .map_err(|bad| format!("before filling the disks: {bad:?}"))?;
         let started = Instant::now();
         let root = cx.agent.root_dir().to_owned();
@@ -1171,10 +1198,12 @@ pub fn disk_full(runtime: &Runtime, seed: u64, rounds: usize, pods: usize) -> Ou
                 .iter()
                 .flat_map(|s| s.container_statuses.iter().flatten())
             {
-                if let Some(w) = c.state.as_ref().and_then(|s| s.waiting.as_ref())
-                    && w.reason.as_deref() != Some("ContainerCreating")
-                    && w.message.as_deref().is_none_or(str::is_empty)
-                {
+                let Some(w) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) else {
+                    continue;
+                };
+                if let Some(m) = w.message.as_deref().filter(|m| !m.is_empty()) {
+                    println!("  disk full: {name}/{} waits: {:?}: {m}", c.name, w.reason);
+                } else if w.reason.as_deref() != Some("ContainerCreating") {
                     bad.push(format!(
                         "{name}/{}: waiting ({:?}) with no message",
                         c.name, w.reason
