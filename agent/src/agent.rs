@@ -16,12 +16,6 @@ use tokio_util::task::TaskTracker;
 pub enum Error {
     #[error(transparent)]
     Cri(#[from] crate::cri::Error),
-    #[error("container runtime at {endpoint} is not answering: {source}")]
-    RuntimeDown {
-        endpoint: String,
-        #[source]
-        source: crate::cri::Error,
-    },
     #[error("setting up the QoS cgroups: {0}")]
     Cgroups(#[from] cm::Error),
     #[error(transparent)]
@@ -53,10 +47,11 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
 
     let cri = Cri::new(&cfg.container_runtime_endpoint, metrics.clone())?
         .with_request_timeout(cfg.runtime_request_timeout);
-    let version = cri.version().await.map_err(|source| Error::RuntimeDown {
-        endpoint: cfg.container_runtime_endpoint.clone(),
-        source,
-    })?;
+    let Some(version) = wait_for_runtime(&cri, &cfg.container_runtime_endpoint, &cancel).await
+    else {
+        tracing::info!("stopped before the container runtime answered");
+        return Ok(());
+    };
     tracing::info!(runtime = %version.runtime_name, version = %version.runtime_version, api = %version.runtime_api_version, "connected to the container runtime");
 
     let cm = cm::ContainerManager::new(cm::Config {
@@ -255,6 +250,40 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     Ok(())
 }
 
+/// The first delay between attempts to reach the container runtime at start-up.
+const RUNTIME_WAIT_FIRST: Duration = Duration::from_millis(500);
+/// Attempts to reach the runtime double their delay up to this.
+const RUNTIME_WAIT_MAX: Duration = Duration::from_secs(5);
+
+/// Asks the runtime for its version until it answers (a runtime that is down, or still
+/// starting, when the agent starts is waited for: each failed attempt is logged with the
+/// endpoint and the error, and the delay doubles from [`RUNTIME_WAIT_FIRST`] to
+/// [`RUNTIME_WAIT_MAX`]). `None` when `cancel` fires first.
+async fn wait_for_runtime(
+    cri: &Cri,
+    endpoint: &str,
+    cancel: &CancellationToken,
+) -> Option<k8s_cri::v1::VersionResponse> {
+    let mut delay = RUNTIME_WAIT_FIRST;
+    loop {
+        let attempt = tokio::select! {
+            () = cancel.cancelled() => return None,
+            v = cri.version() => v,
+        };
+        match attempt {
+            Ok(v) => return Some(v),
+            Err(error) => {
+                tracing::error!(%endpoint, %error, retry_in = ?delay, "the container runtime is not answering; waiting for it");
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return None,
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(RUNTIME_WAIT_MAX);
+    }
+}
+
 /// Hands each event of the probes to the exit detector, then to the startup timelines, until
 /// `cancel` fires or the probes' reader is gone.
 /// The machine's memory, the base of Burstable containers' `oom_score_adj`.
@@ -284,5 +313,32 @@ async fn dispatch_kernel_events(
                 None => return,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runtime that is not there is waited for (not an error that ends the agent), and the
+    /// wait ends when the agent is stopped.
+    #[tokio::test]
+    async fn a_missing_runtime_is_waited_for_until_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let endpoint = format!("unix://{}", dir.path().join("none.sock").display());
+        let cri = Cri::new(&endpoint, Metrics::new()).unwrap();
+        let cancel = CancellationToken::new();
+        let waiting = tokio::spawn({
+            let cancel = cancel.clone();
+            async move { wait_for_runtime(&cri, &endpoint, &cancel).await }
+        });
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(!waiting.is_finished(), "gave up on a runtime that is down");
+        cancel.cancel();
+        let got = tokio::time::timeout(Duration::from_secs(2), waiting)
+            .await
+            .expect("the wait did not end on cancel")
+            .unwrap();
+        assert!(got.is_none());
     }
 }

@@ -54,7 +54,8 @@ pub struct Flags {
     /// Directory (or single file) of static pod manifests.
     #[arg(long, value_name = "PATH")]
     pub pod_manifest_path: Option<PathBuf>,
-    /// CRI endpoint of the container runtime (unix:// URL).
+    /// CRI endpoint of the container runtime (unix:// URL). A runtime that does not answer at
+    /// start is waited for (retried every 0.5 s doubling to 5 s, each failure logged).
     #[arg(long, value_name = "URL")]
     pub container_runtime_endpoint: Option<String>,
     /// Deadline of each CRI call, except image pulls, which have none: RunPodSandbox gets twice

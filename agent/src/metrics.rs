@@ -81,6 +81,7 @@ pub struct Metrics {
     pub started_pods_total: Counter,
     pub started_containers_total: Counter,
     pub running_pods: Gauge,
+    pub tokio_alive_tasks: Gauge,
     pub ebpf_events_total: Counter,
     pub ebpf_reader_drains_total: Counter,
     pub ebpf_reader_empty_drains_total: Counter,
@@ -167,6 +168,12 @@ impl Metrics {
             "running_pods",
             "Pods with a ready sandbox",
             running_pods.clone(),
+        );
+        let tokio_alive_tasks = Gauge::default();
+        registry.register(
+            "tokio_alive_tasks",
+            "Tasks alive in the agent's async runtime (read when /metrics is served)",
+            tokio_alive_tasks.clone(),
         );
         let ebpf_events_total = Counter::default();
         registry.register(
@@ -293,6 +300,7 @@ impl Metrics {
             started_pods_total,
             started_containers_total,
             running_pods,
+            tokio_alive_tasks,
             ebpf_events_total,
             ebpf_reader_drains_total,
             ebpf_reader_empty_drains_total,

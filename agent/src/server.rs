@@ -57,6 +57,12 @@ async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
         catch_up(&s.metrics.ebpf_reader_drains_total, drains);
         catch_up(&s.metrics.ebpf_reader_empty_drains_total, empty);
     }
+    let alive = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    s.metrics
+        .tokio_alive_tasks
+        .set(i64::try_from(alive).unwrap_or(i64::MAX));
     (
         [(
             header::CONTENT_TYPE,

@@ -37,6 +37,13 @@ pub type Desired = BTreeMap<String, String>;
 /// pod log and state directories, shm mounts of removed sandboxes), `/pods` agreeing with CRI,
 /// and no panic in the agent's log. `Err` lists every violation found.
 pub fn check(agent: &Agent, desired: &Desired) -> Result<(), Vec<String>> {
+    check_allowing(agent, desired, 0)
+}
+
+/// [`check`], allowing up to `dead` exited instances of each container beside its running one
+/// (the kubelet keeps the newest dead instance, with its last termination state, when a
+/// container failed, e.g. to start on a full disk).
+pub fn check_allowing(agent: &Agent, desired: &Desired, dead: usize) -> Result<(), Vec<String>> {
     let mut bad = Vec::new();
     let pods = agent.pods();
     let mut want_uids = BTreeSet::new();
@@ -78,7 +85,7 @@ pub fn check(agent: &Agent, desired: &Desired) -> Result<(), Vec<String>> {
     }
     match cri_view(agent.endpoint(), agent.node_name()) {
         Err(e) => bad.push(format!("listing CRI objects: {e}")),
-        Ok(view) => check_cri(&view, &want_uids, &mut bad),
+        Ok(view) => check_cri(&view, agent.runtime_state_dir(), &want_uids, dead, &mut bad),
     }
     let cgroups = pod_cgroup_uids(agent.cgroup_root());
     compare_sets("pod cgroup", &cgroups, &want_uids, &mut bad);
@@ -117,7 +124,13 @@ fn cri_view(endpoint: &str, node: &str) -> crate::Result<CriView> {
     })
 }
 
-fn check_cri(view: &CriView, want: &BTreeSet<String>, bad: &mut Vec<String>) {
+fn check_cri(
+    view: &CriView,
+    state: &Path,
+    want: &BTreeSet<String>,
+    dead: usize,
+    bad: &mut Vec<String>,
+) {
     let uid_of = |labels: &std::collections::HashMap<String, String>| {
         labels.get(POD_UID_LABEL).cloned().unwrap_or_default()
     };
@@ -155,7 +168,7 @@ fn check_cri(view: &CriView, want: &BTreeSet<String>, bad: &mut Vec<String>) {
             bad.push(format!("pod {uid}: no container in the runtime"));
         }
         for (name, (all, live)) in by_name {
-            if live != 1 || all - live > MAX_DEAD_PER_CONTAINER {
+            if live != 1 || all - live > dead.max(MAX_DEAD_PER_CONTAINER) {
                 bad.push(format!(
                     "pod {uid} container {name}: {all} instances, {live} running (want one \
                      running and at most {MAX_DEAD_PER_CONTAINER} dead)"
@@ -168,12 +181,15 @@ fn check_cri(view: &CriView, want: &BTreeSet<String>, bad: &mut Vec<String>) {
             bad.push(format!("runtime objects left for gone pod {uid}"));
         }
     }
-    // shm mounts of sandboxes the runtime no longer has.
+    // shm mounts of sandboxes the runtime no longer has (only this runtime's: another
+    // containerd's mounts are under its own state directory).
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let state = state.to_string_lossy();
     for line in mounts.lines() {
         if let Some(id) = line
             .split_whitespace()
             .nth(4)
+            .filter(|m| m.starts_with(state.as_ref()))
             .and_then(|m| m.strip_suffix("/shm"))
             .and_then(|m| m.rsplit('/').next())
             && line.contains("/sandboxes/")
@@ -214,9 +230,19 @@ pub fn converge(
     desired: &Desired,
     timeout: Duration,
 ) -> Result<Duration, Vec<String>> {
+    converge_allowing(agent, desired, 0, timeout)
+}
+
+/// [`converge`] with [`check_allowing`] `dead` exited instances of each container.
+pub fn converge_allowing(
+    agent: &Agent,
+    desired: &Desired,
+    dead: usize,
+    timeout: Duration,
+) -> Result<Duration, Vec<String>> {
     let start = Instant::now();
     loop {
-        match check(agent, desired) {
+        match check_allowing(agent, desired, dead) {
             Ok(()) => return Ok(start.elapsed()),
             Err(bad) if start.elapsed() >= timeout => return Err(bad),
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
@@ -342,6 +368,19 @@ impl Ctx {
         }
     }
 
+    /// [`Ctx::churn`] that never updates or deletes the manifests `keep` selects.
+    pub fn churn_keeping(&mut self, keep: impl Fn(&str) -> bool) {
+        let kept: Desired = self
+            .desired
+            .iter()
+            .filter(|(f, _)| keep(f))
+            .map(|(f, t)| (f.clone(), t.clone()))
+            .collect();
+        self.desired.retain(|f, _| !keep(f));
+        self.churn();
+        self.desired.extend(kept);
+    }
+
     /// A pause of up to `max_ms` milliseconds, chosen by the seed.
     pub fn pause(&mut self, max_ms: u64) {
         std::thread::sleep(Duration::from_millis(self.rng.below(max_ms)));
@@ -359,17 +398,18 @@ fn run_rounds(
     fault: impl FnMut(&mut Ctx) -> Result<u64, String>,
 ) -> Outcome {
     let opts = AgentOptions::new(&format!("chaos-{scenario}"));
-    run_rounds_with(runtime, scenario, seed, (rounds, pods), opts, fault).0
+    run_rounds_with(runtime, scenario, seed, (rounds, pods), (opts, 0), fault).0
 }
 
-/// [`run_rounds`] with the agent started with `opts`; `(rounds, pods)`. Hands back the scenario's
-/// context too, its agent still running, for what the scenario reads at the end.
+/// [`run_rounds`] with the agent started with `opts.0`, allowing `opts.1` exited instances of
+/// each container ([`check_allowing`]); `(rounds, pods)`. Hands back the scenario's context too,
+/// its agent still running, for what the scenario reads at the end.
 fn run_rounds_with(
     runtime: &Runtime,
     scenario: &'static str,
     seed: u64,
     (rounds, pods): (usize, usize),
-    opts: AgentOptions,
+    (opts, dead): (AgentOptions, usize),
     mut fault: impl FnMut(&mut Ctx) -> Result<u64, String>,
 ) -> (Outcome, Ctx) {
     let mut cx = Ctx {
@@ -389,7 +429,7 @@ fn run_rounds_with(
         out.faults += 1;
         let checked = result.map_err(|e| vec![e]).and_then(|ms| {
             out.fault_ms.push(ms);
-            converge(&cx.agent, &cx.desired, CONVERGE_TIMEOUT)
+            converge_allowing(&cx.agent, &cx.desired, dead, CONVERGE_TIMEOUT)
         });
         match checked {
             Ok(t) => out
@@ -557,27 +597,34 @@ pub fn cri_faults(
         "--runtime-request-timeout".into(),
         format!("{}s", CRI_FAULT_REQUEST_TIMEOUT.as_secs()),
     ];
-    let (out, cx) = run_rounds_with(runtime, "cri-faults", seed, (rounds, pods), opts, |cx| {
-        let (method, fault, share) = pick_cri_fault(&mut cx.rng);
-        let before = proxy.injected(method);
-        let window = Duration::from_millis(2_000 + cx.rng.below(3_000));
-        let started = Instant::now();
-        proxy.inject(method, fault, share);
-        // A replaced pod calls every method the faults aim at; then zero to two more changes.
-        cx.replace_one();
-        for _ in 0..cx.rng.below(3) {
-            cx.pause(1_000);
-            cx.churn();
-        }
-        std::thread::sleep(window.saturating_sub(started.elapsed()));
-        proxy.clear();
-        report.rounds.push(CriFaultRound {
-            method,
-            fault: fault.to_string(),
-            disturbed: proxy.injected(method) - before,
-        });
-        Ok(ms(started.elapsed()))
-    });
+    let (out, cx) = run_rounds_with(
+        runtime,
+        "cri-faults",
+        seed,
+        (rounds, pods),
+        (opts, 0),
+        |cx| {
+            let (method, fault, share) = pick_cri_fault(&mut cx.rng);
+            let before = proxy.injected(method);
+            let window = Duration::from_millis(2_000 + cx.rng.below(3_000));
+            let started = Instant::now();
+            proxy.inject(method, fault, share);
+            // A replaced pod calls every method the faults aim at; then zero to two more changes.
+            cx.replace_one();
+            for _ in 0..cx.rng.below(3) {
+                cx.pause(1_000);
+                cx.churn();
+            }
+            std::thread::sleep(window.saturating_sub(started.elapsed()));
+            proxy.clear();
+            report.rounds.push(CriFaultRound {
+                method,
+                fault: fault.to_string(),
+                disturbed: proxy.injected(method) - before,
+            });
+            Ok(ms(started.elapsed()))
+        },
+    );
     report.deadline_exceeded = metric_by_label(&cx.agent, "swiftlet_cri_deadline_exceeded_total");
     // The agent goes before the proxy it talks through.
     drop(cx);
@@ -1006,6 +1053,307 @@ pub fn hostile_input(runtime: &Runtime, seed: u64, rounds: usize) -> (Outcome, V
         );
     }
     (out, results)
+}
+
+/// Where the `runtime` scenario's own containerd keeps its files (see [`runtime_restarts`]).
+pub const RUNTIME_SCENARIO_DIR: &str = "/var/lib/swiftlet-chaos-runtime";
+/// The bridge of the `runtime` scenario's containerd (the shared one's is `swiftlet0`).
+pub const RUNTIME_SCENARIO_BRIDGE: &str = "swl-chaos0";
+/// The pod subnet of the `runtime` scenario's containerd (the shared one's is 10.99.0.0/16).
+pub const RUNTIME_SCENARIO_SUBNET: &str = "10.98.0.0/16";
+
+/// containerd SIGKILLed and started again under a running agent, on a containerd of the
+/// scenario's own (its own socket, root, state, config, CNI dirs, bridge and subnet: the shared
+/// runtime other tests use is never touched). Each round either makes one to three changes,
+/// kills containerd 0-1.5 s later (in the middle of pod starts, kills and updates; a third of
+/// the time changing one more manifest while it is down) and starts it again 0-3 s later; or
+/// kills the agent and containerd together and starts the agent while
+/// containerd is down, starting containerd 2-6 s later (the second round and every fourth after
+/// it, so that every run of two rounds or more has one). The fault's time runs from the kill to
+/// containerd (and the agent) answering again.
+pub fn runtime_restarts(seed: u64, rounds: usize, pods: usize) -> Outcome {
+    let rt = match Runtime::private(
+        Path::new(RUNTIME_SCENARIO_DIR),
+        RUNTIME_SCENARIO_BRIDGE,
+        RUNTIME_SCENARIO_SUBNET,
+    ) {
+        Ok(rt) => rt,
+        Err(e) => {
+            let mut out = Outcome::new("runtime", seed);
+            out.violations.push(e);
+            return out;
+        }
+    };
+    let mut round = 0;
+    run_rounds(&rt, "runtime", seed, rounds, pods, |cx| {
+        round += 1;
+        if round % 4 == 2 {
+            // The runtime down when the agent starts.
+            cx.agent.kill();
+            let started = Instant::now();
+            rt.kill()?;
+            if cx.rng.below(2) == 0 {
+                cx.churn();
+            }
+            let delay = Duration::from_millis(2000 + cx.rng.below(4000));
+            let up = std::thread::scope(|s| {
+                let up = s.spawn(|| {
+                    std::thread::sleep(delay);
+                    rt.up()
+                });
+                cx.agent.restart_after_sigkill();
+                up.join()
+            });
+            up.map_err(|_| "starting containerd panicked".to_owned())??;
+            return Ok(ms(started.elapsed()));
+        }
+        for _ in 0..=cx.rng.below(3) {
+            cx.churn();
+        }
+        cx.pause(1500);
+        let started = Instant::now();
+        rt.kill()?;
+        if cx.rng.below(3) == 0 {
+            cx.churn();
+        }
+        cx.pause(3000);
+        rt.up()?;
+        Ok(ms(started.elapsed()))
+    })
+}
+
+/// One sample of the agent's resources.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Resources {
+    /// Create/delete cycles done when it was taken.
+    pub cycle: usize,
+    /// VmRSS, KiB.
+    pub rss_kib: u64,
+    /// Open file descriptors (entries of `/proc/<pid>/fd`).
+    pub fds: u64,
+    /// Threads (`Threads:` of `/proc/<pid>/status`).
+    pub threads: u64,
+    /// Tasks alive in the agent's async runtime (`swiftlet_tokio_alive_tasks` on `/metrics`).
+    pub tokio_tasks: u64,
+}
+
+/// The soak's rule: RSS may grow at most this much between the middle and the end.
+pub const SOAK_RSS_GROWTH_KIB: u64 = 2 * 1024;
+
+/// The agent's resources now (zeros for what cannot be read).
+pub fn resources(agent: &Agent, cycle: usize) -> Resources {
+    let pid = agent.pid().unwrap_or(0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
+    let (_, metrics) = agent.get("/metrics");
+    let tokio_tasks = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("swiftlet_tokio_alive_tasks "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Resources {
+        cycle,
+        rss_kib: field("VmRSS:"),
+        fds,
+        threads: field("Threads:"),
+        tokio_tasks,
+    }
+}
+
+/// `cycles` create/delete cycles of `pods` pods on one agent: each cycle writes the pods'
+/// manifests, waits for the invariant (all Running once), removes them and waits for the
+/// invariant again (nothing left). The agent's resources are sampled after the first cycle
+/// (the start: the first pods' one-time costs are paid), after half the cycles and at the end,
+/// each time with no pod and a second's rest. It fails when the open file descriptors at the
+/// end are more than at the start or the middle, when the async runtime's tasks at the end are
+/// more than at the start, or when RSS grew more than [`SOAK_RSS_GROWTH_KIB`] from the middle
+/// to the end. `seed` picks each cycle's pod names' order of deletion.
+pub fn soak(runtime: &Runtime, seed: u64, cycles: usize, pods: usize) -> (Outcome, Vec<Resources>) {
+    let mut out = Outcome::new("soak", seed);
+    let mut rng = Rng::new(seed);
+    let agent = Agent::start(runtime, AgentOptions::new("chaos-soak"));
+    let cycles = cycles.max(2);
+    let mut samples = Vec::new();
+    let mut desired = Desired::new();
+    for cycle in 1..=cycles {
+        let started = Instant::now();
+        for i in 0..pods.max(1) {
+            let file = format!("soak-{i}.yaml");
+            let text = looping_pod_manifest(&format!("soak-{i}"), &[("cycle", &cycle.to_string())]);
+            agent.write_manifest(&file, &text);
+            desired.insert(file, text);
+        }
+        out.changes += desired.len();
+        let up = converge(&agent, &desired, CONVERGE_TIMEOUT);
+        let mut files: Vec<String> = desired.keys().cloned().collect();
+        while !files.is_empty() {
+            let i = usize::try_from(rng.below(files.len() as u64)).unwrap_or(0);
+            agent.remove_manifest(&files.swap_remove(i));
+        }
+        out.changes += desired.len();
+        desired.clear();
+        let down = up.and_then(|_| converge(&agent, &desired, CONVERGE_TIMEOUT));
+        out.faults += 1;
+        match down {
+            Ok(_) => out.converge_ms.push(ms(started.elapsed())),
+            Err(bad) => {
+                out.violations
+                    .extend(bad.into_iter().map(|b| format!("cycle {cycle}: {b}")));
+                break;
+            }
+        }
+        if cycle == 1 || cycle == cycles / 2 || cycle == cycles {
+            std::thread::sleep(Duration::from_secs(1));
+            samples.push(resources(&agent, cycle));
+        }
+    }
+    out.converge_ms.sort_unstable();
+    if let [start, middle, end] = samples[..] {
+        if end.fds > start.fds || end.fds > middle.fds {
+            out.violations.push(format!(
+                "open fds grew: {} after cycle 1, {} at the middle, {} at the end",
+                start.fds, middle.fds, end.fds
+            ));
+        }
+        if end.tokio_tasks > start.tokio_tasks {
+            out.violations.push(format!(
+                "async tasks grew: {} after cycle 1, {} at the end",
+                start.tokio_tasks, end.tokio_tasks
+            ));
+        }
+        if end.rss_kib > middle.rss_kib + SOAK_RSS_GROWTH_KIB {
+            out.violations.push(format!(
+                "RSS grew {} KiB from the middle to the end (limit {SOAK_RSS_GROWTH_KIB} KiB)",
+                end.rss_kib - middle.rss_kib
+            ));
+        }
+    }
+    if !out.passed() {
+        eprintln!(
+            "chaos soak (seed {seed}) failed; agent log {}",
+            agent.log_path().display()
+        );
+    }
+    (out, samples)
+}
+
+/// The size of each tmpfs of the `disk` scenario (the agent's root dir and its pod log dir).
+pub const DISK_TMPFS_KIB: u64 = 4096;
+/// How long the `disk` scenario keeps the disks full in each round.
+pub const DISK_FULL_FOR: Duration = Duration::from_secs(8);
+
+/// Fills the filesystem of `dir`: one file of every byte it takes, then empty files until no
+/// inode is left. Returns the files made.
+fn fill(dir: &Path) -> Vec<std::path::PathBuf> {
+    use std::io::Write;
+    let mut made = Vec::new();
+    let big = dir.join(".chaos-fill");
+    if let Ok(mut f) = std::fs::File::create(&big) {
+        made.push(big);
+        let chunk = vec![0x5a_u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        // The last partial page.
+        while f.write_all(&chunk[..512]).is_ok() {}
+    }
+    for i in 0.. {
+        let p = dir.join(format!(".chaos-fill-{i}"));
+        if std::fs::File::create(&p).is_err() {
+            break;
+        }
+        made.push(p);
+    }
+    made
+}
+
+/// A pod whose container writes a 1 KiB log line every 50 ms.
+fn chatty_pod(node: &str, name: &str) -> String {
+    crate::script_pod_manifest(
+        node,
+        name,
+        "Always",
+        "trap 'exit 0' TERM; line=$(printf '%1000s' | tr ' ' x); \
+         while true; do echo \"$line\"; sleep 0.05; done",
+        "",
+    )
+}
+
+/// A full disk: the agent's `--root-dir` and `--pod-logs-dir` are small tmpfs mounts
+/// ([`DISK_TMPFS_KIB`] each, unmounted afterwards even when the scenario fails), two pods
+/// write logs all the time. Each round fills both (every byte and every inode), makes one to
+/// three manifest changes while they are full and waits [`DISK_FULL_FOR`]: the agent must keep
+/// answering (`/healthz`, `/pods`), must not panic, and a pod it could not start must say why in
+/// its status; then the fill is removed and the invariant must hold within the convergence
+/// timeout, allowing one exited instance of a container beside its running one (a container
+/// whose start failed on the full disk is kept as its dead instance, as the kubelet keeps it).
+/// The fault's time is how long the disks were full.
+pub fn disk_full(runtime: &Runtime, seed: u64, rounds: usize, pods: usize) -> Outcome {
+    let mut opts = AgentOptions::new("chaos-disk");
+    opts.tmpfs_kib = Some(DISK_TMPFS_KIB);
+    // A container whose start failed on the full disk stays as its one dead instance.
+    run_rounds_with(runtime, "disk", seed, (rounds, pods), (opts, 1), |cx| {
+        for name in ["chatty-0", "chatty-1"] {
+            let file = format!("{name}.yaml");
+            if !cx.desired.contains_key(&file) {
+                let text = chatty_pod(cx.agent.node_name(), name);
+                cx.agent.write_manifest(&file, &text);
+                cx.desired.insert(file, text);
+            }
+        }
+        converge_allowing(&cx.agent, &cx.desired, 1, CONVERGE_TIMEOUT)
+            .map_err(|bad| format!("before filling the disks: {bad:?}"))?;
+        let started = Instant::now();
+        let root = cx.agent.root_dir().to_owned();
+        let mut filled = fill(&root);
+        filled.extend(fill(&root.join("pod-logs")));
+        for _ in 0..=cx.rng.below(3) {
+            cx.churn_keeping(|f| f.starts_with("chatty-"));
+        }
+        std::thread::sleep(DISK_FULL_FOR);
+        let mut bad = Vec::new();
+        if cx.agent.pid().is_none() || !cx.agent.healthy() {
+            bad.push("the agent stopped answering /healthz with the disks full".to_owned());
+        }
+        if let Some(line) = cx.agent.log().lines().find(|l| l.contains("panicked")) {
+            bad.push(format!("the agent panicked with the disks full: {line}"));
+        }
+        // Every pod that is not running says why.
+        for p in &cx.agent.pods().items {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            for c in p
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+            {
+                let Some(w) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) else {
+                    continue;
+                };
+                if let Some(m) = w.message.as_deref().filter(|m| !m.is_empty()) {
+                    println!("  disk full: {name}/{} waits: {:?}: {m}", c.name, w.reason);
+                } else if w.reason.as_deref() != Some("ContainerCreating") {
+                    bad.push(format!(
+                        "{name}/{}: waiting ({:?}) with no message",
+                        c.name, w.reason
+                    ));
+                }
+            }
+        }
+        for f in filled {
+            let _ = std::fs::remove_file(f);
+        }
+        if bad.is_empty() {
+            Ok(ms(started.elapsed()))
+        } else {
+            Err(bad.join("; "))
+        }
+    })
+    .0
 }
 
 #[cfg(test)]

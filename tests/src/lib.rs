@@ -153,9 +153,80 @@ impl Runtime {
         })
     }
 
+    /// A containerd of its own for one scenario (a test that kills or restarts the runtime
+    /// must not touch the shared one): every file under `dir`, bridge `bridge`, pod subnet
+    /// `pod_subnet` (see [`xtask::runtime::Layout::under`]), started with the test images.
+    /// Dropping the returned guard stops it and kills its shims and containers.
+    ///
+    /// # Errors
+    /// When it cannot start or the images cannot be imported (the message names which).
+    pub fn private(
+        dir: &Path,
+        bridge: &str,
+        pod_subnet: &str,
+    ) -> std::result::Result<PrivateRuntime, String> {
+        let layout = xtask::runtime::Layout::under(dir, bridge, pod_subnet);
+        xtask::runtime::up(&layout)
+            .map_err(|e| format!("starting the containerd under {}: {e}", dir.display()))?;
+        let guard = PrivateRuntime(Runtime {
+            endpoint: layout.endpoint(),
+            layout,
+        });
+        {
+            let _lock = guard.0.layout.lock().map_err(|e| e.to_string())?;
+            xtask::images::ensure(&guard.0.layout)
+                .map_err(|e| format!("importing the test images under {}: {e}", dir.display()))?;
+        }
+        Ok(guard)
+    }
+
     /// A CRI runtime-service client to this runtime (connects lazily).
     pub fn client(&self) -> Result<RuntimeServiceClient<Channel>> {
         runtime_client(&self.endpoint)
+    }
+}
+
+/// A containerd started by [`Runtime::private`]; stopped (with its shims and containers, and
+/// its mounts) when dropped, even when the test fails.
+#[derive(Debug)]
+pub struct PrivateRuntime(Runtime);
+
+impl std::ops::Deref for PrivateRuntime {
+    type Target = Runtime;
+
+    fn deref(&self) -> &Runtime {
+        &self.0
+    }
+}
+
+impl PrivateRuntime {
+    /// SIGKILLs its containerd (shims and containers keep running); the pid killed.
+    ///
+    /// # Errors
+    /// When it would not die.
+    pub fn kill(&self) -> std::result::Result<Option<i32>, String> {
+        xtask::runtime::kill(&self.0.layout).map_err(|e| e.to_string())
+    }
+
+    /// Starts its containerd again (idempotent: a running one is left alone).
+    ///
+    /// # Errors
+    /// When it does not start (the message holds the end of its log).
+    pub fn up(&self) -> std::result::Result<(), String> {
+        xtask::runtime::up(&self.0.layout)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for PrivateRuntime {
+    fn drop(&mut self) {
+        if let Err(e) = xtask::runtime::down(&self.0.layout) {
+            eprintln!(
+                "stopping the containerd of {}: {e}",
+                self.0.layout.socket.display()
+            );
+        }
     }
 }
 
@@ -546,6 +617,64 @@ pub struct AgentOptions {
     /// The CRI endpoint the agent talks to, when not the runtime's own (a [`cri_proxy::CriProxy`]
     /// in front of it); the fixture's checks and clean-up still use the runtime's.
     pub cri_endpoint: Option<String>,
+    /// `Some(kib)`: the root dir and the pod log dir (`<root>/pod-logs`) are each a tmpfs of
+    /// `kib` KiB and [`TMPFS_INODES`] inodes (a small disk that can be filled), unmounted when
+    /// the agent is dropped.
+    pub tmpfs_kib: Option<u64>,
+}
+
+/// The inodes of each tmpfs of [`AgentOptions::tmpfs_kib`].
+pub const TMPFS_INODES: u64 = 512;
+
+/// Mounts made for one agent, unmounted (lazily, deepest first) when dropped, also when a test
+/// fails.
+#[derive(Debug, Default)]
+struct Mounts(Vec<PathBuf>);
+
+impl Mounts {
+    /// Mounts a tmpfs of `kib` KiB and [`TMPFS_INODES`] inodes on `dir`.
+    fn tmpfs(&mut self, dir: &Path, kib: u64) -> std::io::Result<()> {
+        let c = |s: &[u8]| {
+            std::ffi::CString::new(s)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+        };
+        let target = c(dir.as_os_str().as_encoded_bytes())?;
+        let fstype = c(b"tmpfs")?;
+        let options = c(format!("size={kib}k,nr_inodes={TMPFS_INODES},mode=0755").as_bytes())?;
+        // SAFETY: every pointer is a valid NUL-terminated string for the duration of the call.
+        let rc = unsafe {
+            libc::mount(
+                fstype.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                options.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.0.push(dir.to_owned());
+        Ok(())
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        for dir in self.0.drain(..).rev() {
+            let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+                continue;
+            };
+            // SAFETY: c is a valid NUL-terminated path for the duration of the call.
+            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+                eprintln!(
+                    "unmounting {}: {}",
+                    dir.display(),
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
 }
 
 impl AgentOptions {
@@ -558,6 +687,7 @@ impl AgentOptions {
             binary: None,
             verbosity: 4,
             cri_endpoint: None,
+            tmpfs_kib: None,
         }
     }
 }
@@ -613,9 +743,13 @@ pub struct Agent {
     /// Keeps its connection to the read-only server between requests.
     http: xtask::http::Client,
     manifest_dir: tempfile::TempDir,
+    /// Dropped before `root_dir`: the tmpfs mounts on it go first.
+    _mounts: Mounts,
     root_dir: tempfile::TempDir,
     /// The runtime's own endpoint (the agent's may be a proxy in front of it).
     runtime_endpoint: String,
+    /// The runtime's state directory (where its sandboxes' shm mounts are).
+    runtime_state: PathBuf,
 }
 
 impl std::fmt::Debug for Agent {
@@ -647,6 +781,15 @@ impl Agent {
             .prefix("swiftlet-root-")
             .tempdir()
             .unwrap_or_else(|e| panic!("creating a root dir: {e}"));
+        let mut mounts = Mounts::default();
+        if let Some(kib) = opts.tmpfs_kib {
+            let logs = root_dir.path().join("pod-logs");
+            mounts
+                .tmpfs(root_dir.path(), kib)
+                .and_then(|()| std::fs::create_dir(&logs))
+                .and_then(|()| mounts.tmpfs(&logs, kib))
+                .unwrap_or_else(|e| panic!("mounting the tmpfs for the agent's dirs: {e}"));
+        }
         let log_dir = xtask::target_dir().join("swiftlet-test-logs");
         std::fs::create_dir_all(&log_dir)
             .unwrap_or_else(|e| panic!("creating {}: {e}", log_dir.display()));
@@ -675,8 +818,10 @@ impl Agent {
             spec,
             http,
             manifest_dir,
+            _mounts: mounts,
             root_dir,
             runtime_endpoint: runtime.endpoint.clone(),
+            runtime_state: runtime.layout.state.clone(),
         };
         agent.launch(false);
         agent
@@ -706,6 +851,11 @@ impl Agent {
         // Connections kept to the killed process are of no use to the new one.
         self.http = xtask::http::Client::new(self.spec.read_only_addr(), Duration::from_secs(10));
         self.launch(true);
+    }
+
+    /// Whether its `/healthz` answers `ok` now.
+    pub fn healthy(&self) -> bool {
+        xtask::agent::healthy(self.spec.healthz_addr())
     }
 
     /// The agent's process id, while it runs.
@@ -752,6 +902,11 @@ impl Agent {
     /// The read-only server's address (`/pods`, `/metrics`, `/debug/...`).
     pub fn read_only_addr(&self) -> SocketAddr {
         self.spec.read_only_addr()
+    }
+
+    /// The state directory of the runtime the agent talks to.
+    pub fn runtime_state_dir(&self) -> &Path {
+        &self.runtime_state
     }
 
     /// The runtime's CRI endpoint (the agent talks to it directly, or through

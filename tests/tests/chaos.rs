@@ -3,20 +3,29 @@
 use swiftlet_tests::Runtime;
 use swiftlet_tests::chaos;
 
-/// kill -9 of the agent during manifest churn: after every restart the invariant (each desired
-/// pod running once, nothing left of gone pods) holds within the convergence timeout.
-#[test]
-fn kill9_during_churn_converges_every_round() {
-    let Some(rt) = Runtime::shared() else { return };
-    let outcome = chaos::kill9_churn(rt, 20261125, 4, 6);
+/// Fails with the seed and every violation when the scenario's invariant did not hold.
+fn assert_passed(outcome: &chaos::Outcome) {
     assert!(
         outcome.passed(),
         "seed {}: {:#?}",
         outcome.seed,
         outcome.violations
     );
-    assert_eq!(outcome.faults, 4);
-    assert_eq!(outcome.converge_ms.len(), 4);
+}
+
+/// [`assert_passed`], and every one of `rounds` faults injected and converged after.
+fn assert_rounds_converged(outcome: &chaos::Outcome, rounds: usize) {
+    assert_passed(outcome);
+    assert_eq!(outcome.faults, rounds);
+    assert_eq!(outcome.converge_ms.len(), rounds);
+}
+
+/// kill -9 of the agent during manifest churn: after every restart the invariant (each desired
+/// pod running once, nothing left of gone pods) holds within the convergence timeout.
+#[test]
+fn kill9_during_churn_converges_every_round() {
+    let Some(rt) = Runtime::shared() else { return };
+    assert_rounds_converged(&chaos::kill9_churn(rt, 20261125, 4, 6), 4);
 }
 
 /// SIGTERM in the middle of a burst of changes: the agent exits within the limit every time and
@@ -25,12 +34,7 @@ fn kill9_during_churn_converges_every_round() {
 fn sigterm_during_a_burst_exits_promptly_and_converges() {
     let Some(rt) = Runtime::shared() else { return };
     let outcome = chaos::sigterm_burst(rt, 20261125, 3, 6);
-    assert!(
-        outcome.passed(),
-        "seed {}: {:#?}",
-        outcome.seed,
-        outcome.violations
-    );
+    assert_passed(&outcome);
     assert_eq!(outcome.fault_ms.len(), 3);
     assert!(
         outcome
@@ -49,12 +53,7 @@ fn sigterm_during_a_burst_exits_promptly_and_converges() {
 fn hostile_input_is_rejected_and_counted_and_good_pods_keep_running() {
     let Some(rt) = Runtime::shared() else { return };
     let (outcome, inputs) = chaos::hostile_input(rt, 20261125, 1);
-    assert!(
-        outcome.passed(),
-        "seed {}: {:#?}",
-        outcome.seed,
-        outcome.violations
-    );
+    assert_passed(&outcome);
     // The idle sample and every input once.
     assert_eq!(inputs.len(), 13, "{inputs:#?}");
 }
@@ -83,5 +82,47 @@ fn cri_faults_during_churn_converge_every_round() {
     assert!(
         report.deadlines_exceeded() >= report.hung_calls(),
         "a hung call did not end at its deadline: {report:#?}"
+    );
+}
+
+/// containerd SIGKILLed and restarted during churn, and down while the agent starts (on a
+/// containerd of the scenario's own): after every restart the invariant holds (no duplicate
+/// sandbox or container, every pod Running once) within the convergence timeout. The second
+/// round is the one with containerd down while the agent starts.
+#[test]
+fn runtime_killed_and_restarted_converges_every_round() {
+    if Runtime::shared().is_none() {
+        return;
+    }
+    assert_rounds_converged(&chaos::runtime_restarts(20261125, 4, 4), 4);
+}
+
+/// The agent's root dir and pod log dir full (every byte and inode) during churn: the agent
+/// keeps answering without a panic, a pod it cannot start says why, and everything converges
+/// once the space is freed.
+#[test]
+fn a_full_disk_is_survived_and_converges_once_freed() {
+    let Some(rt) = Runtime::shared() else { return };
+    assert_rounds_converged(&chaos::disk_full(rt, 20261125, 2, 4), 2);
+}
+
+/// 30 create/delete cycles of three pods: the invariant holds after each half-cycle, and the
+/// agent's open fds and async tasks do not grow, nor its RSS by more than 2 MiB from the middle
+/// to the end.
+#[test]
+fn soak_cycles_leak_no_fds_tasks_or_memory() {
+    let Some(rt) = Runtime::shared() else { return };
+    let (outcome, samples) = chaos::soak(rt, 20261125, 30, 3);
+    assert!(
+        outcome.passed(),
+        "seed {}: {:#?}; samples {samples:#?}",
+        outcome.seed,
+        outcome.violations
+    );
+    assert_eq!(samples.len(), 3, "{samples:#?}");
+    assert!(
+        samples
+            .iter()
+            .all(|s| s.fds > 0 && s.rss_kib > 0 && s.tokio_tasks > 0)
     );
 }

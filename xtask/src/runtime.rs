@@ -19,14 +19,8 @@ use crate::PAUSE_IMAGE;
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `down` waits after SIGTERM before SIGKILL.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
-/// The cgroup root of the CNI bridge network.
-pub const POD_SUBNET: &str = "10.99.0.0/16";
-/// The bridge the CNI config creates.
-pub const BRIDGE_NAME: &str = "swiftlet0";
 /// cgroup mount point.
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
-/// Top-level cgroups with this prefix belong to swiftlet's demo and tests.
-pub const CGROUP_PREFIX: &str = "swiftlet-";
 /// A second CRI runtime handler (runc as well, under another name), so that a pod's
 /// `runtimeClassName` can be seen to choose the handler its sandbox runs with.
 pub const ALT_RUNTIME_HANDLER: &str = "swiftlet-alt";
@@ -72,7 +66,7 @@ pub enum Error {
     MissingBinary,
 }
 
-pub use crate::layout::Layout;
+pub use crate::layout::{BRIDGE_NAME, CGROUP_PREFIX, Layout, POD_SUBNET};
 
 fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
     move |source| Error::Io {
@@ -147,21 +141,27 @@ oom_score = 0
         )
     }
 
-    /// The CNI network: bridge `swiftlet0` with host-local IPAM, then portmap.
+    /// The CNI network: the layout's bridge with host-local IPAM, then portmap. The network is
+    /// named after the bridge, so two layouts' networks never share a name.
     pub fn cni_conflist(&self) -> String {
+        let name = if self.bridge == BRIDGE_NAME {
+            "swiftlet".to_owned()
+        } else {
+            format!("swiftlet-{}", self.bridge)
+        };
         let v = serde_json::json!({
             "cniVersion": "1.0.0",
-            "name": "swiftlet",
+            "name": name,
             "plugins": [
                 {
                     "type": "bridge",
-                    "bridge": BRIDGE_NAME,
+                    "bridge": self.bridge,
                     "isGateway": true,
                     "ipMasq": true,
                     "hairpinMode": true,
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{ "subnet": POD_SUBNET }]],
+                        "ranges": [[{ "subnet": self.pod_subnet }]],
                         "routes": [{ "dst": "0.0.0.0/0" }],
                         "dataDir": self.cni_ipam_dir,
                     }
@@ -459,6 +459,26 @@ fn stop_pid(pid: i32) -> Result<(), Error> {
     }
 }
 
+/// SIGKILLs the layout's containerd, as a crash would: its shims and their containers keep
+/// running, and the socket file stays. Returns the pid killed (`None`: it was not running).
+pub fn kill(layout: &Layout) -> Result<Option<i32>, Error> {
+    let _lock = layout.lock()?;
+    let Some(pid) = layout.pid() else {
+        return Ok(None);
+    };
+    signal(pid, libc::SIGKILL);
+    if wait_gone(pid, Duration::from_secs(5)) {
+        // Reap it when `up` in this process started it (no zombie per restart).
+        // SAFETY: waitpid(2) with WNOHANG on one pid; a null status pointer is allowed.
+        unsafe {
+            libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+        }
+        Ok(Some(pid))
+    } else {
+        Err(Error::Unkillable { pid })
+    }
+}
+
 /// What `down` did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DownReport {
@@ -496,7 +516,9 @@ pub fn down(layout: &Layout) -> Result<DownReport, Error> {
     }
     report.killed_shims = kill_shims(layout);
     report.unmounted = unmount_under(&[&layout.root, &layout.state]);
-    report.removed_cgroups = remove_cgroups(|name| name.starts_with(CGROUP_PREFIX));
+    if let Some(prefix) = &layout.cgroup_prefix {
+        report.removed_cgroups = remove_cgroups(|name| name.starts_with(prefix.as_str()));
+    }
     let _ = std::fs::remove_file(&layout.pid_file);
     let _ = std::fs::remove_file(&layout.socket);
     let _ = std::fs::remove_file(&layout.ttrpc_socket);
@@ -797,6 +819,41 @@ mod tests {
             POD_SUBNET
         );
         assert_eq!(cni["plugins"][1]["type"], "portmap");
+    }
+
+    #[test]
+    fn a_layout_under_a_directory_shares_nothing_with_the_default() {
+        let d = Layout::default();
+        let u = Layout::under(Path::new("/var/lib/swiftlet-x"), "swl-x0", "10.97.0.0/16");
+        for (a, b) in [
+            (&u.socket, &d.socket),
+            (&u.ttrpc_socket, &d.ttrpc_socket),
+            (&u.state, &d.state),
+            (&u.root, &d.root),
+            (&u.config, &d.config),
+            (&u.cni_conf_dir, &d.cni_conf_dir),
+            (&u.cni_ipam_dir, &d.cni_ipam_dir),
+            (&u.log, &d.log),
+            (&u.pid_file, &d.pid_file),
+            (&u.lock_file, &d.lock_file),
+            (&u.images_dir, &d.images_dir),
+        ] {
+            assert!(a.starts_with("/var/lib/swiftlet-x"), "{}", a.display());
+            assert_ne!(a, b);
+        }
+        assert!(
+            u.config_toml()
+                .contains(r#"address = "/var/lib/swiftlet-x/run/containerd.sock""#)
+        );
+        let cni: serde_json::Value = serde_json::from_str(&u.cni_conflist()).unwrap();
+        assert_eq!(cni["plugins"][0]["bridge"], "swl-x0");
+        assert_eq!(cni["name"], "swiftlet-swl-x0");
+        assert_eq!(
+            cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+            "10.97.0.0/16"
+        );
+        assert_eq!(u.cgroup_prefix, None);
+        assert_eq!(d.cgroup_prefix.as_deref(), Some(CGROUP_PREFIX));
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //! container name, the newest kept, as the kubelet's container garbage collection does with its
 //! default `--maximum-dead-containers-per-container`; without it a crash loop or a runtime that
 //! keeps failing starts would leave one more container behind each time.
+//! (A container the runtime created while its CreateContainer answer was lost, as when the
+//! runtime dies during the call, is such a dead instance: it goes once a newer one of its name is
+//! dead too, or stays as the one dead instance kept.)
 use std::collections::HashMap;
 
 use super::*;
@@ -76,16 +79,19 @@ pub fn plan(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> Pla
         }
     }
     let exited = api::ContainerState::ContainerExited as i32;
+    let created = api::ContainerState::ContainerCreated as i32;
     let ready = api::PodSandboxState::SandboxReady as i32;
+    let is_newest = |c: &api::Container| {
+        let name = c.metadata.as_ref().map_or("", |m| m.name.as_str());
+        newest_of.get(name).is_some_and(|n| n.id == c.id)
+    };
     for s in sandboxes {
         if s.id == newest.id || s.state == ready {
             continue;
         }
         let mut kept = 0;
         for c in containers.iter().filter(|c| c.pod_sandbox_id == s.id) {
-            let name = c.metadata.as_ref().map_or("", |m| m.name.as_str());
-            let is_newest = newest_of.get(name).is_some_and(|n| n.id == c.id);
-            if c.state == exited && !is_newest {
+            if (c.state == exited || c.state == created) && !is_newest(c) {
                 plan.remove_containers.push(c.id.clone());
             } else {
                 kept += 1;
@@ -196,7 +202,7 @@ impl Manager {
         let mut done = Collected::default();
         for id in &plan.remove_containers {
             self.ignore_not_found(pod, self.cri.remove_container(id).await)?;
-            tracing::info!(%pod, container = %id, "removed a superseded dead container");
+            tracing::info!(%pod, container = %id, "removed a superseded container (exited in a stale sandbox, or never started)");
             done.containers += 1;
         }
         for id in &plan.remove_sandboxes {
@@ -304,6 +310,29 @@ mod tests {
         let p = plan(&sandboxes, &containers);
         assert!(p.remove_containers.is_empty());
         assert_eq!(p.stop_sandboxes, ["old"]);
+        // Created but never started, superseded by a newer instance (the runtime died during
+        // its CreateContainer): in a stale sandbox it goes with the sandbox; in the newest one it
+        // is the one dead instance kept of its name (as the kubelet's container GC keeps one);
+        // the newest instance stays even when it is only created (its start may be under way).
+        let mut never_started = container("a0", "new", "app", 1, false);
+        never_started.state = api::ContainerState::ContainerCreated as i32;
+        let mut starting = container("b1", "new", "side", 4, false);
+        starting.state = api::ContainerState::ContainerCreated as i32;
+        let mut stale_created = container("i0", "old", "init", 1, false);
+        stale_created.state = api::ContainerState::ContainerCreated as i32;
+        let containers = [
+            never_started,
+            container("a1", "new", "app", 3, true),
+            stale_created,
+            container("i1", "new", "init", 2, false),
+            starting,
+        ];
+        let p = plan(
+            &[sandbox("old", 1, false), sandbox("new", 2, true)],
+            &containers,
+        );
+        assert_eq!(p.remove_containers, ["i0"]);
+        assert_eq!(p.remove_sandboxes, ["old"]);
         // A ready sandbox that is not the newest is left to the pod's sync.
         let p = plan(&[sandbox("a", 1, true), sandbox("b", 2, true)], &[]);
         assert_eq!(p, Plan::default());

@@ -6,20 +6,23 @@ use std::process::ExitCode;
 use swiftlet_tests::Runtime;
 use swiftlet_tests::chaos::{self, Outcome};
 
-const USAGE: &str =
-    "usage: swiftlet-chaos [--scenario NAME] [--seed N] [--rounds N] [--pods N] [--json]
+const USAGE: &str = "usage: swiftlet-chaos [--scenario NAME] [--seed N] [--rounds N] [--pods N] \
+     [--cycles N] [--json]
 
-Scenarios (default: all of them):
-  kill9       kill -9 of the agent at random instants during manifest churn (create, update,
-              delete), restarting it each round; the invariant must hold within 60 s of each
-              restart
-  sigterm     SIGTERM in the middle of a burst of changes; the agent must exit within 10 s,
-              then it is restarted and must converge
-  hostile     hostile manifest-URL bodies and manifest files beside good pods: each counted as
-              a config error, no good pod restarted, peak RSS measured
+Scenarios (default: all):
+  kill9    kill -9 of the agent at random instants during manifest churn (create, update,
+           delete), restarting it each round; the invariant must hold within 60 s of each restart
+  sigterm  SIGTERM in the middle of a burst of changes; the agent must exit within 10 s
+  hostile  hostile manifest-URL bodies and manifest files beside good pods (one pass)
+  runtime  containerd SIGKILLed and restarted during churn, and down while the agent starts,
+           on a containerd of its own (/var/lib/swiftlet-chaos-runtime, bridge swl-chaos0)
+  disk     the agent's root dir and pod log dir on 4 MiB tmpfs mounts filled to the last byte
+           and inode during churn, then freed
   cri-faults  the agent talks to the runtime through a fault-injecting CRI proxy with
-              --runtime-request-timeout 5s; each round delays, fails or hangs one CRI method
-              for 2-5 s during churn, and the invariant must hold within 60 s after
+           --runtime-request-timeout 5s; each round delays, fails or hangs one CRI method
+           for 2-5 s during churn, and the invariant must hold within 60 s after
+  soak     --cycles create/delete cycles of --pods pods (default 1000 cycles, 3 pods); fails when
+           open fds or async tasks grow, or RSS grows more than 2 MiB from the middle to the end
 
 Every scenario prints its seed; --seed replays the same choices.
 ";
@@ -29,6 +32,9 @@ struct Args {
     seed: u64,
     rounds: usize,
     pods: usize,
+    /// `--pods` given (the soak's default is 3, the others' 10).
+    pods_set: bool,
+    cycles: usize,
     json: bool,
 }
 
@@ -38,6 +44,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         seed: chaos::fresh_seed(),
         rounds: 10,
         pods: 10,
+        pods_set: false,
+        cycles: 1000,
         json: false,
     };
     while let Some(flag) = it.next() {
@@ -46,7 +54,11 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--scenario" => a.scenario = value("--scenario")?,
             "--seed" => a.seed = number(&value("--seed")?, "--seed")?,
             "--rounds" => a.rounds = number(&value("--rounds")?, "--rounds")?,
-            "--pods" => a.pods = number(&value("--pods")?, "--pods")?,
+            "--pods" => {
+                a.pods = number(&value("--pods")?, "--pods")?;
+                a.pods_set = true;
+            }
+            "--cycles" => a.cycles = number(&value("--cycles")?, "--cycles")?,
             "--json" => a.json = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
@@ -104,11 +116,22 @@ fn main() -> ExitCode {
         args.scenario, args.seed, args.rounds, args.pods
     );
     let scenarios: &[&str] = match args.scenario.as_str() {
-        "all" => &["kill9", "sigterm", "hostile", "cri-faults"],
+        "all" => &[
+            "kill9",
+            "sigterm",
+            "hostile",
+            "cri-faults",
+            "runtime",
+            "disk",
+            "soak",
+        ],
         "kill9" => &["kill9"],
         "sigterm" => &["sigterm"],
         "hostile" => &["hostile"],
         "cri-faults" => &["cri-faults"],
+        "runtime" => &["runtime"],
+        "disk" => &["disk"],
+        "soak" => &["soak"],
         other => {
             eprintln!("swiftlet-chaos: unknown scenario {other:?}\n\n{USAGE}");
             return ExitCode::from(2);
@@ -136,6 +159,27 @@ fn main() -> ExitCode {
                 );
                 if args.json {
                     println!("{}", serde_json::to_string(&report).unwrap_or_default());
+                }
+                outcome
+            }
+            "runtime" => chaos::runtime_restarts(args.seed, args.rounds, args.pods),
+            "disk" => chaos::disk_full(runtime, args.seed, args.rounds, args.pods),
+            "soak" => {
+                let pods = if args.pods_set { args.pods } else { 3 };
+                let (outcome, samples) = chaos::soak(runtime, args.seed, args.cycles, pods);
+                for r in &samples {
+                    println!(
+                        "  after cycle {:>5}: RSS {:>7.1} MiB  fds {:>4}  threads {:>3}  \
+                         async tasks {:>4}",
+                        r.cycle,
+                        r.rss_kib as f64 / 1024.0,
+                        r.fds,
+                        r.threads,
+                        r.tokio_tasks
+                    );
+                }
+                if args.json {
+                    println!("{}", serde_json::to_string(&samples).unwrap_or_default());
                 }
                 outcome
             }
