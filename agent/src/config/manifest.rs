@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Toleration};
 use sha2::{Digest, Sha256};
 
-use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP};
+use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP, depth};
 
 /// Largest manifest read, like the kubelet's `maxConfigLength`.
 pub const MAX_CONFIG_LENGTH: u64 = 10 * 1024 * 1024;
@@ -44,6 +44,13 @@ pub enum Error {
         column: Option<usize>,
         message: String,
     },
+    #[error("{path}: YAML nested deeper than {max} levels{}", location(Some(*line), Some(*column)))]
+    TooDeep {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        max: usize,
+    },
     #[error("{path}: {problem}")]
     Invalid { path: PathBuf, problem: Problem },
 }
@@ -56,6 +63,7 @@ impl Error {
             Error::TooLarge { .. } => "too_large",
             Error::NotUtf8 { .. } => "not_utf8",
             Error::Syntax { .. } => "syntax",
+            Error::TooDeep { .. } => "too_deep",
             Error::Invalid { problem, .. } => problem.reason(),
         }
     }
@@ -67,6 +75,7 @@ impl Error {
             | Error::TooLarge { path, .. }
             | Error::NotUtf8 { path, .. }
             | Error::Syntax { path, .. }
+            | Error::TooDeep { path, .. }
             | Error::Invalid { path, .. } => path,
         }
     }
@@ -331,7 +340,7 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
     }
 }
 
-/// Size, UTF-8 and node-name checks shared by every entry point.
+/// Size, UTF-8, node-name and nesting checks shared by every entry point.
 fn text<'b>(path: &Path, bytes: &'b [u8], node_name: &str) -> Result<&'b str> {
     check_len(path, bytes)?;
     let text = std::str::from_utf8(bytes).map_err(|e| Error::NotUtf8 {
@@ -342,6 +351,18 @@ fn text<'b>(path: &Path, bytes: &'b [u8], node_name: &str) -> Result<&'b str> {
         return Err(Error::Invalid {
             path: path.to_path_buf(),
             problem: Problem::EmptyNodeName,
+        });
+    }
+    // The YAML decoder holds a whole document's events before its recursion limit applies: a
+    // deeply nested one is turned away first, cheaply (see `depth`).
+    if !is_json(text)
+        && let Some((line, column)) = depth::yaml_too_deep(text, depth::MAX_DEPTH)
+    {
+        return Err(Error::TooDeep {
+            path: path.to_path_buf(),
+            line,
+            column,
+            max: depth::MAX_DEPTH,
         });
     }
     Ok(text)
@@ -1416,6 +1437,34 @@ mod tests {
         let items = parse_url(url, late.as_bytes(), NODE).expect("list parses");
         assert_eq!(items.len(), 1);
         assert!(items[0].is_ok(), "{:?}", items[0]);
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_decoding() {
+        let deep = |open: &str, close: &str| {
+            let mut d = open.repeat(100_000);
+            d.push('1');
+            d.push_str(&close.repeat(100_000));
+            d
+        };
+        let url = "http://example.test/pods";
+        // YAML (a flow sequence is YAML here), from a file and from a URL: refused by the walk,
+        // naming where the limit was crossed.
+        let e = parse(Path::new("deep.json"), deep("[", "]").as_bytes(), NODE).expect_err("deep");
+        assert_eq!(e.reason(), "too_deep");
+        assert_eq!(
+            e.to_string(),
+            "deep.json: YAML nested deeper than 128 levels at line 1 column 129"
+        );
+        let e = parse_url(url, format!("{}x", "- ".repeat(100_000)).as_bytes(), NODE)
+            .expect_err("deep block");
+        assert_eq!(e.reason(), "too_deep");
+        // JSON: its decoder stops at its own recursion limit.
+        let e = parse_url(url, deep("{\"kind\":", "}").as_bytes(), NODE).expect_err("deep json");
+        assert_eq!(e.reason(), "syntax");
+        assert!(e.to_string().contains("recursion limit"), "{e}");
+        // A pod's usual depth is far from the limit.
+        assert!(parse(Path::new("ok.yaml"), yaml("ok").as_bytes(), NODE).is_ok());
     }
 
     #[test]
