@@ -33,7 +33,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::manifest::{self, MAX_CONFIG_LENGTH};
-use super::{ErrorCounter, SourceUpdate, StoredPod};
+use super::{ErrorCounter, SourceUpdate};
 
 /// The kubelet's default `--http-check-frequency`.
 pub const DEFAULT_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
@@ -326,7 +326,7 @@ impl Source {
                 self.errors.inc(super::file::DUPLICATE_NAME);
                 continue;
             }
-            set.push(StoredPod::new(pod));
+            set.push(pod);
         }
         Some(SourceUpdate::Set(set))
     }
@@ -335,6 +335,7 @@ impl Source {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::StoredPod;
     use std::sync::{Arc, Mutex};
 
     const NODE: &str = "node1";

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Toleration};
 use sha2::{Digest, Sha256};
 
-use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP, depth};
+use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP, StoredPod, depth};
 
 /// Largest manifest read, like the kubelet's `maxConfigLength`.
 pub const MAX_CONFIG_LENGTH: u64 = 10 * 1024 * 1024;
@@ -222,8 +222,8 @@ pub fn parse(path: &Path, bytes: &[u8], node_name: &str) -> Result<Pod> {
 /// Parses what a manifest URL served: one Pod or a PodList (`kind: PodList`, items without
 /// `kind`/`apiVersion` accepted), YAML or JSON. The outer error rejects the whole body
 /// (unreadable, not a Pod or PodList, a single pod that is invalid); a PodList's items each parse
-/// (and fail) on their own, named `<url> items[i]`.
-pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<Pod>>> {
+/// (and fail) on their own, named `<url> items[i]`. Pods come fingerprinted, ready for the mux.
+pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<StoredPod>>> {
     let path = PathBuf::from(url);
     let text = text(&path, bytes, node_name)?;
     let origin = Origin::Url(url);
@@ -234,7 +234,7 @@ pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<
     let kind = head.kind.as_ref().and_then(serde_json::Value::as_str);
     if !head.object || kind != Some("PodList") {
         // One pod: if it is bad, the whole body is (the source keeps its last good set).
-        return parse_pod(origin, &path, text, node_name).map(|pod| vec![Ok(pod)]);
+        return parse_pod(origin, &path, text, node_name).map(|pod| vec![Ok(pod.into())]);
     }
     api_version_is_v1(head.api_version.as_ref().and_then(|v| v.as_str())).map_err(|problem| {
         Error::Invalid {
@@ -260,7 +260,7 @@ struct ListItems<'a> {
 }
 
 impl<'de> serde::de::DeserializeSeed<'de> for ListItems<'_> {
-    type Value = Vec<Result<Pod>>;
+    type Value = Vec<Result<StoredPod>>;
 
     fn deserialize<D: serde::Deserializer<'de>>(
         self,
@@ -271,7 +271,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for ListItems<'_> {
 }
 
 impl<'de> serde::de::Visitor<'de> for ListItems<'_> {
-    type Value = Vec<Result<Pod>>;
+    type Value = Vec<Result<StoredPod>>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a PodList")
@@ -297,7 +297,7 @@ impl<'de> serde::de::Visitor<'de> for ListItems<'_> {
 struct ItemsSeq<'a>(ListItems<'a>);
 
 impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeq<'_> {
-    type Value = Vec<Result<Pod>>;
+    type Value = Vec<Result<StoredPod>>;
 
     fn deserialize<D: serde::Deserializer<'de>>(
         self,
@@ -308,7 +308,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeq<'_> {
 }
 
 impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
-    type Value = Vec<Result<Pod>>;
+    type Value = Vec<Result<StoredPod>>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("items as a list")
@@ -334,7 +334,9 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
         let mut pods = Vec::new();
         while let Some(item) = seq.next_element::<serde_json::Value>()? {
             let path = PathBuf::from(format!("{url} items[{}]", pods.len()));
-            pods.push(parse_item(origin, &path, item, node_name));
+            // Each pod goes to the heap as soon as it is parsed: the list holds pointers, not
+            // 10,000 pod structs (2 KiB each before any of their fields) in one growing buffer.
+            pods.push(parse_item(origin, &path, item, node_name).map(StoredPod::new));
         }
         Ok(pods)
     }
@@ -1377,7 +1379,7 @@ mod tests {
         let uid = |url: &str| {
             let pods = parse_url(url, yaml("web").as_bytes(), NODE).expect("parses");
             let pod = pods.into_iter().next().expect("one").expect("valid");
-            pod.metadata.uid.expect("uid")
+            pod.uid().to_owned()
         };
         assert_eq!(uid(url), uid(url));
         assert_ne!(uid(url), uid("http://127.0.0.1:1/other"));
