@@ -7,11 +7,17 @@ use swiftlet_tests::Runtime;
 use swiftlet_tests::chaos::{self, Outcome};
 
 const USAGE: &str =
-    "usage: swiftlet-chaos [--scenario kill9] [--seed N] [--rounds N] [--pods N] [--json]
+    "usage: swiftlet-chaos [--scenario kill9|sigterm|hostile|all] [--seed N] [--rounds N] [--pods N]
+                      [--json] [--debug-agent | --agent PATH]
 
 Scenarios:
   kill9   kill -9 of the agent at random instants during manifest churn (create, update,
           delete), restarting it each round; the invariant must hold within 60 s of each restart
+  sigterm SIGTERM in the middle of a burst of changes; the agent exits within 10 s and converges
+  hostile hostile manifest-URL bodies and manifest files beside good pods; each is counted, no
+          good pod restarts, and the release agent's peak RSS stays within 64 MiB (it is built
+          first); --debug-agent measures the debug agent instead, without the bound, and
+          --agent PATH holds the agent binary at PATH to the bound
 
 Every scenario prints its seed; --seed replays the same choices.";
 
@@ -21,6 +27,8 @@ struct Args {
     rounds: usize,
     pods: usize,
     json: bool,
+    debug_agent: bool,
+    agent: Option<std::path::PathBuf>,
 }
 
 fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -30,6 +38,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         rounds: 10,
         pods: 10,
         json: false,
+        debug_agent: false,
+        agent: None,
     };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -39,6 +49,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--rounds" => a.rounds = number(&value("--rounds")?, "--rounds")?,
             "--pods" => a.pods = number(&value("--pods")?, "--pods")?,
             "--json" => a.json = true,
+            "--debug-agent" => a.debug_agent = true,
+            "--agent" => a.agent = Some(value("--agent")?.into()),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -111,7 +123,16 @@ fn main() -> ExitCode {
             "sigterm" => chaos::sigterm_burst(runtime, args.seed, args.rounds, args.pods),
             _ => {
                 // The whole set of inputs once (about a minute); --rounds is for the others.
-                let (outcome, inputs) = chaos::hostile_input(runtime, args.seed, 1);
+                // The bound is the release agent's; --debug-agent measures the debug one.
+                let opts = match (&args.agent, args.debug_agent) {
+                    (Some(path), _) => chaos::HostileOptions {
+                        binary: Some(path.clone()),
+                        bound_kib: Some(chaos::MEMORY_BOUND_KIB),
+                    },
+                    (None, true) => chaos::HostileOptions::default(),
+                    (None, false) => chaos::HostileOptions::release(),
+                };
+                let (outcome, inputs) = chaos::hostile_input(runtime, args.seed, 1, &opts);
                 for r in &inputs {
                     println!(
                         "  {:<36} errors counted {:>6}  peak RSS {:>7.1} MiB  {}",
