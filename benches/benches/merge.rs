@@ -2,8 +2,8 @@
 //! in <= 1 ms, <= 100 ns a pod). Results in BENCHMARKS.md.
 //!
 //! The pods are real static pods (parsed and defaulted by `manifest::parse`), ingested once as
-//! `StoredPod`s the way a source does; each SET re-sends the same `StoredPod`s, as the sources do
-//! for unchanged pods.
+//! `StoredPod`s the way a source does; each SET re-sends the same `StoredPod`s, as the file and API
+//! sources do for unchanged pods (the mux compares their fingerprints).
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::path::Path;
 use std::time::{Duration, Instant};

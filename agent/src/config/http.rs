@@ -12,16 +12,17 @@
 //! - Unlike the kubelet, which rejects a whole PodList when one item is invalid, swiftlet rejects
 //!   only that item (logged as `<url> items[i]`, counted) and keeps the others; a later item with
 //!   a full name an earlier one already has is rejected the same way.
-//! - A pod whose content did not change since the last SET is re-sent as the same [`StoredPod`],
-//!   so the mux's merge of it is a pointer check.
+//! - The source keeps no pods, only the digest of the last body: the mux keeps the one copy of
+//!   each pod (the pods of a SET are handed over, not shared), and an unchanged pod in a new SET
+//!   merges by its fingerprints and is dropped.
 //!
 //! Only `http://` URLs are supported (the agent carries no TLS client yet).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Empty, Limited};
+use http_body_util::{BodyExt as _, Empty};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -32,7 +33,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::manifest::{self, MAX_CONFIG_LENGTH};
-use super::{ErrorCounter, SourceUpdate, StoredPod};
+use super::{ErrorCounter, SourceUpdate};
 
 /// The kubelet's default `--http-check-frequency`.
 pub const DEFAULT_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
@@ -125,7 +126,6 @@ pub async fn watch(
         errors,
         last_body: None,
         last_fetch_error: None,
-        pods: HashMap::new(),
     };
     loop {
         tokio::select! {
@@ -189,18 +189,9 @@ async fn fetch(client: &HttpClient, cfg: &Config) -> Result<Bytes, Error> {
                 status: resp.status(),
             });
         }
-        let limit = usize::try_from(MAX_CONFIG_LENGTH).unwrap_or(usize::MAX);
-        match Limited::new(resp.into_body(), limit).collect().await {
-            Ok(body) => Ok(body.to_bytes()),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Error::TooLarge {
-                url: url(),
-                max: MAX_CONFIG_LENGTH,
-            }),
-            Err(e) => Err(Error::Body {
-                url: url(),
-                message: e.to_string(),
-            }),
-        }
+        read_body(resp.into_body(), MAX_CONFIG_LENGTH)
+            .await
+            .map_err(|e| e.at(url()))
     };
     tokio::time::timeout(FETCH_TIMEOUT, fetch)
         .await
@@ -212,6 +203,59 @@ async fn fetch(client: &HttpClient, cfg: &Config) -> Result<Bytes, Error> {
         })
 }
 
+/// Why reading a body failed, before the URL is known to name it.
+#[derive(Debug)]
+enum BodyError {
+    TooLarge { max: u64 },
+    Read(String),
+}
+
+impl BodyError {
+    fn at(self, url: String) -> Error {
+        match self {
+            BodyError::TooLarge { max } => Error::TooLarge { url, max },
+            BodyError::Read(message) => Error::Body { url, message },
+        }
+    }
+}
+
+/// Reads `body` into one buffer of at most `max` bytes. A declared length over `max` fails before
+/// a byte is read; a body that runs past `max` (no length, or a wrong one) fails as soon as it
+/// does. Each frame is copied into the buffer and dropped, so the body costs at most `max` bytes
+/// and one frame, never a list of frames and a copy of them.
+async fn read_body<B>(body: B, max: u64) -> Result<Bytes, BodyError>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let too_large = || BodyError::TooLarge { max };
+    let cap = usize::try_from(max).unwrap_or(usize::MAX);
+    let declared = body.size_hint().exact();
+    if declared.is_some_and(|n| n > max) {
+        return Err(too_large());
+    }
+    // A declared length sizes the buffer once; else it grows by doubling, capped at `max`.
+    let first = declared.map_or(64 * 1024, |n| usize::try_from(n).unwrap_or(cap));
+    let mut buf: Vec<u8> = Vec::with_capacity(first.min(cap));
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        let len = buf.len().saturating_add(data.len());
+        if len > cap {
+            return Err(too_large());
+        }
+        if len > buf.capacity() {
+            let grown = buf.capacity().saturating_mul(2).max(len).min(cap);
+            buf.reserve_exact(grown - buf.len());
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(Bytes::from(buf))
+}
+
 struct Source {
     cfg: Config,
     errors: ErrorCounter,
@@ -219,8 +263,6 @@ struct Source {
     last_body: Option<[u8; 32]>,
     /// The last fetch error logged, so a failing URL is logged when the failure changes.
     last_fetch_error: Option<String>,
-    /// The pods of the last SET, by UID, re-sent as they are when unchanged.
-    pods: HashMap<String, StoredPod>,
 }
 
 impl Source {
@@ -254,7 +296,6 @@ impl Source {
         if body.is_empty() {
             tracing::warn!(url, "manifest URL served an empty body; no pods from it");
             self.errors.inc(EMPTY_BODY);
-            self.pods.clear();
             return Some(SourceUpdate::Set(Vec::new()));
         }
         let items = match manifest::parse_url(url, &body, &self.cfg.node_name) {
@@ -266,7 +307,6 @@ impl Source {
             }
         };
         let mut names = HashSet::new();
-        let mut pods = HashMap::with_capacity(items.len());
         let mut set = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
             let pod = match item {
@@ -286,16 +326,8 @@ impl Source {
                 self.errors.inc(super::file::DUPLICATE_NAME);
                 continue;
             }
-            let mut stored = StoredPod::new(pod);
-            if let Some(old) = self.pods.get(stored.uid())
-                && old.fingerprints() == stored.fingerprints()
-            {
-                stored = old.clone();
-            }
-            pods.insert(stored.uid().to_owned(), stored.clone());
-            set.push(stored);
+            set.push(pod);
         }
-        self.pods = pods;
         Some(SourceUpdate::Set(set))
     }
 }
@@ -303,6 +335,7 @@ impl Source {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::StoredPod;
     use std::sync::{Arc, Mutex};
 
     const NODE: &str = "node1";
@@ -458,7 +491,8 @@ mod tests {
         h.requests(3).await;
         assert!(h.rx.try_recv().is_err(), "unchanged body sent a SET");
 
-        // b changes: a SET where a is the very same StoredPod (pointer) and b is new.
+        // b changes: a SET where a has the same fingerprints (the mux drops it as unchanged) and
+        // b new ones.
         h.serve(200, list_json(&[("a", "x:1"), ("b", "x:2")]));
         let second = h.next().await;
         assert_eq!(names(&second), ["a-node1", "b-node1"]);
@@ -468,14 +502,18 @@ mod tests {
                 .cloned()
                 .expect("pod present")
         };
-        assert!(Arc::ptr_eq(
-            find(&first, "a-node1").arc(),
-            find(&second, "a-node1").arc()
-        ));
-        assert!(!Arc::ptr_eq(
-            find(&first, "b-node1").arc(),
-            find(&second, "b-node1").arc()
-        ));
+        let fp = |pods: &[StoredPod], name: &str| find(pods, name).fingerprints();
+        assert_eq!(fp(&first, "a-node1"), fp(&second, "a-node1"));
+        assert_ne!(fp(&first, "b-node1"), fp(&second, "b-node1"));
+        // The source kept no reference: the mux can keep each pod without a copy.
+        for p in first.iter().chain(&second) {
+            assert_eq!(
+                Arc::strong_count(p.arc()),
+                1,
+                "the source holds {}",
+                p.uid()
+            );
+        }
         assert_eq!(h.errors.total(), 0);
         h.stop();
     }
@@ -545,6 +583,84 @@ mod tests {
             .await
             .expect("stops on cancel")
             .expect("no panic");
+    }
+
+    /// A body declaring `declared` bytes (size hint) that serves `frames` frames of `chunk`
+    /// bytes, counting the frames read.
+    struct Counted {
+        declared: Option<u64>,
+        frames: Option<usize>,
+        chunk: usize,
+        polled: Arc<Mutex<usize>>,
+    }
+
+    impl hyper::body::Body for Counted {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+            let mut polled = self.polled.lock().expect("lock");
+            if self.frames.is_some_and(|n| *polled >= n) {
+                return std::task::Poll::Ready(None);
+            }
+            *polled += 1;
+            drop(polled);
+            let data = Bytes::from(vec![b' '; self.chunk]);
+            std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(data))))
+        }
+
+        fn size_hint(&self) -> hyper::body::SizeHint {
+            self.declared.map_or_else(
+                hyper::body::SizeHint::default,
+                hyper::body::SizeHint::with_exact,
+            )
+        }
+    }
+
+    fn counted(
+        declared: Option<u64>,
+        frames: Option<usize>,
+        chunk: usize,
+    ) -> (Counted, Arc<Mutex<usize>>) {
+        let polled = Arc::new(Mutex::new(0));
+        let body = Counted {
+            declared,
+            frames,
+            chunk,
+            polled: polled.clone(),
+        };
+        (body, polled)
+    }
+
+    #[tokio::test]
+    async fn bodies_over_the_limit_fail_without_being_buffered() {
+        const MAX: u64 = 1 << 20;
+        // A declared length over the limit: nothing is read.
+        let (body, polled) = counted(Some(64 << 20), None, 64 * 1024);
+        let e = read_body(body, MAX).await.expect_err("declared too large");
+        assert!(matches!(e, BodyError::TooLarge { max: MAX }), "{e:?}");
+        assert_eq!(*polled.lock().expect("lock"), 0);
+        // An endless body: fails on the frame that crosses the limit, not later.
+        let (body, polled) = counted(None, None, 64 * 1024);
+        let e = read_body(body, MAX).await.expect_err("endless");
+        assert!(matches!(e, BodyError::TooLarge { .. }), "{e:?}");
+        assert_eq!(
+            *polled.lock().expect("lock"),
+            17,
+            "16 frames fill 1 MiB, the 17th crosses"
+        );
+        // Exactly at the limit, in frames, with and without a declared length: the whole body.
+        for declared in [Some(MAX), None] {
+            let (body, _) = counted(declared, Some(16), 64 * 1024);
+            let got = read_body(body, MAX).await.expect("at the limit");
+            assert_eq!(got.len() as u64, MAX);
+        }
+        // An empty body.
+        let (body, _) = counted(Some(0), Some(0), 1);
+        assert!(read_body(body, MAX).await.expect("empty").is_empty());
     }
 
     #[tokio::test]

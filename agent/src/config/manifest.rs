@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Toleration};
 use sha2::{Digest, Sha256};
 
-use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP};
+use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP, StoredPod, depth};
 
 /// Largest manifest read, like the kubelet's `maxConfigLength`.
 pub const MAX_CONFIG_LENGTH: u64 = 10 * 1024 * 1024;
@@ -44,6 +44,13 @@ pub enum Error {
         column: Option<usize>,
         message: String,
     },
+    #[error("{path}: YAML nested deeper than {max} levels{}", location(Some(*line), Some(*column)))]
+    TooDeep {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        max: usize,
+    },
     #[error("{path}: {problem}")]
     Invalid { path: PathBuf, problem: Problem },
 }
@@ -56,6 +63,7 @@ impl Error {
             Error::TooLarge { .. } => "too_large",
             Error::NotUtf8 { .. } => "not_utf8",
             Error::Syntax { .. } => "syntax",
+            Error::TooDeep { .. } => "too_deep",
             Error::Invalid { problem, .. } => problem.reason(),
         }
     }
@@ -67,6 +75,7 @@ impl Error {
             | Error::TooLarge { path, .. }
             | Error::NotUtf8 { path, .. }
             | Error::Syntax { path, .. }
+            | Error::TooDeep { path, .. }
             | Error::Invalid { path, .. } => path,
         }
     }
@@ -213,8 +222,8 @@ pub fn parse(path: &Path, bytes: &[u8], node_name: &str) -> Result<Pod> {
 /// Parses what a manifest URL served: one Pod or a PodList (`kind: PodList`, items without
 /// `kind`/`apiVersion` accepted), YAML or JSON. The outer error rejects the whole body
 /// (unreadable, not a Pod or PodList, a single pod that is invalid); a PodList's items each parse
-/// (and fail) on their own, named `<url> items[i]`.
-pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<Pod>>> {
+/// (and fail) on their own, named `<url> items[i]`. Pods come fingerprinted, ready for the mux.
+pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<StoredPod>>> {
     let path = PathBuf::from(url);
     let text = text(&path, bytes, node_name)?;
     let origin = Origin::Url(url);
@@ -225,7 +234,7 @@ pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<
     let kind = head.kind.as_ref().and_then(serde_json::Value::as_str);
     if !head.object || kind != Some("PodList") {
         // One pod: if it is bad, the whole body is (the source keeps its last good set).
-        return parse_pod(origin, &path, text, node_name).map(|pod| vec![Ok(pod)]);
+        return parse_pod(origin, &path, text, node_name).map(|pod| vec![Ok(pod.into())]);
     }
     api_version_is_v1(head.api_version.as_ref().and_then(|v| v.as_str())).map_err(|problem| {
         Error::Invalid {
@@ -251,7 +260,7 @@ struct ListItems<'a> {
 }
 
 impl<'de> serde::de::DeserializeSeed<'de> for ListItems<'_> {
-    type Value = Vec<Result<Pod>>;
+    type Value = Vec<Result<StoredPod>>;
 
     fn deserialize<D: serde::Deserializer<'de>>(
         self,
@@ -262,7 +271,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for ListItems<'_> {
 }
 
 impl<'de> serde::de::Visitor<'de> for ListItems<'_> {
-    type Value = Vec<Result<Pod>>;
+    type Value = Vec<Result<StoredPod>>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a PodList")
@@ -288,7 +297,7 @@ impl<'de> serde::de::Visitor<'de> for ListItems<'_> {
 struct ItemsSeq<'a>(ListItems<'a>);
 
 impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeq<'_> {
-    type Value = Vec<Result<Pod>>;
+    type Value = Vec<Result<StoredPod>>;
 
     fn deserialize<D: serde::Deserializer<'de>>(
         self,
@@ -299,7 +308,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeq<'_> {
 }
 
 impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
-    type Value = Vec<Result<Pod>>;
+    type Value = Vec<Result<StoredPod>>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("items as a list")
@@ -325,13 +334,15 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
         let mut pods = Vec::new();
         while let Some(item) = seq.next_element::<serde_json::Value>()? {
             let path = PathBuf::from(format!("{url} items[{}]", pods.len()));
-            pods.push(parse_item(origin, &path, item, node_name));
+            // Each pod goes to the heap as soon as it is parsed: the list holds pointers, not
+            // 10,000 pod structs (2 KiB each before any of their fields) in one growing buffer.
+            pods.push(parse_item(origin, &path, item, node_name).map(StoredPod::new));
         }
         Ok(pods)
     }
 }
 
-/// Size, UTF-8 and node-name checks shared by every entry point.
+/// Size, UTF-8, node-name and nesting checks shared by every entry point.
 fn text<'b>(path: &Path, bytes: &'b [u8], node_name: &str) -> Result<&'b str> {
     check_len(path, bytes)?;
     let text = std::str::from_utf8(bytes).map_err(|e| Error::NotUtf8 {
@@ -342,6 +353,18 @@ fn text<'b>(path: &Path, bytes: &'b [u8], node_name: &str) -> Result<&'b str> {
         return Err(Error::Invalid {
             path: path.to_path_buf(),
             problem: Problem::EmptyNodeName,
+        });
+    }
+    // The YAML decoder holds a whole document's events before its recursion limit applies: a
+    // deeply nested one is turned away first, cheaply (see `depth`).
+    if !is_json(text)
+        && let Some((line, column)) = depth::yaml_too_deep(text, depth::MAX_DEPTH)
+    {
+        return Err(Error::TooDeep {
+            path: path.to_path_buf(),
+            line,
+            column,
+            max: depth::MAX_DEPTH,
         });
     }
     Ok(text)
@@ -1356,7 +1379,7 @@ mod tests {
         let uid = |url: &str| {
             let pods = parse_url(url, yaml("web").as_bytes(), NODE).expect("parses");
             let pod = pods.into_iter().next().expect("one").expect("valid");
-            pod.metadata.uid.expect("uid")
+            pod.uid().to_owned()
         };
         assert_eq!(uid(url), uid(url));
         assert_ne!(uid(url), uid("http://127.0.0.1:1/other"));
@@ -1416,6 +1439,34 @@ mod tests {
         let items = parse_url(url, late.as_bytes(), NODE).expect("list parses");
         assert_eq!(items.len(), 1);
         assert!(items[0].is_ok(), "{:?}", items[0]);
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_decoding() {
+        let deep = |open: &str, close: &str| {
+            let mut d = open.repeat(100_000);
+            d.push('1');
+            d.push_str(&close.repeat(100_000));
+            d
+        };
+        let url = "http://example.test/pods";
+        // YAML (a flow sequence is YAML here), from a file and from a URL: refused by the walk,
+        // naming where the limit was crossed.
+        let e = parse(Path::new("deep.json"), deep("[", "]").as_bytes(), NODE).expect_err("deep");
+        assert_eq!(e.reason(), "too_deep");
+        assert_eq!(
+            e.to_string(),
+            "deep.json: YAML nested deeper than 128 levels at line 1 column 129"
+        );
+        let e = parse_url(url, format!("{}x", "- ".repeat(100_000)).as_bytes(), NODE)
+            .expect_err("deep block");
+        assert_eq!(e.reason(), "too_deep");
+        // JSON: its decoder stops at its own recursion limit.
+        let e = parse_url(url, deep("{\"kind\":", "}").as_bytes(), NODE).expect_err("deep json");
+        assert_eq!(e.reason(), "syntax");
+        assert!(e.to_string().contains("recursion limit"), "{e}");
+        // A pod's usual depth is far from the limit.
+        assert!(parse(Path::new("ok.yaml"), yaml("ok").as_bytes(), NODE).is_ok());
     }
 
     #[test]

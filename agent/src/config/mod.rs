@@ -14,6 +14,7 @@ use prometheus_client::metrics::family::Family;
 use crate::metrics::ConfigErrorLabel;
 
 pub mod api;
+mod depth;
 pub mod file;
 mod fingerprint;
 pub mod http;
@@ -139,9 +140,9 @@ impl ErrorCounter {
 }
 
 /// A pod as a source hands it to the mux: shared, with its fingerprints and full-name key computed
-/// once when the source ingested it. A source keeps the `StoredPod` of an unchanged pod and sends
-/// the same one again, so merging an unchanged pod costs a pointer or fingerprint comparison and one
-/// map lookup, never a walk over the pod.
+/// once when the source ingested it, so merging an unchanged pod costs a fingerprint comparison
+/// and one map lookup, never a walk over the pod. A source that keeps no reference to the pods it
+/// sends lets the mux keep them without a copy.
 #[derive(Debug, Clone)]
 pub struct StoredPod {
     pod: Arc<Pod>,
@@ -169,6 +170,11 @@ impl StoredPod {
     /// The shared pod.
     pub fn arc(&self) -> &Arc<Pod> {
         &self.pod
+    }
+
+    /// The pod itself: taken over without a copy when no one else holds it, else copied.
+    pub fn into_pod(self) -> Pod {
+        Arc::try_unwrap(self.pod).unwrap_or_else(|shared| Pod::clone(&shared))
     }
 
     /// The fingerprints computed at ingestion.

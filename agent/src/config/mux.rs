@@ -7,8 +7,13 @@
 //!
 //! Comparisons use two fingerprints per pod computed once when a source ingests the pod (a 128-bit
 //! XXH3 over the serialized semantically relevant fields, and one over the status, carried in a
-//! [`StoredPod`]) instead of deep comparisons. Sources re-send the same `StoredPod` for an unchanged
-//! pod, so an unchanged pod costs a pointer (or fingerprint) comparison and one map lookup.
+//! [`StoredPod`]) instead of deep comparisons: an unchanged pod costs a fingerprint comparison and
+//! one map lookup.
+//!
+//! Memory: the mux holds one copy of each pod, the stored one, shared (`Arc`) with the sync loop,
+//! the status manager and the pod workers. A new or changed pod becomes the stored one in place
+//! when the source kept no reference to it (the HTTP source keeps none); a source that keeps its
+//! pods (file, API) costs a second copy, the stamped one.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -53,9 +58,8 @@ struct Entry {
     uid_hash: u64,
     /// The stored pod (local annotations stamped), shared with the sync loop.
     pod: Arc<Pod>,
+    /// The fingerprints of the pod as the source last sent it.
     fp: Fingerprints,
-    /// The pod as the source last sent it, for the pointer check.
-    incoming: Arc<Pod>,
     /// The SET generation that last saw this UID.
     generation: u64,
 }
@@ -290,27 +294,25 @@ fn merge_pods(
         }
         let uid = incoming.uid();
         let hash = incoming.uid_hash;
-        // The very pod the source sent last time has that UID: no need to compare strings.
-        let found = state.pods.find_mut(hash, |e| {
-            Arc::ptr_eq(&e.incoming, incoming.arc()) || e.uid == uid
-        });
+        let found = state.pods.find_mut(hash, |e| e.uid == uid);
         match found {
-            // The fast path: the same pod, or one with equal content.
-            Some(e) if Arc::ptr_eq(&e.incoming, incoming.arc()) || e.fp == incoming.fp => {
+            // The fast path: a pod with equal content.
+            Some(e) if e.fp == incoming.fp => {
                 e.generation = generation;
             }
             None => {
                 let uid = uid.to_owned();
                 let fp = incoming.fingerprints();
                 let seen = now.get_or_insert_with(timestamp).clone();
-                let mut pod = Pod::clone(&incoming);
-                let ann = pod
+                // Stamped in place when the source kept no reference, else on a copy: the
+                // source's pod is never changed under it.
+                let mut pod = incoming.pod;
+                let ann = Arc::make_mut(&mut pod)
                     .metadata
                     .annotations
                     .get_or_insert_with(Default::default);
                 ann.insert(CONFIG_SOURCE_ANNOTATION.to_owned(), source.to_owned());
                 ann.insert(CONFIG_SEEN_ANNOTATION.to_owned(), seen);
-                let pod = Arc::new(pod);
                 out.adds.push(pod.clone());
                 state.pods.insert_unique(
                     hash,
@@ -319,7 +321,6 @@ fn merge_pods(
                         uid_hash: hash,
                         pod,
                         fp,
-                        incoming: incoming.arc().clone(),
                         generation,
                     },
                     |e| e.uid_hash,
@@ -328,16 +329,16 @@ fn merge_pods(
             Some(e) => {
                 e.generation = generation;
                 let fp = incoming.fingerprints();
-                e.incoming = incoming.arc().clone();
+                let incoming = incoming.into_pod();
                 if e.fp.semantic == fp.semantic {
                     // Status alone changed: a RECONCILE carrying the new status.
-                    Arc::make_mut(&mut e.pod).status = incoming.status.clone();
+                    Arc::make_mut(&mut e.pod).status = incoming.status;
                     e.fp.status = fp.status;
                     out.reconciles.push(e.pod.clone());
                     continue;
                 }
                 let deleting = incoming.metadata.deletion_timestamp.is_some();
-                e.pod = Arc::new(updated(&e.pod, Pod::clone(&incoming), source));
+                e.pod = Arc::new(updated(&e.pod, incoming, source));
                 e.fp = fp;
                 if deleting {
                     out.deletes.push(e.pod.clone());
@@ -862,6 +863,31 @@ mod tests {
             SourceUpdate::Set(vec![with_phase(pod("1", "a"), "Running")]),
         );
         assert_eq!(held.status, None, "consumer's copy unchanged");
+    }
+
+    #[test]
+    fn a_pod_no_source_holds_is_stored_without_a_copy() {
+        let mut m = mux();
+        // The source kept no reference: the stored pod is the very allocation it sent.
+        let sent = pod("1", "a");
+        let at = Arc::as_ptr(sent.arc());
+        let out = m.merge(FILE, SourceUpdate::Set(vec![sent]));
+        assert_eq!(Arc::as_ptr(&out[0].pods[0]), at);
+        assert!(ann(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).is_some());
+        // The source kept it: the stored pod is a stamped copy, the source's is unchanged.
+        let kept = pod("2", "b");
+        let out = m.merge(FILE, SourceUpdate::Add(vec![kept.clone()]));
+        assert!(!Arc::ptr_eq(&out[0].pods[0], kept.arc()));
+        assert!(ann(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).is_some());
+        assert_eq!(ann(kept.arc(), CONFIG_SEEN_ANNOTATION), None);
+        // A later equal pod is dropped; the stored one stays the only copy in the mux.
+        let stored = out[0].pods[0].clone();
+        drop(out);
+        assert!(
+            m.merge(FILE, SourceUpdate::Add(vec![pod("2", "b")]))
+                .is_empty()
+        );
+        assert_eq!(Arc::strong_count(&stored), 2, "the mux and this test");
     }
 
     #[test]

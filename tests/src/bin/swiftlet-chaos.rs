@@ -7,13 +7,16 @@ use swiftlet_tests::Runtime;
 use swiftlet_tests::chaos::{self, Outcome};
 
 const USAGE: &str = "usage: swiftlet-chaos [--scenario NAME] [--seed N] [--rounds N] [--pods N] \
-     [--cycles N] [--json]
+     [--cycles N] [--json] [--debug-agent | --agent PATH]
 
 Scenarios (default: all):
   kill9    kill -9 of the agent at random instants during manifest churn (create, update,
            delete), restarting it each round; the invariant must hold within 60 s of each restart
   sigterm  SIGTERM in the middle of a burst of changes; the agent must exit within 10 s
-  hostile  hostile manifest-URL bodies and manifest files beside good pods (one pass)
+  hostile  hostile manifest-URL bodies and manifest files beside good pods (one pass); each is
+           counted, no good pod restarts, and the release agent's peak RSS stays within 64 MiB
+           (it is built first); --debug-agent measures the debug agent instead, without the
+           bound, and --agent PATH holds the agent binary at PATH to the bound
   runtime  containerd SIGKILLed and restarted during churn, and down while the agent starts,
            on a containerd of its own (/var/lib/swiftlet-chaos-runtime, bridge swl-chaos0)
   disk     the agent's root dir and pod log dir on 4 MiB tmpfs mounts filled to the last byte
@@ -36,6 +39,8 @@ struct Args {
     pods_set: bool,
     cycles: usize,
     json: bool,
+    debug_agent: bool,
+    agent: Option<std::path::PathBuf>,
 }
 
 fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -47,6 +52,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         pods_set: false,
         cycles: 1000,
         json: false,
+        debug_agent: false,
+        agent: None,
     };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -60,6 +67,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--cycles" => a.cycles = number(&value("--cycles")?, "--cycles")?,
             "--json" => a.json = true,
+            "--debug-agent" => a.debug_agent = true,
+            "--agent" => a.agent = Some(value("--agent")?.into()),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -185,7 +194,16 @@ fn main() -> ExitCode {
             }
             _ => {
                 // The whole set of inputs once (about a minute); --rounds is for the others.
-                let (outcome, inputs) = chaos::hostile_input(runtime, args.seed, 1);
+                // The bound is the release agent's; --debug-agent measures the debug one.
+                let opts = match (&args.agent, args.debug_agent) {
+                    (Some(path), _) => chaos::HostileOptions {
+                        binary: Some(path.clone()),
+                        bound_kib: Some(chaos::MEMORY_BOUND_KIB),
+                    },
+                    (None, true) => chaos::HostileOptions::default(),
+                    (None, false) => chaos::HostileOptions::release(),
+                };
+                let (outcome, inputs) = chaos::hostile_input(runtime, args.seed, 1, &opts);
                 for r in &inputs {
                     println!(
                         "  {:<36} errors counted {:>6}  peak RSS {:>7.1} MiB  {}",
