@@ -142,8 +142,16 @@ fn crash_loop_back_off_grows() {
     );
     let pod = agent.static_pod_name("crash");
     let mut saw_backoff = false;
-    let list = agent.wait_for(
+    // Every instance the runtime held, as last seen: the collector keeps only the newest dead
+    // instance of a container (as the kubelet's container GC), so older runs are gone by the end.
+    let mut seen: std::collections::BTreeMap<String, cri::ContainerStatus> = Default::default();
+    agent.wait_for(
         |l| {
+            if let Some(uid) = l.uid(&pod) {
+                for s in cri_statuses(agent.endpoint(), uid) {
+                    seen.insert(s.id.clone(), s);
+                }
+            }
             let c = status(l, &pod, "main");
             saw_backoff |= c.and_then(waiting_reason) == Some("CrashLoopBackOff");
             c.is_some_and(|c| c.restart_count >= 3)
@@ -151,9 +159,9 @@ fn crash_loop_back_off_grows() {
         TIMEOUT,
     );
     assert!(saw_backoff, "CrashLoopBackOff was never the waiting reason");
-    let uid = list.uid(&pod).expect("uid");
-    let all = cri_statuses(agent.endpoint(), uid);
-    let runs = named(&all, "main");
+    let all: Vec<cri::ContainerStatus> = seen.into_values().collect();
+    let mut runs = named(&all, "main");
+    runs.sort_by_key(|r| r.created_at);
     assert!(runs.len() >= 4, "{runs:?}");
     // The gap between one run's end and the next run's start: the first restart is immediate,
     // then 10 s, then 20 s (the kubelet's `doBackOff`).
