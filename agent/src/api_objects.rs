@@ -1,11 +1,14 @@
 //! Reading the API objects a pod refers to but does not contain (its image pull secrets, its
-//! RuntimeClass) from the API server named by `--kubeconfig`.
+//! RuntimeClass, the configMaps and secrets its volumes and environment name, the services whose
+//! links it gets, its service account's tokens) from the API server named by `--kubeconfig`.
 //!
 //! The client is built on first use and kept. Without a kubeconfig every lookup is
 //! [`Error::NoApiServer`], so a pod that needs an object it cannot have waits with a reason
 //! saying so instead of running without it.
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -114,6 +117,62 @@ impl ApiObjects {
             .await
     }
 
+    /// The configMap `namespace/name`.
+    pub async fn config_map(&self, namespace: &str, name: &str) -> Result<ConfigMap, Error> {
+        self.get(|c| Api::namespaced(c, namespace), "ConfigMap", name)
+            .await
+    }
+
+    /// The service account `namespace/name`.
+    pub async fn service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ServiceAccount, Error> {
+        self.get(|c| Api::namespaced(c, namespace), "ServiceAccount", name)
+            .await
+    }
+
+    /// Every service of the cluster (all namespaces), as the kubelet's service lister sees them.
+    pub async fn services(&self) -> Result<Vec<Service>, Error> {
+        let api: Api<Service> = Api::all(self.client("Service", "*").await?);
+        match api.list(&ListParams::default()).await {
+            Ok(list) => Ok(list.items),
+            Err(source) => Err(Error::Api {
+                kind: "Service",
+                name: "*".to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// A token for the service account `namespace/name` (the TokenRequest API: `POST
+    /// .../serviceaccounts/{name}/token`); the answer's status holds the token and its expiry.
+    pub async fn create_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        request: &TokenRequest,
+    ) -> Result<TokenRequest, Error> {
+        let kind = "ServiceAccount token";
+        let api: Api<ServiceAccount> = Api::namespaced(self.client(kind, name).await?, namespace);
+        match api
+            .create_subresource("token", name, &PostParams::default(), request)
+            .await
+        {
+            Ok(t) => Ok(t),
+            Err(kube::Error::Api(e)) if e.code == 404 => Err(Error::NotFound {
+                kind: "ServiceAccount",
+                name: name.to_owned(),
+            }),
+            Err(source) => Err(Error::Api {
+                kind,
+                name: name.to_owned(),
+                source,
+            }),
+        }
+    }
+
     /// The RuntimeClass `name` (cluster-scoped).
     pub async fn runtime_class(&self, name: &str) -> Result<RuntimeClass, Error> {
         self.get(Api::all, "RuntimeClass", name).await
@@ -130,6 +189,9 @@ mod tests {
         let e = o.secret("default", "regcred").await.unwrap_err();
         assert!(matches!(e, Error::NoApiServer { .. }), "{e}");
         assert!(e.to_string().contains("--kubeconfig"), "{e}");
+        let e = o.config_map("default", "settings").await.unwrap_err();
+        assert!(e.to_string().contains("ConfigMap \"settings\""), "{e}");
+        assert!(o.services().await.is_err());
         let e = o.runtime_class("gvisor").await.unwrap_err();
         assert!(e.to_string().contains("RuntimeClass \"gvisor\""), "{e}");
     }

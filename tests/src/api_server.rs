@@ -14,8 +14,14 @@
 //! - [`ApiServer::drop_watches`] ends every open watch response (a dropped connection).
 //! - `GET /apis/node.k8s.io/v1/runtimeclasses/{name}`: the RuntimeClass put with
 //!   [`ApiServer::put_runtime_class`], or a 404 `Status` (reason `NotFound`) as the API answers.
-//! - `GET /api/v1/namespaces/{ns}/secrets/{name}`: a secret put with [`ApiServer::put_secret`],
-//!   or 404 with a `NotFound` `Status`, as for a missing pod.
+//! - `GET /api/v1/namespaces/{ns}/{secrets|configmaps|services|serviceaccounts}/{name}`: an
+//!   object put with [`ApiServer::put_object`] (or [`ApiServer::put_secret`]), or 404 with a
+//!   `NotFound` `Status`, as for a missing pod. Every put bumps the object's resourceVersion.
+//! - `GET /api/v1/services` and `GET /api/v1/namespaces/{ns}/services`: a `ServiceList`.
+//! - `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`: the TokenRequest API. The
+//!   account must exist (else 404); `spec.expirationSeconds` below 600 is refused with 422 as
+//!   the API refuses it; the answer carries a new token (a JWT-shaped string naming the account,
+//!   the audiences, the bound pod and the expiry) and `status.expirationTimestamp`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -25,7 +31,9 @@ use std::time::Duration;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Pod, PodSpec, Secret, Service, ServiceAccount, ServicePort, ServiceSpec,
+};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
@@ -52,6 +60,56 @@ pub fn pod(uid: &str, name: &str, node: &str, image: &str) -> Pod {
     }
 }
 
+/// A configMap `default/name` holding `data`.
+pub fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("default".to_owned()),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// A ClusterIP service `namespace/name` at `ip` with one TCP port.
+pub fn service(name: &str, namespace: &str, ip: &str, port: i32) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some(ip.to_owned()),
+            ports: Some(vec![ServicePort {
+                port,
+                protocol: Some("TCP".to_owned()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// A service account `default/name`.
+pub fn service_account(name: &str) -> ServiceAccount {
+    ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("default".to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 /// A RuntimeClass named `name` whose pods run with the CRI runtime handler `handler`.
 pub fn runtime_class(name: &str, handler: &str) -> RuntimeClass {
     RuntimeClass {
@@ -69,8 +127,10 @@ pub fn runtime_class(name: &str, handler: &str) -> RuntimeClass {
 struct Store {
     rv: u64,
     pods: BTreeMap<String, Pod>,
-    /// By (namespace, name).
-    secrets: BTreeMap<(String, String), Secret>,
+    /// Namespaced objects as JSON, by (plural resource name, namespace, name).
+    objects: BTreeMap<(String, String, String), serde_json::Value>,
+    /// Every TokenRequest answered: (namespace, service account, the request's spec).
+    token_requests: Vec<(String, String, serde_json::Value)>,
     /// Cluster-scoped: by name.
     runtime_classes: BTreeMap<String, RuntimeClass>,
     runtime_class_gets: usize,
@@ -114,13 +174,18 @@ impl ApiServer {
             .route("/apis", axum::routing::get(api_groups))
             .route("/api/v1", axum::routing::get(api_resources))
             .route("/api/v1/pods", axum::routing::get(pods))
+            .route("/api/v1/services", axum::routing::get(all_services))
             .route(
-                "/api/v1/namespaces/{ns}/pods/{name}",
-                axum::routing::get(one_pod),
+                "/api/v1/namespaces/{ns}/{resource}",
+                axum::routing::get(namespaced_list),
             )
             .route(
-                "/api/v1/namespaces/{ns}/secrets/{name}",
-                axum::routing::get(one_secret),
+                "/api/v1/namespaces/{ns}/{resource}/{name}",
+                axum::routing::get(one_namespaced),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
+                axum::routing::post(create_token),
             )
             .route("/apis/node.k8s.io/v1", axum::routing::get(node_resources))
             .route(
@@ -179,16 +244,60 @@ impl ApiServer {
     }
 
     /// Creates or replaces a secret (its namespace defaults to `default`).
-    pub fn put_secret(&self, mut secret: Secret) {
+    pub fn put_secret(&self, secret: Secret) {
+        self.put_object(secret);
+    }
+
+    /// Creates or replaces a namespaced core object (a secret, configMap, service or service
+    /// account; its namespace defaults to `default`), with a new resourceVersion and, on
+    /// creation, a UID.
+    pub fn put_object<K>(&self, object: K)
+    where
+        K: kube::Resource<DynamicType = ()> + serde::Serialize,
+    {
+        let mut v = serde_json::to_value(&object).expect("object serializes");
+        v["kind"] = K::kind(&()).as_ref().into();
+        v["apiVersion"] = K::api_version(&()).as_ref().into();
+        let plural = K::plural(&()).into_owned();
+        let meta = &mut v["metadata"];
+        if meta["namespace"].is_null() {
+            meta["namespace"] = "default".into();
+        }
+        let ns = meta["namespace"].as_str().unwrap_or_default().to_owned();
+        let name = meta["name"].as_str().unwrap_or_default().to_owned();
         let mut s = self.lock();
         s.rv += 1;
-        secret.metadata.resource_version = Some(s.rv.to_string());
-        let ns = secret
-            .metadata
-            .namespace
-            .get_or_insert_with(|| "default".to_owned());
-        let key = (ns.clone(), secret.metadata.name.clone().unwrap_or_default());
-        s.secrets.insert(key, secret);
+        v["metadata"]["resourceVersion"] = s.rv.to_string().into();
+        let key = (plural, ns, name);
+        let uid = s.objects.get(&key).map_or_else(
+            || format!("{}-{}-{}", key.0, key.1, key.2),
+            |old| {
+                old["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            },
+        );
+        v["metadata"]["uid"] = uid.into();
+        s.objects.insert(key, v);
+    }
+
+    /// Deletes the namespaced object of kind `K` named `namespace/name`.
+    pub fn delete_object<K: kube::Resource<DynamicType = ()>>(&self, namespace: &str, name: &str) {
+        let mut s = self.lock();
+        let key = (
+            K::plural(&()).into_owned(),
+            namespace.to_owned(),
+            name.to_owned(),
+        );
+        if s.objects.remove(&key).is_some() {
+            s.rv += 1;
+        }
+    }
+
+    /// Every TokenRequest answered so far: (namespace, service account, the request's spec).
+    pub fn token_requests(&self) -> Vec<(String, String, serde_json::Value)> {
+        self.lock().token_requests.clone()
     }
 
     /// Deletes a pod (DELETED, carrying the deletion's resourceVersion).
@@ -378,38 +487,159 @@ async fn api_resources() -> Response {
             "verbs": ["get", "list", "watch"], "shortNames": ["po"],
         }, {
             "name": "secrets", "singularName": "secret", "namespaced": true, "kind": "Secret",
-            "verbs": ["get"],
+            "verbs": ["get", "list"],
+        }, {
+            "name": "configmaps", "singularName": "configmap", "namespaced": true,
+            "kind": "ConfigMap", "verbs": ["get", "list"], "shortNames": ["cm"],
+        }, {
+            "name": "services", "singularName": "service", "namespaced": true, "kind": "Service",
+            "verbs": ["get", "list"], "shortNames": ["svc"],
+        }, {
+            "name": "serviceaccounts", "singularName": "serviceaccount", "namespaced": true,
+            "kind": "ServiceAccount", "verbs": ["get", "list"], "shortNames": ["sa"],
+        }, {
+            "name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+            "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
+            "verbs": ["create"],
         }],
     }))
     .into_response()
 }
 
-/// `GET /api/v1/namespaces/{ns}/pods/{name}`: the pod, or a 404 `Status` as the API answers.
-async fn one_pod(
+/// `GET /api/v1/namespaces/{ns}/{resource}/{name}`: the pod or stored object, or a 404
+/// `Status` as the API answers.
+async fn one_namespaced(
     State(server): State<ApiServer>,
-    axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>,
+    axum::extract::Path((ns, resource, name)): axum::extract::Path<(String, String, String)>,
 ) -> Response {
     let s = server.lock();
-    let found = s.pods.values().find(|p| {
-        p.metadata.name.as_deref() == Some(name.as_str())
-            && p.metadata.namespace.as_deref().unwrap_or("default") == ns
-    });
-    match found {
-        Some(p) => axum::Json(p.clone()).into_response(),
-        None => not_found("", "pods", &name),
+    if resource == "pods" {
+        let found = s.pods.values().find(|p| {
+            p.metadata.name.as_deref() == Some(name.as_str())
+                && p.metadata.namespace.as_deref().unwrap_or("default") == ns
+        });
+        return match found {
+            Some(p) => axum::Json(p.clone()).into_response(),
+            None => not_found("", "pods", &name),
+        };
+    }
+    match s.objects.get(&(resource.clone(), ns, name.clone())) {
+        Some(o) => axum::Json(o.clone()).into_response(),
+        None => not_found("", &resource, &name),
     }
 }
 
-/// `GET /api/v1/namespaces/{ns}/secrets/{name}`: the secret, or a 404 `Status`.
-async fn one_secret(
+/// A `<Kind>List` of the stored `resource` objects, of one namespace or of all.
+fn object_list(s: &Store, resource: &str, ns: Option<&str>) -> Response {
+    let items: Vec<&serde_json::Value> = s
+        .objects
+        .iter()
+        .filter(|((r, n, _), _)| r == resource && ns.is_none_or(|ns| ns == n))
+        .map(|(_, v)| v)
+        .collect();
+    let kind = items
+        .first()
+        .and_then(|v| v["kind"].as_str())
+        .map_or_else(|| "List".to_owned(), |k| format!("{k}List"));
+    axum::Json(serde_json::json!({
+        "kind": kind, "apiVersion": "v1",
+        "metadata": { "resourceVersion": s.rv.to_string() },
+        "items": items,
+    }))
+    .into_response()
+}
+
+/// `GET /api/v1/services`: every service of every namespace.
+async fn all_services(State(server): State<ApiServer>) -> Response {
+    object_list(&server.lock(), "services", None)
+}
+
+/// `GET /api/v1/namespaces/{ns}/{resource}`: the namespace's stored objects of that resource.
+async fn namespaced_list(
+    State(server): State<ApiServer>,
+    axum::extract::Path((ns, resource)): axum::extract::Path<(String, String)>,
+) -> Response {
+    object_list(&server.lock(), &resource, Some(&ns))
+}
+
+/// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`: a new token for the account.
+async fn create_token(
     State(server): State<ApiServer>,
     axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
 ) -> Response {
-    let s = server.lock();
-    match s.secrets.get(&(ns, name.clone())) {
-        Some(secret) => axum::Json(secret.clone()).into_response(),
-        None => not_found("", "secrets", &name),
+    let protobuf = headers.get("content-type").is_some_and(|v| {
+        v.as_bytes()
+            .starts_with(b"application/vnd.kubernetes.protobuf")
+    });
+    let request = if protobuf {
+        proto::token_request(&body)
+    } else {
+        serde_json::from_slice::<serde_json::Value>(&body).ok()
+    };
+    let Some(request) = request else {
+        return (
+            axum::http::StatusCode::BAD_REQUEST,
+            "the body is not a TokenRequest",
+        )
+            .into_response();
+    };
+    let mut s = server.lock();
+    let key = ("serviceaccounts".to_owned(), ns.clone(), name.clone());
+    if !s.objects.contains_key(&key) {
+        return not_found("", "serviceaccounts", &name);
     }
+    let spec = request["spec"].clone();
+    let seconds = spec["expirationSeconds"].as_i64().unwrap_or(3600);
+    if seconds < 600 {
+        return (
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            axum::Json(serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "spec.expirationSeconds: Invalid value: may not specify a duration less than 10 minutes",
+                "reason": "Invalid", "code": 422,
+            })),
+        )
+            .into_response();
+    }
+    s.rv += 1;
+    let serial = s.token_requests.len();
+    s.token_requests
+        .push((ns.clone(), name.clone(), spec.clone()));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let exp = now + u64::try_from(seconds).unwrap_or(3600);
+    let expiry = rfc3339(exp);
+    let claims = serde_json::json!({
+        "sub": format!("system:serviceaccount:{ns}:{name}"),
+        "aud": spec["audiences"], "exp": exp, "iat": now, "serial": serial,
+        "pod": spec["boundObjectRef"]["name"],
+    });
+    let b64 = |v: &serde_json::Value| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+    };
+    let token = format!(
+        "{}.{}.test-signature-{serial}",
+        b64(&serde_json::json!({"alg": "none", "typ": "JWT"})),
+        b64(&claims)
+    );
+    let mut answer = request;
+    answer["kind"] = "TokenRequest".into();
+    answer["apiVersion"] = "authentication.k8s.io/v1".into();
+    answer["spec"]["expirationSeconds"] = seconds.into();
+    answer["status"] = serde_json::json!({"token": token, "expirationTimestamp": expiry});
+    (axum::http::StatusCode::CREATED, axum::Json(answer)).into_response()
+}
+
+/// Seconds since the epoch as the API's RFC 3339 time (UTC, whole seconds).
+fn rfc3339(secs: u64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(secs);
+    k8s_openapi::jiff::Timestamp::try_from(t)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
 }
 
 async fn pods(
@@ -517,4 +747,59 @@ async fn pods(
         rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
     });
     axum::body::Body::from_stream(stream).into_response()
+}
+
+/// The protobuf encoding clients such as kubectl use for `TokenRequest`: the `k8s\0` magic, then
+/// an `Unknown` envelope whose `raw` field holds the object. Only the fields the server reads are
+/// declared; the rest are skipped as unknown fields.
+mod proto {
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Unknown {
+        #[prost(bytes = "vec", tag = "2")]
+        raw: Vec<u8>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct TokenRequest {
+        #[prost(message, optional, tag = "2")]
+        spec: Option<Spec>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Spec {
+        #[prost(string, repeated, tag = "1")]
+        audiences: Vec<String>,
+        #[prost(message, optional, tag = "3")]
+        bound_object_ref: Option<BoundObject>,
+        #[prost(int64, optional, tag = "4")]
+        expiration_seconds: Option<i64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct BoundObject {
+        #[prost(string, optional, tag = "1")]
+        kind: Option<String>,
+        #[prost(string, optional, tag = "3")]
+        name: Option<String>,
+        #[prost(string, optional, tag = "4")]
+        uid: Option<String>,
+    }
+
+    /// The request as the JSON the rest of the server reads, or `None` if it does not decode.
+    pub(super) fn token_request(body: &[u8]) -> Option<serde_json::Value> {
+        use prost::Message as _;
+        let envelope = Unknown::decode(body.strip_prefix(b"k8s\0")?).ok()?;
+        let spec = TokenRequest::decode(envelope.raw.as_slice()).ok()?.spec?;
+        let bound = spec
+            .bound_object_ref
+            .map(|b| serde_json::json!({"kind": b.kind, "name": b.name, "uid": b.uid}));
+        Some(serde_json::json!({
+            "metadata": {},
+            "spec": {
+                "audiences": spec.audiences,
+                "expirationSeconds": spec.expiration_seconds,
+                "boundObjectRef": bound,
+            },
+        }))
+    }
 }

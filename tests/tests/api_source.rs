@@ -5,11 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use swiftlet::api_objects::ApiObjects;
 use swiftlet::config::api::{Config, client, run, watch};
 use swiftlet::config::{API, ErrorCounter, SourceUpdate, StoredPod};
 use swiftlet::runtime::runtime_class::RuntimeClasses;
-use swiftlet_tests::api_server::{ApiServer, pod, runtime_class};
+use swiftlet_tests::api_server::{
+    ApiServer, config_map, pod, runtime_class, service, service_account,
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -272,6 +275,91 @@ async fn runtime_classes_are_read_from_the_api_server_and_cached_briefly() {
     assert_eq!(server.runtime_class_gets(), 4);
 }
 
+/// The objects a pod's volumes and environment name come through `ApiObjects`: a configMap and
+/// its update (a new resourceVersion), a 404 as NotFound, every service, and a TokenRequest.
+#[tokio::test]
+async fn config_maps_services_and_tokens_are_read_through_api_objects() {
+    let server = ApiServer::start().await;
+    let objects = ApiObjects::with_client(server.client());
+    server.put_object(config_map("settings", &[("mode", "fast")]));
+    let cm = objects
+        .config_map("default", "settings")
+        .await
+        .expect("get");
+    let data = cm.data.expect("data");
+    assert_eq!(data["mode"], "fast");
+    let first_rv = cm.metadata.resource_version.expect("rv");
+    server.put_object(config_map("settings", &[("mode", "slow")]));
+    let cm = objects
+        .config_map("default", "settings")
+        .await
+        .expect("get");
+    assert_eq!(cm.data.expect("data")["mode"], "slow");
+    assert_ne!(cm.metadata.resource_version.expect("rv"), first_rv);
+    let e = objects.config_map("default", "nope").await.unwrap_err();
+    assert!(e.is_not_found(), "{e}");
+
+    server.put_object(service("kubernetes", "default", "10.96.0.1", 443));
+    server.put_object(service("web", "shop", "10.96.0.7", 8080));
+    let mut names: Vec<String> = objects
+        .services()
+        .await
+        .expect("list")
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["kubernetes", "web"]);
+
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec!["api".to_owned()],
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let e = objects
+        .create_token("default", "builder", &request)
+        .await
+        .unwrap_err();
+    assert!(e.is_not_found(), "{e}");
+    server.put_object(service_account("builder"));
+    let t = objects
+        .create_token("default", "builder", &request)
+        .await
+        .expect("token");
+    let status = t.status.expect("status");
+    assert_eq!(status.token.split('.').count(), 3);
+    let left =
+        status.expiration_timestamp.0.as_second() - k8s_openapi::jiff::Timestamp::now().as_second();
+    assert!((3500..=3600).contains(&left), "{left}");
+    let short = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(60),
+            ..request.spec.clone()
+        },
+        ..Default::default()
+    };
+    let e = objects
+        .create_token("default", "builder", &short)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("10 minutes"), "{e}");
+}
+
+/// The sorted names of a list's items.
+fn item_names(list: &serde_json::Value) -> Vec<&str> {
+    let mut names: Vec<&str> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["metadata"]["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    names
+}
+
 /// kubectl, or None (said on stderr) when it is not installed: the check is then skipped, unless
 /// `SWIFTLET_REQUIRE_RUNTIME=1`, where a missing kubectl fails the test.
 fn kubectl() -> Option<std::path::PathBuf> {
@@ -325,14 +413,7 @@ async fn kubectl_reads_the_test_servers_pods() {
         }
     };
     let list = json(&["get", "pods", "-A", "-o", "json"]).await;
-    let mut listed: Vec<&str> = list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p["metadata"]["name"].as_str())
-        .collect();
-    listed.sort();
-    assert_eq!(listed, ["db", "web"]);
+    assert_eq!(item_names(&list), ["db", "web"]);
 
     let one = json(&["get", "pod", "web", "-n", "default", "-o", "json"]).await;
     assert_eq!(one["metadata"]["uid"], "u1");
@@ -360,6 +441,51 @@ async fn kubectl_reads_the_test_servers_pods() {
         err.contains("runtimeclasses.node.k8s.io \"nope\" not found"),
         "{err}"
     );
+
+    // ConfigMaps, services and service accounts: read by name and listed; TokenRequest through
+    // `kubectl create token` gets a token and the server records the request.
+    server.put_object(config_map("settings", &[("mode", "fast")]));
+    let cm = json(&[
+        "get",
+        "configmap",
+        "settings",
+        "-n",
+        "default",
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_eq!(cm["data"]["mode"], "fast");
+    assert_eq!(cm["kind"], "ConfigMap");
+    server.put_object(service("kubernetes", "default", "10.96.0.1", 443));
+    server.put_object(service("web", "shop", "10.96.0.7", 8080));
+    let svcs = json(&["get", "services", "-A", "-o", "json"]).await;
+    assert_eq!(item_names(&svcs), ["kubernetes", "web"]);
+    let out = run(&["create", "token", "builder", "-n", "default"])
+        .await
+        .expect("join");
+    assert!(!out.status.success(), "no such service account yet");
+    server.put_object(service_account("builder"));
+    let out = run(&[
+        "create",
+        "token",
+        "builder",
+        "-n",
+        "default",
+        "--duration",
+        "20m",
+    ])
+    .await
+    .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).split('.').count(), 3);
+    let reqs = server.token_requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].2["expirationSeconds"], 1200);
 
     // A watch sees the listed pods, then a pod added while it runs.
     let mut child = tokio::process::Command::new(&kubectl)
