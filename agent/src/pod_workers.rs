@@ -260,6 +260,12 @@ impl PodSyncer for WorkerContext {
         self.tracer.worker_started(uid);
         self.probes.add_pod(uid, pod);
         let mut result = self.runtime.sync_pod(pod, cancel).await;
+        if let Some(at) = result.as_ref().ok().and_then(|o| o.volumes_set_up) {
+            // An Instant is CLOCK_MONOTONIC too: the mark is that long before now.
+            let ago = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.tracer
+                .volumes_set_up(uid, monotonic_ns().saturating_sub(ago));
+        }
         // The state after the sync, when the sync knows it; else it is read back.
         let known = result.as_mut().ok().and_then(|o| o.state.take());
         let waiting = match &result {

@@ -122,6 +122,9 @@ pub enum Problem {
     BadLabel { problem: String },
     #[error("spec.activeDeadlineSeconds {value} is invalid: {reason}")]
     BadActiveDeadline { value: i64, reason: String },
+    /// The kubelet's words for a static pod naming an API object (`pod::api_references`).
+    #[error("static pods may not reference {resource}")]
+    ApiReference { resource: &'static str },
 }
 
 impl Problem {
@@ -140,6 +143,7 @@ impl Problem {
             Problem::AnnotationsTooLarge { .. } => "annotations_too_large",
             Problem::BadLabel { .. } => "bad_label",
             Problem::BadActiveDeadline { .. } => "bad_active_deadline",
+            Problem::ApiReference { .. } => "api_reference",
         }
     }
 }
@@ -433,6 +437,9 @@ fn finish(origin: Origin<'_>, path: &Path, mut pod: Pod, node_name: &str) -> Res
     };
     apply_defaults(&mut pod, uid, node_name, origin);
     validate_after_defaults(&pod).map_err(invalid)?;
+    if let Some(resource) = crate::pod::api_references::api_reference(&pod) {
+        return Err(invalid(Problem::ApiReference { resource }));
+    }
     Ok(pod)
 }
 
@@ -992,6 +999,25 @@ mod tests {
         );
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         assert_eq!(phase, Some("Pending"));
+    }
+
+    #[test]
+    fn static_pods_referencing_api_objects_are_rejected_with_the_kubelets_words() {
+        let p = problem(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  \
+             containers: [{name: c, image: x}]\n  volumes: [{name: v, configMap: {name: m}}]\n",
+        );
+        assert_eq!(p.to_string(), "static pods may not reference configmaps");
+        assert_eq!(p.reason(), "api_reference");
+        let p = problem(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  \
+             containers: [{name: c, image: x, envFrom: [{secretRef: {name: s}}]}]\n",
+        );
+        assert_eq!(p.to_string(), "static pods may not reference secrets");
+        // A downwardAPI volume needs no API object.
+        ok("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  \
+            containers: [{name: c, image: x}]\n  \
+            volumes: [{name: v, downwardAPI: {items: [{path: n, fieldRef: {fieldPath: metadata.name}}]}}]\n");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 pub mod annotations;
+pub mod api_references;
 pub mod deadline;
 pub mod labels;
 pub mod probe_results;

@@ -268,6 +268,7 @@ impl Manager {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .forget_prefix(&format!("{uid}_"));
+        self.tokens.forget(uid);
         self.known().created.remove(uid);
         Ok(())
     }

@@ -234,6 +234,8 @@ pub struct SyncOutcome {
     /// A start failed: what the pod holds must be read back (a failed postStart hook leaves a
     /// killed container that `started` does not hold).
     start_failed: bool,
+    /// When this sync finished setting up the pod's volumes (for the startup timeline).
+    pub volumes_set_up: Option<Instant>,
 }
 
 impl SyncOutcome {
@@ -267,8 +269,12 @@ pub struct Manager {
     gc: Arc<Mutex<gc::GcState>>,
     /// `spec.runtimeClassName` -> CRI runtime handler, through the API server.
     runtime_classes: runtime_class::RuntimeClasses,
-    /// Where pods' image pull secrets are read.
+    /// Where pods' image pull secrets, and their volumes' configMaps, secrets and service
+    /// account tokens, are read.
     api: crate::api_objects::ApiObjects,
+    /// The service account tokens of projected volumes, refreshed as the kubelet's token
+    /// manager refreshes them.
+    tokens: crate::volume::token::Tokens,
     /// The node's docker config files (pull credentials for every pod).
     node_credentials: crate::credentials::NodeFiles,
 }

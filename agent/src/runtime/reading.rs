@@ -17,6 +17,7 @@ impl Manager {
             gc: Arc::default(),
             runtime_classes: runtime_class::RuntimeClasses::default(),
             api: Default::default(),
+            tokens: Default::default(),
             node_credentials: Default::default(),
         }
     }
@@ -126,7 +127,7 @@ impl Manager {
     }
 
     /// The API server's objects the pods refer to (their RuntimeClass, their image pull
-    /// secrets). Without this, no API server is known: a pod naming a RuntimeClass waits with an
+    /// secrets, the configMaps, secrets and service account tokens of their volumes). Without this, no API server is known: a pod naming a RuntimeClass waits with an
     /// error saying so, and pull secrets are skipped as missing.
     pub fn with_api_objects(mut self, objects: crate::api_objects::ApiObjects) -> Self {
         self.runtime_classes = runtime_class::RuntimeClasses::new(objects.clone());

@@ -116,6 +116,11 @@ impl Manager {
             && actions.init_to_start.is_empty()
             && actions.containers_to_start.is_empty()
         {
+            if !actions.terminal && !actions.kill_pod {
+                // As the kubelet remounts them at each sync: changed configMaps, secrets and
+                // tokens reach the running pod's volumes.
+                self.refresh_volumes(pod, uid, &name).await;
+            }
             outcome.actions = actions;
             if !stops {
                 outcome.state = Some(state);
@@ -125,6 +130,7 @@ impl Manager {
 
         // Before the sandbox, as the kubelet waits for a pod's volumes before creating it.
         self.set_up_volumes(pod, uid, &name).await?;
+        outcome.volumes_set_up = Some(Instant::now());
         let cgroup = self
             .cm
             .ensure_pod_cgroup(pod, uid)
@@ -273,8 +279,10 @@ impl Manager {
 }
 
 impl Manager {
-    /// Checks the pod's volumes and every container's mounts of them, and sets the volumes up
-    /// (`volume::set_up`, idempotent) on a blocking thread.
+    /// Checks the pod's volumes and every container's mounts of them, computes the files of its
+    /// configMap, secret, downwardAPI and projected volumes (reading their objects: one missing
+    /// stops the set-up before anything is made), and sets the volumes up (`volume::set_up`,
+    /// idempotent) on a blocking thread.
     pub(super) async fn set_up_volumes(&self, pod: &Pod, uid: &str, name: &str) -> Result<()> {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(());
@@ -291,6 +299,7 @@ impl Manager {
         if volumes.is_empty() {
             return Ok(());
         }
+        let payloads = self.volume_payloads(pod, &volumes).await.map_err(err)?;
         let ctx = crate::volume::Context {
             node_memory: self.cfg.memory_capacity,
             pod_memory_limit: cm::resource_config_for_pod(pod)
@@ -299,13 +308,103 @@ impl Manager {
             fs_group: spec.security_context.as_ref().and_then(|s| s.fs_group),
         };
         let (pods_dir, uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
-        tokio::task::spawn_blocking(move || crate::volume::set_up(&pods_dir, &uid, &volumes, ctx))
-            .await
-            .map_err(|e| {
-                err(crate::volume::Error::Invalid(format!(
-                    "setting up volumes: {e}"
-                )))
-            })?
-            .map_err(err)
+        tokio::task::spawn_blocking(move || {
+            crate::volume::set_up(&pods_dir, &uid, &volumes, ctx, &payloads)
+        })
+        .await
+        .map_err(|e| {
+            err(crate::volume::Error::Invalid(format!(
+                "setting up volumes: {e}"
+            )))
+        })?
+        .map_err(err)
+    }
+
+    /// The files of each configMap, secret, downwardAPI and projected volume of the pod, by
+    /// volume name; the first volume whose objects are missing (and not optional) or
+    /// unreadable is the error, as the kubelet's `MountVolume.SetUp failed` names it.
+    async fn volume_payloads(
+        &self,
+        pod: &Pod,
+        volumes: &[crate::volume::Volume],
+    ) -> std::result::Result<HashMap<String, crate::volume::atomic::Payload>, crate::volume::Error>
+    {
+        use crate::volume::{Source, projection};
+        let projections: Vec<(&str, &projection::Projection)> = volumes
+            .iter()
+            .filter_map(|v| match &v.source {
+                Source::Projection(p) => Some((v.name.as_str(), p)),
+                _ => None,
+            })
+            .collect();
+        if projections.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let all: Vec<&projection::Projection> = projections.iter().map(|(_, p)| *p).collect();
+        let objects = projection::fetch(&self.api, &self.tokens, pod, &all).await;
+        let node = projection::NodeContext {
+            cpu_millis: std::thread::available_parallelism()
+                .map_or(1, |n| n.get() as u64)
+                .saturating_mul(1000),
+            memory: self.cfg.memory_capacity,
+            fs_user: projection::fs_user(pod),
+            fs_group: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.fs_group)
+                .and_then(|g| u32::try_from(g).ok()),
+        };
+        let mut out = HashMap::new();
+        for (name, p) in projections {
+            let payload = projection::payload(pod, p, &objects, &node).map_err(|message| {
+                crate::volume::Error::SetUp {
+                    volume: name.to_owned(),
+                    message,
+                }
+            })?;
+            out.insert(name.to_owned(), payload);
+        }
+        Ok(out)
+    }
+
+    /// Rewrites the pod's configMap, secret, downwardAPI and projected volumes that are set up,
+    /// with what their objects hold now (the atomic writer leaves an unchanged volume alone).
+    /// A failure is logged and the volume keeps its files, as the kubelet keeps a volume whose
+    /// remount failed.
+    pub(super) async fn refresh_volumes(&self, pod: &Pod, uid: &str, name: &str) {
+        let Some(spec) = pod.spec.as_ref() else {
+            return;
+        };
+        let Ok(volumes) = crate::volume::plan(spec) else {
+            return;
+        };
+        if !volumes
+            .iter()
+            .any(|v| matches!(v.source, crate::volume::Source::Projection(_)))
+        {
+            return;
+        }
+        let payloads = match self.volume_payloads(pod, &volumes).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(pod = %name, error = %e, "refreshing volumes");
+                return;
+            }
+        };
+        let fs_group = spec.security_context.as_ref().and_then(|s| s.fs_group);
+        let (pods_dir, uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
+        let done = tokio::task::spawn_blocking(move || {
+            crate::volume::refresh(&pods_dir, &uid, &volumes, fs_group, &payloads)
+        })
+        .await;
+        match done {
+            Ok(Ok(changed)) if !changed.is_empty() => {
+                tracing::info!(pod = %name, volumes = ?changed, "volumes updated");
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(pod = %name, error = %e, "refreshing volumes"),
+            Err(e) => tracing::warn!(pod = %name, %e, "refreshing volumes"),
+        }
     }
 }

@@ -28,7 +28,7 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     (
         "automountServiceAccountToken",
         Use::NotForTheNode(
-            "the token comes as a projected volume, and projected volumes are refused",
+            "the API server's service account admission turns it into a projected volume, which swiftlet writes",
         ),
     ),
     ("containers", Use::Implemented),
@@ -66,24 +66,20 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("securityContext", Use::Implemented),
     (
         "serviceAccount",
-        Use::NotForTheNode(
-            "its token comes as a projected volume, and projected volumes are refused",
-        ),
+        Use::NotForTheNode("the deprecated alias of serviceAccountName"),
     ),
-    (
-        "serviceAccountName",
-        Use::NotForTheNode(
-            "its token comes as a projected volume, and projected volumes are refused",
-        ),
-    ),
+    // The account whose tokens projected serviceAccountToken sources request.
+    ("serviceAccountName", Use::Implemented),
     ("setHostnameAsFQDN", Use::Refused),
     ("shareProcessNamespace", Use::Implemented),
     ("subdomain", Use::Refused),
     ("terminationGracePeriodSeconds", Use::Implemented),
     ("tolerations", SCHEDULING),
     ("topologySpreadConstraints", SCHEDULING),
-    // emptyDir and hostPath are implemented (`crate::volume`); every other type is refused by
-    // `volume::unsupported`, naming it.
+    // emptyDir, hostPath, configMap, secret, downwardAPI and projected (configMap, secret,
+    // downwardAPI and serviceAccountToken sources) are implemented (`crate::volume`); every
+    // other type (and projected clusterTrustBundle) is refused by `volume::unsupported`,
+    // naming it.
     ("volumes", Use::Refused),
 ];
 
@@ -385,7 +381,7 @@ mod tests {
             ("subdomain", json!({"subdomain": "s"})),
             (
                 "volumes",
-                json!({"volumes": [{"name": "v", "configMap": {"name": "m"}}]}),
+                json!({"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}),
             ),
         ];
         for (field, spec) in &pod_cases {
@@ -484,6 +480,13 @@ mod tests {
                 {"name": "scratch", "emptyDir": {}},
                 {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
                 {"name": "host", "hostPath": {"path": "/var/log", "type": "Directory"}},
+                {"name": "cm", "configMap": {"name": "m", "items": [{"key": "k", "path": "p"}]}},
+                {"name": "s", "secret": {"secretName": "s", "defaultMode": 0o400}},
+                {"name": "d", "downwardAPI": {"items": [
+                    {"path": "n", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+                {"name": "p", "projected": {"sources": [
+                    {"configMap": {"name": "m"}}, {"secret": {"name": "s"}},
+                    {"serviceAccountToken": {"path": "token"}}]}},
             ],
         }));
         assert_eq!(check(&ok), None);
@@ -493,10 +496,15 @@ mod tests {
     fn every_other_volume_type_is_refused_naming_it() {
         use serde_json::json;
         let cases = [
-            ("configMap", json!({"configMap": {"name": "m"}})),
-            ("secret", json!({"secret": {"secretName": "s"}})),
-            ("downwardAPI", json!({"downwardAPI": {"items": []}})),
-            ("projected", json!({"projected": {"sources": []}})),
+            (
+                "projected source clusterTrustBundle",
+                json!({"projected": {"sources": [{"clusterTrustBundle": {"name": "b", "path": "b"}}]}}),
+            ),
+            ("csi", json!({"csi": {"driver": "d"}})),
+            (
+                "ephemeral",
+                json!({"ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
+            ),
             (
                 "persistentVolumeClaim",
                 json!({"persistentVolumeClaim": {"claimName": "c"}}),

@@ -213,6 +213,13 @@ impl Tracer {
         });
     }
 
+    /// The pod's volumes were set up, at `at_ns` (first time only).
+    pub fn volumes_set_up(&self, uid: &str, at_ns: u64) {
+        self.with_pod(uid, |p| {
+            p.volumes_ns.get_or_insert(at_ns);
+        });
+    }
+
     /// The status manager saw the pod Running for the first time.
     pub fn running_observed(&self, uid: &str) {
         let now = monotonic_ns();

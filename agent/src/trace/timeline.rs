@@ -13,6 +13,7 @@
 //! |---|---|---|
 //! | `admission` | the sync loop handed the pod to a worker | agent |
 //! | `dispatch` | the pod worker started on it | agent |
+//! | `volumes` | its volumes were set up (configMaps, secrets, tokens read and written) | agent |
 //! | `pod_cgroup` | the pod cgroup directory was created (`cgroup_mkdir`) | kernel |
 //! | `agent/RunPodSandbox` | the agent issued RunPodSandbox | cri |
 //! | `sandbox_exec` | the sandbox's first process ran `execve` | kernel |
@@ -84,6 +85,8 @@ pub struct PodRecord {
     pub source_seen_ns: Option<u64>,
     pub admitted_ns: Option<u64>,
     pub worker_started_ns: Option<u64>,
+    /// When the worker's sync finished setting up the pod's volumes.
+    pub volumes_ns: Option<u64>,
     pub pod_cgroup_ns: Option<u64>,
     pub pod_cgroup_removed_ns: Option<u64>,
     pub cri: Vec<CriSpan>,
@@ -200,6 +203,12 @@ impl PodRecord {
             self.worker_started_ns,
             "dispatch".into(),
             "dispatch",
+            Observer::Agent,
+        );
+        push(
+            self.volumes_ns,
+            "volumes".into(),
+            "volumes",
             Observer::Agent,
         );
         push(
@@ -494,6 +503,7 @@ mod tests {
             source_seen_ns: Some(100 * MS),
             admitted_ns: Some(101 * MS),
             worker_started_ns: Some(102 * MS),
+            volumes_ns: Some(102 * MS + MS / 2),
             pod_cgroup_ns: Some(103 * MS),
             cri: vec![
                 span("RunPodSandbox", 104, 150),
@@ -518,6 +528,7 @@ mod tests {
             [
                 "admission",
                 "dispatch",
+                "volumes",
                 "pod_cgroup",
                 "agent/RunPodSandbox",
                 "sandbox_exec",

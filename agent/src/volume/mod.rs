@@ -5,12 +5,19 @@
 //! ([`container_mounts`]: `readOnly`, `subPath` kept inside its volume, `mountPropagation`).
 //! Once the pod has stopped, [`tear_down`] unmounts its tmpfs volumes and removes its volume
 //! directories without ever following a symlink or crossing a mount point out of them; a
-//! hostPath's content is never touched. Every other volume type is refused ([`unsupported`]).
+//! hostPath's content is never touched. `configMap`, `secret`, `downwardAPI` and `projected`
+//! volumes ([`projection`]) are written by the atomic writer ([`atomic`]) from the API objects
+//! they name, below `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>` (a tmpfs for
+//! all but configMap), and rewritten at each pod sync ([`refresh`]). Every other volume type is
+//! refused ([`unsupported`]).
+pub mod atomic;
 mod mountinfo;
+pub mod projection;
 mod remove;
 mod setup;
 #[cfg(test)]
 mod tests;
+pub mod token;
 
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, PodSpec, Volume as ApiVolume, VolumeMount};
@@ -19,7 +26,7 @@ use std::path::{Component, Path, PathBuf};
 
 pub use mountinfo::{MountPoint, mount_points};
 pub use remove::{remove_pod_dir, tear_down};
-pub use setup::{Context, set_up};
+pub use setup::{Context, refresh, set_up};
 
 /// The directory below `<pod>` where subPaths are bound (the kubelet's name).
 pub const SUBPATHS_DIR: &str = "volume-subpaths";
@@ -96,6 +103,8 @@ pub enum Source {
     },
     /// `hostPath`: an absolute path on the node.
     HostPath { path: PathBuf, kind: HostPathType },
+    /// `configMap`, `secret`, `downwardAPI`, `projected`: files the agent writes.
+    Projection(projection::Projection),
 }
 
 /// One of `spec.volumes`, checked.
@@ -118,13 +127,17 @@ impl Volume {
                 .join(EMPTY_DIR_PLUGIN)
                 .join(&self.name),
             Source::HostPath { path, .. } => path.clone(),
+            Source::Projection(p) => volumes_dir(pods_dir, uid)
+                .join(p.kind.plugin_dir())
+                .join(&self.name),
         }
     }
 }
 
 /// What of the pod's volumes swiftlet cannot honour yet, naming the volume and what it asks
 /// for; `None` when every volume is an emptyDir (on disk without `sizeLimit`, or in memory) or a
-/// hostPath.
+/// hostPath, a configMap, secret, downwardAPI or projected volume (but for projected
+/// clusterTrustBundle sources).
 pub fn unsupported(spec: &PodSpec) -> Option<String> {
     spec.volumes
         .iter()
@@ -151,7 +164,8 @@ pub fn unsupported_mount(c: &Container) -> Option<String> {
     })
 }
 
-/// The volume types of the v1 `Volume`, by their field name, but for emptyDir and hostPath.
+/// The volume types of the v1 `Volume`, by their field name, but for those swiftlet has
+/// (emptyDir, hostPath, configMap, secret, downwardAPI, projected).
 fn other_type(v: &ApiVolume) -> Option<&'static str> {
     let set = [
         ("awsElasticBlockStore", v.aws_elastic_block_store.is_some()),
@@ -159,9 +173,7 @@ fn other_type(v: &ApiVolume) -> Option<&'static str> {
         ("azureFile", v.azure_file.is_some()),
         ("cephfs", v.cephfs.is_some()),
         ("cinder", v.cinder.is_some()),
-        ("configMap", v.config_map.is_some()),
         ("csi", v.csi.is_some()),
-        ("downwardAPI", v.downward_api.is_some()),
         ("ephemeral", v.ephemeral.is_some()),
         ("fc", v.fc.is_some()),
         ("flexVolume", v.flex_volume.is_some()),
@@ -175,11 +187,9 @@ fn other_type(v: &ApiVolume) -> Option<&'static str> {
         ("persistentVolumeClaim", v.persistent_volume_claim.is_some()),
         ("photonPersistentDisk", v.photon_persistent_disk.is_some()),
         ("portworxVolume", v.portworx_volume.is_some()),
-        ("projected", v.projected.is_some()),
         ("quobyte", v.quobyte.is_some()),
         ("rbd", v.rbd.is_some()),
         ("scaleIO", v.scale_io.is_some()),
-        ("secret", v.secret.is_some()),
         ("storageos", v.storageos.is_some()),
         ("vsphereVolume", v.vsphere_volume.is_some()),
     ];
@@ -189,6 +199,14 @@ fn other_type(v: &ApiVolume) -> Option<&'static str> {
 fn unsupported_source(v: &ApiVolume) -> Option<String> {
     if let Some(t) = other_type(v) {
         return Some(format!("type {t}"));
+    }
+    let trust_bundle = v
+        .projected
+        .iter()
+        .flat_map(|p| p.sources.iter().flatten())
+        .any(|s| s.cluster_trust_bundle.is_some());
+    if trust_bundle {
+        return Some("projected source clusterTrustBundle".to_owned());
     }
     let e = v.empty_dir.as_ref()?;
     match e.medium.as_deref().unwrap_or("") {
@@ -230,6 +248,25 @@ pub fn plan(spec: &PodSpec) -> Result<Vec<Volume>> {
         }
         if !names.insert(v.name.as_str()) {
             return Err(bad("the name is used twice".into()));
+        }
+        let types = [
+            v.empty_dir.is_some(),
+            v.host_path.is_some(),
+            v.config_map.is_some(),
+            v.secret.is_some(),
+            v.downward_api.is_some(),
+            v.projected.is_some(),
+            other_type(v).is_some(),
+        ];
+        if types.iter().filter(|t| **t).count() > 1 {
+            return Err(bad("more than one volume type is set".into()));
+        }
+        if let Some(p) = projection::plan(v).map_err(bad)? {
+            out.push(Volume {
+                name: v.name.clone(),
+                source: Source::Projection(p),
+            });
+            continue;
         }
         let source = match (&v.empty_dir, &v.host_path) {
             (Some(e), None) => {
@@ -397,11 +434,13 @@ pub fn container_mounts(
         out.push(api::Mount {
             container_path: m.mount_path.clone(),
             host_path: host.to_string_lossy().into_owned(),
-            readonly: m.read_only.unwrap_or(false),
+            // The kubelet mounts the volumes its atomic writer makes read-only, whatever the
+            // mount says.
+            readonly: m.read_only.unwrap_or(false) || matches!(v.source, Source::Projection(_)),
             propagation: propagation as i32,
-            // The kubelet asks the runtime to relabel the volumes that support it (emptyDir),
-            // never a hostPath.
-            selinux_relabel: matches!(v.source, Source::EmptyDir { .. }),
+            // The kubelet asks the runtime to relabel the volumes that support it (emptyDir and
+            // the volumes it writes), never a hostPath.
+            selinux_relabel: !matches!(v.source, Source::HostPath { .. }),
             ..Default::default()
         });
     }

@@ -32,9 +32,14 @@ pub fn tear_down(pods_dir: &Path, uid: &str) -> Result<()> {
             .and_then(Path::parent);
         up3 == Some(dir)
     })?;
-    // A Memory emptyDir: a tmpfs right on the volume's directory.
+    // A Memory emptyDir, a secret, downwardAPI or projected volume: a tmpfs right on the
+    // volume's directory.
     unmount_ours_and_remove(&volumes_dir(pods_dir, uid), "tmpfs", |dir, m| {
-        m.fs_type == "tmpfs" && m.path.parent() == Some(setup::empty_dir_plugin(dir).as_path())
+        let plugins = setup::tmpfs_plugin_dirs(dir);
+        m.fs_type == "tmpfs"
+            && m.path
+                .parent()
+                .is_some_and(|p| plugins.iter().any(|d| d == p))
     })
 }
 

@@ -1,6 +1,8 @@
 //! Setting volumes up before the pod's sandbox starts: emptyDir directories and tmpfs mounts,
 //! hostPath type checks, subPath directories.
+use super::atomic::{self, Payload};
 use super::{EMPTY_DIR_PLUGIN, Error, HostPathType, Result, Source, Volume, mountinfo};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -18,8 +20,16 @@ pub struct Context {
 
 /// Sets up every volume of pod `uid` (idempotent: a volume already set up is left as it is, so
 /// a restarted container or agent finds its data). hostPath volumes are checked (and created for
-/// the `...OrCreate` types) as the kubelet does.
-pub fn set_up(pods_dir: &Path, uid: &str, volumes: &[Volume], ctx: Context) -> Result<()> {
+/// the `...OrCreate` types) as the kubelet does. The files of configMap, secret, downwardAPI and
+/// projected volumes are `payloads[volume name]` (computed before, so that a missing object
+/// stops the set-up before anything is made), written by the atomic writer.
+pub fn set_up(
+    pods_dir: &Path,
+    uid: &str,
+    volumes: &[Volume],
+    ctx: Context,
+    payloads: &HashMap<String, Payload>,
+) -> Result<()> {
     let mut mounts = None;
     for v in volumes {
         let fail = |message: String| Error::SetUp {
@@ -28,50 +38,135 @@ pub fn set_up(pods_dir: &Path, uid: &str, volumes: &[Volume], ctx: Context) -> R
         };
         match &v.source {
             Source::EmptyDir { memory, size_limit } => {
+                let size = memory.then(|| {
+                    super::memory_size(ctx.node_memory, ctx.pod_memory_limit, *size_limit)
+                });
                 let dir = v.host_path(pods_dir, uid);
-                empty_dir(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-                if *memory {
-                    if mounts.is_none() {
-                        mounts = Some(
-                            mountinfo::mount_points()
-                                .map_err(|e| fail(format!("reading the mount table: {e}")))?,
-                        );
-                    }
-                    let dir = dir
-                        .canonicalize()
-                        .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-                    let mounted = mounts.iter().flatten().rev().find(|m| m.path == dir);
-                    match mounted {
-                        Some(m) if m.fs_type == "tmpfs" => {}
-                        Some(m) => {
-                            return Err(fail(format!(
-                                "{} is a {} mount, not the tmpfs it should be",
-                                dir.display(),
-                                m.fs_type
-                            )));
-                        }
-                        None => {
-                            let size = super::memory_size(
-                                ctx.node_memory,
-                                ctx.pod_memory_limit,
-                                *size_limit,
-                            );
-                            mount_tmpfs(&dir, size).map_err(|e| {
-                                fail(format!("mounting a tmpfs on {}: {e}", dir.display()))
-                            })?;
-                            tracing::info!(volume = %v.name, dir = %dir.display(), size, "tmpfs mounted");
-                        }
-                    }
-                }
+                volume_dir(&dir, size, &mut mounts, &v.name).map_err(fail)?;
                 if let Some(gid) = ctx.fs_group {
                     give_to_fs_group(&dir, gid)
                         .map_err(|e| fail(format!("fsGroup {gid} on {}: {e}", dir.display())))?;
                 }
             }
             Source::HostPath { path, kind } => check_host_path(path, *kind).map_err(fail)?,
+            Source::Projection(p) => {
+                let size = p
+                    .kind
+                    .memory()
+                    .then(|| super::memory_size(ctx.node_memory, ctx.pod_memory_limit, None));
+                let dir = v.host_path(pods_dir, uid);
+                volume_dir(&dir, size, &mut mounts, &v.name).map_err(fail)?;
+                let payload = payloads
+                    .get(&v.name)
+                    .ok_or_else(|| fail("its files were not computed".into()))?;
+                write_projection(&dir, payload, ctx.fs_group).map_err(fail)?;
+            }
         }
     }
     Ok(())
+}
+
+/// Rewrites the configMap, secret, downwardAPI and projected volumes of pod `uid` that are set
+/// up (their `..data` exists) with `payloads`, as the kubelet does at each pod sync; a volume
+/// not set up is never made here. Returns the names of the volumes that changed. Blocking.
+pub fn refresh(
+    pods_dir: &Path,
+    uid: &str,
+    volumes: &[Volume],
+    fs_group: Option<i64>,
+    payloads: &HashMap<String, Payload>,
+) -> Result<Vec<String>> {
+    let mut changed = Vec::new();
+    for v in volumes {
+        let (Source::Projection(_), Some(payload)) = (&v.source, payloads.get(&v.name)) else {
+            continue;
+        };
+        let dir = v.host_path(pods_dir, uid);
+        if std::fs::symlink_metadata(dir.join(atomic::DATA_DIR)).is_err() {
+            continue;
+        }
+        let fail = |message: String| Error::SetUp {
+            volume: v.name.clone(),
+            message,
+        };
+        if write_projection(&dir, payload, fs_group).map_err(fail)? {
+            changed.push(v.name.clone());
+        }
+    }
+    Ok(changed)
+}
+
+fn write_projection(
+    dir: &Path,
+    payload: &Payload,
+    fs_group: Option<i64>,
+) -> std::result::Result<bool, String> {
+    let changed = atomic::write(dir, payload, |ts| match fs_group {
+        Some(gid) => own_tree(ts, gid),
+        None => Ok(()),
+    })?;
+    if changed {
+        tracing::debug!(dir = %dir.display(), files = payload.len(), "volume files written");
+    }
+    Ok(changed)
+}
+
+/// The kubelet's volume ownership for a volume it mounts read-only: every file and directory
+/// given to group `gid`, files get group (and owner) read, directories also search and setgid.
+fn own_tree(dir: &Path, gid: i64) -> std::io::Result<()> {
+    let gid = u32::try_from(gid).map_err(|_| std::io::Error::other("fsGroup out of range"))?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    std::os::unix::fs::lchown(dir, None, Some(gid))?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    let mode = if meta.is_dir() {
+        mode | 0o440 | 0o110 | 0o2000
+    } else {
+        mode | 0o440
+    };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(dir)? {
+            own_tree(&entry?.path(), i64::from(gid))?;
+        }
+    }
+    Ok(())
+}
+
+/// A volume's own directory ([`empty_dir`]), with a tmpfs of `size` mounted on it when `size`
+/// is set (once: one already there is kept; another filesystem there is an error).
+fn volume_dir(
+    dir: &Path,
+    size: Option<u64>,
+    mounts: &mut Option<Vec<mountinfo::MountPoint>>,
+    volume: &str,
+) -> std::result::Result<(), String> {
+    empty_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let Some(size) = size else { return Ok(()) };
+    if mounts.is_none() {
+        *mounts =
+            Some(mountinfo::mount_points().map_err(|e| format!("reading the mount table: {e}"))?);
+    }
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mounted = mounts.iter().flatten().rev().find(|m| m.path == dir);
+    match mounted {
+        Some(m) if m.fs_type == "tmpfs" => Ok(()),
+        Some(m) => Err(format!(
+            "{} is a {} mount, not the tmpfs it should be",
+            dir.display(),
+            m.fs_type
+        )),
+        None => {
+            mount_tmpfs(&dir, size)
+                .map_err(|e| format!("mounting a tmpfs on {}: {e}", dir.display()))?;
+            tracing::info!(volume, dir = %dir.display(), size, "tmpfs mounted");
+            Ok(())
+        }
+    }
 }
 
 /// An emptyDir's directory: made with mode 0777 whatever the umask (as the kubelet makes it).
@@ -387,7 +482,13 @@ fn prepare_target(target: &Path, dir: bool) -> std::io::Result<()> {
     }
 }
 
-/// The emptyDir plugin directory of a pod's volumes dir (for tear-down).
-pub(super) fn empty_dir_plugin(volumes_dir: &Path) -> PathBuf {
-    volumes_dir.join(EMPTY_DIR_PLUGIN)
+/// The plugin directories of a pod's volumes dir whose volumes may be a tmpfs (for tear-down).
+pub(super) fn tmpfs_plugin_dirs(volumes_dir: &Path) -> Vec<PathBuf> {
+    let written = super::projection::Kind::ALL
+        .into_iter()
+        .filter(|k| k.memory())
+        .map(|k| volumes_dir.join(k.plugin_dir()));
+    std::iter::once(volumes_dir.join(EMPTY_DIR_PLUGIN))
+        .chain(written)
+        .collect()
 }

@@ -100,8 +100,16 @@ fn bad_volumes_are_clear_errors_naming_them() {
         ),
         (json!({"name": "n"}), "no volume type"),
         (
-            json!({"name": "s", "secret": {"secretName": "s"}}),
-            "secret volumes are not supported yet",
+            json!({"name": "s", "nfs": {"server": "s", "path": "/"}}),
+            "nfs volumes are not supported yet",
+        ),
+        (
+            json!({"name": "s", "secret": {"secretName": "s"}, "emptyDir": {}}),
+            "more than one volume type",
+        ),
+        (
+            json!({"name": "s", "secret": {"secretName": "s", "items": [{"key": "k", "path": "../k"}]}}),
+            "must not contain '..'",
         ),
     ];
     for (v, want) in cases {
@@ -200,7 +208,14 @@ fn the_mount_list_maps_read_only_sub_paths_and_propagation() {
     };
     let host = tempfile::tempdir().expect("tempdir");
     let vols = two_volumes(host.path());
-    set_up(pods.path(), "u1", &vols, Context::default()).expect("set up");
+    set_up(
+        pods.path(),
+        "u1",
+        &vols,
+        Context::default(),
+        &Default::default(),
+    )
+    .expect("set up");
     let c = container(
         json!([
             {"name": "scratch", "mountPath": "/data"},
@@ -388,7 +403,14 @@ fn host_path_types_are_checked_as_the_kubelet_checks_them() {
             kind: T::Directory,
         },
     }];
-    let e = set_up(pods.path(), "u", &vols, Context::default()).expect_err("mismatch");
+    let e = set_up(
+        pods.path(),
+        "u",
+        &vols,
+        Context::default(),
+        &Default::default(),
+    )
+    .expect_err("mismatch");
     assert_eq!(e.reason(), "ContainerCreating");
     assert!(
         e.to_string().starts_with(
@@ -427,7 +449,7 @@ fn tear_down_removes_disk_volumes_and_never_follows_symlinks() {
         fs_group: root.then_some(4321),
         ..Context::default()
     };
-    set_up(pods.path(), "u1", &vols, ctx).expect("set up");
+    set_up(pods.path(), "u1", &vols, ctx, &Default::default()).expect("set up");
     let scratch = vols[0].host_path(pods.path(), "u1");
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(&scratch).expect("stat");
@@ -475,7 +497,7 @@ fn a_memory_volume_is_a_tmpfs_of_its_size_unmounted_before_removal() {
         pod_memory_limit: Some(16 << 20),
         fs_group: Some(1234),
     };
-    set_up(pods.path(), "u1", &vols, ctx).expect("set up");
+    set_up(pods.path(), "u1", &vols, ctx, &Default::default()).expect("set up");
     let dir = vols[0]
         .host_path(pods.path(), "u1")
         .canonicalize()
@@ -500,7 +522,7 @@ fn a_memory_volume_is_a_tmpfs_of_its_size_unmounted_before_removal() {
     assert_eq!(meta.mode() & 0o2070, 0o2070, "{:o}", meta.mode());
     std::fs::write(dir.join("f"), "in memory").expect("write");
     // Set up again (a restarted agent): not mounted twice, the data stays.
-    set_up(pods.path(), "u1", &vols, ctx).expect("set up again");
+    set_up(pods.path(), "u1", &vols, ctx, &Default::default()).expect("set up again");
     assert_eq!(tmpfs(&dir), 1);
     assert_eq!(
         std::fs::read_to_string(dir.join("f")).expect("kept"),
@@ -517,7 +539,14 @@ fn a_mount_point_that_is_not_ours_stops_the_removal() {
         return;
     };
     let vols = two_volumes(Path::new("/nonexistent"));
-    set_up(pods.path(), "u1", &vols[..1], Context::default()).expect("set up");
+    set_up(
+        pods.path(),
+        "u1",
+        &vols[..1],
+        Context::default(),
+        &Default::default(),
+    )
+    .expect("set up");
     // What a Bidirectional container could leave: a mount inside an emptyDir.
     let inner = vols[0].host_path(pods.path(), "u1").join("inner");
     std::fs::create_dir(&inner).expect("mkdir");
