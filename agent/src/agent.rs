@@ -220,7 +220,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         tracer: tracer.clone(),
         probes,
     };
-    let workers = PodWorkers::new(ctx, done_tx, tracker.clone(), cancel.clone());
+    let workers = PodWorkers::new(ctx, done_tx, tracker.clone(), cancel.clone())
+        .with_sync_frequency(cfg.sync_frequency);
     let sync_loop = kubelet::SyncLoop {
         config_rx,
         sources_ready,

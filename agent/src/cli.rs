@@ -100,6 +100,10 @@ pub struct Flags {
     /// How often the manifest path is rescanned (inotify catches changes in between) [default: 20s].
     #[arg(long, value_name = "DURATION")]
     pub file_check_frequency: Option<String>,
+    /// How often a running pod is synced again without an event (jittered by up to 50%); each
+    /// sync rewrites its configMap, secret, downwardAPI and projected volumes [default: 1m].
+    #[arg(long, value_name = "DURATION")]
+    pub sync_frequency: Option<String>,
     /// URL of pod manifests (a Pod or a PodList, YAML or JSON), fetched every
     /// --http-check-frequency. http:// only.
     #[arg(long, value_name = "URL")]
@@ -158,6 +162,7 @@ pub struct KubeletConfiguration {
     pub healthz_port: Option<u16>,
     pub read_only_port: Option<u16>,
     pub file_check_frequency: Option<String>,
+    pub sync_frequency: Option<String>,
     pub pod_logs_dir: Option<PathBuf>,
     #[serde(rename = "staticPodURL")]
     pub static_pod_url: Option<String>,
@@ -188,6 +193,8 @@ pub struct AgentConfig {
     pub healthz_port: u16,
     pub read_only_port: u16,
     pub file_check_frequency: Duration,
+    /// `--sync-frequency` / `syncFrequency`: the periodic resync of a running pod.
+    pub sync_frequency: Duration,
     /// `--manifest-url`, its headers (in order) and fetch period.
     pub manifest_url: Option<String>,
     pub manifest_url_headers: Vec<(String, String)>,
@@ -317,6 +324,10 @@ impl Flags {
             .file_check_frequency
             .or(file.file_check_frequency)
             .unwrap_or_else(|| "20s".to_owned());
+        let sync_freq = self
+            .sync_frequency
+            .or(file.sync_frequency)
+            .unwrap_or_else(|| "1m".to_owned());
         let http_freq = self
             .http_check_frequency
             .or(file.http_check_frequency)
@@ -376,6 +387,7 @@ impl Flags {
             healthz_port: self.healthz_port.or(file.healthz_port).unwrap_or(10248),
             read_only_port: self.read_only_port.or(file.read_only_port).unwrap_or(0),
             file_check_frequency: parse_duration("--file-check-frequency", &freq)?,
+            sync_frequency: parse_duration("--sync-frequency", &sync_freq)?,
             manifest_url: self.manifest_url.or(file.static_pod_url),
             manifest_url_headers,
             http_check_frequency: parse_duration("--http-check-frequency", &http_freq)?,

@@ -169,8 +169,9 @@ impl Marks {
 pub const MIN_GRACE: i64 = 1;
 /// Grace period for runtime pods no source knows.
 pub const ORPHAN_GRACE: i64 = 1;
-/// Periodic resync of a healthy pod (the kubelet's syncFrequency), jittered by up to 50 %.
-pub const RESYNC: Duration = Duration::from_secs(60);
+/// Periodic resync of a healthy pod (the kubelet's syncFrequency, `--sync-frequency`; this is
+/// its default), jittered by up to 50 %.
+pub const RESYNC: Duration = crate::work_queue::DEFAULT_RESYNC;
 /// Retry delay after a failed piece of work, jittered by up to 50 % (the kubelet's). A pod that
 /// keeps failing costs one sync every 10-15 s, however many such pods a source sends.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
@@ -749,6 +750,12 @@ impl<S: PodSyncer> PodWorkers<S> {
         }
     }
 
+    /// Syncs healthy pods every `resync` (jittered) instead of every minute.
+    pub fn with_sync_frequency(mut self, resync: Duration) -> Self {
+        self.queue = self.queue.with_resync(resync);
+        self
+    }
+
     /// The queue of resyncs and retries; the sync loop's 1 s tick drains it.
     pub fn queue(&self) -> &WorkQueue {
         &self.queue
@@ -1175,10 +1182,10 @@ impl<S: PodSyncer> Worker<S> {
             (WorkType::Sync, Outcome::Synced(s)) => {
                 let next = s
                     .requeue_after
-                    .unwrap_or_else(|| self.queue.jitter(RESYNC, JITTER));
+                    .unwrap_or_else(|| self.queue.jitter(self.queue.resync(), JITTER));
                 Some(s.deadline_in.map_or(next, |d| next.min(d)))
             }
-            (WorkType::Sync, Outcome::Done) => Some(self.queue.jitter(RESYNC, JITTER)),
+            (WorkType::Sync, Outcome::Done) => Some(self.queue.jitter(self.queue.resync(), JITTER)),
         };
         drop(st);
         if let Some(d) = delay {

@@ -13,11 +13,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The kubelet's default `syncFrequency`.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
+
 /// Cheap to clone; every clone is the same queue.
 #[derive(Clone, Debug)]
 pub struct WorkQueue {
     due: Arc<Mutex<HashMap<String, Instant>>>,
     rng: Arc<AtomicU64>,
+    /// The periodic resync of a healthy pod (`--sync-frequency`).
+    resync: Duration,
 }
 
 impl Default for WorkQueue {
@@ -35,7 +40,19 @@ impl WorkQueue {
         Self {
             due: Arc::default(),
             rng: Arc::new(AtomicU64::new(seed)),
+            resync: DEFAULT_RESYNC,
         }
+    }
+
+    /// The same queue with another periodic resync.
+    pub fn with_resync(mut self, resync: Duration) -> Self {
+        self.resync = resync;
+        self
+    }
+
+    /// The periodic resync of a healthy pod.
+    pub fn resync(&self) -> Duration {
+        self.resync
     }
 
     /// Makes `uid` due `delay` from now (replacing any earlier time).

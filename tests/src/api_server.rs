@@ -60,17 +60,36 @@ pub fn pod(uid: &str, name: &str, node: &str, image: &str) -> Pod {
     }
 }
 
+/// The metadata of object `default/name`.
+fn default_meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some("default".to_owned()),
+        ..Default::default()
+    }
+}
+
 /// A configMap `default/name` holding `data`.
 pub fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
     ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some("default".to_owned()),
-            ..Default::default()
-        },
+        metadata: default_meta(name),
         data: Some(
             data.iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// An `Opaque` secret `default/name` holding `data`.
+pub fn opaque_secret(name: &str, data: &[(&str, &[u8])]) -> Secret {
+    Secret {
+        metadata: default_meta(name),
+        type_: Some("Opaque".to_owned()),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), k8s_openapi::ByteString(v.to_vec())))
                 .collect(),
         ),
         ..Default::default()
@@ -101,11 +120,7 @@ pub fn service(name: &str, namespace: &str, ip: &str, port: i32) -> Service {
 /// A service account `default/name`.
 pub fn service_account(name: &str) -> ServiceAccount {
     ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some("default".to_owned()),
-            ..Default::default()
-        },
+        metadata: default_meta(name),
         ..Default::default()
     }
 }

@@ -3,11 +3,17 @@
 //! directories with their content, readOnly and subPath mounts; hostPath content outliving the
 //! pod and an agent killed with SIGKILL; nothing of a volume left (no mount, no directory) once
 //! the pod is gone, even when it went while the agent was down; and a hostPath type mismatch
-//! keeping the pod waiting with the reason.
+//! keeping the pod waiting with the reason. configMap, secret, downwardAPI and projected
+//! volumes of pods from the in-process API server: their content and modes, a configMap update
+//! arriving in the running container, the token, a pod waiting on a missing configMap, and a
+//! static pod naming a configMap rejected.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Pod;
+use swiftlet_tests::api_server::{config_map, opaque_secret, service_account};
 use swiftlet_tests::{Agent, BUSYBOX_IMAGE, PodList, exec, start_agent};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -16,6 +22,10 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// the volumes `volumes` (YAML lines indented by two spaces) and each container's mounts.
 fn pod(agent: &Agent, name: &str, volumes: &str, main_mounts: &str, other_mounts: &str) -> String {
     let node = agent.node_name();
+    let (main, other) = (
+        looping_container("main", "", main_mounts),
+        looping_container("other", "", other_mounts),
+    );
     format!(
         r#"apiVersion: v1
 kind: Pod
@@ -24,17 +34,20 @@ spec:
   terminationGracePeriodSeconds: 2
   volumes:
 {volumes}  containers:
-  - name: main
+{main}{other}"#
+    )
+}
+
+/// Container `name` of a pod's `containers` (indented by two spaces): busybox looping until
+/// SIGTERM, with `extra` fields (lines indented by four spaces) and `mounts` (by four).
+fn looping_container(name: &str, extra: &str, mounts: &str) -> String {
+    format!(
+        r#"  - name: {name}
     image: {BUSYBOX_IMAGE}
     imagePullPolicy: Never
     command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
-    volumeMounts:
-{main_mounts}  - name: other
-    image: {BUSYBOX_IMAGE}
-    imagePullPolicy: Never
-    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
-    volumeMounts:
-{other_mounts}"#
+{extra}    volumeMounts:
+{mounts}"#
     )
 }
 
@@ -320,7 +333,8 @@ fn a_volume_that_cannot_be_set_up_keeps_the_pod_waiting_with_the_reason() {
         "missing.yaml",
         &pod(&agent, "missing", missing, bad_mount, bad_mount),
     );
-    let refused = "  - {name: cfg, configMap: {name: app}}
+    // (A configMap volume is refused earlier, in a static pod: see below.)
+    let refused = "  - {name: cfg, nfs: {server: nfs.example, path: /}}
 ";
     let cfg = "    - {name: cfg, mountPath: /cfg}
 ";
@@ -344,7 +358,7 @@ fn a_volume_that_cannot_be_set_up_keeps_the_pod_waiting_with_the_reason() {
     let (reason, message) = agent.waiting("refused");
     assert_eq!(reason, "CreateContainerConfigError", "{message}");
     assert!(
-        message.contains("volume \"cfg\": type configMap is not supported yet"),
+        message.contains("volume \"cfg\": type nfs is not supported yet"),
         "{message}"
     );
     // None of them got a sandbox, and the file is as it was.
@@ -420,4 +434,286 @@ fn a_finished_pod_kept_for_its_status_has_its_volumes_torn_down() {
     });
     // The pod itself stays, for its status.
     assert_eq!(agent.pods().phase(&pod), Some("Succeeded"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// configMap, secret, downwardAPI and projected volumes, from the in-process API server
+
+/// An agent taking pods from its own in-process API server, which serves the configMaps,
+/// secrets, service account (`robot`) and tokens; pods are synced every 3 s
+/// (`--sync-frequency`).
+struct ApiSetup {
+    agent: Agent,
+    server: swiftlet_tests::api_server::ApiServer,
+    _tokio: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+}
+
+fn api_setup(name: &str) -> Option<ApiSetup> {
+    let runtime = swiftlet_tests::Runtime::shared()?;
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let server = tokio.block_on(swiftlet_tests::api_server::ApiServer::start());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).expect("write kubeconfig");
+    let mut opts = swiftlet_tests::AgentOptions::new(name);
+    opts.extra_args = vec![
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--sync-frequency".into(),
+        "3s".into(),
+    ];
+    // The pods' service account.
+    server.put_object(service_account("robot"));
+    Some(ApiSetup {
+        agent: Agent::start(runtime, opts),
+        server,
+        _tokio: tokio,
+        _dir: dir,
+    })
+}
+
+impl ApiSetup {
+    /// Deletes API pod `uid` and waits until nothing of its volumes is left (no mount, no
+    /// directory).
+    fn delete_pod(&self, uid: &str) {
+        self.server.delete(uid);
+        volumes_gone(&self.agent, uid);
+    }
+}
+
+/// An API pod `name` (UID `<name>-<node>`, label `app: web`) whose container `main` loops with
+/// a 64Mi memory limit; `volumes` and `mounts` are YAML lines indented by two and four spaces.
+fn api_pod(agent: &Agent, name: &str, volumes: &str, mounts: &str) -> Pod {
+    let node = agent.node_name();
+    let main = looping_container(
+        "main",
+        "    resources: {limits: {memory: 64Mi}, requests: {memory: 64Mi}}\n",
+        mounts,
+    );
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, uid: {name}-{node}, labels: {{app: web}}}}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 2
+  serviceAccountName: robot
+  volumes:
+{volumes}  containers:
+{main}"#
+    );
+    serde_yaml_ng::from_str(&yaml).expect("a pod")
+}
+
+/// Waits until container `main` of API pod `name` runs; returns its UID.
+fn api_running(agent: &Agent, name: &str) -> String {
+    let list = agent.wait_for(
+        |l| {
+            l.container(name, "main")
+                .is_some_and(swiftlet_tests::is_running)
+        },
+        TIMEOUT,
+    );
+    list.uid(name).expect("uid").to_owned()
+}
+
+/// Whether `path` is a tmpfs mount point inside container `main` of `pod`.
+fn tmpfs_inside(agent: &Agent, pod: &str, path: &str) -> bool {
+    let mounts = sh_ok(agent, pod, "main", "cat /proc/mounts");
+    mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.get(1) == Some(&path) && f.get(2) == Some(&"tmpfs")
+    })
+}
+
+#[test]
+fn api_volumes_show_their_objects_inside_the_container_follow_updates_and_go_with_the_pod() {
+    let Some(s) = api_setup("api-volumes") else {
+        return;
+    };
+    let (agent, server) = (&s.agent, &s.server);
+    let name = "apivol";
+    let mut cm = config_map(&format!("{name}-cm"), &[("greeting", "hello")]);
+    cm.binary_data = Some([("blob".to_owned(), ByteString(vec![0, 1, 2, 255]))].into());
+    server.put_object(cm);
+    server.put_secret(opaque_secret(
+        &format!("{name}-secret"),
+        &[("password", b"hunter2")],
+    ));
+    let volumes = format!(
+        r#"  - {{name: cfg, configMap: {{name: {name}-cm}}}}
+  - {{name: picked, configMap: {{name: {name}-cm, items: [{{key: greeting, path: dir/hello, mode: 384}}]}}}}
+  - {{name: creds, secret: {{secretName: {name}-secret, defaultMode: 256}}}}
+  - {{name: none, configMap: {{name: {name}-absent, optional: true}}}}
+  - name: info
+    downwardAPI:
+      items:
+      - {{path: name, fieldRef: {{fieldPath: metadata.name}}}}
+      - {{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}
+      - {{path: mem, resourceFieldRef: {{containerName: main, resource: limits.memory, divisor: 1Mi}}}}
+  - name: all
+    projected:
+      sources:
+      - configMap: {{name: {name}-cm, items: [{{key: greeting, path: greeting}}]}}
+      - secret: {{name: {name}-secret}}
+      - serviceAccountToken: {{path: token, audience: vault, expirationSeconds: 3600}}
+      - downwardAPI: {{items: [{{path: uid, fieldRef: {{fieldPath: metadata.uid}}}}]}}
+"#
+    );
+    let mounts = r#"    - {name: cfg, mountPath: /cfg}
+    - {name: picked, mountPath: /picked}
+    - {name: creds, mountPath: /creds}
+    - {name: none, mountPath: /none}
+    - {name: info, mountPath: /info}
+    - {name: all, mountPath: /all}
+    - {name: cfg, mountPath: /pinned/greeting, subPath: greeting}
+"#;
+    server.put(api_pod(agent, name, &volumes, mounts));
+    let uid = api_running(agent, name);
+    let inside = |script: &str| sh_ok(agent, name, "main", script);
+
+    // Content and modes, through the ..data symlinks.
+    assert_eq!(inside("cat /cfg/greeting"), "hello");
+    assert_eq!(
+        inside("od -An -tu1 /cfg/blob")
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["0", "1", "2", "255"]
+    );
+    assert_eq!(inside("readlink /cfg/greeting"), "..data/greeting\n");
+    assert_eq!(inside("stat -L -c %a /cfg/greeting"), "644\n");
+    assert_eq!(inside("cat /picked/dir/hello"), "hello");
+    assert_eq!(inside("stat -L -c %a /picked/dir/hello"), "600\n");
+    assert_eq!(inside("ls /picked"), "dir\n", "only the items asked for");
+    assert_eq!(inside("cat /creds/password"), "hunter2");
+    assert_eq!(inside("stat -L -c %a /creds/password"), "400\n");
+    assert_eq!(
+        inside("ls /none"),
+        "",
+        "a missing optional configMap: an empty volume"
+    );
+    assert_eq!(inside("cat /info/name"), name);
+    assert_eq!(inside("cat /info/labels"), "app=\"web\"");
+    assert_eq!(inside("cat /info/mem"), "64");
+    assert_eq!(inside("cat /all/greeting"), "hello");
+    assert_eq!(inside("cat /all/password"), "hunter2");
+    assert_eq!(inside("cat /all/uid"), uid);
+    let token = inside("cat /all/token");
+    assert!(token.contains(".test-signature-"), "{token}");
+    assert_eq!(
+        inside("stat -L -c %a /all/token"),
+        "644\n",
+        "defaultMode without fsGroup"
+    );
+    assert_eq!(inside("cat /pinned/greeting"), "hello");
+    // Secrets, downwardAPI and projected volumes are tmpfs; a configMap is on disk. All are
+    // read-only.
+    for p in ["/creds", "/info", "/all"] {
+        assert!(tmpfs_inside(agent, name, p), "{p} is not a tmpfs");
+    }
+    assert!(!tmpfs_inside(agent, name, "/cfg"));
+    let (code, _) = sh(agent, name, "main", "touch /cfg/new");
+    assert_ne!(code, 0, "a configMap volume is read-only");
+    // The token was asked for the pod's service account, bound to the pod.
+    let requests = server.token_requests();
+    let (ns, account, spec) = requests.last().expect("a TokenRequest");
+    assert_eq!((ns.as_str(), account.as_str()), ("default", "robot"));
+    assert_eq!(spec["audiences"], serde_json::json!(["vault"]));
+    assert_eq!(spec["expirationSeconds"], 3600);
+    assert_eq!(spec["boundObjectRef"]["kind"], "Pod");
+    assert_eq!(spec["boundObjectRef"]["name"], name);
+    assert_eq!(spec["boundObjectRef"]["uid"], uid.as_str());
+
+    // An update reaches the running container within a sync period; the subPath mount keeps
+    // what it had, as on the kubelet; the token is not requested again.
+    server.put_object(config_map(
+        &format!("{name}-cm"),
+        &[("greeting", "hi again")],
+    ));
+    agent.eventually("the configMap update inside the container", TIMEOUT, || {
+        let (code, out) = sh(agent, name, "main", "cat /cfg/greeting /all/greeting");
+        (code == 0 && out == "hi againhi again")
+            .then_some(())
+            .ok_or(out)
+    });
+    assert_eq!(inside("ls /cfg"), "greeting\n", "the gone key went");
+    assert_eq!(inside("cat /pinned/greeting"), "hello");
+    assert_eq!(server.token_requests().len(), requests.len());
+
+    s.delete_pod(&uid);
+}
+
+#[test]
+fn a_static_pod_naming_api_objects_is_rejected_with_the_kubelets_message() {
+    let Some(agent) = start_agent("static-api-refs") else {
+        return;
+    };
+    let volumes = "  - {name: cfg, configMap: {name: settings}}\n";
+    let mounts = "    - {name: cfg, mountPath: /cfg}\n";
+    agent.write_manifest("refs.yaml", &pod(&agent, "refs", volumes, mounts, mounts));
+    agent.eventually("the rejection in the log", TIMEOUT, || {
+        agent
+            .log()
+            .contains("static pods may not reference configmaps")
+            .then_some(())
+            .ok_or_else(|| "not yet".to_owned())
+    });
+    let (status, body) = agent.get("/debug/manifests");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("static pods may not reference configmaps"),
+        "{body}"
+    );
+    assert!(agent.pods().items.is_empty(), "{}", agent.pods().summary());
+}
+
+#[test]
+fn a_pod_waits_for_a_missing_config_map_with_nothing_mounted_and_starts_when_it_appears() {
+    let Some(s) = api_setup("api-volumes-wait") else {
+        return;
+    };
+    let name = "apivol-late";
+    let agent = &s.agent;
+    let volumes = format!(
+        "  - {{name: scratch, emptyDir: {{medium: Memory}}}}\n  - {{name: cfg, configMap: {{name: {name}-cm}}}}\n"
+    );
+    let mounts = "    - {name: scratch, mountPath: /scratch}\n    - {name: cfg, mountPath: /cfg}\n";
+    s.server.put(api_pod(agent, name, &volumes, mounts));
+    let list = agent.wait_for(
+        |l| {
+            l.container(name, "main")
+                .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+                .is_some_and(|m| !m.is_empty())
+        },
+        TIMEOUT,
+    );
+    let waiting = list
+        .container(name, "main")
+        .and_then(|c| c.state.as_ref()?.waiting.clone())
+        .expect("waiting");
+    assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
+    let message = waiting.message.unwrap_or_default();
+    assert!(
+        message.ends_with(&format!(
+            "MountVolume.SetUp failed for volume \"cfg\" : configmap \"{name}-cm\" not found"
+        )),
+        "{message}"
+    );
+    // Nothing mounted (not even the Memory emptyDir) and no sandbox.
+    let uid = list.uid(name).expect("uid").to_owned();
+    let pod_dir = agent.root_dir().join("pods").join(&uid);
+    assert_eq!(mounts_below(&pod_dir), Vec::<String>::new());
+    let (sandboxes, _) = swiftlet_tests::pod_cri_objects(agent.endpoint(), &uid).expect("CRI");
+    assert!(sandboxes.is_empty(), "{sandboxes:?}");
+
+    s.server
+        .put_object(config_map(&format!("{name}-cm"), &[("k", "v")]));
+    api_running(agent, name);
+    assert_eq!(sh_ok(agent, name, "main", "cat /cfg/k"), "v");
+    s.delete_pod(&uid);
 }

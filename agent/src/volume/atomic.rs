@@ -8,7 +8,9 @@
 //! - `..data`: a symlink to that directory, replaced in one `rename` of `..data_tmp` over it;
 //! - for each top-level name of the payload, a symlink `name -> ..data/name`.
 //!
-//! A write whose payload equals what `..data` shows (content and mode) changes nothing. After a
+//! A write whose payload equals what `..data` shows (the same paths with the same content, as
+//! the kubelet compares them: modes are fixed by the pod's spec, and the pod's fsGroup changes
+//! them after the write) changes nothing. After a
 //! swap the previous timestamped directory and the user-visible names no longer in the payload
 //! are removed. Payload paths are checked first: relative, no `..` component, not starting with
 //! `..`, no empty path, segments of at most 255 bytes, paths of at most 4096.
@@ -204,9 +206,7 @@ fn same_files(data: &Path, payload: &Payload) -> bool {
         let Ok(meta) = std::fs::symlink_metadata(&p) else {
             return false;
         };
-        meta.is_file()
-            && meta.permissions().mode() & 0o7777 == file.mode
-            && std::fs::read(&p).is_ok_and(|d| d == file.data)
+        meta.is_file() && std::fs::read(&p).is_ok_and(|d| d == file.data)
     })
 }
 
@@ -336,9 +336,9 @@ mod tests {
         assert!(!changed && !prepared, "an unchanged payload is not written");
         let after = std::fs::read_link(dir.path().join(DATA_DIR)).expect("..data");
         assert_eq!(before, after);
-        // A mode change is a change.
-        let p = payload(&[("a", "one", 0o600)]);
-        assert!(write(dir.path(), &p, |_| Ok(())).expect("mode"));
+        // A content change is a change.
+        let p = payload(&[("a", "two", 0o644)]);
+        assert!(write(dir.path(), &p, |_| Ok(())).expect("content"));
     }
 
     #[test]

@@ -558,3 +558,78 @@ fn a_mount_point_that_is_not_ours_stops_the_removal() {
     remove::unmount(&inner).expect("unmount");
     remove_pod_dir(pods.path(), "u1").expect("removed once unmounted");
 }
+
+#[test]
+fn a_secret_volume_is_a_tmpfs_written_atomically_refreshed_and_torn_down() {
+    let Some(pods) = pods_dir_for_mounts() else {
+        return;
+    };
+    let s = spec(json!({"volumes": [
+        {"name": "creds", "secret": {"secretName": "s", "defaultMode": 0o400}},
+        {"name": "cfg", "configMap": {"name": "m"}},
+    ]}));
+    let vols = plan(&s).expect("plan");
+    let file = |data: &str, mode: u32| atomic::FileProjection {
+        data: data.as_bytes().to_vec(),
+        mode,
+        owner: None,
+    };
+    let mut payloads = std::collections::HashMap::new();
+    payloads.insert(
+        "creds".to_owned(),
+        atomic::Payload::from([("password".to_owned(), file("hunter2", 0o400))]),
+    );
+    payloads.insert(
+        "cfg".to_owned(),
+        atomic::Payload::from([("a".to_owned(), file("1", 0o644))]),
+    );
+    let ctx = Context {
+        node_memory: 1 << 30,
+        fs_group: Some(4321),
+        ..Context::default()
+    };
+    set_up(pods.path(), "u1", &vols, ctx, &payloads).expect("set up");
+    let creds = vols[0].host_path(pods.path(), "u1");
+    assert!(creds.ends_with("volumes/kubernetes.io~secret/creds"));
+    let canonical = creds.canonicalize().expect("canonical");
+    let tmpfs = |p: &Path| {
+        mount_points()
+            .expect("mounts")
+            .iter()
+            .any(|m| m.path == p && m.fs_type == "tmpfs")
+    };
+    assert!(tmpfs(&canonical), "a secret is never on disk");
+    let cfg = vols[1].host_path(pods.path(), "u1");
+    assert!(
+        !tmpfs(&cfg.canonicalize().expect("canonical")),
+        "a configMap is on disk"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(creds.join("password")).expect("stat");
+    // fsGroup: the group gets read, as the kubelet's ownership gives it.
+    assert_eq!((meta.gid(), meta.mode() & 0o777), (4321, 0o440));
+    assert_eq!(
+        std::fs::read_to_string(creds.join("password")).expect("read"),
+        "hunter2"
+    );
+    // A rewrite with the same files changes nothing; a new value is swapped in.
+    let changed = refresh(pods.path(), "u1", &vols, Some(4321), &payloads).expect("refresh");
+    assert!(changed.is_empty(), "{changed:?}");
+    payloads.insert(
+        "cfg".to_owned(),
+        atomic::Payload::from([("a".to_owned(), file("2", 0o644))]),
+    );
+    let changed = refresh(pods.path(), "u1", &vols, Some(4321), &payloads).expect("refresh");
+    assert_eq!(changed, ["cfg"]);
+    assert_eq!(std::fs::read_to_string(cfg.join("a")).expect("read"), "2");
+    // A volume not set up is never made by a refresh.
+    assert!(
+        refresh(pods.path(), "u2", &vols, None, &payloads)
+            .expect("refresh")
+            .is_empty()
+    );
+    assert!(!pods.path().join("u2").exists());
+    remove_pod_dir(pods.path(), "u1").expect("removed");
+    assert!(!tmpfs(&canonical), "the tmpfs is unmounted");
+    assert!(!pods.path().join("u1").exists());
+}
