@@ -73,6 +73,7 @@ fn pod_start_yields_every_phase_in_order() {
     let order = [
         "admission",
         "dispatch",
+        "volumes",
         "pod_cgroup",
         "agent/RunPodSandbox",
         "RunPodSandbox",
