@@ -299,7 +299,20 @@ impl Manager {
         if volumes.is_empty() {
             return Ok(());
         }
-        let payloads = self.volume_payloads(pod, &volumes).await.map_err(err)?;
+        let mut payloads = HashMap::new();
+        for (volume, payload) in self.volume_payloads(pod, &volumes).await {
+            match payload {
+                Ok(p) => {
+                    payloads.insert(volume, p);
+                }
+                // Set up before (the pod runs): it keeps its files, as the kubelet keeps a
+                // mounted volume whose remount failed, and the containers still start.
+                Err(e) if crate::volume::is_written(&self.cfg.pods_dir, uid, &volumes, &volume) => {
+                    tracing::warn!(pod = %name, error = %e, "volume not updated");
+                }
+                Err(e) => return Err(err(e)),
+            }
+        }
         let ctx = crate::volume::Context {
             node_memory: self.cfg.memory_capacity,
             pod_memory_limit: cm::resource_config_for_pod(pod)
@@ -321,14 +334,16 @@ impl Manager {
     }
 
     /// The files of each configMap, secret, downwardAPI and projected volume of the pod, by
-    /// volume name; the first volume whose objects are missing (and not optional) or
-    /// unreadable is the error, as the kubelet's `MountVolume.SetUp failed` names it.
+    /// volume name, in the pod's order: for a volume whose objects are missing (and not
+    /// optional) or unreadable, the kubelet's `MountVolume.SetUp failed` error naming it.
     async fn volume_payloads(
         &self,
         pod: &Pod,
         volumes: &[crate::volume::Volume],
-    ) -> std::result::Result<HashMap<String, crate::volume::atomic::Payload>, crate::volume::Error>
-    {
+    ) -> Vec<(
+        String,
+        std::result::Result<crate::volume::atomic::Payload, crate::volume::Error>,
+    )> {
         use crate::volume::{Source, projection};
         let projections: Vec<(&str, &projection::Projection)> = volumes
             .iter()
@@ -338,7 +353,7 @@ impl Manager {
             })
             .collect();
         if projections.is_empty() {
-            return Ok(HashMap::new());
+            return Vec::new();
         }
         let all: Vec<&projection::Projection> = projections.iter().map(|(_, p)| *p).collect();
         let objects = projection::fetch(&self.api, &self.tokens, pod, &all).await;
@@ -355,23 +370,24 @@ impl Manager {
                 .and_then(|s| s.fs_group)
                 .and_then(|g| u32::try_from(g).ok()),
         };
-        let mut out = HashMap::new();
-        for (name, p) in projections {
-            let payload = projection::payload(pod, p, &objects, &node).map_err(|message| {
-                crate::volume::Error::SetUp {
-                    volume: name.to_owned(),
-                    message,
-                }
-            })?;
-            out.insert(name.to_owned(), payload);
-        }
-        Ok(out)
+        projections
+            .into_iter()
+            .map(|(name, p)| {
+                let payload = projection::payload(pod, p, &objects, &node).map_err(|message| {
+                    crate::volume::Error::SetUp {
+                        volume: name.to_owned(),
+                        message,
+                    }
+                });
+                (name.to_owned(), payload)
+            })
+            .collect()
     }
 
     /// Rewrites the pod's configMap, secret, downwardAPI and projected volumes that are set up,
     /// with what their objects hold now (the atomic writer leaves an unchanged volume alone).
-    /// A failure is logged and the volume keeps its files, as the kubelet keeps a volume whose
-    /// remount failed.
+    /// A volume whose objects cannot be read keeps its files (logged), as the kubelet keeps a
+    /// volume whose remount failed.
     pub(super) async fn refresh_volumes(&self, pod: &Pod, uid: &str, name: &str) {
         let Some(spec) = pod.spec.as_ref() else {
             return;
@@ -385,13 +401,15 @@ impl Manager {
         {
             return;
         }
-        let payloads = match self.volume_payloads(pod, &volumes).await {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(pod = %name, error = %e, "refreshing volumes");
-                return;
+        let mut payloads = HashMap::new();
+        for (volume, payload) in self.volume_payloads(pod, &volumes).await {
+            match payload {
+                Ok(p) => {
+                    payloads.insert(volume, p);
+                }
+                Err(e) => tracing::warn!(pod = %name, error = %e, "volume not updated"),
             }
-        };
+        }
         let fs_group = spec.security_context.as_ref().and_then(|s| s.fs_group);
         let (pods_dir, uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
         let done = tokio::task::spawn_blocking(move || {

@@ -26,7 +26,7 @@ use std::path::{Component, Path, PathBuf};
 
 pub use mountinfo::{MountPoint, mount_points};
 pub use remove::{remove_pod_dir, tear_down};
-pub use setup::{Context, refresh, set_up};
+pub use setup::{Context, is_written, refresh, set_up};
 
 /// The directory below `<pod>` where subPaths are bound (the kubelet's name).
 pub const SUBPATHS_DIR: &str = "volume-subpaths";

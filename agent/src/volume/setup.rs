@@ -56,10 +56,14 @@ pub fn set_up(
                     .then(|| super::memory_size(ctx.node_memory, ctx.pod_memory_limit, None));
                 let dir = v.host_path(pods_dir, uid);
                 volume_dir(&dir, size, &mut mounts, &v.name).map_err(fail)?;
-                let payload = payloads
-                    .get(&v.name)
-                    .ok_or_else(|| fail("its files were not computed".into()))?;
-                write_projection(&dir, payload, ctx.fs_group).map_err(fail)?;
+                match payloads.get(&v.name) {
+                    Some(payload) => {
+                        write_projection(&dir, payload, ctx.fs_group).map_err(fail)?;
+                    }
+                    // Written before: it keeps its files.
+                    None if is_written_dir(&dir) => {}
+                    None => return Err(fail("its files were not computed".into())),
+                }
             }
         }
     }
@@ -82,7 +86,7 @@ pub fn refresh(
             continue;
         };
         let dir = v.host_path(pods_dir, uid);
-        if std::fs::symlink_metadata(dir.join(atomic::DATA_DIR)).is_err() {
+        if !is_written_dir(&dir) {
             continue;
         }
         let fail = |message: String| Error::SetUp {
@@ -94,6 +98,21 @@ pub fn refresh(
         }
     }
     Ok(changed)
+}
+
+/// Whether the atomic writer has written volume directory `dir` (its `..data` is there).
+fn is_written_dir(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join(atomic::DATA_DIR)).is_ok()
+}
+
+/// Whether volume `name` of pod `uid` is a configMap, secret, downwardAPI or projected volume
+/// the atomic writer has written (it was set up before).
+pub fn is_written(pods_dir: &Path, uid: &str, volumes: &[Volume], name: &str) -> bool {
+    volumes.iter().any(|v| {
+        v.name == name
+            && matches!(v.source, Source::Projection(_))
+            && is_written_dir(&v.host_path(pods_dir, uid))
+    })
 }
 
 fn write_projection(

@@ -629,6 +629,16 @@ fn a_secret_volume_is_a_tmpfs_written_atomically_refreshed_and_torn_down() {
             .is_empty()
     );
     assert!(!pods.path().join("u2").exists());
+    // An object that cannot be read any more: a volume written before keeps its files (the
+    // containers can still start), one never written is an error.
+    let none = std::collections::HashMap::new();
+    set_up(pods.path(), "u1", &vols, ctx, &none).expect("kept");
+    assert_eq!(std::fs::read_to_string(cfg.join("a")).expect("read"), "2");
+    assert!(is_written(pods.path(), "u1", &vols, "cfg"));
+    assert!(!is_written(pods.path(), "u3", &vols, "cfg"));
+    let e = set_up(pods.path(), "u3", &vols, ctx, &none).expect_err("never written");
+    assert!(e.to_string().contains("not computed"), "{e}");
+    remove_pod_dir(pods.path(), "u3").expect("removed");
     remove_pod_dir(pods.path(), "u1").expect("removed");
     assert!(!tmpfs(&canonical), "the tmpfs is unmounted");
     assert!(!pods.path().join("u1").exists());
