@@ -573,7 +573,11 @@ fn api_volumes_show_their_objects_inside_the_container_follow_updates_and_go_wit
     - {name: all, mountPath: /all}
     - {name: cfg, mountPath: /pinned/greeting, subPath: greeting}
 "#;
-    server.put(api_pod(agent, name, &volumes, mounts));
+    let mut pod = api_pod(agent, name, &volumes, mounts);
+    // The pod's fsGroup: the files are given to it, with group read.
+    pod.spec.as_mut().expect("spec").security_context =
+        Some(serde_json::from_value(serde_json::json!({"fsGroup": 2345})).expect("context"));
+    server.put(pod);
     let uid = api_running(agent, name);
     let inside = |script: &str| sh_ok(agent, name, "main", script);
 
@@ -588,10 +592,10 @@ fn api_volumes_show_their_objects_inside_the_container_follow_updates_and_go_wit
     assert_eq!(inside("readlink /cfg/greeting"), "..data/greeting\n");
     assert_eq!(inside("stat -L -c %a /cfg/greeting"), "644\n");
     assert_eq!(inside("cat /picked/dir/hello"), "hello");
-    assert_eq!(inside("stat -L -c %a /picked/dir/hello"), "600\n");
+    assert_eq!(inside("stat -L -c '%a %g' /picked/dir/hello"), "640 2345\n");
     assert_eq!(inside("ls /picked"), "dir\n", "only the items asked for");
     assert_eq!(inside("cat /creds/password"), "hunter2");
-    assert_eq!(inside("stat -L -c %a /creds/password"), "400\n");
+    assert_eq!(inside("stat -L -c '%a %g' /creds/password"), "440 2345\n");
     assert_eq!(
         inside("ls /none"),
         "",
@@ -606,9 +610,9 @@ fn api_volumes_show_their_objects_inside_the_container_follow_updates_and_go_wit
     let token = inside("cat /all/token");
     assert!(token.contains(".test-signature-"), "{token}");
     assert_eq!(
-        inside("stat -L -c %a /all/token"),
-        "644\n",
-        "defaultMode without fsGroup"
+        inside("stat -L -c '%a %g' /all/token"),
+        "640 2345\n",
+        "with an fsGroup: 0600, then the group's read"
     );
     assert_eq!(inside("cat /pinned/greeting"), "hello");
     // Secrets, downwardAPI and projected volumes are tmpfs; a configMap is on disk. All are
