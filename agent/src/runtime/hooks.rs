@@ -163,6 +163,20 @@ pub(super) fn sandbox_ip(status: Option<&api::PodSandboxStatus>) -> Option<Strin
         .filter(|ip| !ip.is_empty())
 }
 
+/// Every IP of a ready sandbox, the primary first.
+pub(super) fn sandbox_ips(status: Option<&api::PodSandboxStatus>) -> Vec<String> {
+    let Some(primary) = sandbox_ip(status) else {
+        return Vec::new();
+    };
+    let additional = status
+        .and_then(|s| s.network.as_ref())
+        .map(|n| n.additional_ips.iter().map(|a| a.ip.clone()))
+        .into_iter()
+        .flatten()
+        .filter(|ip| !ip.is_empty());
+    std::iter::once(primary).chain(additional).collect()
+}
+
 /// What one hook runs against.
 pub(super) struct HookRun<'a> {
     /// The pod as the kubelet names it in messages: `name_namespace(uid)`.

@@ -2,6 +2,7 @@
 //! back what the runtime holds (`pod_state`, `relist`). Every call goes through [`crate::cri::Cri`].
 pub mod actions;
 pub mod backoff;
+pub mod env;
 pub mod fresh;
 pub mod gc;
 pub mod hash;
@@ -114,6 +115,16 @@ pub enum Error {
         #[source]
         source: crate::api_objects::Error,
     },
+    /// The container's environment could not be built (a configMap, secret or key it needs is
+    /// missing, the services could not be listed, a `valueFrom` cannot be resolved): the
+    /// kubelet's message alone, as its status shows it.
+    #[error("{source}")]
+    Env {
+        pod: String,
+        container: String,
+        #[source]
+        source: Box<env::Error>,
+    },
     /// The security context asks for what this node does not allow or cannot honour.
     #[error("pod {pod}: {refusal}")]
     Refused {
@@ -129,7 +140,9 @@ impl Error {
             Error::ImageNeverPull { .. } => "ErrImageNeverPull",
             Error::ImagePull { .. } => "ErrImagePull",
             Error::ImagePullBackOff { .. } => "ImagePullBackOff",
-            Error::Unsupported { .. } | Error::InvalidHook { .. } => "CreateContainerConfigError",
+            Error::Unsupported { .. } | Error::InvalidHook { .. } | Error::Env { .. } => {
+                "CreateContainerConfigError"
+            }
             Error::PostStartHook { .. } => "PostStartHookError",
             Error::Refused { refusal, .. } => refusal.reason(),
             Error::Volume { source, .. } => source.reason(),
@@ -163,6 +176,9 @@ struct StartTarget<'a> {
     index: &'a crate::pod::state::ContainerIndex<'a>,
     sandbox_id: &'a str,
     sandbox_config: &'a api::PodSandboxConfig,
+    /// The pod's IPs from its sandbox's status (empty for a host-network pod), for the
+    /// containers' environments.
+    pod_ips: &'a [String],
     /// Fires when the pod starts terminating: a postStart hook still running is abandoned.
     cancel: &'a CancellationToken,
 }
@@ -267,8 +283,11 @@ pub struct Manager {
     gc: Arc<Mutex<gc::GcState>>,
     /// `spec.runtimeClassName` -> CRI runtime handler, through the API server.
     runtime_classes: runtime_class::RuntimeClasses,
-    /// Where pods' image pull secrets are read.
+    /// Where pods' image pull secrets, and the configMaps, secrets and services of their
+    /// containers' environments, are read.
     api: crate::api_objects::ApiObjects,
+    /// The service list the environments' service variables come from, kept briefly.
+    services: env::ServiceCache,
     /// The node's docker config files (pull credentials for every pod).
     node_credentials: crate::credentials::NodeFiles,
 }

@@ -17,6 +17,7 @@ impl Manager {
             gc: Arc::default(),
             runtime_classes: runtime_class::RuntimeClasses::default(),
             api: Default::default(),
+            services: Default::default(),
             node_credentials: Default::default(),
         }
     }

@@ -1,5 +1,6 @@
 //! Starting containers: back-off, image pulls, sandbox and container configs.
 use super::*;
+use futures::FutureExt;
 use security::ImageUser;
 
 /// Which instance of a container a config is for.
@@ -90,7 +91,10 @@ impl Manager {
             restart_count,
             hash,
         };
-        let config = self.container_config(t.pod, t.uid, container, instance, &image_user)?;
+        let env = self
+            .container_env(t.pod, t.uid, container, t.pod_ips)
+            .await?;
+        let config = self.container_config(t.pod, t.uid, container, instance, &image_user, &env)?;
         let id = self
             .cri
             .create_container(t.sandbox_id, config.clone(), t.sandbox_config.clone())
@@ -366,11 +370,76 @@ impl Manager {
                     restart_count: 0,
                     hash: hash::container_hash(c),
                 };
+                // Before any sandbox: no pod IPs. Without an API server nothing is waited for.
+                let env = self
+                    .container_env(pod, uid, c, &[])
+                    .now_or_never()
+                    .ok_or_else(|| Error::Env {
+                        pod: full_name(pod),
+                        container: c.name.clone(),
+                        source: Box::new(env::Error::Invalid {
+                            name: "*".into(),
+                            reason: "first_start_requests cannot read API objects".into(),
+                        }),
+                    })??;
                 // A pod without a security context needs nothing from the image.
-                self.container_config(pod, uid, c, instance, &ImageUser::default())
+                self.container_config(pod, uid, c, instance, &ImageUser::default(), &env)
             })
             .collect::<Result<_>>()?;
         Ok((self.sandbox_config(pod, uid, 0, &cgroup), containers))
+    }
+
+    /// Container `c`'s environment ([`env::build`]): the configMaps and secrets it names and
+    /// the service list through the API server, the pod's IPs (the node's for a host-network
+    /// pod), the node's addresses and allocatable resources when a variable needs them.
+    pub(super) async fn container_env(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<Vec<(String, String)>> {
+        let err = |source| Error::Env {
+            pod: full_name(pod),
+            container: c.name.clone(),
+            source: Box::new(source),
+        };
+        let services = if self.api.has_api_server() {
+            Some(self.services.services(&self.api).await.map_err(err)?)
+        } else {
+            None
+        };
+        let host_network = Self::host_network(pod);
+        let host_ips = if host_network || env::needs_host_ips(c) {
+            cm::node_ips()
+        } else {
+            Vec::new()
+        };
+        let ctx = env::Context {
+            pod_ips: if host_network {
+                host_ips.iter().map(ToString::to_string).collect()
+            } else {
+                pod_ips.to_vec()
+            },
+            host_ips,
+            allocatable: env::needs_allocatable(c).then(|| env::Allocatable {
+                cpu_millis: cm::machine_cpus().saturating_mul(1000),
+                memory_bytes: self.cfg.memory_capacity,
+                ephemeral_storage_bytes: cm::filesystem_bytes(
+                    self.cfg.pods_dir.parent().unwrap_or(&self.cfg.pods_dir),
+                ),
+            }),
+        };
+        env::build(
+            &self.api,
+            services.as_deref().map(Vec::as_slice),
+            &ctx,
+            pod,
+            uid,
+            c,
+        )
+        .await
+        .map_err(err)
     }
 
     pub(super) fn container_config(
@@ -380,6 +449,7 @@ impl Manager {
         c: &Container,
         instance: Instance,
         image_user: &ImageUser,
+        env: &[(String, String)],
     ) -> Result<api::ContainerConfig> {
         let Instance {
             kind,
@@ -398,14 +468,11 @@ impl Manager {
             pod: name.clone(),
             refusal,
         })?;
-        // valueFrom and envFrom were refused before the sandbox (`unsupported::check`).
-        let envs: Vec<api::KeyValue> = c
-            .env
+        let envs: Vec<api::KeyValue> = env
             .iter()
-            .flatten()
-            .map(|e| api::KeyValue {
-                key: e.name.clone(),
-                value: e.value.clone().unwrap_or_default(),
+            .map(|(key, value)| api::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
             })
             .collect();
         let mut labels = self.pod_labels(pod, uid);
@@ -478,8 +545,8 @@ impl Manager {
                 attempt: restart_count,
             }),
             image: Some(cri::image_spec(c.image.as_deref().unwrap_or_default())),
-            command: c.command.clone().unwrap_or_default(),
-            args: c.args.clone().unwrap_or_default(),
+            command: env::expand_all(c.command.as_deref().unwrap_or_default(), env),
+            args: env::expand_all(c.args.as_deref().unwrap_or_default(), env),
             working_dir: c.working_dir.clone().unwrap_or_default(),
             envs,
             labels,

@@ -133,10 +133,14 @@ impl Manager {
                 source,
             })?;
         let mut after = (!stops).then(|| state.clone());
-        let (sandbox_id, sandbox_config) = match (&actions.sandbox_id, actions.create_sandbox) {
+        let (sandbox_id, sandbox_config, pod_ips) = match (
+            &actions.sandbox_id,
+            actions.create_sandbox,
+        ) {
             (Some(id), false) => (
                 id.clone(),
                 self.sandbox_config(pod, uid, actions.attempt, &cgroup),
+                hooks::sandbox_ips(state.sandbox_status.as_ref()),
             ),
             _ => {
                 // Resolved when a sandbox is created, and only then (as the kubelet does): a
@@ -175,7 +179,21 @@ impl Manager {
                 {
                     after = None;
                 }
-                (id, config)
+                // The containers' environments see the new sandbox's IPs, as the kubelet
+                // reads them right after RunPodSandbox.
+                let pod_ips = match &after {
+                    Some(a) => hooks::sandbox_ips(a.sandbox_status.as_ref()),
+                    None if Self::host_network(pod) => Vec::new(),
+                    None => {
+                        let status = self
+                            .cri
+                            .pod_sandbox_status(&id)
+                            .await
+                            .map_err(Self::cri_err(&name))?;
+                        hooks::sandbox_ips(status.as_ref())
+                    }
+                };
+                (id, config, pod_ips)
             }
         };
         let index = state.index();
@@ -186,6 +204,7 @@ impl Manager {
             index: &index,
             sandbox_id: &sandbox_id,
             sandbox_config: &sandbox_config,
+            pod_ips: &pod_ips,
             cancel,
         };
 

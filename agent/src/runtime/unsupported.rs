@@ -36,10 +36,7 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     // ClusterFirst without cluster DNS and Default give the host's resolv.conf, as the
     // kubelet does without --cluster-dns; None is refused (it needs dnsConfig).
     ("dnsPolicy", Use::Refused),
-    (
-        "enableServiceLinks",
-        Use::NotForTheNode("no Service is known to this node, so there are no service variables"),
-    ),
+    ("enableServiceLinks", Use::Implemented),
     ("ephemeralContainers", Use::Refused),
     ("hostAliases", Use::Refused),
     ("hostIPC", Use::Implemented),
@@ -91,9 +88,10 @@ pub const POD_SPEC: &[(&str, Use)] = &[
 pub const CONTAINER: &[(&str, Use)] = &[
     ("args", Use::Implemented),
     ("command", Use::Implemented),
-    // valueFrom is refused; value is implemented.
-    ("env", Use::Refused),
-    ("envFrom", Use::Refused),
+    // value, and valueFrom's fieldRef, resourceFieldRef, configMapKeyRef and secretKeyRef
+    // (`runtime::env`).
+    ("env", Use::Implemented),
+    ("envFrom", Use::Implemented),
     ("image", Use::Implemented),
     ("imagePullPolicy", Use::Implemented),
     // postStart and preStop (exec, httpGet, sleep; tcpSocket, kept by the API for compatibility
@@ -221,12 +219,6 @@ fn check_spec(spec: &PodSpec) -> Option<String> {
 }
 
 fn check_container(c: &Container) -> Option<String> {
-    if let Some(e) = c.env.iter().flatten().find(|e| e.value_from.is_some()) {
-        return Some(format!("env {} valueFrom", e.name));
-    }
-    if non_empty(&c.env_from) {
-        return Some("envFrom".to_owned());
-    }
     if c.lifecycle
         .as_ref()
         .is_some_and(|l| l.stop_signal.is_some())
@@ -395,14 +387,6 @@ mod tests {
         }
         let container_cases = [
             (
-                "env",
-                json!({"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]}),
-            ),
-            (
-                "envFrom",
-                json!({"envFrom": [{"configMapRef": {"name": "m"}}]}),
-            ),
-            (
                 "lifecycle.stopSignal",
                 json!({"lifecycle": {"postStart": {"exec": {"command": ["true"]}}, "stopSignal": "SIGUSR1"}}),
             ),
@@ -453,6 +437,7 @@ mod tests {
         use serde_json::json;
         let ok = pod(json!({
             "activeDeadlineSeconds": 30,
+            "enableServiceLinks": false,
             "dnsPolicy": "ClusterFirst",
             "hostname": "h",
             "imagePullSecrets": [{"name": "regcred"}],
@@ -467,7 +452,12 @@ mod tests {
             }],
             "containers": [{
                 "name": "c", "image": "x",
-                "env": [{"name": "A", "value": "1"}],
+                "env": [
+                    {"name": "A", "value": "1"},
+                    {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}},
+                ],
+                "envFrom": [{"configMapRef": {"name": "m"}, "prefix": "M_"}, {"secretRef": {"name": "s"}}],
                 "lifecycle": {
                     "postStart": {"exec": {"command": ["true"]}},
                     "preStop": {"httpGet": {"port": "web", "path": "/stop"}},
