@@ -105,6 +105,13 @@ pub enum Error {
         #[source]
         source: crate::volume::Error,
     },
+    /// The pod's DNS configuration or hosts file could not be formed (`dns::Error` says why).
+    #[error("pod {pod}: {source}")]
+    Dns {
+        pod: String,
+        #[source]
+        source: crate::dns::Error,
+    },
     #[error("pod {0} has no spec")]
     NoSpec(String),
     /// `spec.runtimeClassName` names no RuntimeClass swiftlet can read: no sandbox is created.
@@ -133,6 +140,7 @@ impl Error {
             Error::PostStartHook { .. } => "PostStartHookError",
             Error::Refused { refusal, .. } => refusal.reason(),
             Error::Volume { source, .. } => source.reason(),
+            Error::Dns { source, .. } => source.reason(),
             // The kubelet's status while the sandbox cannot be created; the message says why.
             Error::RuntimeClass { .. } => "ContainerCreating",
             _ => "CreateContainerError",
@@ -163,6 +171,9 @@ struct StartTarget<'a> {
     index: &'a crate::pod::state::ContainerIndex<'a>,
     sandbox_id: &'a str,
     sandbox_config: &'a api::PodSandboxConfig,
+    /// The pod's IPs as the sandbox's status reports them (none on the host network), for its
+    /// managed `/etc/hosts`.
+    pod_ips: &'a [String],
     /// Fires when the pod starts terminating: a postStart hook still running is abandoned.
     cancel: &'a CancellationToken,
 }
@@ -208,6 +219,8 @@ pub struct Config {
     pub security: security::Settings,
     /// The machine's memory in bytes (the base of Burstable containers' `oom_score_adj`).
     pub memory_capacity: u64,
+    /// `--cluster-dns`, `--cluster-domain`, `--resolv-conf`: the pods' DNS configuration.
+    pub dns: crate::dns::Settings,
 }
 
 /// The outcome of one sync: when to look at the pod again even without an event.
@@ -372,6 +385,11 @@ pub(crate) mod tests {
                 pods_dir: "/pods".into(),
                 security: super::security::Settings::default(),
                 memory_capacity: 8 << 30,
+                // Not the machine's resolv.conf: the tests' results do not depend on it.
+                dns: crate::dns::Settings {
+                    resolv_conf: None,
+                    ..Default::default()
+                },
             },
         )
     }
@@ -395,6 +413,14 @@ pub(crate) mod tests {
         let made = std::fs::read_dir(mount.path()).expect("mount").count();
         assert_eq!(made, 0, "nothing is created under the cgroup mount");
         assert_eq!(sandbox.log_directory, "/logs/ns_web_u1");
+        assert_eq!(sandbox.hostname, "web");
+        // ClusterFirst without cluster DNS falls back to Default; without --resolv-conf that is
+        // the node itself.
+        let dns = sandbox.dns_config.as_ref().expect("a DNS config");
+        assert_eq!(
+            (dns.servers.as_slice(), dns.searches.as_slice()),
+            (&["127.0.0.1".to_owned()][..], &[".".to_owned()][..])
+        );
         assert_eq!(
             sandbox.labels.get(labels::NODE_NAME).map(String::as_str),
             Some("n1")
