@@ -381,6 +381,7 @@ impl Flags {
         let dns = crate::dns::Settings {
             cluster_dns: cluster_dns
                 .iter()
+                .filter(|ip| !ip.trim().is_empty())
                 .map(|ip| ip.trim().parse().map_err(|_| Error::ClusterDns(ip.clone())))
                 .collect::<Result<_, _>>()?,
             cluster_domain: self
@@ -623,6 +624,14 @@ mod tests {
         assert_eq!(ips, ["10.96.0.10", "fd00::10", "10.96.0.11"]);
         assert_eq!(d.cluster_domain, "cluster.local");
         assert_eq!(d.resolv_conf, None);
+        // An empty value names no server (as a flag left empty in a unit file).
+        assert!(
+            resolve(&["--cluster-dns", ""])
+                .unwrap()
+                .dns
+                .cluster_dns
+                .is_empty()
+        );
         let bad = resolve(&["--cluster-dns", "10.96.0.10,kube-dns"]).unwrap_err();
         assert!(
             matches!(bad, Error::ClusterDns(ref v) if v == "kube-dns"),

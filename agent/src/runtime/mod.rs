@@ -446,6 +446,60 @@ pub(crate) mod tests {
         assert_eq!((shares(0), shares(1)), (Some(256), Some(2)));
     }
 
+    #[tokio::test]
+    async fn each_container_gets_the_managed_etc_hosts_unless_it_mounts_its_own() {
+        use super::start::Instance;
+        let (mount, pods) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut manager = manager(mount.path());
+        manager.cfg.pods_dir = pods.path().into();
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {
+                "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["db"]}],
+                "volumes": [{"name": "h", "hostPath": {"path": "/etc/hosts"}}],
+                "containers": [
+                    {"name": "a", "image": "img"},
+                    {"name": "b", "image": "img",
+                     "volumeMounts": [{"name": "h", "mountPath": "/etc/hosts"}]},
+                ],
+            }
+        }))
+        .unwrap();
+        let spec = pod.spec.as_ref().unwrap();
+        let config = |i: usize, ips: &[String]| {
+            let c = &spec.containers[i];
+            let instance = Instance {
+                kind: crate::pod::ContainerKind::App,
+                restart_count: 0,
+                hash: hash::container_hash(c),
+            };
+            manager
+                .container_config(&pod, "u1", c, instance, &Default::default(), ips)
+                .unwrap()
+        };
+        let hosts_mounts = |c: &k8s_cri::v1::ContainerConfig| -> Vec<String> {
+            c.mounts
+                .iter()
+                .filter(|m| m.container_path == "/etc/hosts")
+                .map(|m| m.host_path.clone())
+                .collect()
+        };
+        let file = pods.path().join("u1").join("etc-hosts");
+        // The IP not known yet: no file, no mount.
+        assert!(hosts_mounts(&config(0, &[])).is_empty());
+        assert!(!file.exists());
+        let ips = ["10.88.0.7".to_owned()];
+        let a = config(0, &ips);
+        assert_eq!(hosts_mounts(&a), [file.display().to_string()]);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.contains("10.88.0.7\tweb\n") && text.contains("10.1.2.3\tdb\n"),
+            "{text}"
+        );
+        // A container mounting /etc/hosts itself keeps its own mount, only.
+        assert_eq!(hosts_mounts(&config(1, &ips)), ["/etc/hosts"]);
+    }
+
     #[test]
     fn a_pod_holds_nothing_only_when_the_last_relist_and_our_own_starts_say_so() {
         let mut k = Known::default();
