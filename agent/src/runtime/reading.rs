@@ -154,6 +154,13 @@ impl Manager {
         }
     }
 
+    pub(super) fn dns_err(pod: &Pod) -> impl Fn(crate::dns::Error) -> Error + '_ {
+        move |source| Error::Dns {
+            pod: full_name(pod),
+            source,
+        }
+    }
+
     /// Sandboxes and containers of this agent matching `extra` labels: two CRI calls.
     pub(super) async fn list(
         &self,

@@ -12,6 +12,15 @@ pub(super) struct Instance {
     pub hash: u64,
 }
 
+/// What a container's config is made from besides its spec: the image's user, the environment
+/// resolved for it (`Manager::container_env`) and the pod's IPs (its managed `/etc/hosts`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Inputs<'a> {
+    pub image_user: &'a ImageUser,
+    pub env: &'a [(String, String)],
+    pub pod_ips: &'a [String],
+}
+
 impl Manager {
     /// Starts one container unless it is in crash-loop back-off. `Ok(true)` when started,
     /// `Ok(false)` when backing off; `Err` when starting failed (recorded in `outcome`).
@@ -94,7 +103,12 @@ impl Manager {
         let env = self
             .container_env(t.pod, t.uid, container, t.pod_ips)
             .await?;
-        let config = self.container_config(t.pod, t.uid, container, instance, &image_user, &env)?;
+        let inputs = Inputs {
+            image_user: &image_user,
+            env: &env,
+            pod_ips: t.pod_ips,
+        };
+        let config = self.container_config(t.pod, t.uid, container, instance, &inputs)?;
         let id = self
             .cri
             .create_container(t.sandbox_id, config.clone(), t.sandbox_config.clone())
@@ -259,13 +273,27 @@ impl Manager {
         }
     }
 
+    /// The pod's sandbox config (see [`Manager::sandbox_config_and_warnings`]).
     pub fn sandbox_config(
         &self,
         pod: &Pod,
         uid: &str,
         attempt: u32,
         cgroup_parent: &str,
-    ) -> api::PodSandboxConfig {
+    ) -> Result<api::PodSandboxConfig> {
+        self.sandbox_config_and_warnings(pod, uid, attempt, cgroup_parent)
+            .map(|(config, _)| config)
+    }
+
+    /// The pod's sandbox config, with its hostname and DNS configuration (`crate::dns`), and
+    /// what forming the DNS configuration warned about (limits trimmed, no cluster DNS).
+    pub(super) fn sandbox_config_and_warnings(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        attempt: u32,
+        cgroup_parent: &str,
+    ) -> Result<(api::PodSandboxConfig, Vec<String>)> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let namespace = pod
             .metadata
@@ -273,13 +301,16 @@ impl Manager {
             .clone()
             .unwrap_or_else(|| "default".into());
         let spec = pod.spec.as_ref();
+        let dns_err = Self::dns_err(pod);
         // Host-network pods share the node's UTS namespace: the runtime refuses to set a hostname.
         let hostname = if Self::host_network(pod) {
             String::new()
         } else {
-            spec.and_then(|s| s.hostname.clone())
-                .unwrap_or_else(|| name.chars().take(63).collect())
+            crate::dns::hostname_and_domain(pod, &self.cfg.dns.cluster_domain)
+                .map_err(&dns_err)?
+                .0
         };
+        let dns = self.cfg.dns.pod_dns(pod).map_err(&dns_err)?;
         let mut labels = pod
             .metadata
             .labels
@@ -316,7 +347,7 @@ impl Manager {
             })
             .collect();
         let (security_context, sysctls) = security::sandbox(pod, Self::namespace_options(pod));
-        api::PodSandboxConfig {
+        let config = api::PodSandboxConfig {
             metadata: Some(api::PodSandboxMetadata {
                 name: name.clone(),
                 uid: uid.to_owned(),
@@ -330,7 +361,7 @@ impl Manager {
                 .join(format!("{namespace}_{name}_{uid}"))
                 .to_string_lossy()
                 .into_owned(),
-            dns_config: None,
+            dns_config: Some(dns.config),
             port_mappings,
             labels,
             annotations,
@@ -341,7 +372,8 @@ impl Manager {
                 ..Default::default()
             }),
             windows: None,
-        }
+        };
+        Ok((config, dns.warnings))
     }
 
     /// The requests a new pod's first start sends, built as its sync builds them: the sandbox
@@ -382,11 +414,17 @@ impl Manager {
                             reason: "first_start_requests cannot read API objects".into(),
                         }),
                     })??;
-                // A pod without a security context needs nothing from the image.
-                self.container_config(pod, uid, c, instance, &ImageUser::default(), &env)
+                // A pod without a security context needs nothing from the image; its IP is
+                // not known before its sandbox runs.
+                let inputs = Inputs {
+                    image_user: &ImageUser::default(),
+                    env: &env,
+                    pod_ips: &[],
+                };
+                self.container_config(pod, uid, c, instance, &inputs)
             })
             .collect::<Result<_>>()?;
-        Ok((self.sandbox_config(pod, uid, 0, &cgroup), containers))
+        Ok((self.sandbox_config(pod, uid, 0, &cgroup)?, containers))
     }
 
     /// Container `c`'s environment ([`env::build`]): the configMaps and secrets it names and
@@ -448,14 +486,18 @@ impl Manager {
         uid: &str,
         c: &Container,
         instance: Instance,
-        image_user: &ImageUser,
-        env: &[(String, String)],
+        inputs: &Inputs<'_>,
     ) -> Result<api::ContainerConfig> {
         let Instance {
             kind,
             restart_count,
             hash,
         } = instance;
+        let Inputs {
+            image_user,
+            env,
+            pod_ips,
+        } = *inputs;
         let name = full_name(pod);
         let security_context = security::container(
             pod,
@@ -539,6 +581,7 @@ impl Manager {
                     source,
                 })?,
         );
+        mounts.extend(self.etc_hosts_mount(pod, uid, c, pod_ips)?);
         Ok(api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
                 name: c.name.clone(),
@@ -590,6 +633,34 @@ impl Manager {
         Ok(Some(api::Mount {
             container_path: path.to_owned(),
             host_path: file.to_string_lossy().into_owned(),
+            ..Default::default()
+        }))
+    }
+
+    /// The pod's managed `/etc/hosts` (`crate::dns::hosts`), written now (before the container
+    /// is created) and mounted at `/etc/hosts`; nothing when the container mounts something
+    /// there itself, or when a pod-network pod's IP is not known.
+    fn etc_hosts_mount(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<Option<api::Mount>> {
+        use crate::dns::hosts;
+        if hosts::mounted_by(c) {
+            return Ok(None);
+        }
+        let dns_err = Self::dns_err(pod);
+        let Some(content) = hosts::content(&self.cfg.dns, pod, pod_ips).map_err(&dns_err)? else {
+            return Ok(None);
+        };
+        let path = hosts::path(&self.cfg.pods_dir, uid);
+        hosts::write(&path, &content).map_err(&dns_err)?;
+        Ok(Some(api::Mount {
+            container_path: hosts::CONTAINER_PATH.to_owned(),
+            host_path: path.to_string_lossy().into_owned(),
+            selinux_relabel: true,
             ..Default::default()
         }))
     }

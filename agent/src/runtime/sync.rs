@@ -43,6 +43,7 @@ impl Manager {
             pod: name.clone(),
             refusal,
         })?;
+        crate::dns::check(spec).map_err(Self::dns_err(pod))?;
         let known_empty = self.known().holds_nothing(uid);
         let handed = if known_empty {
             None
@@ -133,16 +134,18 @@ impl Manager {
                 source,
             })?;
         let mut after = (!stops).then(|| state.clone());
-        let (sandbox_id, sandbox_config, pod_ips) = match (
-            &actions.sandbox_id,
-            actions.create_sandbox,
-        ) {
+        let (sandbox_id, sandbox_config) = match (&actions.sandbox_id, actions.create_sandbox) {
             (Some(id), false) => (
                 id.clone(),
-                self.sandbox_config(pod, uid, actions.attempt, &cgroup),
-                hooks::sandbox_ips(state.sandbox_status.as_ref()),
+                self.sandbox_config(pod, uid, actions.attempt, &cgroup)?,
             ),
             _ => {
+                let (config, warnings) =
+                    self.sandbox_config_and_warnings(pod, uid, actions.attempt, &cgroup)?;
+                for warning in &warnings {
+                    // The kubelet records these as events on the pod.
+                    tracing::warn!(pod = %name, %warning, "forming the pod's DNS configuration");
+                }
                 // Resolved when a sandbox is created, and only then (as the kubelet does): a
                 // class whose handler changes later leaves this sandbox as it is.
                 let handler = self
@@ -157,7 +160,6 @@ impl Manager {
                     tracing::info!(pod = %name, runtime_handler = %handler, "running pod with runtime handler");
                 }
                 self.known().created.insert(uid.to_owned());
-                let config = self.sandbox_config(pod, uid, actions.attempt, &cgroup);
                 // The log directory is first needed by CreateContainer: it is made while
                 // containerd runs the sandbox, after every other pod ready to start has sent its
                 // RunPodSandbox (the yield puts this task behind them), not before this one's.
@@ -179,23 +181,20 @@ impl Manager {
                 {
                     after = None;
                 }
-                // The containers' environments see the new sandbox's IPs, as the kubelet
-                // reads them right after RunPodSandbox.
-                let pod_ips = match &after {
-                    Some(a) => hooks::sandbox_ips(a.sandbox_status.as_ref()),
-                    None if Self::host_network(pod) => Vec::new(),
-                    None => {
-                        let status = self
-                            .cri
-                            .pod_sandbox_status(&id)
-                            .await
-                            .map_err(Self::cri_err(&name))?;
-                        hooks::sandbox_ips(status.as_ref())
-                    }
-                };
-                (id, config, pod_ips)
+                (id, config)
             }
         };
+        // The sandbox's status as this sync knows it (the one just started, or the one read):
+        // the containers' environments and /etc/hosts see its IPs, as the kubelet reads them
+        // right after RunPodSandbox.
+        let known_status = match &after {
+            Some(a) => a.sandbox_status.as_ref(),
+            None if !actions.create_sandbox => state.sandbox_status.as_ref(),
+            None => None,
+        };
+        let pod_ips = self
+            .pod_ips(pod, &name, &sandbox_id, known_status.cloned())
+            .await?;
         let index = state.index();
         let target = StartTarget {
             pod,
@@ -292,6 +291,29 @@ impl Manager {
 }
 
 impl Manager {
+    /// The IPs of pod-network sandbox `sandbox_id` (its status's IP, then its additional IPs),
+    /// from `known` when that is its status, else read; none for a host-network pod.
+    async fn pod_ips(
+        &self,
+        pod: &Pod,
+        name: &str,
+        sandbox_id: &str,
+        known: Option<api::PodSandboxStatus>,
+    ) -> Result<Vec<String>> {
+        if Self::host_network(pod) {
+            return Ok(Vec::new());
+        }
+        let status = match known.filter(|s| s.id == sandbox_id) {
+            Some(s) => Some(s),
+            None => self
+                .cri
+                .pod_sandbox_status(sandbox_id)
+                .await
+                .map_err(Self::cri_err(name))?,
+        };
+        Ok(hooks::sandbox_ips(status.as_ref()))
+    }
+
     /// Checks the pod's volumes and every container's mounts of them, and sets the volumes up
     /// (`volume::set_up`, idempotent) on a blocking thread.
     pub(super) async fn set_up_volumes(&self, pod: &Pod, uid: &str, name: &str) -> Result<()> {

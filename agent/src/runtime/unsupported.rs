@@ -32,13 +32,14 @@ pub const POD_SPEC: &[(&str, Use)] = &[
         ),
     ),
     ("containers", Use::Implemented),
-    ("dnsConfig", Use::Refused),
-    // ClusterFirst without cluster DNS and Default give the host's resolv.conf, as the
-    // kubelet does without --cluster-dns; None is refused (it needs dnsConfig).
-    ("dnsPolicy", Use::Refused),
+    // The pod's resolv.conf, formed as the kubelet forms it (`crate::dns`).
+    ("dnsConfig", Use::Implemented),
+    ("dnsPolicy", Use::Implemented),
+    // Service link variables (`runtime::env`), from the API server's services.
     ("enableServiceLinks", Use::Implemented),
     ("ephemeralContainers", Use::Refused),
-    ("hostAliases", Use::Refused),
+    // Entries of the pod's managed /etc/hosts (`crate::dns::hosts`).
+    ("hostAliases", Use::Implemented),
     ("hostIPC", Use::Implemented),
     ("hostNetwork", Use::Implemented),
     ("hostPID", Use::Implemented),
@@ -75,7 +76,8 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ),
     ("setHostnameAsFQDN", Use::Refused),
     ("shareProcessNamespace", Use::Implemented),
-    ("subdomain", Use::Refused),
+    // The pod's FQDN in its managed /etc/hosts (`crate::dns::hosts`).
+    ("subdomain", Use::Implemented),
     ("terminationGracePeriodSeconds", Use::Implemented),
     ("tolerations", SCHEDULING),
     ("topologySpreadConstraints", SCHEDULING),
@@ -183,17 +185,8 @@ fn non_empty<T>(v: &Option<Vec<T>>) -> bool {
 
 fn check_spec(spec: &PodSpec) -> Option<String> {
     let refused = |what: &str| Some(what.to_owned());
-    if spec.dns_config.is_some() {
-        return refused("spec.dnsConfig");
-    }
-    if spec.dns_policy.as_deref() == Some("None") {
-        return refused("spec.dnsPolicy None");
-    }
     if non_empty(&spec.ephemeral_containers) {
         return refused("spec.ephemeralContainers");
-    }
-    if non_empty(&spec.host_aliases) {
-        return refused("spec.hostAliases (the pod's /etc/hosts is not managed)");
     }
     if let Some(os) = &spec.os
         && os.name != "linux"
@@ -211,9 +204,6 @@ fn check_spec(spec: &PodSpec) -> Option<String> {
     }
     if spec.set_hostname_as_fqdn == Some(true) {
         return refused("spec.setHostnameAsFQDN");
-    }
-    if spec.subdomain.as_deref().is_some_and(|s| !s.is_empty()) {
-        return refused("spec.subdomain (the pod's /etc/hosts is not managed)");
     }
     crate::volume::unsupported(spec).map(|what| format!("spec.volumes: {what}"))
 }
@@ -357,15 +347,9 @@ mod tests {
         use serde_json::json;
         let pod_cases = [
             (
-                "dnsConfig",
-                json!({"dnsConfig": {"nameservers": ["1.1.1.1"]}}),
-            ),
-            ("dnsPolicy", json!({"dnsPolicy": "None"})),
-            (
                 "ephemeralContainers",
                 json!({"ephemeralContainers": [{"name": "e", "image": "x"}]}),
             ),
-            ("hostAliases", json!({"hostAliases": [{"ip": "10.0.0.1"}]})),
             ("os", json!({"os": {"name": "windows"}})),
             (
                 "readinessGates",
@@ -374,7 +358,6 @@ mod tests {
             ("resourceClaims", json!({"resourceClaims": [{"name": "r"}]})),
             ("resources", json!({"resources": {"limits": {"cpu": "1"}}})),
             ("setHostnameAsFQDN", json!({"setHostnameAsFQDN": true})),
-            ("subdomain", json!({"subdomain": "s"})),
             (
                 "volumes",
                 json!({"volumes": [{"name": "v", "configMap": {"name": "m"}}]}),
@@ -438,8 +421,11 @@ mod tests {
         let ok = pod(json!({
             "activeDeadlineSeconds": 30,
             "enableServiceLinks": false,
-            "dnsPolicy": "ClusterFirst",
+            "dnsPolicy": "None",
+            "dnsConfig": {"nameservers": ["1.1.1.1"], "searches": ["a.example"], "options": [{"name": "ndots", "value": "2"}]},
+            "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["db.local"]}],
             "hostname": "h",
+            "subdomain": "s",
             "imagePullSecrets": [{"name": "regcred"}],
             "runtimeClassName": "kata",
             "overhead": {"cpu": "100m", "memory": "32Mi"},
