@@ -110,6 +110,10 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // The API objects pods refer to (their RuntimeClass), read from --kubeconfig's API server
     // through one client.
     let api_objects = crate::api_objects::ApiObjects::new(cfg.kubeconfig.clone());
+    // The kubelet's check of --resolv-conf at its start: pods are given what can be used.
+    for warning in cfg.dns.check_resolv_conf() {
+        tracing::warn!(%warning, "checking the resolver configuration (--resolv-conf)");
+    }
     let runtime = Manager::new(
         cri,
         cm,
@@ -124,6 +128,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
                 apparmor: runtime::security::Settings::apparmor_enabled(),
             },
             memory_capacity: memory_capacity(),
+            dns: cfg.dns.clone(),
         },
     )
     .with_probe_results(probe_results.clone())

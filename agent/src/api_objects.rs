@@ -70,6 +70,11 @@ impl ApiObjects {
         }
     }
 
+    /// Whether an API server is configured (a kubeconfig or a client was given).
+    pub fn has_api_server(&self) -> bool {
+        self.kubeconfig.is_some() || self.client.get().is_some()
+    }
+
     async fn client(&self, kind: &'static str, name: &str) -> Result<Client, Error> {
         if let Some(c) = self.client.get() {
             return Ok(c.clone());

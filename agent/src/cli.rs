@@ -36,6 +36,8 @@ pub enum Error {
     RelistPeriod(String),
     #[error("--runtime-request-timeout {0:?}: must be more than zero")]
     RequestTimeout(String),
+    #[error("--cluster-dns {0:?}: not an IP address")]
+    ClusterDns(String),
 }
 
 /// swiftlet: a node agent that does the kubelet's job, faster and observably.
@@ -48,7 +50,7 @@ pub struct Flags {
     /// KubeletConfiguration file (YAML). Fields: staticPodPath, containerRuntimeEndpoint,
     /// cgroupRoot, cgroupsPerQOS, cgroupDriver, healthzBindAddress, healthzPort, readOnlyPort,
     /// fileCheckFrequency, podLogsDir, allowedUnsafeSysctls, seccompDefault,
-    /// runtimeRequestTimeout.
+    /// runtimeRequestTimeout, clusterDNS, clusterDomain, resolvConf.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Directory (or single file) of static pod manifests.
@@ -139,6 +141,21 @@ pub struct Flags {
     /// OutOfpods) [default: 110].
     #[arg(long, value_name = "N")]
     pub max_pods: Option<u32>,
+    /// IP addresses of the cluster's DNS servers, comma-separated, repeatable: the nameservers
+    /// of pods with dnsPolicy ClusterFirst (and ClusterFirstWithHostNet). Without any, those pods
+    /// get the node's resolver configuration (the Default policy) and a warning is logged.
+    #[arg(long, value_name = "IP,...", value_delimiter = ',')]
+    pub cluster_dns: Vec<String>,
+    /// The cluster's DNS domain (kubeadm uses cluster.local): ClusterFirst pods search
+    /// <namespace>.svc.<domain>, svc.<domain> and <domain> before the node's search domains
+    /// [default: none].
+    #[arg(long, value_name = "DOMAIN")]
+    pub cluster_domain: Option<String>,
+    /// Resolver configuration file the pods' DNS configuration starts from (the Default policy
+    /// takes it whole, ClusterFirst its search domains); "" means none: Default pods then
+    /// resolve through the node itself (nameserver 127.0.0.1) [default: /etc/resolv.conf].
+    #[arg(long, value_name = "FILE")]
+    pub resolv_conf: Option<String>,
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
@@ -173,6 +190,10 @@ pub struct KubeletConfiguration {
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub seccomp_default: Option<bool>,
     pub max_pods: Option<u32>,
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Option<Vec<String>>,
+    pub cluster_domain: Option<String>,
+    pub resolv_conf: Option<String>,
 }
 
 /// Everything the agent needs, defaults applied.
@@ -209,6 +230,9 @@ pub struct AgentConfig {
     pub seccomp_default: bool,
     /// `--max-pods` / `maxPods`.
     pub max_pods: u32,
+    /// `--cluster-dns`, `--cluster-domain`, `--resolv-conf` (config `clusterDNS`,
+    /// `clusterDomain`, `resolvConf`).
+    pub dns: crate::dns::Settings,
 }
 
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -356,6 +380,28 @@ impl Flags {
         if runtime_request_timeout.is_zero() {
             return Err(Error::RequestTimeout(request_timeout));
         }
+        let cluster_dns = if self.cluster_dns.is_empty() {
+            file.cluster_dns.unwrap_or_default()
+        } else {
+            self.cluster_dns
+        };
+        let resolv_conf = self
+            .resolv_conf
+            .or(file.resolv_conf)
+            .unwrap_or_else(|| crate::dns::DEFAULT_RESOLV_CONF.to_owned());
+        let dns = crate::dns::Settings {
+            cluster_dns: cluster_dns
+                .iter()
+                .filter(|ip| !ip.trim().is_empty())
+                .map(|ip| ip.trim().parse().map_err(|_| Error::ClusterDns(ip.clone())))
+                .collect::<Result<_, _>>()?,
+            cluster_domain: self
+                .cluster_domain
+                .or(file.cluster_domain)
+                .unwrap_or_default(),
+            resolv_conf: (!resolv_conf.is_empty()).then(|| PathBuf::from(resolv_conf)),
+            node_hosts: PathBuf::from(crate::dns::NODE_HOSTS),
+        };
         Ok(AgentConfig {
             pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),
             container_runtime_endpoint: self
@@ -404,6 +450,7 @@ impl Flags {
                 .or(file.seccomp_default)
                 .unwrap_or(false),
             max_pods: self.max_pods.or(file.max_pods).unwrap_or(110),
+            dns,
         })
     }
 }
@@ -561,6 +608,58 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn dns_flags() {
+        let resolve = |args: &[&str]| {
+            let mut all = vec!["swiftlet", "--hostname-override", "n"];
+            all.extend(args);
+            Flags::parse_from(all).resolve()
+        };
+        let d = resolve(&[]).unwrap().dns;
+        assert!(d.cluster_dns.is_empty() && d.cluster_domain.is_empty());
+        assert_eq!(d.resolv_conf, Some(PathBuf::from("/etc/resolv.conf")));
+        let d = resolve(&[
+            "--cluster-dns",
+            "10.96.0.10,fd00::10",
+            "--cluster-dns",
+            "10.96.0.11",
+            "--cluster-domain",
+            "cluster.local",
+            "--resolv-conf",
+            "",
+        ])
+        .unwrap()
+        .dns;
+        let ips: Vec<String> = d.cluster_dns.iter().map(ToString::to_string).collect();
+        assert_eq!(ips, ["10.96.0.10", "fd00::10", "10.96.0.11"]);
+        assert_eq!(d.cluster_domain, "cluster.local");
+        assert_eq!(d.resolv_conf, None);
+        // An empty value names no server (as a flag left empty in a unit file).
+        assert!(
+            resolve(&["--cluster-dns", ""])
+                .unwrap()
+                .dns
+                .cluster_dns
+                .is_empty()
+        );
+        let bad = resolve(&["--cluster-dns", "10.96.0.10,kube-dns"]).unwrap_err();
+        assert!(
+            matches!(bad, Error::ClusterDns(ref v) if v == "kube-dns"),
+            "{bad}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.yaml");
+        std::fs::write(
+            &path,
+            "clusterDNS: [10.0.0.10]\nclusterDomain: k8s.test\nresolvConf: /run/r.conf\n",
+        )
+        .unwrap();
+        let d = resolve(&["--config", path.to_str().unwrap()]).unwrap().dns;
+        assert_eq!(d.cluster_dns, [std::net::IpAddr::from([10, 0, 0, 10])]);
+        assert_eq!(d.cluster_domain, "k8s.test");
+        assert_eq!(d.resolv_conf, Some(PathBuf::from("/run/r.conf")));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::cri::Cri;
 use crate::pod::probe_results::ProbeResult;
 use http_body_util::Empty;
 use hyper::header::{HeaderName, HeaderValue};
-use k8s_openapi::api::core::v1::{ContainerPort, GRPCAction, HTTPGetAction};
+use k8s_openapi::api::core::v1::{ContainerPort, ExecAction, GRPCAction, HTTPGetAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -103,6 +103,24 @@ impl Grpc {
             port,
             service: g.service.clone().unwrap_or_default(),
         })
+    }
+}
+
+/// An `exec` handler's command; the API requires one.
+pub fn exec_command(e: &ExecAction) -> Result<Vec<String>, String> {
+    match e.command.as_deref() {
+        Some(cmd) if !cmd.is_empty() => Ok(cmd.to_vec()),
+        _ => Err("exec.command is empty".into()),
+    }
+}
+
+/// The one handler a probe or hook declares: none (`kinds` says which it may have) or more than
+/// one is an error, as the API's validation has it.
+pub fn exactly_one<T>(mut handlers: Vec<T>, kinds: &str) -> Result<T, String> {
+    match handlers.len() {
+        1 => Ok(handlers.remove(0)),
+        0 => Err(format!("no handler ({kinds})")),
+        _ => Err("more than one handler".into()),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod cm;
 pub mod config;
 pub mod credentials;
 pub mod cri;
+pub mod dns;
 pub mod ebpf;
 pub mod handler;
 pub mod kubelet;

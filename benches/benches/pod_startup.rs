@@ -193,6 +193,7 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
                 ..Default::default()
             },
             memory_capacity: swiftlet::cm::machine_memory_bytes().unwrap_or(u64::MAX),
+            dns: swiftlet::dns::Settings::default(),
         },
     )
 }

@@ -36,6 +36,9 @@ pub enum Fault {
     Fail(tonic::Code),
     /// Never answers (until the caller gives up).
     Hang,
+    /// Forwards the call at once (the runtime performs it) but holds the answer this long: a
+    /// runtime that does the work and answers after the caller's deadline.
+    Late(Duration),
 }
 
 impl std::fmt::Display for Fault {
@@ -44,6 +47,7 @@ impl std::fmt::Display for Fault {
             Fault::Delay(d) => write!(f, "delay {d:?}"),
             Fault::Fail(code) => write!(f, "fail {code:?}"),
             Fault::Hang => write!(f, "hang"),
+            Fault::Late(d) => write!(f, "answer late by {d:?}"),
         }
     }
 }
@@ -114,14 +118,16 @@ impl Shared {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Applies the fault picked for this call of `method`: `Ok` to forward it.
-    async fn disturb(&self, method: &str) -> Result<(), Status> {
+    /// Applies the fault picked for this call of `method`: `Ok` to forward it, with how long to
+    /// hold the runtime's answer.
+    async fn disturb(&self, method: &str) -> Result<Duration, Status> {
         let fault = self.lock().pick(method);
         match fault {
-            None => Ok(()),
+            None => Ok(Duration::ZERO),
+            Some(Fault::Late(d)) => Ok(d),
             Some(Fault::Delay(d)) => {
                 tokio::time::sleep(d).await;
-                Ok(())
+                Ok(Duration::ZERO)
             }
             Some(Fault::Fail(code)) => Err(Status::new(
                 code,
@@ -132,7 +138,9 @@ impl Shared {
     }
 }
 
-/// The gRPC services: forward to the runtime after [`Shared::disturb`].
+/// The gRPC services: forward to the runtime after [`Shared::disturb`]. The forwarded call runs
+/// in a task of its own, so that it completes in the runtime even when the caller gives up on
+/// it (a late answer's call must still happen).
 #[derive(Clone)]
 struct Forward {
     shared: Shared,
@@ -151,9 +159,16 @@ macro_rules! forward {
                     &self,
                     request: Request<cri::$req>,
                 ) -> Result<Response<cri::$resp>, Status> {
-                    self.shared.disturb($name).await?;
+                    let late = self.shared.disturb($name).await?;
                     let mut client = self.$client.clone();
-                    client.$method(request.into_inner()).await
+                    let call = tokio::spawn(async move {
+                        client.$method(request.into_inner()).await
+                    });
+                    let answer = call
+                        .await
+                        .unwrap_or_else(|e| Err(Status::internal(format!("proxy task: {e}"))));
+                    tokio::time::sleep(late).await;
+                    answer
                 }
             )*
             $($extra)*

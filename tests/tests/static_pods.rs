@@ -340,8 +340,8 @@ fn a_field_swiftlet_cannot_honour_holds_the_pod_with_a_reason_naming_it() {
     agent.write_manifest(
         "aliases.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: aliases}}\nspec:\n  hostAliases: \
-             [{{ip: 10.1.2.3, hostnames: [db]}}]\n  containers:\n  - name: c\n    image: {}\n    \
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: aliases}}\nspec:\n  \
+             setHostnameAsFQDN: true\n  subdomain: s\n  containers:\n  - name: c\n    image: {}\n    \
              imagePullPolicy: Never\n    command: [sleep, '3600']\n",
             swiftlet_tests::BUSYBOX_IMAGE
         ),
@@ -364,7 +364,7 @@ fn a_field_swiftlet_cannot_honour_holds_the_pod_with_a_reason_naming_it() {
         Some("CreateContainerConfigError")
     );
     let message = waiting.message.unwrap_or_default();
-    assert!(message.contains("spec.hostAliases"), "{message}");
+    assert!(message.contains("spec.setHostnameAsFQDN"), "{message}");
     assert_eq!(list.phase(&name), Some("Pending"));
     let uid = list.uid(&name).expect("uid").to_owned();
     let (sandboxes, _) = pod_cri_objects(agent.endpoint(), &uid).expect("list");

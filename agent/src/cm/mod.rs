@@ -6,14 +6,17 @@
 //!   pod cgroups (only values that differ are written);
 //! - [`resources`]: the numbers (shares, quota, memory limit) from requests and limits;
 //! - [`driver`]: where the files are and how values are spelled, per hierarchy (v1, v2);
-//! - `housekeeping`: orphaned pod cgroups found and removed.
+//! - `housekeeping`: orphaned pod cgroups found and removed;
+//! - `machine`: the machine's addresses, CPUs and root filesystem size.
 mod driver;
 mod housekeeping;
+mod machine;
 mod resources;
 #[cfg(test)]
 mod tests;
 
 pub use driver::{Controller, Driver, Hierarchy, shares_to_weight};
+pub use machine::{filesystem_bytes, machine_cpus, node_ip, node_ips};
 use resources::{MIN_SHARES, QUOTA_PERIOD_US};
 pub use resources::{
     ResourceConfig, container_resources, machine_memory_bytes, milli_cpu_to_quota,

@@ -66,11 +66,7 @@ impl Spec {
     fn parse_inner(kind: Kind, p: &Probe) -> Result<Spec, String> {
         let mut handlers = Vec::new();
         if let Some(e) = &p.exec {
-            let cmd = e.command.clone().unwrap_or_default();
-            if cmd.is_empty() {
-                return Err("exec.command is empty".into());
-            }
-            handlers.push(Handler::Exec(cmd));
+            handlers.push(Handler::Exec(crate::handler::exec_command(e)?));
         }
         if let Some(h) = &p.http_get {
             handlers.push(Handler::Http(HttpGet::parse(h)?));
@@ -85,11 +81,7 @@ impl Spec {
         if let Some(g) = &p.grpc {
             handlers.push(Handler::Grpc(Grpc::parse(g)?));
         }
-        let handler = match handlers.len() {
-            1 => handlers.remove(0),
-            0 => return Err("no handler (exec, httpGet, tcpSocket or grpc)".into()),
-            _ => return Err("more than one handler".into()),
-        };
+        let handler = crate::handler::exactly_one(handlers, "exec, httpGet, tcpSocket or grpc")?;
         let success_threshold = seconds(p.success_threshold, 1, "successThreshold")?;
         if kind != Kind::Readiness && success_threshold != 1 {
             return Err(format!(

@@ -51,11 +51,7 @@ impl Hook {
     pub(super) fn parse(h: &LifecycleHandler, termination_grace_secs: i64) -> Result<Hook, String> {
         let mut hooks = Vec::new();
         if let Some(e) = &h.exec {
-            let cmd = e.command.clone().unwrap_or_default();
-            if cmd.is_empty() {
-                return Err("exec.command is empty".into());
-            }
-            hooks.push(Hook::Exec(cmd));
+            hooks.push(Hook::Exec(handler::exec_command(e)?));
         }
         if let Some(g) = &h.http_get {
             hooks.push(Hook::Http(
@@ -76,11 +72,7 @@ impl Hook {
             }
             hooks.push(Hook::Sleep(Duration::from_secs(s.seconds.unsigned_abs())));
         }
-        match hooks.len() {
-            1 => Ok(hooks.remove(0)),
-            0 => Err("no handler (exec, httpGet or sleep)".into()),
-            _ => Err("more than one handler".into()),
-        }
+        handler::exactly_one(hooks, "exec, httpGet or sleep")
     }
 
     /// The kubelet's name of the handler in messages.
@@ -169,6 +161,20 @@ pub(super) fn sandbox_ip(status: Option<&api::PodSandboxStatus>) -> Option<Strin
         .and_then(|s| s.network.as_ref())
         .map(|n| n.ip.clone())
         .filter(|ip| !ip.is_empty())
+}
+
+/// Every IP of a ready sandbox, the primary first.
+pub(super) fn sandbox_ips(status: Option<&api::PodSandboxStatus>) -> Vec<String> {
+    let Some(primary) = sandbox_ip(status) else {
+        return Vec::new();
+    };
+    let additional = status
+        .and_then(|s| s.network.as_ref())
+        .map(|n| n.additional_ips.iter().map(|a| a.ip.clone()))
+        .into_iter()
+        .flatten()
+        .filter(|ip| !ip.is_empty());
+    std::iter::once(primary).chain(additional).collect()
 }
 
 /// What one hook runs against.

@@ -2,6 +2,7 @@
 //! back what the runtime holds (`pod_state`, `relist`). Every call goes through [`crate::cri::Cri`].
 pub mod actions;
 pub mod backoff;
+pub mod env;
 pub mod fresh;
 pub mod gc;
 pub mod hash;
@@ -105,6 +106,13 @@ pub enum Error {
         #[source]
         source: crate::volume::Error,
     },
+    /// The pod's DNS configuration or hosts file could not be formed (`dns::Error` says why).
+    #[error("pod {pod}: {source}")]
+    Dns {
+        pod: String,
+        #[source]
+        source: crate::dns::Error,
+    },
     #[error("pod {0} has no spec")]
     NoSpec(String),
     /// `spec.runtimeClassName` names no RuntimeClass swiftlet can read: no sandbox is created.
@@ -113,6 +121,16 @@ pub enum Error {
         pod: String,
         #[source]
         source: crate::api_objects::Error,
+    },
+    /// The container's environment could not be built (a configMap, secret or key it needs is
+    /// missing, the services could not be listed, a `valueFrom` cannot be resolved): the
+    /// kubelet's message alone, as its status shows it.
+    #[error("{source}")]
+    Env {
+        pod: String,
+        container: String,
+        #[source]
+        source: Box<env::Error>,
     },
     /// The security context asks for what this node does not allow or cannot honour.
     #[error("pod {pod}: {refusal}")]
@@ -129,10 +147,13 @@ impl Error {
             Error::ImageNeverPull { .. } => "ErrImageNeverPull",
             Error::ImagePull { .. } => "ErrImagePull",
             Error::ImagePullBackOff { .. } => "ImagePullBackOff",
-            Error::Unsupported { .. } | Error::InvalidHook { .. } => "CreateContainerConfigError",
+            Error::Unsupported { .. } | Error::InvalidHook { .. } | Error::Env { .. } => {
+                "CreateContainerConfigError"
+            }
             Error::PostStartHook { .. } => "PostStartHookError",
             Error::Refused { refusal, .. } => refusal.reason(),
             Error::Volume { source, .. } => source.reason(),
+            Error::Dns { source, .. } => source.reason(),
             // The kubelet's status while the sandbox cannot be created; the message says why.
             Error::RuntimeClass { .. } => "ContainerCreating",
             _ => "CreateContainerError",
@@ -163,6 +184,9 @@ struct StartTarget<'a> {
     index: &'a crate::pod::state::ContainerIndex<'a>,
     sandbox_id: &'a str,
     sandbox_config: &'a api::PodSandboxConfig,
+    /// The pod's IPs as the sandbox's status reports them (none on the host network), for the
+    /// containers' environments and the pod's managed `/etc/hosts`.
+    pod_ips: &'a [String],
     /// Fires when the pod starts terminating: a postStart hook still running is abandoned.
     cancel: &'a CancellationToken,
 }
@@ -208,6 +232,8 @@ pub struct Config {
     pub security: security::Settings,
     /// The machine's memory in bytes (the base of Burstable containers' `oom_score_adj`).
     pub memory_capacity: u64,
+    /// `--cluster-dns`, `--cluster-domain`, `--resolv-conf`: the pods' DNS configuration.
+    pub dns: crate::dns::Settings,
 }
 
 /// The outcome of one sync: when to look at the pod again even without an event.
@@ -269,9 +295,12 @@ pub struct Manager {
     gc: Arc<Mutex<gc::GcState>>,
     /// `spec.runtimeClassName` -> CRI runtime handler, through the API server.
     runtime_classes: runtime_class::RuntimeClasses,
-    /// Where pods' image pull secrets, and their volumes' configMaps, secrets and service
-    /// account tokens, are read.
+    /// Where pods' image pull secrets, the configMaps, secrets and services of their
+    /// containers' environments, and their volumes' configMaps, secrets and service account
+    /// tokens, are read.
     api: crate::api_objects::ApiObjects,
+    /// The service list the environments' service variables come from, kept briefly.
+    services: env::ServiceCache,
     /// The service account tokens of projected volumes, refreshed as the kubelet's token
     /// manager refreshes them.
     tokens: crate::volume::token::Tokens,
@@ -378,6 +407,11 @@ pub(crate) mod tests {
                 pods_dir: "/pods".into(),
                 security: super::security::Settings::default(),
                 memory_capacity: 8 << 30,
+                // Not the machine's resolv.conf: the tests' results do not depend on it.
+                dns: crate::dns::Settings {
+                    resolv_conf: None,
+                    ..Default::default()
+                },
             },
         )
     }
@@ -401,6 +435,14 @@ pub(crate) mod tests {
         let made = std::fs::read_dir(mount.path()).expect("mount").count();
         assert_eq!(made, 0, "nothing is created under the cgroup mount");
         assert_eq!(sandbox.log_directory, "/logs/ns_web_u1");
+        assert_eq!(sandbox.hostname, "web");
+        // ClusterFirst without cluster DNS falls back to Default; without --resolv-conf that is
+        // the node itself.
+        let dns = sandbox.dns_config.as_ref().expect("a DNS config");
+        assert_eq!(
+            (dns.servers.as_slice(), dns.searches.as_slice()),
+            (&["127.0.0.1".to_owned()][..], &[".".to_owned()][..])
+        );
         assert_eq!(
             sandbox.labels.get(labels::NODE_NAME).map(String::as_str),
             Some("n1")
@@ -424,6 +466,65 @@ pub(crate) mod tests {
                 .map(|r| r.cpu_shares)
         };
         assert_eq!((shares(0), shares(1)), (Some(256), Some(2)));
+    }
+
+    #[tokio::test]
+    async fn each_container_gets_the_managed_etc_hosts_unless_it_mounts_its_own() {
+        use super::start::{Inputs, Instance};
+        let (mount, pods) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut manager = manager(mount.path());
+        manager.cfg.pods_dir = pods.path().into();
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {
+                "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["db"]}],
+                "volumes": [{"name": "h", "hostPath": {"path": "/etc/hosts"}}],
+                "containers": [
+                    {"name": "a", "image": "img"},
+                    {"name": "b", "image": "img",
+                     "volumeMounts": [{"name": "h", "mountPath": "/etc/hosts"}]},
+                ],
+            }
+        }))
+        .unwrap();
+        let spec = pod.spec.as_ref().unwrap();
+        let config = |i: usize, ips: &[String]| {
+            let c = &spec.containers[i];
+            let instance = Instance {
+                kind: crate::pod::ContainerKind::App,
+                restart_count: 0,
+                hash: hash::container_hash(c),
+            };
+            let inputs = Inputs {
+                image_user: &Default::default(),
+                env: &[],
+                pod_ips: ips,
+            };
+            manager
+                .container_config(&pod, "u1", c, instance, &inputs)
+                .unwrap()
+        };
+        let hosts_mounts = |c: &k8s_cri::v1::ContainerConfig| -> Vec<String> {
+            c.mounts
+                .iter()
+                .filter(|m| m.container_path == "/etc/hosts")
+                .map(|m| m.host_path.clone())
+                .collect()
+        };
+        let file = pods.path().join("u1").join("etc-hosts");
+        // The IP not known yet: no file, no mount.
+        assert!(hosts_mounts(&config(0, &[])).is_empty());
+        assert!(!file.exists());
+        let ips = ["10.88.0.7".to_owned()];
+        let a = config(0, &ips);
+        assert_eq!(hosts_mounts(&a), [file.display().to_string()]);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.contains("10.88.0.7\tweb\n") && text.contains("10.1.2.3\tdb\n"),
+            "{text}"
+        );
+        // A container mounting /etc/hosts itself keeps its own mount, only.
+        assert_eq!(hosts_mounts(&config(1, &ips)), ["/etc/hosts"]);
     }
 
     #[test]

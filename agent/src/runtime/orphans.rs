@@ -109,6 +109,7 @@ mod tests {
                 pods_dir: logs.join("state"),
                 security: security::Settings::default(),
                 memory_capacity: 1 << 30,
+                dns: crate::dns::Settings::default(),
             },
         )
     }

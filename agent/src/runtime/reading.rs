@@ -18,6 +18,7 @@ impl Manager {
             runtime_classes: runtime_class::RuntimeClasses::default(),
             api: Default::default(),
             tokens: Default::default(),
+            services: Default::default(),
             node_credentials: Default::default(),
         }
     }
@@ -150,6 +151,13 @@ impl Manager {
     pub(super) fn cri_err(pod: &str) -> impl FnOnce(cri::Error) -> Error + '_ {
         move |source| Error::Cri {
             pod: pod.to_owned(),
+            source,
+        }
+    }
+
+    pub(super) fn dns_err(pod: &Pod) -> impl Fn(crate::dns::Error) -> Error + '_ {
+        move |source| Error::Dns {
+            pod: full_name(pod),
             source,
         }
     }

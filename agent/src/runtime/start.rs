@@ -1,5 +1,6 @@
 //! Starting containers: back-off, image pulls, sandbox and container configs.
 use super::*;
+use futures::FutureExt;
 use security::ImageUser;
 
 /// Which instance of a container a config is for.
@@ -11,7 +12,28 @@ pub(super) struct Instance {
     pub hash: u64,
 }
 
+/// What a container's config is made from besides its spec: the image's user, the environment
+/// resolved for it (`Manager::container_env`) and the pod's IPs (its managed `/etc/hosts`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Inputs<'a> {
+    pub image_user: &'a ImageUser,
+    pub env: &'a [(String, String)],
+    pub pod_ips: &'a [String],
+}
+
 impl Manager {
+    /// What the node offers a container without a limit (the kubelet's node allocatable; here
+    /// the machine's capacity, nothing being reserved), for the downward API.
+    pub(super) fn allocatable(&self) -> env::Allocatable {
+        env::Allocatable {
+            cpu_millis: cm::machine_cpus().saturating_mul(1000),
+            memory_bytes: self.cfg.memory_capacity,
+            ephemeral_storage_bytes: cm::filesystem_bytes(
+                self.cfg.pods_dir.parent().unwrap_or(&self.cfg.pods_dir),
+            ),
+        }
+    }
+
     /// Starts one container unless it is in crash-loop back-off. `Ok(true)` when started,
     /// `Ok(false)` when backing off; `Err` when starting failed (recorded in `outcome`).
     pub(super) async fn start_with_backoff(
@@ -90,7 +112,15 @@ impl Manager {
             restart_count,
             hash,
         };
-        let config = self.container_config(t.pod, t.uid, container, instance, &image_user)?;
+        let env = self
+            .container_env(t.pod, t.uid, container, t.pod_ips)
+            .await?;
+        let inputs = Inputs {
+            image_user: &image_user,
+            env: &env,
+            pod_ips: t.pod_ips,
+        };
+        let config = self.container_config(t.pod, t.uid, container, instance, &inputs)?;
         let id = self
             .cri
             .create_container(t.sandbox_id, config.clone(), t.sandbox_config.clone())
@@ -255,13 +285,27 @@ impl Manager {
         }
     }
 
+    /// The pod's sandbox config (see [`Manager::sandbox_config_and_warnings`]).
     pub fn sandbox_config(
         &self,
         pod: &Pod,
         uid: &str,
         attempt: u32,
         cgroup_parent: &str,
-    ) -> api::PodSandboxConfig {
+    ) -> Result<api::PodSandboxConfig> {
+        self.sandbox_config_and_warnings(pod, uid, attempt, cgroup_parent)
+            .map(|(config, _)| config)
+    }
+
+    /// The pod's sandbox config, with its hostname and DNS configuration (`crate::dns`), and
+    /// what forming the DNS configuration warned about (limits trimmed, no cluster DNS).
+    pub(super) fn sandbox_config_and_warnings(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        attempt: u32,
+        cgroup_parent: &str,
+    ) -> Result<(api::PodSandboxConfig, Vec<String>)> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let namespace = pod
             .metadata
@@ -269,13 +313,16 @@ impl Manager {
             .clone()
             .unwrap_or_else(|| "default".into());
         let spec = pod.spec.as_ref();
+        let dns_err = Self::dns_err(pod);
         // Host-network pods share the node's UTS namespace: the runtime refuses to set a hostname.
         let hostname = if Self::host_network(pod) {
             String::new()
         } else {
-            spec.and_then(|s| s.hostname.clone())
-                .unwrap_or_else(|| name.chars().take(63).collect())
+            crate::dns::hostname_and_domain(pod, &self.cfg.dns.cluster_domain)
+                .map_err(&dns_err)?
+                .0
         };
+        let dns = self.cfg.dns.pod_dns(pod).map_err(&dns_err)?;
         let mut labels = pod
             .metadata
             .labels
@@ -312,7 +359,7 @@ impl Manager {
             })
             .collect();
         let (security_context, sysctls) = security::sandbox(pod, Self::namespace_options(pod));
-        api::PodSandboxConfig {
+        let config = api::PodSandboxConfig {
             metadata: Some(api::PodSandboxMetadata {
                 name: name.clone(),
                 uid: uid.to_owned(),
@@ -326,7 +373,7 @@ impl Manager {
                 .join(format!("{namespace}_{name}_{uid}"))
                 .to_string_lossy()
                 .into_owned(),
-            dns_config: None,
+            dns_config: Some(dns.config),
             port_mappings,
             labels,
             annotations,
@@ -337,7 +384,8 @@ impl Manager {
                 ..Default::default()
             }),
             windows: None,
-        }
+        };
+        Ok((config, dns.warnings))
     }
 
     /// The requests a new pod's first start sends, built as its sync builds them: the sandbox
@@ -366,11 +414,76 @@ impl Manager {
                     restart_count: 0,
                     hash: hash::container_hash(c),
                 };
-                // A pod without a security context needs nothing from the image.
-                self.container_config(pod, uid, c, instance, &ImageUser::default())
+                // Before any sandbox: no pod IPs. Without an API server nothing is waited for.
+                let env = self
+                    .container_env(pod, uid, c, &[])
+                    .now_or_never()
+                    .ok_or_else(|| Error::Env {
+                        pod: full_name(pod),
+                        container: c.name.clone(),
+                        source: Box::new(env::Error::Invalid {
+                            name: "*".into(),
+                            reason: "first_start_requests cannot read API objects".into(),
+                        }),
+                    })??;
+                // A pod without a security context needs nothing from the image; its IP is
+                // not known before its sandbox runs.
+                let inputs = Inputs {
+                    image_user: &ImageUser::default(),
+                    env: &env,
+                    pod_ips: &[],
+                };
+                self.container_config(pod, uid, c, instance, &inputs)
             })
             .collect::<Result<_>>()?;
-        Ok((self.sandbox_config(pod, uid, 0, &cgroup), containers))
+        Ok((self.sandbox_config(pod, uid, 0, &cgroup)?, containers))
+    }
+
+    /// Container `c`'s environment ([`env::build`]): the configMaps and secrets it names and
+    /// the service list through the API server, the pod's IPs (the node's for a host-network
+    /// pod), the node's addresses and allocatable resources when a variable needs them.
+    pub(super) async fn container_env(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<Vec<(String, String)>> {
+        let err = |source| Error::Env {
+            pod: full_name(pod),
+            container: c.name.clone(),
+            source: Box::new(source),
+        };
+        let services = if self.api.has_api_server() {
+            Some(self.services.services(&self.api).await.map_err(err)?)
+        } else {
+            None
+        };
+        let host_network = Self::host_network(pod);
+        let host_ips = if host_network || env::needs_host_ips(c) {
+            cm::node_ips()
+        } else {
+            Vec::new()
+        };
+        let ctx = env::Context {
+            pod_ips: if host_network {
+                host_ips.iter().map(ToString::to_string).collect()
+            } else {
+                pod_ips.to_vec()
+            },
+            host_ips,
+            allocatable: env::needs_allocatable(c).then(|| self.allocatable()),
+        };
+        env::build(
+            &self.api,
+            services.as_deref().map(Vec::as_slice),
+            &ctx,
+            pod,
+            uid,
+            c,
+        )
+        .await
+        .map_err(err)
     }
 
     pub(super) fn container_config(
@@ -379,13 +492,18 @@ impl Manager {
         uid: &str,
         c: &Container,
         instance: Instance,
-        image_user: &ImageUser,
+        inputs: &Inputs<'_>,
     ) -> Result<api::ContainerConfig> {
         let Instance {
             kind,
             restart_count,
             hash,
         } = instance;
+        let Inputs {
+            image_user,
+            env,
+            pod_ips,
+        } = *inputs;
         let name = full_name(pod);
         let security_context = security::container(
             pod,
@@ -398,14 +516,11 @@ impl Manager {
             pod: name.clone(),
             refusal,
         })?;
-        // valueFrom and envFrom were refused before the sandbox (`unsupported::check`).
-        let envs: Vec<api::KeyValue> = c
-            .env
+        let envs: Vec<api::KeyValue> = env
             .iter()
-            .flatten()
-            .map(|e| api::KeyValue {
-                key: e.name.clone(),
-                value: e.value.clone().unwrap_or_default(),
+            .map(|(key, value)| api::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
             })
             .collect();
         let mut labels = self.pod_labels(pod, uid);
@@ -472,14 +587,15 @@ impl Manager {
                     source,
                 })?,
         );
+        mounts.extend(self.etc_hosts_mount(pod, uid, c, pod_ips)?);
         Ok(api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
                 name: c.name.clone(),
                 attempt: restart_count,
             }),
             image: Some(cri::image_spec(c.image.as_deref().unwrap_or_default())),
-            command: c.command.clone().unwrap_or_default(),
-            args: c.args.clone().unwrap_or_default(),
+            command: env::expand_all(c.command.as_deref().unwrap_or_default(), env),
+            args: env::expand_all(c.args.as_deref().unwrap_or_default(), env),
             working_dir: c.working_dir.clone().unwrap_or_default(),
             envs,
             labels,
@@ -523,6 +639,34 @@ impl Manager {
         Ok(Some(api::Mount {
             container_path: path.to_owned(),
             host_path: file.to_string_lossy().into_owned(),
+            ..Default::default()
+        }))
+    }
+
+    /// The pod's managed `/etc/hosts` (`crate::dns::hosts`), written now (before the container
+    /// is created) and mounted at `/etc/hosts`; nothing when the container mounts something
+    /// there itself, or when a pod-network pod's IP is not known.
+    fn etc_hosts_mount(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<Option<api::Mount>> {
+        use crate::dns::hosts;
+        if hosts::mounted_by(c) {
+            return Ok(None);
+        }
+        let dns_err = Self::dns_err(pod);
+        let Some(content) = hosts::content(&self.cfg.dns, pod, pod_ips).map_err(&dns_err)? else {
+            return Ok(None);
+        };
+        let path = hosts::path(&self.cfg.pods_dir, uid);
+        hosts::write(&path, &content).map_err(&dns_err)?;
+        Ok(Some(api::Mount {
+            container_path: hosts::CONTAINER_PATH.to_owned(),
+            host_path: path.to_string_lossy().into_owned(),
+            selinux_relabel: true,
             ..Default::default()
         }))
     }

@@ -43,6 +43,7 @@ impl Manager {
             pod: name.clone(),
             refusal,
         })?;
+        crate::dns::check(spec).map_err(Self::dns_err(pod))?;
         let known_empty = self.known().holds_nothing(uid);
         let handed = if known_empty {
             None
@@ -142,9 +143,15 @@ impl Manager {
         let (sandbox_id, sandbox_config) = match (&actions.sandbox_id, actions.create_sandbox) {
             (Some(id), false) => (
                 id.clone(),
-                self.sandbox_config(pod, uid, actions.attempt, &cgroup),
+                self.sandbox_config(pod, uid, actions.attempt, &cgroup)?,
             ),
             _ => {
+                let (config, warnings) =
+                    self.sandbox_config_and_warnings(pod, uid, actions.attempt, &cgroup)?;
+                for warning in &warnings {
+                    // The kubelet records these as events on the pod.
+                    tracing::warn!(pod = %name, %warning, "forming the pod's DNS configuration");
+                }
                 // Resolved when a sandbox is created, and only then (as the kubelet does): a
                 // class whose handler changes later leaves this sandbox as it is.
                 let handler = self
@@ -159,7 +166,6 @@ impl Manager {
                     tracing::info!(pod = %name, runtime_handler = %handler, "running pod with runtime handler");
                 }
                 self.known().created.insert(uid.to_owned());
-                let config = self.sandbox_config(pod, uid, actions.attempt, &cgroup);
                 // The log directory is first needed by CreateContainer: it is made while
                 // containerd runs the sandbox, after every other pod ready to start has sent its
                 // RunPodSandbox (the yield puts this task behind them), not before this one's.
@@ -184,6 +190,17 @@ impl Manager {
                 (id, config)
             }
         };
+        // The sandbox's status as this sync knows it (the one just started, or the one read):
+        // the containers' environments and /etc/hosts see its IPs, as the kubelet reads them
+        // right after RunPodSandbox.
+        let known_status = match &after {
+            Some(a) => a.sandbox_status.as_ref(),
+            None if !actions.create_sandbox => state.sandbox_status.as_ref(),
+            None => None,
+        };
+        let pod_ips = self
+            .pod_ips(pod, &name, &sandbox_id, known_status.cloned())
+            .await?;
         let index = state.index();
         let target = StartTarget {
             pod,
@@ -192,6 +209,7 @@ impl Manager {
             index: &index,
             sandbox_id: &sandbox_id,
             sandbox_config: &sandbox_config,
+            pod_ips: &pod_ips,
             cancel,
         };
 
@@ -279,6 +297,29 @@ impl Manager {
 }
 
 impl Manager {
+    /// The IPs of pod-network sandbox `sandbox_id` (its status's IP, then its additional IPs),
+    /// from `known` when that is its status, else read; none for a host-network pod.
+    async fn pod_ips(
+        &self,
+        pod: &Pod,
+        name: &str,
+        sandbox_id: &str,
+        known: Option<api::PodSandboxStatus>,
+    ) -> Result<Vec<String>> {
+        if Self::host_network(pod) {
+            return Ok(Vec::new());
+        }
+        let status = match known.filter(|s| s.id == sandbox_id) {
+            Some(s) => Some(s),
+            None => self
+                .cri
+                .pod_sandbox_status(sandbox_id)
+                .await
+                .map_err(Self::cri_err(name))?,
+        };
+        Ok(hooks::sandbox_ips(status.as_ref()))
+    }
+
     /// Checks the pod's volumes and every container's mounts of them, computes the files of its
     /// configMap, secret, downwardAPI and projected volumes (reading their objects: one missing
     /// stops the set-up before anything is made), and sets the volumes up (`volume::set_up`,
@@ -358,10 +399,7 @@ impl Manager {
         let all: Vec<&projection::Projection> = projections.iter().map(|(_, p)| *p).collect();
         let objects = projection::fetch(&self.api, &self.tokens, pod, &all).await;
         let node = projection::NodeContext {
-            cpu_millis: std::thread::available_parallelism()
-                .map_or(1, |n| n.get() as u64)
-                .saturating_mul(1000),
-            memory: self.cfg.memory_capacity,
+            allocatable: self.allocatable(),
             fs_user: projection::fs_user(pod),
             fs_group: pod
                 .spec

@@ -32,16 +32,14 @@ pub const POD_SPEC: &[(&str, Use)] = &[
         ),
     ),
     ("containers", Use::Implemented),
-    ("dnsConfig", Use::Refused),
-    // ClusterFirst without cluster DNS and Default give the host's resolv.conf, as the
-    // kubelet does without --cluster-dns; None is refused (it needs dnsConfig).
-    ("dnsPolicy", Use::Refused),
-    (
-        "enableServiceLinks",
-        Use::NotForTheNode("no Service is known to this node, so there are no service variables"),
-    ),
+    // The pod's resolv.conf, formed as the kubelet forms it (`crate::dns`).
+    ("dnsConfig", Use::Implemented),
+    ("dnsPolicy", Use::Implemented),
+    // Service link variables (`runtime::env`), from the API server's services.
+    ("enableServiceLinks", Use::Implemented),
     ("ephemeralContainers", Use::Refused),
-    ("hostAliases", Use::Refused),
+    // Entries of the pod's managed /etc/hosts (`crate::dns::hosts`).
+    ("hostAliases", Use::Implemented),
     ("hostIPC", Use::Implemented),
     ("hostNetwork", Use::Implemented),
     ("hostPID", Use::Implemented),
@@ -72,7 +70,8 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("serviceAccountName", Use::Implemented),
     ("setHostnameAsFQDN", Use::Refused),
     ("shareProcessNamespace", Use::Implemented),
-    ("subdomain", Use::Refused),
+    // The pod's FQDN in its managed /etc/hosts (`crate::dns::hosts`).
+    ("subdomain", Use::Implemented),
     ("terminationGracePeriodSeconds", Use::Implemented),
     ("tolerations", SCHEDULING),
     ("topologySpreadConstraints", SCHEDULING),
@@ -87,9 +86,10 @@ pub const POD_SPEC: &[(&str, Use)] = &[
 pub const CONTAINER: &[(&str, Use)] = &[
     ("args", Use::Implemented),
     ("command", Use::Implemented),
-    // valueFrom is refused; value is implemented.
-    ("env", Use::Refused),
-    ("envFrom", Use::Refused),
+    // value, and valueFrom's fieldRef, resourceFieldRef, configMapKeyRef and secretKeyRef
+    // (`runtime::env`).
+    ("env", Use::Implemented),
+    ("envFrom", Use::Implemented),
     ("image", Use::Implemented),
     ("imagePullPolicy", Use::Implemented),
     // postStart and preStop (exec, httpGet, sleep; tcpSocket, kept by the API for compatibility
@@ -181,17 +181,8 @@ fn non_empty<T>(v: &Option<Vec<T>>) -> bool {
 
 fn check_spec(spec: &PodSpec) -> Option<String> {
     let refused = |what: &str| Some(what.to_owned());
-    if spec.dns_config.is_some() {
-        return refused("spec.dnsConfig");
-    }
-    if spec.dns_policy.as_deref() == Some("None") {
-        return refused("spec.dnsPolicy None");
-    }
     if non_empty(&spec.ephemeral_containers) {
         return refused("spec.ephemeralContainers");
-    }
-    if non_empty(&spec.host_aliases) {
-        return refused("spec.hostAliases (the pod's /etc/hosts is not managed)");
     }
     if let Some(os) = &spec.os
         && os.name != "linux"
@@ -210,19 +201,10 @@ fn check_spec(spec: &PodSpec) -> Option<String> {
     if spec.set_hostname_as_fqdn == Some(true) {
         return refused("spec.setHostnameAsFQDN");
     }
-    if spec.subdomain.as_deref().is_some_and(|s| !s.is_empty()) {
-        return refused("spec.subdomain (the pod's /etc/hosts is not managed)");
-    }
     crate::volume::unsupported(spec).map(|what| format!("spec.volumes: {what}"))
 }
 
 fn check_container(c: &Container) -> Option<String> {
-    if let Some(e) = c.env.iter().flatten().find(|e| e.value_from.is_some()) {
-        return Some(format!("env {} valueFrom", e.name));
-    }
-    if non_empty(&c.env_from) {
-        return Some("envFrom".to_owned());
-    }
     if c.lifecycle
         .as_ref()
         .is_some_and(|l| l.stop_signal.is_some())
@@ -361,15 +343,9 @@ mod tests {
         use serde_json::json;
         let pod_cases = [
             (
-                "dnsConfig",
-                json!({"dnsConfig": {"nameservers": ["1.1.1.1"]}}),
-            ),
-            ("dnsPolicy", json!({"dnsPolicy": "None"})),
-            (
                 "ephemeralContainers",
                 json!({"ephemeralContainers": [{"name": "e", "image": "x"}]}),
             ),
-            ("hostAliases", json!({"hostAliases": [{"ip": "10.0.0.1"}]})),
             ("os", json!({"os": {"name": "windows"}})),
             (
                 "readinessGates",
@@ -378,7 +354,6 @@ mod tests {
             ("resourceClaims", json!({"resourceClaims": [{"name": "r"}]})),
             ("resources", json!({"resources": {"limits": {"cpu": "1"}}})),
             ("setHostnameAsFQDN", json!({"setHostnameAsFQDN": true})),
-            ("subdomain", json!({"subdomain": "s"})),
             (
                 "volumes",
                 json!({"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}),
@@ -390,14 +365,6 @@ mod tests {
             assert!(why.contains(field), "{field}: {why}");
         }
         let container_cases = [
-            (
-                "env",
-                json!({"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]}),
-            ),
-            (
-                "envFrom",
-                json!({"envFrom": [{"configMapRef": {"name": "m"}}]}),
-            ),
             (
                 "lifecycle.stopSignal",
                 json!({"lifecycle": {"postStart": {"exec": {"command": ["true"]}}, "stopSignal": "SIGUSR1"}}),
@@ -449,8 +416,12 @@ mod tests {
         use serde_json::json;
         let ok = pod(json!({
             "activeDeadlineSeconds": 30,
-            "dnsPolicy": "ClusterFirst",
+            "enableServiceLinks": false,
+            "dnsPolicy": "None",
+            "dnsConfig": {"nameservers": ["1.1.1.1"], "searches": ["a.example"], "options": [{"name": "ndots", "value": "2"}]},
+            "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["db.local"]}],
             "hostname": "h",
+            "subdomain": "s",
             "imagePullSecrets": [{"name": "regcred"}],
             "runtimeClassName": "kata",
             "overhead": {"cpu": "100m", "memory": "32Mi"},
@@ -463,7 +434,12 @@ mod tests {
             }],
             "containers": [{
                 "name": "c", "image": "x",
-                "env": [{"name": "A", "value": "1"}],
+                "env": [
+                    {"name": "A", "value": "1"},
+                    {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}},
+                ],
+                "envFrom": [{"configMapRef": {"name": "m"}, "prefix": "M_"}, {"secretRef": {"name": "s"}}],
                 "lifecycle": {
                     "postStart": {"exec": {"command": ["true"]}},
                     "preStop": {"httpGet": {"port": "web", "path": "/stop"}},

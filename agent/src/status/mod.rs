@@ -69,7 +69,7 @@ impl StatusManager {
             inner: Arc::default(),
             version: Arc::default(),
             pods_json: Arc::default(),
-            host_ip: host_ip(),
+            host_ip: crate::cm::node_ip(),
             metrics,
             probes: None,
         }
@@ -307,11 +307,4 @@ impl StatusManager {
             })
             .unwrap_or(0)
     }
-}
-
-fn host_ip() -> Option<IpAddr> {
-    // The source address the kernel would use to reach outside; no packet is sent.
-    let sock = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    sock.connect("192.0.2.1:9").ok()?;
-    sock.local_addr().ok().map(|a| a.ip())
 }

@@ -94,7 +94,7 @@ impl HostPathType {
 }
 
 /// What backs one volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Source {
     /// `emptyDir`; `memory`: a tmpfs (`medium: Memory`), `size_limit` in bytes.
     EmptyDir {
@@ -108,7 +108,7 @@ pub enum Source {
 }
 
 /// One of `spec.volumes`, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Volume {
     pub name: String,
     pub source: Source,

@@ -7,7 +7,8 @@ use super::atomic::{self, FileProjection, Payload};
 use crate::api_objects::ApiObjects;
 use crate::pod::quantity::Quantity;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume as ApiVolume,
+    ConfigMap, DownwardAPIVolumeFile, KeyToPath, Pod, ResourceFieldSelector, Secret,
+    Volume as ApiVolume,
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -58,19 +59,15 @@ pub struct Item {
 }
 
 /// What a downwardAPI item shows.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Field {
     /// `fieldRef.fieldPath`: `metadata.name`, `metadata.labels['k']` ...
     Path(String),
-    /// `resourceFieldRef`.
-    Resource {
-        container: String,
-        resource: String,
-        divisor: Quantity,
-    },
+    /// `resourceFieldRef` (its `containerName` set, its divisor checked).
+    Resource(ResourceFieldSelector),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DownwardItem {
     pub path: String,
     pub mode: Option<u32>,
@@ -78,7 +75,7 @@ pub struct DownwardItem {
 }
 
 /// One source of a projection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Projected {
     ConfigMap {
         name: String,
@@ -99,7 +96,7 @@ pub enum Projected {
 }
 
 /// A configMap, secret, downwardAPI or projected volume, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Projection {
     pub kind: Kind,
     pub default_mode: u32,
@@ -214,13 +211,13 @@ fn downward_items(list: &[DownwardAPIVolumeFile]) -> Result<Vec<DownwardItem>, S
                                 i.path
                             )
                         })?;
-                    let divisor = divisor(&r.resource, r.divisor.as_ref().map(|q| q.0.as_str()))
-                        .map_err(|e| format!("items[{:?}].resourceFieldRef.divisor: {e}", i.path))?;
-                    Field::Resource {
-                        container,
-                        resource: r.resource.clone(),
-                        divisor,
-                    }
+                    divisor(&r.resource, r.divisor.as_ref().map(|q| q.0.as_str())).map_err(
+                        |e| format!("items[{:?}].resourceFieldRef.divisor: {e}", i.path),
+                    )?;
+                    Field::Resource(ResourceFieldSelector {
+                        container_name: Some(container),
+                        ..r.clone()
+                    })
                 }
                 (None, None) => {
                     return Err(format!(
@@ -398,9 +395,8 @@ pub struct Objects {
 /// What the payload needs of the node and the pod beyond the pod itself.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeContext {
-    /// Allocatable CPU in millicores and memory in bytes (the value of an unset limit).
-    pub cpu_millis: u64,
-    pub memory: u64,
+    /// What the node offers a container without a limit.
+    pub allocatable: crate::pod::downward::Allocatable,
     /// The owner of token files (the pod's common `runAsUser`) and the pod's `fsGroup`.
     pub fs_user: Option<u32>,
     pub fs_group: Option<u32>,
@@ -652,62 +648,12 @@ fn field_value(pod: &Pod, field: &Field, node: &NodeContext) -> Result<String, S
                 }
             }
         }),
-        Field::Resource {
-            container,
-            resource,
-            divisor,
-        } => {
-            let spec = pod.spec.as_ref();
-            let all = spec.into_iter().flat_map(|s| {
-                s.containers
-                    .iter()
-                    .chain(s.init_containers.iter().flatten())
-            });
-            let c: &Container = all
-                .into_iter()
-                .find(|c| &c.name == container)
-                .ok_or_else(|| format!("container {container:?} not found in the pod"))?;
-            resource_value(c, resource, *divisor, node)
+        Field::Resource(r) => {
+            let first = pod.spec.as_ref().and_then(|s| s.containers.first());
+            let own = first.ok_or("the pod has no containers")?;
+            crate::pod::downward::resource_field_ref(r, pod, own, Some(&node.allocatable))
         }
     }
-}
-
-/// A container's resource divided by the divisor, rounded up, as the kubelet writes it; an
-/// unset limit is the node's allocatable amount.
-fn resource_value(
-    c: &Container,
-    resource: &str,
-    divisor: Quantity,
-    node: &NodeContext,
-) -> Result<String, String> {
-    let (section, name) = resource.split_once('.').unwrap_or(("", resource));
-    let res = c.resources.as_ref();
-    let map = match section {
-        "limits" => res.and_then(|r| r.limits.as_ref()),
-        _ => res.and_then(|r| r.requests.as_ref()),
-    };
-    let set = map
-        .and_then(|m| m.get(name))
-        .map(|q| Quantity::parse(&q.0).map_err(|e| format!("{resource} {:?}: {e}", q.0)))
-        .transpose()?;
-    let ceil_div = |a: i128, b: i128| {
-        if b <= 0 { 0 } else { (a + b - 1).div_euclid(b) }
-    };
-    let is_cpu = name == "cpu";
-    let value = match (set, section) {
-        (Some(q), _) if is_cpu => ceil_div(q.milli_value(), divisor.milli_value()),
-        (Some(q), _) => ceil_div(q.value(), divisor.value()),
-        (None, "limits") if is_cpu => ceil_div(i128::from(node.cpu_millis), divisor.milli_value()),
-        (None, "limits") if name == "memory" => ceil_div(i128::from(node.memory), divisor.value()),
-        (None, "limits") => {
-            return Err(format!(
-                "{resource} of container {:?} has no limit, and the node's allocatable ephemeral storage is not known to swiftlet yet",
-                c.name
-            ));
-        }
-        (None, _) => 0,
-    };
-    Ok(value.to_string())
 }
 
 /// The pod's `fsUser`, as the kubelet derives it for token files: the `runAsUser` every
@@ -753,8 +699,11 @@ mod tests {
     }
 
     const NODE: NodeContext = NodeContext {
-        cpu_millis: 2000,
-        memory: 8 << 30,
+        allocatable: crate::pod::downward::Allocatable {
+            cpu_millis: 2000,
+            memory_bytes: 8 << 30,
+            ephemeral_storage_bytes: None,
+        },
         fs_user: None,
         fs_group: None,
     };

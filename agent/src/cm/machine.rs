@@ -1,0 +1,75 @@
+//! Facts about the machine the agent runs on, as the kubelet reads them for its node: its
+//! addresses, CPUs and the capacity of its root filesystem. (Its memory is
+//! [`super::machine_memory_bytes`].)
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::path::Path;
+
+/// The node's addresses: per IP family, the source address the kernel would use to reach
+/// outside (the address of the default route's interface), IPv4 first. No packet is sent.
+/// Empty when the machine has no default route.
+pub fn node_ips() -> Vec<IpAddr> {
+    let outside: [(IpAddr, IpAddr); 2] = [
+        (
+            Ipv4Addr::UNSPECIFIED.into(),
+            Ipv4Addr::new(192, 0, 2, 1).into(),
+        ),
+        (
+            Ipv6Addr::UNSPECIFIED.into(),
+            Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into(),
+        ),
+    ];
+    outside
+        .iter()
+        .filter_map(|&(any, target)| {
+            let sock = UdpSocket::bind(SocketAddr::new(any, 0)).ok()?;
+            sock.connect(SocketAddr::new(target, 9)).ok()?;
+            sock.local_addr().ok().map(|a| a.ip())
+        })
+        .collect()
+}
+
+/// The node's first address ([`node_ips`]).
+pub fn node_ip() -> Option<IpAddr> {
+    node_ips().into_iter().next()
+}
+
+/// The CPUs online (the node's cpu capacity).
+pub fn machine_cpus() -> u64 {
+    // SAFETY: sysconf reads a system value; it has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as u64
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+    }
+}
+
+/// The size in bytes of the filesystem holding `path` (the node's ephemeral-storage capacity
+/// when `path` is the agent's root directory); `None` when it cannot be read.
+pub fn filesystem_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes the struct before it is read; `c` outlives the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    (st.f_blocks as u64).checked_mul(st.f_frsize as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_machine_has_cpus_a_root_filesystem_and_ipv4_first() {
+        assert!(machine_cpus() >= 1);
+        assert!(filesystem_bytes(Path::new("/")).is_some_and(|b| b > 0));
+        assert_eq!(filesystem_bytes(Path::new("/nonexistent/x")), None);
+        let ips = node_ips();
+        if ips.len() == 2 {
+            assert!(ips[0].is_ipv4() && ips[1].is_ipv6(), "{ips:?}");
+        }
+        assert_eq!(node_ip(), ips.first().copied());
+    }
+}
