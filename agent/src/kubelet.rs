@@ -168,18 +168,11 @@ impl<S: PodSyncer> SyncLoop<S> {
             }
             Op::Update | Op::Delete => {
                 for pod in list {
-                    let Some(uid) = uid_of(&pod) else { continue };
-                    if self.status.is_rejected(&uid) {
-                        // A rejected pod stays rejected (its source must delete it).
-                        self.status.set_rejected_pod(&uid, pod);
-                        continue;
+                    if let Some((uid, pod)) = self.changed(pods, pod) {
+                        // A deletion timestamp moves the worker to terminating by itself.
+                        self.workers
+                            .update_pod(&uid, Work::new(UpdateType::Update, pod));
                     }
-                    let Some(pod) = whole(pod) else { continue };
-                    pods.insert(uid.clone(), pod.clone());
-                    self.status.set_pod(&uid, pod.clone());
-                    // A deletion timestamp moves the worker to terminating by itself.
-                    self.workers
-                        .update_pod(&uid, Work::new(UpdateType::Update, pod));
                 }
             }
             Op::Remove => {
@@ -203,17 +196,29 @@ impl<S: PodSyncer> SyncLoop<S> {
             }
             Op::Reconcile => {
                 for pod in list {
-                    let Some(uid) = uid_of(&pod) else { continue };
-                    if self.status.is_rejected(&uid) {
-                        self.status.set_rejected_pod(&uid, pod);
-                        continue;
-                    }
-                    let Some(pod) = whole(pod) else { continue };
-                    pods.insert(uid.clone(), pod.clone());
-                    self.status.set_pod(&uid, pod);
+                    self.changed(pods, pod);
                 }
             }
         }
+    }
+
+    /// A known pod changed at its source: a rejected one stays rejected (its source must delete
+    /// it) and is kept as it is now; any other becomes the desired pod, returned whole with its
+    /// UID.
+    fn changed(
+        &mut self,
+        pods: &mut HashMap<String, Arc<Pod>>,
+        pod: PodRef,
+    ) -> Option<(String, Arc<Pod>)> {
+        let uid = uid_of(&pod)?;
+        if self.status.is_rejected(&uid) {
+            self.status.set_rejected_pod(&uid, pod);
+            return None;
+        }
+        let pod = whole(pod)?;
+        pods.insert(uid.clone(), pod.clone());
+        self.status.set_pod(&uid, pod.clone());
+        Some((uid, pod))
     }
 
     /// Admission (the kubelet's pod count check): the node runs `max_pods` pods already, so `pod`

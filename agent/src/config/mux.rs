@@ -505,6 +505,11 @@ mod tests {
         p.metadata().annotations.as_ref()?.get(key).cloned()
     }
 
+    /// The phase in the pod's status.
+    fn phase_of(p: &PodRef) -> Option<String> {
+        p.whole().expect("whole").status.as_ref()?.phase.clone()
+    }
+
     /// Where the pod is kept.
     fn ptr(p: &PodRef) -> *const () {
         match p {
@@ -720,12 +725,7 @@ mod tests {
             SourceUpdate::Set(vec![with_phase(pod("1", "a"), "Running")]),
         );
         assert_eq!(summary(&out), vec![(Op::Reconcile, s(&["1"]))]);
-        let phase = out[0].pods[0]
-            .whole()
-            .expect("whole")
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone());
+        let phase = phase_of(&out[0].pods[0]);
         assert_eq!(phase.as_deref(), Some("Running"));
         assert!(ann(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).is_some());
         // Same status again: nothing.
@@ -738,12 +738,7 @@ mod tests {
         let both = with_phase(with_image(pod("1", "a"), "x:9"), "Failed");
         let out = m.merge(FILE, SourceUpdate::Set(vec![both]));
         assert_eq!(summary(&out), vec![(Op::Update, s(&["1"]))]);
-        let phase = out[0].pods[0]
-            .whole()
-            .expect("whole")
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone());
+        let phase = phase_of(&out[0].pods[0]);
         assert_eq!(phase.as_deref(), Some("Failed"));
     }
 
@@ -1052,8 +1047,7 @@ mod tests {
         );
         assert_eq!(summary(&out), vec![(Op::Reconcile, s(&["1"]))]);
         assert!(out[0].pods[0].is_packed());
-        let status = out[0].pods[0].whole().expect("unpacks").status.clone();
-        assert_eq!(status.and_then(|s| s.phase).as_deref(), Some("Running"));
+        assert_eq!(phase_of(&out[0].pods[0]).as_deref(), Some("Running"));
         // Gone from the SET: a REMOVE of the stored packed pod.
         let out = m.merge(HTTP, SourceUpdate::Set(vec![packed("2", "b", "x:1", None)]));
         assert_eq!(summary(&out), vec![(Op::Remove, s(&["1"]))]);
