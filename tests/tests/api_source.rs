@@ -2,7 +2,6 @@
 //! list then watch, resuming after a dropped connection, bookmarks past compacted history, 410
 //! Gone and the relist, and kubeconfig handling; the RuntimeClass lookups pods need. No
 //! containerd is needed.
-use std::sync::Arc;
 use std::time::Duration;
 
 use swiftlet::api_objects::ApiObjects;
