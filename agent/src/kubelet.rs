@@ -3,7 +3,7 @@
 //! 1 s tick that hands out due work (resyncs and retries from the work queue) and 2 s
 //! housekeeping (only once every source has reported). While the runtime reports an error it
 //! backs off, 100 ms doubling to 5 s, before each iteration.
-use crate::config::{Op, PodUpdate, SourcesReady};
+use crate::config::{Op, PodRef, PodUpdate, SourcesReady};
 use crate::pleg::RuntimePods;
 use crate::pod_workers::{PodSyncer, PodWorkers, UpdateType, Work, WorkerContext};
 use crate::status::StatusManager;
@@ -68,8 +68,19 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub max_pods: usize,
 }
 
-fn uid_of(pod: &Pod) -> Option<String> {
-    pod.metadata.uid.clone().filter(|u| !u.is_empty())
+fn uid_of(pod: &PodRef) -> Option<String> {
+    Some(pod.uid().to_owned()).filter(|u| !u.is_empty())
+}
+
+/// The whole pod of `pod` (decoded when it is packed); `None`, logged, when it cannot be decoded.
+fn whole(pod: PodRef) -> Option<Arc<Pod>> {
+    match pod.whole() {
+        Ok(pod) => Some(pod),
+        Err(e) => {
+            tracing::error!(error = %e, "pod update dropped");
+            None
+        }
+    }
 }
 
 impl<S: PodSyncer> SyncLoop<S> {
@@ -130,26 +141,24 @@ impl<S: PodSyncer> SyncLoop<S> {
         let mut list = u.pods;
         match u.op {
             Op::Add => {
-                list.sort_by(|a, b| {
-                    a.metadata
-                        .creation_timestamp
-                        .as_ref()
-                        .map(|t| t.0)
-                        .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
-                });
+                // In creation-time order (a stable sort: the source's order among equals). The
+                // pods may be packed: only the ones admitted are decoded, one at a time.
+                list.sort_by_key(|p| p.metadata().creation_timestamp.as_ref().map(|t| t.0));
                 // Active pods: admitted, not rejected, not finished.
                 let mut used = self.status.count_active(pods.keys());
                 for pod in list {
                     let Some(uid) = uid_of(&pod) else { continue };
-                    let known = pods.contains_key(&uid);
-                    pods.insert(uid.clone(), pod.clone());
                     if self.status.is_rejected(&uid) {
+                        self.status.set_rejected_pod(&uid, pod);
                         continue;
                     }
+                    let known = pods.contains_key(&uid);
                     if !known && used >= self.max_pods {
                         self.reject_out_of_pods(&uid, pod, used);
                         continue;
                     }
+                    let Some(pod) = whole(pod) else { continue };
+                    pods.insert(uid.clone(), pod.clone());
                     used += usize::from(!known);
                     self.status.set_pod(&uid, pod.clone());
                     self.tracer.pod_admitted(&uid, &pod);
@@ -159,23 +168,17 @@ impl<S: PodSyncer> SyncLoop<S> {
             }
             Op::Update | Op::Delete => {
                 for pod in list {
-                    let Some(uid) = uid_of(&pod) else { continue };
-                    if self.status.is_rejected(&uid) {
-                        // A rejected pod stays rejected (its source must delete it).
-                        pods.insert(uid, pod);
-                        continue;
+                    if let Some((uid, pod)) = self.changed(pods, pod) {
+                        // A deletion timestamp moves the worker to terminating by itself.
+                        self.workers
+                            .update_pod(&uid, Work::new(UpdateType::Update, pod));
                     }
-                    pods.insert(uid.clone(), pod.clone());
-                    self.status.set_pod(&uid, pod.clone());
-                    // A deletion timestamp moves the worker to terminating by itself.
-                    self.workers
-                        .update_pod(&uid, Work::new(UpdateType::Update, pod));
                 }
             }
             Op::Remove => {
                 for pod in list {
                     let Some(uid) = uid_of(&pod) else { continue };
-                    pods.remove(&uid);
+                    let held = pods.remove(&uid);
                     if self.status.is_rejected(&uid) {
                         // It never ran: nothing to kill.
                         self.status.remove_pod(&uid);
@@ -185,30 +188,59 @@ impl<S: PodSyncer> SyncLoop<S> {
                         // Housekeeping kills it once every source has reported: killing before then could kill pods of a source that has not reported yet.
                         continue;
                     }
+                    let Some(pod) = held.or_else(|| whole(pod)) else {
+                        continue;
+                    };
                     self.workers.update_pod(&uid, Work::kill(pod, None));
                 }
             }
             Op::Reconcile => {
                 for pod in list {
-                    if let Some(uid) = uid_of(&pod) {
-                        pods.insert(uid.clone(), pod.clone());
-                        self.status.set_pod(&uid, pod);
-                    }
+                    self.changed(pods, pod);
                 }
             }
         }
     }
 
+    /// A known pod changed at its source: a rejected one stays rejected (its source must delete
+    /// it) and is kept as it is now; any other becomes the desired pod, returned whole with its
+    /// UID.
+    fn changed(
+        &mut self,
+        pods: &mut HashMap<String, Arc<Pod>>,
+        pod: PodRef,
+    ) -> Option<(String, Arc<Pod>)> {
+        let uid = uid_of(&pod)?;
+        if self.status.is_rejected(&uid) {
+            self.status.set_rejected_pod(&uid, pod);
+            return None;
+        }
+        let pod = whole(pod)?;
+        pods.insert(uid.clone(), pod.clone());
+        self.status.set_pod(&uid, pod.clone());
+        Some((uid, pod))
+    }
+
     /// Admission (the kubelet's pod count check): the node runs `max_pods` pods already, so `pod`
     /// fails at once without a worker, as the kubelet rejects it: phase Failed, reason
     /// OutOfpods. Admission is the one writer of status besides the pod worker: a rejected pod
-    /// never gets one.
-    fn reject_out_of_pods(&mut self, uid: &str, pod: Arc<Pod>, used: usize) {
+    /// never gets one. It is kept as the mux handed it (packed, for a manifest URL's pods) with
+    /// its reason and message, not among the desired pods.
+    fn reject_out_of_pods(&mut self, uid: &str, pod: PodRef, used: usize) {
         let message = format!(
             "Node didn't have enough resource: pods, requested: 1, used: {used}, capacity: {}",
             self.max_pods
         );
-        tracing::warn!(pod = %crate::pod::full_name(&pod), %message, "pod rejected");
+        let meta = pod.metadata();
+        tracing::warn!(
+            pod = %format!(
+                "{}_{}",
+                meta.name.as_deref().unwrap_or_default(),
+                meta.namespace.as_deref().unwrap_or_default()
+            ),
+            %message,
+            "pod rejected"
+        );
         self.metrics
             .admission_rejections_total
             .get_or_create(&crate::metrics::ReasonLabel {
@@ -363,7 +395,7 @@ mod tests {
     fn add(p: Arc<Pod>) -> PodUpdate {
         PodUpdate {
             op: Op::Add,
-            pods: vec![p],
+            pods: vec![p.into()],
             source: crate::config::FILE,
         }
     }
@@ -428,7 +460,7 @@ mod tests {
         // An update does not bring it back, and its removal leaves nothing.
         let u3 = |op| PodUpdate {
             op,
-            pods: vec![pod("u3", "c")],
+            pods: vec![pod("u3", "c").into()],
             source: crate::config::FILE,
         };
         r.config_tx.send(u3(Op::Update)).await.unwrap();
@@ -460,7 +492,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let remove = PodUpdate {
             op: Op::Remove,
-            pods: vec![p],
+            pods: vec![p.into()],
             source: crate::config::FILE,
         };
         r.config_tx.send(remove).await.unwrap();
@@ -471,5 +503,69 @@ mod tests {
         // Still in the runtime well after: then it is an orphan.
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(r.fake.graces_of("u1"), [30, 1]);
+    }
+
+    /// `pod` packed, created `secs` after the epoch.
+    fn packed_at(uid: &str, name: &str, secs: i64) -> PodRef {
+        let mut p = Pod::clone(&pod(uid, name));
+        p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid time"),
+        ));
+        PodRef::packed(p).expect("packs")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_packed_add_admits_the_oldest_and_keeps_the_rest_packed() {
+        let r = start_with(Inner::default(), 3);
+        // 1,000 packed pods, newest first: admission goes by creation time, not list order.
+        let n = 1_000;
+        let pods: Vec<PodRef> = (0..n)
+            .map(|i| packed_at(&format!("u{i}"), &format!("p{i}"), 10_000 - i64::from(i)))
+            .collect();
+        let update = PodUpdate {
+            op: Op::Add,
+            pods,
+            source: crate::config::HTTP,
+        };
+        r.config_tx.send(update).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let oldest = [n - 1, n - 2, n - 3].map(|i| format!("u{i}"));
+        for uid in &oldest {
+            assert_eq!(r.fake.syncs_of(uid).len(), 1, "{uid} runs");
+            assert!(!r.status.is_rejected(uid));
+        }
+        assert!(r.fake.syncs_of("u0").is_empty());
+        let st = r.status.status("u0").expect("a rejected pod has a status");
+        assert_eq!(st.reason.as_deref(), Some("OutOfpods"));
+        assert_eq!(
+            st.message.as_deref(),
+            Some(
+                "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3"
+            )
+        );
+        // The rejected pods stay packed (the status manager keeps what the mux handed on).
+        assert_eq!(r.status.rejected_packed(), (n - 3) as usize);
+        // An update of a rejected pod keeps it rejected; its removal leaves nothing.
+        let one = |op, p: PodRef| PodUpdate {
+            op,
+            pods: vec![p],
+            source: crate::config::HTTP,
+        };
+        r.config_tx
+            .send(one(Op::Update, packed_at("u0", "p0-new", 1)))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(r.fake.syncs_of("u0").is_empty());
+        assert!(r.status.is_rejected("u0"));
+        r.config_tx
+            .send(one(Op::Remove, packed_at("u0", "p0-new", 1)))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(r.status.status("u0").is_none());
+        assert!(r.fake.calls().iter().all(|c| match c {
+            Call::Sync(u, _) | Call::Terminating(u, _) | Call::Terminated(u) => oldest.contains(u),
+        }));
     }
 }

@@ -1211,11 +1211,20 @@ pub fn resources(agent: &Agent, cycle: usize) -> Resources {
 /// each time with no pod and a second's rest. It fails when the open file descriptors at the
 /// end are more than at the start or the middle, when the async runtime's tasks at the end are
 /// more than at the start, or when RSS grew more than [`SOAK_RSS_GROWTH_KIB`] from the middle
-/// to the end. `seed` picks each cycle's pod names' order of deletion.
-pub fn soak(runtime: &Runtime, seed: u64, cycles: usize, pods: usize) -> (Outcome, Vec<Resources>) {
+/// to the end. `seed` picks each cycle's pod names' order of deletion. `binary`: the agent
+/// binary (`None`: the debug build).
+pub fn soak(
+    runtime: &Runtime,
+    seed: u64,
+    cycles: usize,
+    pods: usize,
+    binary: Option<std::path::PathBuf>,
+) -> (Outcome, Vec<Resources>) {
     let mut out = Outcome::new("soak", seed);
     let mut rng = Rng::new(seed);
-    let agent = Agent::start(runtime, AgentOptions::new("chaos-soak"));
+    let mut opts = AgentOptions::new("chaos-soak");
+    opts.binary = binary;
+    let agent = Agent::start(runtime, opts);
     let cycles = cycles.max(2);
     let mut samples = Vec::new();
     let mut desired = Desired::new();

@@ -2,7 +2,6 @@
 //! list then watch, resuming after a dropped connection, bookmarks past compacted history, 410
 //! Gone and the relist, and kubeconfig handling; the RuntimeClass lookups pods need. No
 //! containerd is needed.
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -74,7 +73,7 @@ impl Harness {
 fn names(pods: &[StoredPod]) -> Vec<String> {
     let mut n: Vec<String> = pods
         .iter()
-        .filter_map(|p| p.metadata.name.clone())
+        .filter_map(|p| p.metadata().name.clone())
         .collect();
     n.sort();
     n
@@ -112,11 +111,12 @@ async fn list_then_watch_adds_modifies_deletes_for_this_node_only() {
     h.server.put(pod("u3", "db", NODE, "x:1"));
     h.server.put(pod("u4", "elsewhere", "node-b", "x:1"));
     let (op, p) = one(h.next().await);
-    assert_eq!((op, p.metadata.name.as_deref()), ("update", Some("db")));
+    assert_eq!((op, p.metadata().name.as_deref()), ("update", Some("db")));
 
     h.server.put(pod("u1", "web", NODE, "x:2"));
     let (op, p) = one(h.next().await);
     assert_eq!((op, p.uid()), ("update", "u1"));
+    let p = p.pod().whole().expect("a whole pod");
     let image = p.spec.as_ref().and_then(|s| s.containers[0].image.clone());
     assert_eq!(image.as_deref(), Some("x:2"));
 
@@ -190,11 +190,11 @@ async fn gone_410_relists_and_resends_unchanged_pods_as_the_same_stored_pod() {
     let web = |pods: &[StoredPod]| {
         pods.iter()
             .find(|p| p.uid() == "u1")
-            .map(|p| p.arc().clone())
+            .map(|p| p.pod().clone())
             .expect("web listed")
     };
     assert!(
-        Arc::ptr_eq(&web(&first), &web(&set)),
+        web(&first).ptr_eq(&web(&set)),
         "unchanged pod re-sent as is"
     );
     h.cancel.cancel();

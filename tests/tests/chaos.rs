@@ -114,7 +114,7 @@ fn a_full_disk_is_survived_and_converges_once_freed() {
 #[test]
 fn soak_cycles_leak_no_fds_tasks_or_memory() {
     let Some(rt) = Runtime::shared() else { return };
-    let (outcome, samples) = chaos::soak(rt, 20261125, 30, 3);
+    let (outcome, samples) = chaos::soak(rt, 20261125, 30, 3, None);
     assert!(
         outcome.passed(),
         "seed {}: {:#?}; samples {samples:#?}",

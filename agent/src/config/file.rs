@@ -529,8 +529,8 @@ impl Source {
                 }
             };
             let full = (
-                pod.metadata.namespace.clone().unwrap_or_default(),
-                pod.metadata.name.clone().unwrap_or_default(),
+                pod.metadata().namespace.clone().unwrap_or_default(),
+                pod.metadata().name.clone().unwrap_or_default(),
             );
             if let Some(first) = owners.get(&full) {
                 let reason = format!(
@@ -634,7 +634,7 @@ mod tests {
             };
             let mut names: Vec<String> = pods
                 .iter()
-                .map(|p| p.metadata.name.clone().unwrap_or_default())
+                .map(|p| p.metadata().name.clone().unwrap_or_default())
                 .collect();
             names.sort();
             names
@@ -657,7 +657,7 @@ mod tests {
         async fn quiet(&mut self, d: Duration) {
             if let Ok(Some(SourceUpdate::Set(pods))) = tokio::time::timeout(d, self.rx.recv()).await
             {
-                let names: Vec<_> = pods.iter().map(|p| p.metadata.name.clone()).collect();
+                let names: Vec<_> = pods.iter().map(|p| p.metadata().name.clone()).collect();
                 panic!("unexpected SET {names:?}");
             }
         }
@@ -699,8 +699,12 @@ mod tests {
             };
             let image = pods
                 .iter()
-                .find(|p| p.metadata.name.as_deref() == Some("a-node1"))
-                .and_then(|p| p.spec.as_ref()?.containers[0].image.clone());
+                .find(|p| p.metadata().name.as_deref() == Some("a-node1"))
+                .and_then(|p| {
+                    p.pod().whole().ok()?.spec.as_ref()?.containers[0]
+                        .image
+                        .clone()
+                });
             if image.as_deref() == Some("busybox:2") {
                 break;
             }
@@ -850,6 +854,9 @@ mod tests {
         };
         assert_eq!(pods.len(), 1);
         let image = pods[0]
+            .pod()
+            .whole()
+            .expect("whole")
             .spec
             .as_ref()
             .and_then(|s| s.containers[0].image.clone());
@@ -875,9 +882,11 @@ mod tests {
             else {
                 panic!("no SET with the second pod");
             };
-            let image = pods
-                .first()
-                .and_then(|p| p.spec.as_ref()?.containers[0].image.clone());
+            let image = pods.first().and_then(|p| {
+                p.pod().whole().ok()?.spec.as_ref()?.containers[0]
+                    .image
+                    .clone()
+            });
             if image.as_deref() == Some("two") {
                 break;
             }

@@ -318,8 +318,8 @@ impl Source {
                 }
             };
             let full = (
-                pod.metadata.namespace.clone().unwrap_or_default(),
-                pod.metadata.name.clone().unwrap_or_default(),
+                pod.metadata().namespace.clone().unwrap_or_default(),
+                pod.metadata().name.clone().unwrap_or_default(),
             );
             if !names.insert(full.clone()) {
                 tracing::warn!(url, item = i, pod = %format!("{}/{}", full.0, full.1), "rejected pod manifest from URL: duplicate pod name");
@@ -498,7 +498,7 @@ mod tests {
         assert_eq!(names(&second), ["a-node1", "b-node1"]);
         let find = |pods: &[StoredPod], name: &str| {
             pods.iter()
-                .find(|p| p.metadata.name.as_deref() == Some(name))
+                .find(|p| p.metadata().name.as_deref() == Some(name))
                 .cloned()
                 .expect("pod present")
         };
@@ -507,12 +507,7 @@ mod tests {
         assert_ne!(fp(&first, "b-node1"), fp(&second, "b-node1"));
         // The source kept no reference: the mux can keep each pod without a copy.
         for p in first.iter().chain(&second) {
-            assert_eq!(
-                Arc::strong_count(p.arc()),
-                1,
-                "the source holds {}",
-                p.uid()
-            );
+            assert_eq!(p.pod().holders(), 1, "the source holds {}", p.uid());
         }
         assert_eq!(h.errors.total(), 0);
         h.stop();

@@ -53,6 +53,12 @@ pub enum Error {
     },
     #[error("{path}: {problem}")]
     Invalid { path: PathBuf, problem: Problem },
+    #[error("{path}: {source}")]
+    Pack {
+        path: PathBuf,
+        #[source]
+        source: super::PackError,
+    },
 }
 
 impl Error {
@@ -65,6 +71,7 @@ impl Error {
             Error::Syntax { .. } => "syntax",
             Error::TooDeep { .. } => "too_deep",
             Error::Invalid { problem, .. } => problem.reason(),
+            Error::Pack { .. } => "pack",
         }
     }
 
@@ -76,7 +83,8 @@ impl Error {
             | Error::NotUtf8 { path, .. }
             | Error::Syntax { path, .. }
             | Error::TooDeep { path, .. }
-            | Error::Invalid { path, .. } => path,
+            | Error::Invalid { path, .. }
+            | Error::Pack { path, .. } => path,
         }
     }
 }
@@ -226,7 +234,9 @@ pub fn parse(path: &Path, bytes: &[u8], node_name: &str) -> Result<Pod> {
 /// Parses what a manifest URL served: one Pod or a PodList (`kind: PodList`, items without
 /// `kind`/`apiVersion` accepted), YAML or JSON. The outer error rejects the whole body
 /// (unreadable, not a Pod or PodList, a single pod that is invalid); a PodList's items each parse
-/// (and fail) on their own, named `<url> items[i]`. Pods come fingerprinted, ready for the mux.
+/// (and fail) on their own, named `<url> items[i]`. Pods come fingerprinted, ready for the mux; a
+/// PodList's pods come packed ([`super::packed`]), each as soon as it is parsed, so a list of
+/// thousands never exists as thousands of decoded pods.
 pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<StoredPod>>> {
     let path = PathBuf::from(url);
     let text = text(&path, bytes, node_name)?;
@@ -338,9 +348,15 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
         let mut pods = Vec::new();
         while let Some(item) = seq.next_element::<serde_json::Value>()? {
             let path = PathBuf::from(format!("{url} items[{}]", pods.len()));
-            // Each pod goes to the heap as soon as it is parsed: the list holds pointers, not
-            // 10,000 pod structs (2 KiB each before any of their fields) in one growing buffer.
-            pods.push(parse_item(origin, &path, item, node_name).map(StoredPod::new));
+            // Each pod is packed as soon as it is parsed: the list holds a few hundred bytes per
+            // pod, not 10,000 decoded pods (5 KiB each before most of their fields).
+            let pod = parse_item(origin, &path, item, node_name).and_then(|pod| {
+                StoredPod::packed(pod).map_err(|source| Error::Pack {
+                    path: path.clone(),
+                    source,
+                })
+            });
+            pods.push(pod);
         }
         Ok(pods)
     }
@@ -1390,6 +1406,7 @@ mod tests {
         let url = "http://127.0.0.1:1/pods";
         let one = parse_url(url, yaml("web").as_bytes(), NODE).expect("body parses");
         let pod = one.into_iter().next().expect("one pod").expect("valid");
+        let pod = pod.pod().whole().expect("whole");
         assert_eq!(pod.metadata.name.as_deref(), Some("web-node-a"));
         let ann = pod.metadata.annotations.as_ref().expect("annotations");
         assert_eq!(
@@ -1421,7 +1438,10 @@ mod tests {
         let items = parse_url(url, list.as_bytes(), NODE).expect("list parses");
         assert_eq!(items.len(), 4);
         assert_eq!(
-            items[0].as_ref().ok().and_then(|p| p.metadata.name.clone()),
+            items[0]
+                .as_ref()
+                .ok()
+                .and_then(|p| p.metadata().name.clone()),
             Some("a-node-a".to_owned())
         );
         for (i, reason) in [(1, "no_containers"), (2, "wrong_kind")] {
@@ -1431,7 +1451,19 @@ mod tests {
             assert!(named.contains(&format!("{url} items[{i}]")), "{named}");
         }
         let d = items[3].as_ref().expect("valid");
-        assert_eq!(d.metadata.uid.as_deref(), Some("fixed"));
+        assert_eq!(d.metadata().uid.as_deref(), Some("fixed"));
+        // A list's pods come packed, and unpack to the pod a single-pod body gives.
+        assert!(d.pod().is_packed());
+        let single = r#"{"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "d", "uid": "fixed"},
+             "spec": {"containers": [{"name": "c", "image": "x"}]}}"#;
+        let single = parse_url(url, single.as_bytes(), NODE).expect("parses");
+        let single = single[0].as_ref().expect("valid");
+        assert!(!single.pod().is_packed());
+        assert_eq!(
+            d.pod().whole().expect("unpacks"),
+            single.pod().whole().expect("whole")
+        );
+        assert_eq!(d.fingerprints(), single.fingerprints());
         // An empty list, a list in YAML, and bodies that are neither.
         let empty = parse_url(url, b"kind: PodList\napiVersion: v1\nitems: []\n", NODE);
         assert!(empty.expect("parses").is_empty());

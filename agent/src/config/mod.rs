@@ -5,8 +5,6 @@
 //! kubelet's incremental semantics (`pkg/kubelet/config/config.go`) into [`PodUpdate`]s for the
 //! sync loop.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -20,9 +18,11 @@ mod fingerprint;
 pub mod http;
 pub mod manifest;
 mod mux;
+pub mod packed;
 
 pub use fingerprint::Fingerprints;
 pub use mux::{Mux, SourcesReady};
+pub use packed::{PackError, PodRef};
 
 /// Source name of static pods read from files.
 pub const FILE: &str = crate::pod::annotations::FILE_SOURCE;
@@ -142,10 +142,11 @@ impl ErrorCounter {
 /// A pod as a source hands it to the mux: shared, with its fingerprints and full-name key computed
 /// once when the source ingested it, so merging an unchanged pod costs a fingerprint comparison
 /// and one map lookup, never a walk over the pod. A source that keeps no reference to the pods it
-/// sends lets the mux keep them without a copy.
+/// sends lets the mux keep them without a copy. Whole, or packed ([`packed`]) by a source that
+/// can be handed many pods at once (the manifest URL).
 #[derive(Debug, Clone)]
 pub struct StoredPod {
-    pod: Arc<Pod>,
+    pod: PodRef,
     fp: Fingerprints,
     /// Hash of (name, namespace), for the cheap duplicate-name pre-check.
     name_key: u64,
@@ -156,25 +157,46 @@ pub struct StoredPod {
 impl StoredPod {
     /// Takes ownership of `pod` and fingerprints it.
     pub fn new(pod: Pod) -> Self {
-        let fp = fingerprint::of_pod(&pod);
-        let name_key = fingerprint::name_key(&pod);
-        let uid_hash = fingerprint::uid_hash(pod.metadata.uid.as_deref().unwrap_or_default());
+        let (fp, name_key, uid_hash) = Self::keys(&pod);
         StoredPod {
-            pod: Arc::new(pod),
+            pod: pod.into(),
             fp,
             name_key,
             uid_hash,
         }
     }
 
+    /// Fingerprints `pod` and keeps it packed.
+    pub fn packed(pod: Pod) -> Result<Self, PackError> {
+        let (fp, name_key, uid_hash) = Self::keys(&pod);
+        Ok(StoredPod {
+            pod: PodRef::packed(pod)?,
+            fp,
+            name_key,
+            uid_hash,
+        })
+    }
+
+    fn keys(pod: &Pod) -> (Fingerprints, u64, u64) {
+        let fp = fingerprint::of_pod(pod);
+        let name_key = fingerprint::name_key(pod);
+        let uid_hash = fingerprint::uid_hash(pod.metadata.uid.as_deref().unwrap_or_default());
+        (fp, name_key, uid_hash)
+    }
+
     /// The shared pod.
-    pub fn arc(&self) -> &Arc<Pod> {
+    pub fn pod(&self) -> &PodRef {
         &self.pod
     }
 
-    /// The pod itself: taken over without a copy when no one else holds it, else copied.
-    pub fn into_pod(self) -> Pod {
-        Arc::try_unwrap(self.pod).unwrap_or_else(|shared| Pod::clone(&shared))
+    /// The shared pod, taken over.
+    pub fn into_ref(self) -> PodRef {
+        self.pod
+    }
+
+    /// The pod's metadata.
+    pub fn metadata(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        self.pod.metadata()
     }
 
     /// The fingerprints computed at ingestion.
@@ -188,20 +210,13 @@ impl StoredPod {
 
     /// The UID (empty if unset).
     pub fn uid(&self) -> &str {
-        self.pod.metadata.uid.as_deref().unwrap_or_default()
+        self.pod.uid()
     }
 }
 
 impl From<Pod> for StoredPod {
     fn from(pod: Pod) -> Self {
         StoredPod::new(pod)
-    }
-}
-
-impl std::ops::Deref for StoredPod {
-    type Target = Pod;
-    fn deref(&self) -> &Pod {
-        &self.pod
     }
 }
 
@@ -236,7 +251,7 @@ pub enum Op {
 #[derive(Debug, Clone)]
 pub struct PodUpdate {
     pub op: Op,
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<PodRef>,
     pub source: &'static str,
 }
 
@@ -253,7 +268,7 @@ pub(crate) fn test_manifest(name: &str, image: &str) -> String {
 pub(crate) fn test_names(pods: &[StoredPod]) -> Vec<String> {
     let mut v: Vec<String> = pods
         .iter()
-        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .map(|p| p.metadata().name.clone().unwrap_or_default())
         .collect();
     v.sort();
     v

@@ -13,7 +13,9 @@
 //! Memory: the mux holds one copy of each pod, the stored one, shared (`Arc`) with the sync loop,
 //! the status manager and the pod workers. A new or changed pod becomes the stored one in place
 //! when the source kept no reference to it (the HTTP source keeps none); a source that keeps its
-//! pods (file, API) costs a second copy, the stamped one.
+//! pods (file, API) costs a second copy, the stamped one. A pod the source packed
+//! ([`super::packed`]) is kept and handed on packed: stamping changes only its metadata, and
+//! only an update or a status change of it decodes it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -30,7 +32,7 @@ use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
 use super::{
     CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Fingerprints, Op,
-    PodUpdate, SourceUpdate, StoredPod,
+    PodRef, PodUpdate, SourceUpdate, StoredPod,
 };
 
 /// Capacity of the outbound channel, like the kubelet's.
@@ -57,7 +59,7 @@ struct Entry {
     uid: String,
     uid_hash: u64,
     /// The stored pod (local annotations stamped), shared with the sync loop.
-    pod: Arc<Pod>,
+    pod: PodRef,
     /// The fingerprints of the pod as the source last sent it.
     fp: Fingerprints,
     /// The SET generation that last saw this UID.
@@ -99,11 +101,11 @@ impl SourcesReady {
 
 #[derive(Default)]
 struct Outputs {
-    adds: Vec<Arc<Pod>>,
-    updates: Vec<Arc<Pod>>,
-    deletes: Vec<Arc<Pod>>,
-    removes: Vec<Arc<Pod>>,
-    reconciles: Vec<Arc<Pod>>,
+    adds: Vec<PodRef>,
+    updates: Vec<PodRef>,
+    deletes: Vec<PodRef>,
+    removes: Vec<PodRef>,
+    reconciles: Vec<PodRef>,
 }
 
 impl Default for Mux {
@@ -221,7 +223,7 @@ impl Mux {
         let first_set = !seen_before && state.sent_set;
 
         let mut result = Vec::with_capacity(2);
-        let mut emit = |op, pods: Vec<Arc<Pod>>| {
+        let mut emit = |op, pods: Vec<PodRef>| {
             if !pods.is_empty() {
                 result.push(PodUpdate { op, pods, source });
             }
@@ -307,8 +309,8 @@ fn merge_pods(
                 // Stamped in place when the source kept no reference, else on a copy: the
                 // source's pod is never changed under it.
                 let mut pod = incoming.pod;
-                let ann = Arc::make_mut(&mut pod)
-                    .metadata
+                let ann = pod
+                    .metadata_mut()
                     .annotations
                     .get_or_insert_with(Default::default);
                 ann.insert(CONFIG_SOURCE_ANNOTATION.to_owned(), source.to_owned());
@@ -329,16 +331,39 @@ fn merge_pods(
             Some(e) => {
                 e.generation = generation;
                 let fp = incoming.fingerprints();
-                let incoming = incoming.into_pod();
-                if e.fp.semantic == fp.semantic {
+                let form = incoming.pod.clone();
+                let (existing, incoming) = match (e.pod.whole(), incoming.pod.into_pod()) {
+                    (Ok(existing), Ok(incoming)) => (existing, incoming),
+                    (Err(err), _) | (_, Err(err)) => {
+                        // The agent's own encoding failed: keep what is stored, say so.
+                        tracing::error!(source, error = %err, "pod update dropped");
+                        continue;
+                    }
+                };
+                let changed = if e.fp.semantic == fp.semantic {
                     // Status alone changed: a RECONCILE carrying the new status.
-                    Arc::make_mut(&mut e.pod).status = incoming.status;
+                    let mut pod = Pod::clone(&existing);
+                    pod.status = incoming.status;
+                    pod
+                } else {
+                    updated(&existing, incoming, source)
+                };
+                drop(existing);
+                let changed = match form.like(changed) {
+                    Ok(changed) => changed,
+                    Err(err) => {
+                        tracing::error!(source, error = %err, "pod update dropped");
+                        continue;
+                    }
+                };
+                if e.fp.semantic == fp.semantic {
+                    e.pod = changed;
                     e.fp.status = fp.status;
                     out.reconciles.push(e.pod.clone());
                     continue;
                 }
-                let deleting = incoming.metadata.deletion_timestamp.is_some();
-                e.pod = Arc::new(updated(&e.pod, incoming, source));
+                let deleting = changed.metadata().deletion_timestamp.is_some();
+                e.pod = changed;
                 e.fp = fp;
                 if deleting {
                     out.deletes.push(e.pod.clone());
@@ -411,8 +436,8 @@ fn duplicates(pods: &[StoredPod], source: &str) -> Option<Vec<bool>> {
         HashSet::with_capacity_and_hasher(pods.len(), Xxh3DefaultBuilder);
     let mut keep: Option<Vec<bool>> = None;
     for (i, pod) in pods.iter().enumerate() {
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata().name.as_deref().unwrap_or_default();
+        let ns = pod.metadata().namespace.as_deref().unwrap_or_default();
         if !names.insert((name, ns)) {
             tracing::warn!(
                 source,
@@ -463,7 +488,7 @@ mod tests {
     }
 
     fn with_image(p: StoredPod, image: &str) -> StoredPod {
-        let mut p = Pod::clone(&p);
+        let mut p = p.into_ref().into_pod().expect("whole");
         if let Some(s) = p.spec.as_mut() {
             s.containers[0].image = Some(image.to_owned());
         }
@@ -471,13 +496,26 @@ mod tests {
     }
 
     fn with_phase(p: StoredPod, phase: &str) -> StoredPod {
-        let mut p = Pod::clone(&p);
+        let mut p = p.into_ref().into_pod().expect("whole");
         p.status.get_or_insert_with(PodStatus::default).phase = Some(phase.to_owned());
         p.into()
     }
 
-    fn ann(p: &Pod, key: &str) -> Option<String> {
-        p.metadata.annotations.as_ref()?.get(key).cloned()
+    fn ann(p: &PodRef, key: &str) -> Option<String> {
+        p.metadata().annotations.as_ref()?.get(key).cloned()
+    }
+
+    /// The phase in the pod's status.
+    fn phase_of(p: &PodRef) -> Option<String> {
+        p.whole().expect("whole").status.as_ref()?.phase.clone()
+    }
+
+    /// Where the pod is kept.
+    fn ptr(p: &PodRef) -> *const () {
+        match p {
+            PodRef::Whole(a) => Arc::as_ptr(a).cast(),
+            PodRef::Packed(a) => Arc::as_ptr(a).cast(),
+        }
     }
 
     /// (op, uids) of each update.
@@ -485,11 +523,7 @@ mod tests {
         updates
             .iter()
             .map(|u| {
-                let uids = u
-                    .pods
-                    .iter()
-                    .map(|p| p.metadata.uid.clone().unwrap_or_default())
-                    .collect();
+                let uids = u.pods.iter().map(|p| p.uid().to_owned()).collect();
                 (u.op, uids)
             })
             .collect()
@@ -633,6 +667,7 @@ mod tests {
         let p = &out[0].pods[0];
         assert_eq!(ann(p, CONFIG_SEEN_ANNOTATION), seen);
         assert_eq!(ann(p, CONFIG_SOURCE_ANNOTATION).as_deref(), Some("file"));
+        let p = p.whole().expect("whole");
         let image = p.spec.as_ref().and_then(|s| s.containers[0].image.clone());
         assert_eq!(image.as_deref(), Some("x:2"));
     }
@@ -690,7 +725,7 @@ mod tests {
             SourceUpdate::Set(vec![with_phase(pod("1", "a"), "Running")]),
         );
         assert_eq!(summary(&out), vec![(Op::Reconcile, s(&["1"]))]);
-        let phase = out[0].pods[0].status.as_ref().and_then(|s| s.phase.clone());
+        let phase = phase_of(&out[0].pods[0]);
         assert_eq!(phase.as_deref(), Some("Running"));
         assert!(ann(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).is_some());
         // Same status again: nothing.
@@ -703,7 +738,7 @@ mod tests {
         let both = with_phase(with_image(pod("1", "a"), "x:9"), "Failed");
         let out = m.merge(FILE, SourceUpdate::Set(vec![both]));
         assert_eq!(summary(&out), vec![(Op::Update, s(&["1"]))]);
-        let phase = out[0].pods[0].status.as_ref().and_then(|s| s.phase.clone());
+        let phase = phase_of(&out[0].pods[0]);
         assert_eq!(phase.as_deref(), Some("Failed"));
     }
 
@@ -717,7 +752,7 @@ mod tests {
         let out = m.merge(API, SourceUpdate::Update(vec![p.clone().into()]));
         assert_eq!(summary(&out), vec![(Op::Delete, s(&["1"]))]);
         assert_eq!(
-            out[0].pods[0].metadata.deletion_grace_period_seconds,
+            out[0].pods[0].metadata().deletion_grace_period_seconds,
             Some(30)
         );
         // Grace period shortened: another DELETE.
@@ -862,7 +897,11 @@ mod tests {
             FILE,
             SourceUpdate::Set(vec![with_phase(pod("1", "a"), "Running")]),
         );
-        assert_eq!(held.status, None, "consumer's copy unchanged");
+        assert_eq!(
+            held.whole().expect("whole").status,
+            None,
+            "consumer's copy unchanged"
+        );
     }
 
     #[test]
@@ -870,16 +909,16 @@ mod tests {
         let mut m = mux();
         // The source kept no reference: the stored pod is the very allocation it sent.
         let sent = pod("1", "a");
-        let at = Arc::as_ptr(sent.arc());
+        let at = ptr(sent.pod());
         let out = m.merge(FILE, SourceUpdate::Set(vec![sent]));
-        assert_eq!(Arc::as_ptr(&out[0].pods[0]), at);
+        assert_eq!(ptr(&out[0].pods[0]), at);
         assert!(ann(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).is_some());
         // The source kept it: the stored pod is a stamped copy, the source's is unchanged.
         let kept = pod("2", "b");
         let out = m.merge(FILE, SourceUpdate::Add(vec![kept.clone()]));
-        assert!(!Arc::ptr_eq(&out[0].pods[0], kept.arc()));
+        assert!(!out[0].pods[0].ptr_eq(kept.pod()));
         assert!(ann(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).is_some());
-        assert_eq!(ann(kept.arc(), CONFIG_SEEN_ANNOTATION), None);
+        assert_eq!(ann(kept.pod(), CONFIG_SEEN_ANNOTATION), None);
         // A later equal pod is dropped; the stored one stays the only copy in the mux.
         let stored = out[0].pods[0].clone();
         drop(out);
@@ -887,7 +926,7 @@ mod tests {
             m.merge(FILE, SourceUpdate::Add(vec![pod("2", "b")]))
                 .is_empty()
         );
-        assert_eq!(Arc::strong_count(&stored), 2, "the mux and this test");
+        assert_eq!(stored.holders(), 2, "the mux and this test");
     }
 
     #[test]
@@ -899,7 +938,7 @@ mod tests {
         p.metadata.deletion_grace_period_seconds = Some(1);
         assert_ne!(base.semantic, fingerprints(&p, &mut buf).semantic);
         let p = with_phase(pod("1", "a"), "Running");
-        let fp = fingerprints(&p, &mut buf);
+        let fp = fingerprints(&p.pod().whole().expect("whole"), &mut buf);
         assert_eq!(base.semantic, fp.semantic);
         assert_ne!(base.status, fp.status);
         // Annotation key/value boundaries are unambiguous.
@@ -948,5 +987,70 @@ mod tests {
         let (mut rx, _) = m.run(CancellationToken::new());
         drop(tx);
         assert!(rx.recv().await.is_none());
+    }
+
+    fn packed(uid: &str, name: &str, image: &str, phase: Option<&str>) -> StoredPod {
+        let p = with_image(pod(uid, name), image);
+        let p = match phase {
+            Some(phase) => with_phase(p, phase),
+            None => p,
+        };
+        StoredPod::packed(p.into_ref().into_pod().expect("whole")).expect("packs")
+    }
+
+    #[test]
+    fn packed_pods_are_kept_and_handed_on_packed() {
+        let mut m = mux();
+        m.register(HTTP);
+        let out = m.merge(
+            HTTP,
+            SourceUpdate::Set(vec![
+                packed("1", "a", "x:1", None),
+                packed("2", "b", "x:1", None),
+            ]),
+        );
+        assert_eq!(summary(&out), vec![(Op::Add, s(&["1", "2"]))]);
+        let added = &out[0].pods[0];
+        assert!(added.is_packed());
+        // Stamped without decoding: the metadata is kept whole.
+        assert_eq!(
+            ann(added, CONFIG_SOURCE_ANNOTATION).as_deref(),
+            Some("http")
+        );
+        let seen = ann(added, CONFIG_SEEN_ANNOTATION);
+        assert!(seen.is_some());
+        // The same pods again: nothing.
+        let again = vec![packed("1", "a", "x:1", None), packed("2", "b", "x:1", None)];
+        assert!(m.merge(HTTP, SourceUpdate::Set(again)).is_empty());
+        // A new image is an UPDATE of a packed pod carrying the new spec and the stored stamps.
+        let out = m.merge(
+            HTTP,
+            SourceUpdate::Set(vec![
+                packed("1", "a", "x:2", None),
+                packed("2", "b", "x:1", None),
+            ]),
+        );
+        assert_eq!(summary(&out), vec![(Op::Update, s(&["1"]))]);
+        let updated = &out[0].pods[0];
+        assert!(updated.is_packed());
+        assert_eq!(ann(updated, CONFIG_SEEN_ANNOTATION), seen);
+        let whole = updated.whole().expect("unpacks");
+        let spec = whole.spec.as_ref().expect("spec");
+        assert_eq!(spec.containers[0].image.as_deref(), Some("x:2"));
+        // A status alone: a packed RECONCILE with it.
+        let out = m.merge(
+            HTTP,
+            SourceUpdate::Set(vec![
+                packed("1", "a", "x:2", Some("Running")),
+                packed("2", "b", "x:1", None),
+            ]),
+        );
+        assert_eq!(summary(&out), vec![(Op::Reconcile, s(&["1"]))]);
+        assert!(out[0].pods[0].is_packed());
+        assert_eq!(phase_of(&out[0].pods[0]).as_deref(), Some("Running"));
+        // Gone from the SET: a REMOVE of the stored packed pod.
+        let out = m.merge(HTTP, SourceUpdate::Set(vec![packed("2", "b", "x:1", None)]));
+        assert_eq!(summary(&out), vec![(Op::Remove, s(&["1"]))]);
+        assert!(out[0].pods[0].is_packed());
     }
 }

@@ -270,6 +270,10 @@ impl Manager {
             .forget_prefix(&format!("{uid}_"));
         self.tokens.forget(uid);
         self.known().created.remove(uid);
+        self.resize
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget_pod(uid, state.containers.iter().map(|c| c.id.as_str()));
         Ok(())
     }
 }

@@ -356,6 +356,17 @@ struct ResizeState {
     errors: HashMap<String, String>,
 }
 
+impl ResizeState {
+    /// Forgets what resizes left of a pod that is gone: its error and its containers' applied
+    /// resources.
+    fn forget_pod<'a>(&mut self, uid: &str, containers: impl IntoIterator<Item = &'a str>) {
+        self.errors.remove(uid);
+        for id in containers {
+            self.applied.remove(id);
+        }
+    }
+}
+
 const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 const CRASH_BACKOFF_MAX: Duration = Duration::from_secs(300);
 const MIN_GRACE_SECS: i64 = 2;
@@ -540,5 +551,18 @@ pub(crate) mod tests {
         assert!(!k.holds_nothing("a"));
         k.created.remove("a");
         assert!(k.holds_nothing("a"));
+    }
+
+    #[test]
+    fn a_removed_pod_leaves_nothing_of_its_resizes() {
+        let mut r = super::ResizeState::default();
+        r.applied.insert("c1".into(), "cpu=1".into());
+        r.applied.insert("c2".into(), "cpu=2".into());
+        r.applied.insert("other".into(), "cpu=3".into());
+        r.errors.insert("u".into(), "refused".into());
+        r.errors.insert("v".into(), "refused".into());
+        r.forget_pod("u", ["c1", "c2"]);
+        assert_eq!(r.applied.keys().collect::<Vec<_>>(), ["other"]);
+        assert_eq!(r.errors.keys().collect::<Vec<_>>(), ["v"]);
     }
 }

@@ -15,8 +15,62 @@ struct PodListView<'a> {
     #[serde(rename = "apiVersion")]
     api_version: &'static str,
     kind: &'static str,
-    items: Vec<PodView<'a>>,
+    items: Items<'a>,
     metadata: EmptyMeta,
+}
+
+/// Every pod of the store in UID order, admitted and rejected alike; a packed pod's spec is
+/// decoded for its own item only, so the list never holds more than one decoded spec.
+struct Items<'a> {
+    store: &'a super::Store,
+    host_ip: Option<std::net::IpAddr>,
+}
+
+impl serde::Serialize for Items<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let store = self.store;
+        let mut seq = s.serialize_seq(Some(store.pods.len() + store.rejected.len()))?;
+        let mut pods = store.pods.iter().peekable();
+        let mut rejected = store.rejected.iter().peekable();
+        loop {
+            let pod_first = match (pods.peek(), rejected.peek()) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((a, _)), Some((b, _))) => a <= b,
+            };
+            if pod_first {
+                let Some((_, e)) = pods.next() else { break };
+                seq.serialize_element(&PodView {
+                    api_version: "v1",
+                    kind: "Pod",
+                    metadata: &e.pod.metadata,
+                    spec: e.pod.spec.as_ref(),
+                    status: &e.status,
+                })?;
+                continue;
+            }
+            let Some((_, r)) = rejected.next() else { break };
+            let status = r.status(self.host_ip);
+            let decoded;
+            let spec = match &r.pod {
+                crate::config::PodRef::Whole(p) => p.spec.as_ref(),
+                crate::config::PodRef::Packed(p) => {
+                    decoded = p.spec().map_err(serde::ser::Error::custom)?;
+                    decoded.as_ref()
+                }
+            };
+            seq.serialize_element(&PodView {
+                api_version: "v1",
+                kind: "Pod",
+                metadata: r.pod.metadata(),
+                spec,
+                status: &status,
+            })?;
+        }
+        seq.end()
+    }
 }
 
 /// One pod of [`PodListView`]: the desired pod with its status.
@@ -42,13 +96,24 @@ impl StatusManager {
         let Ok(map) = self.inner.read() else {
             return Vec::new();
         };
-        map.values()
-            .map(|e| {
+        let mut pods: Vec<(String, Pod)> = map
+            .pods
+            .iter()
+            .map(|(uid, e)| {
                 let mut p = (*e.pod).clone();
                 p.status = Some(e.status.clone());
-                p
+                (uid.clone(), p)
             })
-            .collect()
+            .collect();
+        for (uid, r) in &map.rejected {
+            let Ok(mut p) = r.pod.clone().into_pod() else {
+                continue;
+            };
+            p.status = Some(r.status(self.host_ip));
+            pods.push((uid.clone(), p));
+        }
+        pods.sort_by(|a, b| a.0.cmp(&b.0));
+        pods.into_iter().map(|(_, p)| p).collect()
     }
 
     /// `/pods` as JSON: a `v1` `PodList` of the pods with their statuses, the same document
@@ -74,16 +139,10 @@ impl StatusManager {
         let list = PodListView {
             api_version: "v1",
             kind: "PodList",
-            items: map
-                .values()
-                .map(|e| PodView {
-                    api_version: "v1",
-                    kind: "Pod",
-                    metadata: &e.pod.metadata,
-                    spec: e.pod.spec.as_ref(),
-                    status: &e.status,
-                })
-                .collect(),
+            items: Items {
+                store: &map,
+                host_ip: self.host_ip,
+            },
             metadata: EmptyMeta {},
         };
         let body = match serde_json::to_vec(&list) {

@@ -13,6 +13,7 @@ mod tests;
 
 pub use generate::{generate, generate_probed};
 
+use crate::config::PodRef;
 use crate::pod::{Phase, PodState, annotations, deadline};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
@@ -25,22 +26,49 @@ struct Entry {
     pod: Arc<Pod>,
     status: PodStatus,
     running_observed: bool,
-    /// Admission rejected the pod: no worker ever writes its status.
-    rejected: bool,
     /// The pod's worker is killing it: nothing of it is Ready any more.
     terminating: bool,
 }
 
 impl Entry {
-    fn new(pod: Arc<Pod>, status: PodStatus, rejected: bool) -> Self {
+    fn new(pod: Arc<Pod>, status: PodStatus) -> Self {
         Self {
             pod,
             status,
             running_observed: false,
-            rejected,
             terminating: false,
         }
     }
+}
+
+/// A pod admission rejected: it never runs and no worker writes its status, so it is kept as
+/// the mux handed it (packed, for a manifest URL's pods: a few hundred bytes instead of some
+/// 5 KiB) with what its status says, and its status is made when it is read.
+struct Rejected {
+    pod: PodRef,
+    reason: &'static str,
+    /// The status message (`Pod was rejected: ...`).
+    message: Box<str>,
+}
+
+impl Rejected {
+    fn status(&self, host_ip: Option<IpAddr>) -> PodStatus {
+        PodStatus {
+            phase: Some(Phase::Failed.as_str().into()),
+            reason: Some(self.reason.to_owned()),
+            message: Some(self.message.to_string()),
+            host_ip: host_ip.map(|ip| ip.to_string()),
+            ..Default::default()
+        }
+    }
+}
+
+/// The pods the agent was asked to run, by UID: the admitted ones and the rejected ones (a UID is
+/// in one map at most).
+#[derive(Default)]
+struct Store {
+    pods: BTreeMap<String, Entry>,
+    rejected: BTreeMap<String, Rejected>,
 }
 
 /// Shared, cheap to clone. Writers: the sync loop (the desired pods: [`StatusManager::set_pod`],
@@ -49,7 +77,7 @@ impl Entry {
 /// gets a worker ([`StatusManager::reject`]). Everyone else only reads.
 #[derive(Clone)]
 pub struct StatusManager {
-    inner: Arc<RwLock<BTreeMap<String, Entry>>>,
+    inner: Arc<RwLock<Store>>,
     /// Bumped while `inner`'s write lock is held by every writer that changed what `/pods` shows
     /// (a pod or a status): the served answer is stale exactly when this moved.
     version: Arc<AtomicU64>,
@@ -77,7 +105,7 @@ impl StatusManager {
 
     /// The write lock on every entry. A writer that changes what `/pods` shows calls
     /// [`Self::changed`] before releasing it.
-    fn write(&self) -> Option<RwLockWriteGuard<'_, BTreeMap<String, Entry>>> {
+    fn write(&self) -> Option<RwLockWriteGuard<'_, Store>> {
         self.inner.write().ok()
     }
 
@@ -94,7 +122,7 @@ impl StatusManager {
 
     /// A copy of the pod's last computed status (probe workers read it).
     pub fn pod_status(&self, uid: &str) -> Option<PodStatus> {
-        self.inner.read().ok()?.get(uid).map(|e| e.status.clone())
+        self.status(uid)
     }
 
     /// Adds or replaces the desired pod, keeping its status.
@@ -102,7 +130,11 @@ impl StatusManager {
         let Some(mut map) = self.write() else {
             return;
         };
-        match map.get_mut(uid) {
+        if map.rejected.contains_key(uid) {
+            // A rejected pod stays rejected until its source removes it.
+            return;
+        }
+        match map.pods.get_mut(uid) {
             Some(e) => {
                 if !Arc::ptr_eq(&e.pod, &pod) && *e.pod != *pod {
                     self.changed();
@@ -119,40 +151,62 @@ impl StatusManager {
                         .map(|q| q.as_str().to_owned()),
                     ..Default::default()
                 };
-                map.insert(uid.to_owned(), Entry::new(pod, status, false));
+                map.pods.insert(uid.to_owned(), Entry::new(pod, status));
             }
         }
     }
 
     /// Admission rejected the pod: it never runs, and its status says why for as long as a
     /// source has it (kubelet `rejectPod`: phase Failed, the reason, "Pod was rejected: ...").
-    pub fn reject(&self, uid: &str, pod: Arc<Pod>, reason: &str, message: &str) {
+    pub fn reject(&self, uid: &str, pod: PodRef, reason: &'static str, message: &str) {
         let Some(mut map) = self.write() else {
             return;
         };
-        let status = PodStatus {
-            phase: Some(Phase::Failed.as_str().into()),
-            reason: Some(reason.to_owned()),
-            message: Some(format!("Pod was rejected: {message}")),
-            host_ip: self.host_ip.map(|ip| ip.to_string()),
-            ..Default::default()
+        map.pods.remove(uid);
+        let rejected = Rejected {
+            pod,
+            reason,
+            message: format!("Pod was rejected: {message}").into_boxed_str(),
         };
-        map.insert(uid.to_owned(), Entry::new(pod, status, true));
+        map.rejected.insert(uid.to_owned(), rejected);
         self.changed();
+    }
+
+    /// A rejected pod's source changed it: it stays rejected, shown as it is now.
+    pub fn set_rejected_pod(&self, uid: &str, pod: PodRef) {
+        let Some(mut map) = self.write() else {
+            return;
+        };
+        if let Some(r) = map.rejected.get_mut(uid)
+            && !r.pod.ptr_eq(&pod)
+        {
+            r.pod = pod;
+            self.changed();
+        }
+    }
+
+    /// How many rejected pods are kept packed (tests).
+    #[cfg(test)]
+    pub fn rejected_packed(&self) -> usize {
+        self.inner.read().map_or(0, |m| {
+            m.rejected.values().filter(|r| r.pod.is_packed()).count()
+        })
     }
 
     /// Whether admission rejected the pod.
     pub fn is_rejected(&self, uid: &str) -> bool {
         self.inner
             .read()
-            .is_ok_and(|m| m.get(uid).is_some_and(|e| e.rejected))
+            .is_ok_and(|m| m.rejected.contains_key(uid))
     }
 
     pub fn remove_pod(&self, uid: &str) {
-        if let Some(mut map) = self.write()
-            && map.remove(uid).is_some()
-        {
-            self.changed();
+        if let Some(mut map) = self.write() {
+            let pod = map.pods.remove(uid).is_some();
+            let rejected = map.rejected.remove(uid).is_some();
+            if pod || rejected {
+                self.changed();
+            }
         }
     }
 
@@ -168,7 +222,7 @@ impl StatusManager {
         let Some(mut map) = self.write() else {
             return false;
         };
-        let Some(entry) = map.get_mut(uid) else {
+        let Some(entry) = map.pods.get_mut(uid) else {
             return false;
         };
         let mut first_running = false;
@@ -213,7 +267,7 @@ impl StatusManager {
         let Some(mut map) = self.write() else {
             return;
         };
-        let Some(entry) = map.get_mut(uid) else {
+        let Some(entry) = map.pods.get_mut(uid) else {
             return;
         };
         entry.terminating = true;
@@ -236,7 +290,7 @@ impl StatusManager {
             .inner
             .read()
             .ok()
-            .and_then(|m| m.get(uid).and_then(|e| e.status.start_time.clone()));
+            .and_then(|m| m.pods.get(uid).and_then(|e| e.status.start_time.clone()));
         let start = recorded.or_else(|| pod.status.as_ref().and_then(|s| s.start_time.clone()));
         deadline::check(pod, start.map(|t| t.0), Timestamp::now())
     }
@@ -266,20 +320,27 @@ impl StatusManager {
 
     /// Whether the pod is one the agent was asked to run.
     pub fn knows(&self, uid: &str) -> bool {
-        self.inner.read().is_ok_and(|m| m.contains_key(uid))
+        self.inner
+            .read()
+            .is_ok_and(|m| m.pods.contains_key(uid) || m.rejected.contains_key(uid))
     }
 
     /// The pod's last computed status.
     pub fn status(&self, uid: &str) -> Option<PodStatus> {
-        self.inner.read().ok()?.get(uid).map(|e| e.status.clone())
+        let map = self.inner.read().ok()?;
+        match map.pods.get(uid) {
+            Some(e) => Some(e.status.clone()),
+            None => map.rejected.get(uid).map(|r| r.status(self.host_ip)),
+        }
     }
 
     /// Whether the pod's last computed phase is Succeeded or Failed.
     pub fn is_terminal(&self, uid: &str) -> bool {
         self.inner.read().is_ok_and(|m| {
-            m.get(uid).is_some_and(|e| {
-                Phase::of(e.status.phase.as_deref()).is_some_and(Phase::is_terminal)
-            })
+            m.rejected.contains_key(uid)
+                || m.pods.get(uid).is_some_and(|e| {
+                    Phase::of(e.status.phase.as_deref()).is_some_and(Phase::is_terminal)
+                })
         })
     }
 
@@ -290,9 +351,10 @@ impl StatusManager {
             return 0;
         };
         uids.filter(|uid| {
-            !map.get(*uid).is_some_and(|e| {
-                Phase::of(e.status.phase.as_deref()).is_some_and(Phase::is_terminal)
-            })
+            !map.rejected.contains_key(*uid)
+                && !map.pods.get(*uid).is_some_and(|e| {
+                    Phase::of(e.status.phase.as_deref()).is_some_and(Phase::is_terminal)
+                })
         })
         .count()
     }
@@ -301,7 +363,8 @@ impl StatusManager {
         self.inner
             .read()
             .map(|m| {
-                m.values()
+                m.pods
+                    .values()
                     .filter(|e| Phase::of(e.status.phase.as_deref()) == Some(Phase::Running))
                     .count()
             })

@@ -758,3 +758,54 @@ fn the_manager_counts_the_deadline_from_the_status_start_time() {
         Deadline::Unset
     );
 }
+
+#[test]
+fn rejected_pods_are_served_in_uid_order_beside_admitted_ones() {
+    let m = StatusManager::new(crate::metrics::Metrics::new());
+    let served = |m: &StatusManager| {
+        serde_json::from_slice::<serde_json::Value>(&m.pods_json()).unwrap_or_default()
+    };
+    let with_name = |name: &str, policy: &str| {
+        let mut p = pod(policy, vec![], vec![spec("a", false)]);
+        p.metadata.name = Some(name.to_owned());
+        p
+    };
+    m.set_pod("b", Arc::new(with_name("admitted", "Always")));
+    let packed = PodRef::packed(with_name("packed", "Never")).expect("packs");
+    m.reject("a", packed, "OutOfpods", "no room");
+    m.reject(
+        "c",
+        with_name("whole", "OnFailure").into(),
+        "OutOfpods",
+        "no room",
+    );
+    let list = served(&m);
+    let items = list["items"].as_array().expect("items");
+    let names: Vec<&str> = items
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["packed", "admitted", "whole"]);
+    // A packed pod shows its spec, decoded, and its rejection.
+    assert_eq!(items[0]["spec"]["restartPolicy"], "Never");
+    assert_eq!(items[0]["status"]["phase"], "Failed");
+    assert_eq!(items[0]["status"]["reason"], "OutOfpods");
+    assert_eq!(items[0]["status"]["message"], "Pod was rejected: no room");
+    assert_eq!(items[2]["spec"]["restartPolicy"], "OnFailure");
+    // The same document as the owned pods serialise to.
+    let owned = serde_json::to_value(k8s_openapi::List {
+        items: m.pods(),
+        ..Default::default()
+    })
+    .unwrap_or_default();
+    assert_eq!(list, owned);
+    // A rejected pod is never made desired by a set_pod, counts as finished, and goes away
+    // with its removal.
+    m.set_pod("a", Arc::new(with_name("packed", "Never")));
+    assert!(m.is_rejected("a"));
+    assert!(m.is_terminal("a"));
+    assert_eq!(m.count_active(["a", "b", "c"].map(String::from).iter()), 1);
+    m.remove_pod("a");
+    assert!(!m.knows("a"));
+    assert_eq!(served(&m)["items"].as_array().map(Vec::len), Some(2));
+}

@@ -29,8 +29,17 @@ use crate::ebpf::{CgroupEventKind, KernelEvent, Monitor};
 use crate::metrics::{Metrics, PhaseLabel};
 pub use timeline::{Mark, Observer, Phase, PodRecord};
 
-/// How many pods the tracer remembers; the oldest are forgotten first.
+/// How many pods the tracer remembers at most; the oldest are forgotten first.
 pub const MAX_PODS: usize = 4096;
+/// How many bytes the remembered timelines may take (their records and what they point to, as
+/// [`PodRecord::heap_bytes`] counts them); the oldest are forgotten first. A pod's start takes
+/// about 2 KiB, so this keeps the last thousand or so: enough for every pod of a node at once.
+pub const MAX_BYTES: usize = 2 << 20;
+/// CRI calls kept per pod: the startup's come first; a pod that lives long (every sync reads
+/// it) stops adding calls once this many are kept.
+pub const MAX_CRI_SPANS: usize = 256;
+/// Exec cgroups kept per pod (a crash-looping container adds one per restart).
+pub const MAX_EXECS: usize = 64;
 /// Capacity of the update channel behind [`Tracer::subscribe`].
 pub const UPDATES_CAPACITY: usize = 1024;
 
@@ -53,14 +62,18 @@ fn seen_monotonic(pod: &Pod, now_mono: u64) -> Option<u64> {
 #[derive(Default)]
 struct State {
     pods: HashMap<String, PodRecord>,
+    /// The sum of [`PodRecord::heap_bytes`] over `pods`.
+    bytes: usize,
     /// cgroup2 id of a container cgroup -> (pod UID, when it was created), from `cgroup_mkdir`
     /// on the cgroup2 hierarchy.
     cgroup_owner: HashMap<u64, (String, u64)>,
 }
 
 impl State {
+    /// Forgets the oldest timelines until at most [`MAX_PODS`] taking at most [`MAX_BYTES`]
+    /// are left.
     fn evict(&mut self) {
-        while self.pods.len() > MAX_PODS {
+        while self.pods.len() > MAX_PODS || self.bytes > MAX_BYTES {
             let Some(oldest) = self
                 .pods
                 .values()
@@ -69,9 +82,25 @@ impl State {
             else {
                 return;
             };
-            self.pods.remove(&oldest);
+            if let Some(gone) = self.pods.remove(&oldest) {
+                self.bytes = self.bytes.saturating_sub(gone.heap_bytes());
+            }
             self.cgroup_owner.retain(|_, (uid, _)| *uid != oldest);
         }
+        // A map that once held more entries keeps their room: give it back once it is mostly
+        // empty, so its size follows what it holds.
+        if self.pods.capacity() > 4 * self.pods.len().max(64) {
+            self.pods.shrink_to_fit();
+        }
+        if self.cgroup_owner.capacity() > 4 * self.cgroup_owner.len().max(64) {
+            self.cgroup_owner.shrink_to_fit();
+        }
+    }
+
+    /// Bytes held now (tests).
+    #[cfg(test)]
+    fn counted_bytes(&self) -> usize {
+        self.pods.values().map(PodRecord::heap_bytes).sum()
     }
 }
 
@@ -137,21 +166,27 @@ impl Tracer {
     }
 
     fn with_pod(&self, uid: &str, f: impl FnOnce(&mut PodRecord)) {
-        let mut state = self
+        let mut guard = self
             .shared
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let state = &mut *guard;
         let Some(pod) = state.pods.get_mut(uid) else {
             return;
         };
+        let before = pod.heap_bytes();
         f(pod);
+        pod.cri.truncate(MAX_CRI_SPANS);
+        pod.execs.truncate(MAX_EXECS);
         let snapshot = pod.clone();
         let first_complete = !pod.observed && pod.complete(self.probes_loaded());
         if first_complete {
             pod.observed = true;
         }
-        drop(state);
+        state.bytes = (state.bytes + pod.heap_bytes()).saturating_sub(before);
+        state.evict();
+        drop(guard);
         self.publish(&snapshot, first_complete);
     }
 
@@ -200,6 +235,7 @@ impl Tracer {
                 .collect();
             record.source_seen_ns = Some(seen_monotonic(pod, now).unwrap_or(now).min(now));
             record.admitted_ns = Some(now);
+            state.bytes += record.heap_bytes();
             state.pods.insert(uid.to_owned(), record);
             state.evict();
         }
@@ -648,5 +684,52 @@ mod tests {
         let first = tracer.pod("u").and_then(|p| p.admitted_ns);
         tracer.pod_admitted("u", &pod("p", "u"));
         assert_eq!(tracer.pod("u").and_then(|p| p.admitted_ns), first);
+    }
+
+    /// A start's worth of CRI calls for `uid` (a begin and an end each).
+    fn start_calls(tracer: &Tracer, uid: &str, n: u64) {
+        for i in 0..n {
+            tracer.kernel_event(&cri("ContainerStatus", uid, 10 + 2 * i, None));
+            tracer.kernel_event(&cri("ContainerStatus", uid, 11 + 2 * i, Some(true)));
+        }
+    }
+
+    #[test]
+    fn the_timelines_are_bounded_by_their_bytes() {
+        let tracer = Tracer::new(Metrics::new());
+        // Pods that made many CRI calls each: far more bytes than the budget, far fewer pods than
+        // MAX_PODS.
+        let n = 3_000;
+        for i in 0..n {
+            let uid = format!("uid-{i:05}");
+            tracer.pod_admitted(&uid, &pod(&format!("p{i}"), &uid));
+            start_calls(&tracer, &uid, 40);
+        }
+        let state = tracer.shared.state.lock().unwrap();
+        assert_eq!(
+            state.bytes,
+            state.counted_bytes(),
+            "the running sum drifted"
+        );
+        assert!(state.bytes <= MAX_BYTES, "{} bytes kept", state.bytes);
+        assert!(state.pods.len() < n, "nothing forgotten");
+        assert!(state.pods.len() > 100, "only {} kept", state.pods.len());
+        // The newest are kept, the oldest forgotten.
+        assert!(state.pods.contains_key(&format!("uid-{:05}", n - 1)));
+        assert!(!state.pods.contains_key("uid-00000"));
+        // The map gives back the room of what it forgot.
+        assert!(state.pods.capacity() <= 4 * state.pods.len().max(64) * 2);
+    }
+
+    #[test]
+    fn a_long_lived_pod_stops_adding_calls_at_the_cap() {
+        let tracer = Tracer::new(Metrics::new());
+        tracer.pod_admitted("u", &pod("p", "u"));
+        start_calls(&tracer, "u", 10 * MAX_CRI_SPANS as u64);
+        let record = tracer.pod("u").expect("kept");
+        assert_eq!(record.cri.len(), MAX_CRI_SPANS);
+        // The first calls (the start's) are the ones kept.
+        assert_eq!(record.cri[0].begin_ns, 10);
+        assert!(record.heap_bytes() < MAX_BYTES / 100);
     }
 }

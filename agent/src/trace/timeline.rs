@@ -145,6 +145,23 @@ impl PodRecord {
         }
     }
 
+    /// What the record takes in memory: itself, its key in the tracer's map (a copy of the UID)
+    /// and every buffer it owns, by capacity.
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let strings = self.uid.capacity() * 2 + self.name.capacity() + self.namespace.capacity();
+        let containers = self.containers.capacity() * size_of::<String>()
+            + self.containers.iter().map(String::capacity).sum::<usize>();
+        let execs = self.execs.capacity() * size_of::<ExecCgroup>()
+            + self.execs.iter().map(|e| e.comm.capacity()).sum::<usize>();
+        size_of::<Self>()
+            + size_of::<String>()
+            + strings
+            + containers
+            + self.cri.capacity() * size_of::<CriSpan>()
+            + execs
+    }
+
     /// The first call of `method` (the pod's first start; restarts come later).
     fn first_calls(&self, method: &str) -> impl Iterator<Item = &CriSpan> {
         self.cri.iter().filter(move |s| s.method == method)

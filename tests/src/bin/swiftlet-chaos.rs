@@ -25,7 +25,8 @@ Scenarios (default: all):
            --runtime-request-timeout 5s; each round delays, fails or hangs one CRI method
            for 2-5 s during churn, and the invariant must hold within 60 s after
   soak     --cycles create/delete cycles of --pods pods (default 1000 cycles, 3 pods); fails when
-           open fds or async tasks grow, or RSS grows more than 2 MiB from the middle to the end
+           open fds or async tasks grow, or RSS grows more than 2 MiB from the middle to the end;
+           the debug agent, or with --agent PATH the agent binary at PATH
 
 Every scenario prints its seed; --seed replays the same choices.
 ";
@@ -175,7 +176,8 @@ fn main() -> ExitCode {
             "disk" => chaos::disk_full(runtime, args.seed, args.rounds, args.pods),
             "soak" => {
                 let pods = if args.pods_set { args.pods } else { 3 };
-                let (outcome, samples) = chaos::soak(runtime, args.seed, args.cycles, pods);
+                let (outcome, samples) =
+                    chaos::soak(runtime, args.seed, args.cycles, pods, args.agent.clone());
                 for r in &samples {
                     println!(
                         "  after cycle {:>5}: RSS {:>7.1} MiB  fds {:>4}  threads {:>3}  \
