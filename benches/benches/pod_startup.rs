@@ -32,8 +32,12 @@
 //! CPUs it may run on: the agent-added time when the agent does not queue for a CPU behind the
 //! runtime.
 //!
+//! With `--volumes`, then the same N as pods from an in-process API server on an agent of their
+//! own, without volumes and with an emptyDir, a configMap and a secret volume each: the
+//! `volumes` phase of the timelines is what setting up the three volumes added to each start.
+//!
 //! Options (after `--`): `--pods 1,10,50`, `--reps 3`, `--no-cost`, `--cost-secs 60`,
-//! `--cost-pods 100`, `--reserved-core`. Without root or containerd it says so and exits 0, unless
+//! `--cost-pods 100`, `--reserved-core`, `--volumes`. Without root or containerd it says so and exits 0, unless
 //! `SWIFTLET_REQUIRE_RUNTIME=1`, where it fails.
 use hdrhistogram::Histogram;
 use k8s_cri::v1 as api;
@@ -45,6 +49,7 @@ use std::time::{Duration, Instant};
 use swiftlet::cri::Cri;
 use swiftlet::metrics::Metrics;
 use swiftlet_benches::{cpu_ticks, rss_kib, run_queue_wait_ns, system_busy_ticks, ticks_per_sec};
+use swiftlet_tests::api_server::{ApiServer, config_map};
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
 
 const IMAGE: &str = "localhost/swiftlet/busybox:v1";
@@ -63,6 +68,7 @@ struct Opts {
     cost_secs: u64,
     cost_pods: usize,
     reserved_core: bool,
+    volumes: bool,
 }
 
 fn parse_opts() -> Result<Opts, String> {
@@ -73,6 +79,7 @@ fn parse_opts() -> Result<Opts, String> {
         cost_secs: 60,
         cost_pods: 100,
         reserved_core: false,
+        volumes: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -101,6 +108,7 @@ fn parse_opts() -> Result<Opts, String> {
             }
             "--no-cost" => o.cost = false,
             "--reserved-core" => o.reserved_core = true,
+            "--volumes" => o.volumes = true,
             // cargo bench passes --bench; criterion-style filters are ignored too.
             _ => {}
         }
@@ -330,15 +338,108 @@ fn phases(poller: &xtask::http::Client) -> PhaseList {
     serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("GET /pods is not a pod list ({e})"))
 }
 
+/// Where a run's pods come from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// Manifest files in the agent's manifest directory (static pods).
+    Files,
+    /// The in-process API server the agent watches; with `volumes`, each pod mounts an emptyDir,
+    /// a configMap and a secret volume.
+    Api {
+        server: &'a ApiServer,
+        volumes: bool,
+    },
+}
+
+impl Source<'_> {
+    /// The name pods of run `run` start with.
+    fn prefix(self, run: usize) -> String {
+        match self {
+            Source::Files => format!("s{run}-"),
+            Source::Api { volumes: true, .. } => format!("v{run}-"),
+            Source::Api { volumes: false, .. } => format!("a{run}-"),
+        }
+    }
+
+    /// Adds pod `name` to the agent's desired pods.
+    fn add(self, agent: &Agent, name: &str) {
+        match self {
+            Source::Files => agent.write_manifest(&format!("{name}.yaml"), &manifest(name)),
+            Source::Api { server, volumes } => server.put(api_pod(agent, name, volumes)),
+        }
+    }
+
+    /// Takes pod `name` away again.
+    fn remove(self, agent: &Agent, name: &str) {
+        match self {
+            Source::Files => agent.remove_manifest(&format!("{name}.yaml")),
+            Source::Api { server, .. } => server.delete(&api_uid(name)),
+        }
+    }
+
+    /// The pod's name on `/pods`.
+    fn pod_name(self, agent: &Agent, name: &str) -> String {
+        match self {
+            Source::Files => agent.static_pod_name(name),
+            Source::Api { .. } => name.to_owned(),
+        }
+    }
+}
+
+fn api_uid(name: &str) -> String {
+    format!("{name}-uid")
+}
+
+/// The API pod `name` bound to the agent's node: [`manifest`]'s pod, with an emptyDir, the
+/// configMap `bench-config` and the secret `bench-secret` mounted when `volumes`.
+fn api_pod(agent: &Agent, name: &str, volumes: bool) -> k8s_openapi::api::core::v1::Pod {
+    let mut pod = serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": api_uid(name)},
+        "spec": {
+            "nodeName": agent.node_name(),
+            "hostNetwork": true,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "main", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", COMMAND],
+            }],
+        },
+    });
+    if volumes {
+        pod["spec"]["volumes"] = serde_json::json!([
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "config", "configMap": {"name": "bench-config"}},
+            {"name": "creds", "secret": {"secretName": "bench-secret"}},
+        ]);
+        pod["spec"]["containers"][0]["volumeMounts"] = serde_json::json!([
+            {"name": "scratch", "mountPath": "/scratch"},
+            {"name": "config", "mountPath": "/etc/config"},
+            {"name": "creds", "mountPath": "/etc/creds"},
+        ]);
+    }
+    serde_json::from_value(pod).expect("an API pod")
+}
+
 fn swiftlet_run(agent: &Agent, n: usize, run: usize, pids: Pids) -> Sample {
-    let names: Vec<String> = (0..n).map(|i| format!("s{run}-{i}")).collect();
-    let pods: Vec<String> = names.iter().map(|m| agent.static_pod_name(m)).collect();
+    swiftlet_run_from(agent, Source::Files, n, run, pids)
+}
+
+fn swiftlet_run_from(
+    agent: &Agent,
+    source: Source<'_>,
+    n: usize,
+    run: usize,
+    pids: Pids,
+) -> Sample {
+    let prefix = source.prefix(run);
+    let names: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+    let pods: Vec<String> = names.iter().map(|m| source.pod_name(agent, m)).collect();
     let cpu = CpuUse::now(pids);
     let start = Instant::now();
     let mut written = Vec::with_capacity(n);
     for m in &names {
         written.push(Instant::now());
-        agent.write_manifest(&format!("{m}.yaml"), &manifest(m));
+        source.add(agent, m);
     }
     let mut running: Vec<Option<Instant>> = vec![None; n];
     let index: HashMap<&str, usize> = pods
@@ -375,7 +476,7 @@ fn swiftlet_run(agent: &Agent, n: usize, run: usize, pids: Pids) -> Sample {
         .map(|(r, w)| r.unwrap_or(*w).duration_since(*w))
         .collect();
     for m in &names {
-        agent.remove_manifest(&format!("{m}.yaml"));
+        source.remove(agent, m);
     }
     agent.wait_for(|l| l.items.is_empty(), TIMEOUT);
     Sample {
@@ -639,15 +740,20 @@ fn print_cri_calls(before: &Calls, after: &Calls, pods: usize) {
 /// (`/debug/trace/pods`: the agent's own marks, its CRI calls and, with probes loaded, what the
 /// kernel saw), as the phase table `cargo xtask report` prints.
 fn phase_summary(agent: &Agent, n: usize, runs: &[usize]) {
+    let prefixes: Vec<String> = runs.iter().map(|run| format!("s{run}-")).collect();
+    phase_summary_of(agent, n, &prefixes);
+}
+
+/// [`phase_summary`] of the pods whose names start with one of `prefixes`; returns the report.
+fn phase_summary_of(agent: &Agent, n: usize, prefixes: &[String]) -> Option<xtask::report::Report> {
     let (status, body) = agent.get("/debug/trace/pods");
     let view: serde_json::Value = match serde_json::from_str(&body) {
         Ok(v) if status == 200 => v,
         _ => {
             println!("  (no phase breakdown: /debug/trace/pods answered {status})");
-            return;
+            return None;
         }
     };
-    let prefixes: Vec<String> = runs.iter().map(|run| format!("s{run}-")).collect();
     match xtask::report::build_report(&view, |name| {
         prefixes.iter().any(|p| name.starts_with(p.as_str()))
     }) {
@@ -690,9 +796,96 @@ fn phase_summary(agent: &Agent, n: usize, runs: &[usize]) {
                     "    of which before the pod's first CRI call (admission, dispatch, pod cgroup, sandbox config): p50 {p50:.2} ms, p90 {p90:.2} ms, p99 {p99:.2} ms, max {max:.2} ms"
                 );
             }
+            Some(r)
         }
-        Ok(_) => println!("  (no complete pod timelines for N = {n})"),
-        Err(e) => println!("  (no phase breakdown: {e})"),
+        Ok(_) => {
+            println!("  (no complete pod timelines for N = {n})");
+            None
+        }
+        Err(e) => {
+            println!("  (no phase breakdown: {e})");
+            None
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. What volumes add (`--volumes`).
+
+/// N pods from the API server with an emptyDir, a configMap and a secret volume each, beside N
+/// pods without volumes, on an agent of their own watching the in-process API server (static
+/// pods may not name configMaps or secrets). Prints both sets' latencies and phase tables, and
+/// the `volumes` phase (set-up of the three volumes, before the pod's cgroup and sandbox) against
+/// its budget of 2 ms p99.
+fn volumes(rt: &Runtime, tokio: &tokio::runtime::Runtime, binary: PathBuf, opts: &Opts) {
+    let server = tokio.block_on(ApiServer::start());
+    server.put_object(config_map(
+        "bench-config",
+        &[("mode", "fast"), ("level", "3")],
+    ));
+    server.put_secret(
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "bench-secret", "namespace": "default"},
+            "data": {"password": "aHVudGVyMg=="},
+        }))
+        .expect("a secret"),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).expect("write the kubeconfig");
+    let mut agent_opts = AgentOptions::new("bench-volumes");
+    agent_opts.binary = Some(binary);
+    agent_opts.verbosity = 0;
+    agent_opts.extra_args = vec!["--kubeconfig".into(), kubeconfig.display().to_string()];
+    let agent = Agent::start(rt, agent_opts);
+    let pids = Pids {
+        containerd: rt.layout.pid().and_then(|p| u32::try_from(p).ok()),
+        agent: agent.pid(),
+    };
+    println!("
+volumes: API-server pods with an emptyDir, a configMap and a secret volume each, beside the same pods without volumes");
+    for &n in &opts.pods {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        let (mut with_runs, mut without_runs) = (Vec::new(), Vec::new());
+        for rep in 0..opts.reps {
+            progress(&format!("volumes N={n} rep {}/{}", rep + 1, opts.reps));
+            let run = n * 1000 + rep;
+            let plain = Source::Api {
+                server: &server,
+                volumes: false,
+            };
+            let mounted = Source::Api {
+                server: &server,
+                volumes: true,
+            };
+            without.push(swiftlet_run_from(&agent, plain, n, run, pids));
+            without_runs.push(plain.prefix(run));
+            with.push(swiftlet_run_from(&agent, mounted, n, run, pids));
+            with_runs.push(mounted.prefix(run));
+            eprintln!(" done");
+        }
+        println!(
+            "
+N = {n}: per-pod latency (ms) and batch wall time (ms, mean of {} runs)",
+            opts.reps
+        );
+        header();
+        row("no volumes", &histogram(&without), mean_wall(&without));
+        row("3 volumes", &histogram(&with), mean_wall(&with));
+        println!("  pods without volumes:");
+        phase_summary_of(&agent, n, &without_runs);
+        println!("  pods with volumes:");
+        let report = phase_summary_of(&agent, n, &with_runs);
+        match report
+            .as_ref()
+            .and_then(|r| r.phases.iter().find(|p| p.phase == "volumes"))
+        {
+            Some(v) => println!(
+                "  volume set-up (emptyDir + configMap + secret): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms (budget: 2 ms p99)",
+                v.p50_ms, v.p90_ms, v.p99_ms, v.max_ms
+            ),
+            None => println!("  (no volumes phase in the timelines)"),
+        }
     }
 }
 
@@ -820,7 +1013,7 @@ fn main() -> ExitCode {
     };
     let binary = release_agent();
     let mut agent_opts = AgentOptions::new("bench");
-    agent_opts.binary = Some(binary);
+    agent_opts.binary = Some(binary.clone());
     agent_opts.verbosity = 0;
     agent_opts.file_check_frequency = "20s".into();
     let agent = Agent::start(rt, agent_opts);
@@ -934,6 +1127,10 @@ fn main() -> ExitCode {
     }
     if opts.cost {
         cost(&agent, &opts, idle);
+    }
+    if opts.volumes {
+        drop(agent);
+        volumes(rt, &tokio, binary, &opts);
     }
     ExitCode::SUCCESS
 }
