@@ -269,7 +269,7 @@ pub fn rotate_files(log: &Path, max_files: usize, rotated: PathBuf) -> io::Resul
 
 /// Why one container's log was not rotated.
 #[derive(Debug, thiserror::Error)]
-enum RotateError {
+pub enum RotateError {
     #[error(transparent)]
     Cri(#[from] crate::cri::Error),
     #[error(transparent)]
@@ -336,7 +336,7 @@ impl LogManager {
             Ok(containers) => {
                 let rotated = futures::stream::iter(containers)
                     .map(|c| async move {
-                        match self.container(&c.id).await {
+                        match self.rotate_if_due(&c.id).await {
                             Ok(rotated) => usize::from(rotated),
                             Err(error) => {
                                 self.metrics.container_log_rotation_errors_total.inc();
@@ -358,8 +358,10 @@ impl LogManager {
         rotated
     }
 
-    /// Looks at one container's log and rotates it if it is due; true when it was rotated.
-    async fn container(&self, id: &str) -> Result<bool, RotateError> {
+    /// Looks at container `id`'s log and rotates it if it is due; true when it was rotated. When
+    /// the runtime fails to reopen the log, the rotated file is renamed back and the runtime's
+    /// error returned.
+    pub async fn rotate_if_due(&self, id: &str) -> Result<bool, RotateError> {
         let Some(max_size) = self.policy.max_size else {
             return Ok(false);
         };
