@@ -205,6 +205,26 @@ pub fn rotated_files(log: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Removes a container's log and every file rotated from it (`<log>` and `<log>.*`), as the
+/// kubelet does before it removes a container; returns how many files went. A directory that is
+/// gone already is no error.
+pub fn remove_container_logs(log: &Path) -> io::Result<usize> {
+    let mut files = match rotated_files(log) {
+        Ok(files) => files,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    files.push(log.to_owned());
+    let mut removed = 0;
+    for file in files {
+        if file.symlink_metadata().is_ok() {
+            remove_file(&file)?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 /// Compresses `file` into `<file>.gz` through `<file>.tmp` (same permissions), then removes
 /// `file`. A failure leaves `file` as it was and removes the temporary file.
 pub fn compress(file: &Path) -> io::Result<()> {
@@ -627,6 +647,28 @@ mod tests {
         let err = Policy::new("10Mi", 5, Duration::from_secs(2), 1).unwrap_err();
         assert!(matches!(err, Error::MonitorInterval(_)), "{err}");
         assert!(err.to_string().contains("3s"), "{err}");
+    }
+
+    #[test]
+    fn a_removed_containers_logs_go_with_it_and_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "1.log",
+            "1.log.20240101-000001.gz",
+            "1.log.20240101-000002",
+            "2.log",
+            "10.log",
+        ] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        assert_eq!(remove_container_logs(&dir.path().join("1.log")).unwrap(), 3);
+        assert_eq!(names(dir.path()), ["10.log", "2.log"]);
+        // Nothing left, or no directory at all: nothing to do.
+        assert_eq!(remove_container_logs(&dir.path().join("1.log")).unwrap(), 0);
+        assert_eq!(
+            remove_container_logs(&dir.path().join("gone/0.log")).unwrap(),
+            0
+        );
     }
 
     #[test]

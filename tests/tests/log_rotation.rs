@@ -5,12 +5,15 @@
 //! the container (the same one, never restarted) still logging into the current file containerd
 //! reopened. The rotations are counted in `/metrics`. A current log removed by someone else is
 //! reopened by the runtime at the next pass. A rotation the runtime refuses to reopen (an exited
-//! container) is undone: the log is renamed back and nothing else is left.
+//! container) is undone: the log is renamed back and nothing else is left. The dead instances of
+//! a crash-looping container that are collected take their log files (rotated ones included)
+//! with them.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use k8s_cri::v1::ContainerStatus;
 use swiftlet::logs::{LogManager, Policy, RotateError};
 use swiftlet::metrics::Metrics;
 use swiftlet_tests::{
@@ -78,6 +81,34 @@ fn gunzip(path: &Path) -> String {
     out
 }
 
+/// Writes static pod `name` (one container `main` running `script` under `policy`); returns its
+/// UID and its container's log directory.
+fn start_pod(agent: &Agent, name: &str, policy: &str, script: &str) -> (String, PathBuf) {
+    agent.write_manifest(
+        &format!("{name}.yaml"),
+        &script_pod_manifest(agent.node_name(), name, policy, script, ""),
+    );
+    let pod = agent.static_pod_name(name);
+    let uid = format!("{name}-{}", agent.node_name());
+    let dir = agent
+        .root_dir()
+        .join("pod-logs")
+        .join(format!("default_{pod}_{uid}"))
+        .join("main");
+    (uid, dir)
+}
+
+/// Waits for a container of pod `uid` in `state`; returns its runtime status.
+fn container_in(agent: &Agent, uid: &str, state: k8s_cri::v1::ContainerState) -> ContainerStatus {
+    agent.eventually(&format!("a container {state:?}"), TIMEOUT, || {
+        container_statuses(agent.endpoint(), uid)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .find(|c| c.state == state as i32)
+            .ok_or_else(|| "none yet".to_owned())
+    })
+}
+
 /// Waits for the current log to hold a batch after `after`; returns the newest batch in it.
 fn newer_lines_in_current_log(agent: &Agent, dir: &Path, after: u64) -> u64 {
     agent.eventually("newer lines in the current log", TIMEOUT, || {
@@ -112,25 +143,8 @@ fn a_fast_logging_container_has_its_log_rotated_compressed_and_reopened() {
     let name = "logrot";
     // About 100 KiB of log lines a second, in numbered batches.
     let script = "n=0; while true; do n=$((n+1)); yes \"batch $n of the log rotation test\" | head -n 1000; sleep 0.5; done";
-    agent.write_manifest(
-        "logrot.yaml",
-        &script_pod_manifest(agent.node_name(), name, "Always", script, ""),
-    );
-    let pod = agent.static_pod_name(name);
-    let uid = format!("{name}-{}", agent.node_name());
-    let dir: PathBuf = agent
-        .root_dir()
-        .join("pod-logs")
-        .join(format!("default_{pod}_{uid}"))
-        .join("main");
-    let first_id = agent.eventually("the container to run", TIMEOUT, || {
-        container_statuses(agent.endpoint(), &uid)
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .find(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32)
-            .map(|c| c.id)
-            .ok_or_else(|| "not running yet".to_owned())
-    });
+    let (uid, dir) = start_pod(&agent, name, "Always", script);
+    let first_id = container_in(&agent, &uid, k8s_cri::v1::ContainerState::ContainerRunning).id;
 
     // Wait for enough rotations that the oldest rotated files have been removed; no sample ever
     // shows more than max-files - 1 rotated files.
@@ -199,7 +213,7 @@ fn a_fast_logging_container_has_its_log_rotated_compressed_and_reopened() {
         statuses[0].state,
         k8s_cri::v1::ContainerState::ContainerRunning as i32
     );
-    agent.remove_manifest("logrot.yaml");
+    agent.remove_manifest(&format!("{name}.yaml"));
 }
 
 #[test]
@@ -210,19 +224,10 @@ fn a_rotation_the_runtime_cannot_reopen_is_renamed_back() {
     let name = "logundo";
     // About 200 KiB of log, then the container exits (and stays exited).
     let script = "yes \"batch 1 of a log that cannot be reopened\" | head -n 4000";
-    agent.write_manifest(
-        "logundo.yaml",
-        &script_pod_manifest(agent.node_name(), name, "Never", script, ""),
-    );
-    let uid = format!("{name}-{}", agent.node_name());
-    let exited = agent.eventually("the container to exit", TIMEOUT, || {
-        container_statuses(agent.endpoint(), &uid)
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .find(|c| c.state == k8s_cri::v1::ContainerState::ContainerExited as i32)
-            .ok_or_else(|| "not exited yet".to_owned())
-    });
+    let (uid, dir) = start_pod(&agent, name, "Never", script);
+    let exited = container_in(&agent, &uid, k8s_cri::v1::ContainerState::ContainerExited);
     let log = PathBuf::from(&exited.log_path);
+    assert_eq!(log, dir.join("0.log"));
     let before = std::fs::read(&log).unwrap();
     assert!(
         before.len() >= 64 << 10,
@@ -252,12 +257,59 @@ fn a_rotation_the_runtime_cannot_reopen_is_renamed_back() {
         before,
         "the log was not renamed back whole"
     );
-    let dir = log.parent().unwrap();
-    assert_eq!(files(dir), ["0.log"], "a rotated file was left behind");
+    assert_eq!(files(&dir), ["0.log"], "a rotated file was left behind");
     let encoded = counted.encode();
     assert!(
         encoded.contains("swiftlet_container_log_rotations_total 0"),
         "{encoded}"
     );
-    agent.remove_manifest("logundo.yaml");
+    agent.remove_manifest(&format!("{name}.yaml"));
+}
+
+#[test]
+fn a_collected_dead_containers_log_files_go_with_it() {
+    let Some(agent) = start_agent("log-rotation-gc") else {
+        return;
+    };
+    let name = "loggc";
+    let (uid, dir) = start_pod(&agent, name, "Always", "echo started; exit 1");
+    // A rotated file of the first instance's log, as a rotation would have left it.
+    let rotated = dir.join("0.log.20240101-000000.gz");
+    agent.eventually("the first instance's log", TIMEOUT, || {
+        if dir.join("0.log").exists() {
+            std::fs::write(&rotated, b"old").map_err(|e| e.to_string())
+        } else {
+            Err(format!("files {:?}", files(&dir)))
+        }
+    });
+    // Restarted twice (back-off 10 s, then 20 s), the first instance is collected (one dead
+    // instance is kept): its log files go, those of the instances still there stay.
+    agent.eventually(
+        "the first instance collected with its logs",
+        TIMEOUT * 2,
+        || {
+            let logs: Vec<String> = container_statuses(agent.endpoint(), &uid)
+                .map_err(|e| e.to_string())?
+                .iter()
+                .filter_map(|c| {
+                    Some(
+                        Path::new(&c.log_path)
+                            .file_name()?
+                            .to_string_lossy()
+                            .into_owned(),
+                    )
+                })
+                .collect();
+            let now = files(&dir);
+            let mut expected = logs.clone();
+            expected.sort();
+            if !logs.contains(&"0.log".to_owned()) && now == expected && !logs.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("runtime's logs {logs:?}, files {now:?}"))
+            }
+        },
+    );
+    assert!(!rotated.exists());
+    agent.remove_manifest(&format!("{name}.yaml"));
 }
