@@ -140,6 +140,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             runtime.cri().clone(),
             cfg.container_logs.clone(),
             cfg.node_name.clone(),
+            cfg.pod_logs_dir.clone(),
             metrics.clone(),
         )
         .run(cancel.clone()),

@@ -4,7 +4,8 @@
 //! `ContainerStatus.log_path`, `<pod-logs-dir>/<ns>_<name>_<uid>/<container>/<restart>.log`) and
 //! never rotates it. Every `--container-log-monitor-interval` this module lists the running
 //! containers of this node and, for each whose current log is at least `--container-log-max-size`
-//! bytes, rotates it as the kubelet does:
+//! bytes, rotates it as the kubelet does (the log's path comes from the container's labels, the
+//! layout of `pod::log_paths`; when no file is there the runtime's `ContainerStatus` says where):
 //!
 //! 1. the files beside it named `<log>.*` are read; leftovers of an unfinished rotation are
 //!    removed (`.tmp` files of a compression cut short, and uncompressed files whose `.gz`
@@ -303,17 +304,48 @@ pub struct LogManager {
     cri: Cri,
     policy: Policy,
     node_name: String,
+    pod_logs_dir: PathBuf,
     metrics: Metrics,
 }
 
 impl LogManager {
-    pub fn new(cri: Cri, policy: Policy, node_name: String, metrics: Metrics) -> Self {
+    /// Rotates the logs of the containers of node `node_name` (the agent's own, by their
+    /// `swiftlet.io/node-name` label) below `pod_logs_dir`.
+    pub fn new(
+        cri: Cri,
+        policy: Policy,
+        node_name: String,
+        pod_logs_dir: PathBuf,
+        metrics: Metrics,
+    ) -> Self {
         Self {
             cri,
             policy,
             node_name,
+            pod_logs_dir,
             metrics,
         }
+    }
+
+    /// Where the runtime writes `c`'s log, from its pod and container labels and its restart
+    /// count annotation (the layout the agent gave the runtime); `None` when one is missing.
+    pub fn log_path(&self, c: &k8s_cri::v1::Container) -> Option<PathBuf> {
+        let label = |key: &str| c.labels.get(key).map(String::as_str);
+        let dir = crate::pod::log_paths::pod_log_dir(
+            &self.pod_logs_dir,
+            label(labels::POD_NAMESPACE)?,
+            label(labels::POD_NAME)?,
+            label(labels::POD_UID)?,
+        );
+        let restarts = c
+            .annotations
+            .get(labels::CONTAINER_RESTART_COUNT)?
+            .parse()
+            .ok()?;
+        Some(dir.join(crate::pod::log_paths::container_log(
+            label(labels::CONTAINER_NAME)?,
+            restarts,
+        )))
     }
 
     /// Runs a pass every monitor interval until `cancel` fires. Returns at once when rotation
@@ -356,7 +388,7 @@ impl LogManager {
             Ok(containers) => {
                 let rotated = futures::stream::iter(containers)
                     .map(|c| async move {
-                        match self.rotate_if_due(&c.id).await {
+                        match self.rotate_if_due(&c.id, self.log_path(&c)).await {
                             Ok(rotated) => usize::from(rotated),
                             Err(error) => {
                                 self.metrics.container_log_rotation_errors_total.inc();
@@ -381,31 +413,42 @@ impl LogManager {
     /// Looks at container `id`'s log and rotates it if it is due; true when it was rotated. When
     /// the runtime fails to reopen the log, the rotated file is renamed back and the runtime's
     /// error returned.
-    pub async fn rotate_if_due(&self, id: &str) -> Result<bool, RotateError> {
+    ///
+    /// `known` is where the log should be (from the container's labels, see
+    /// [`LogManager::log_path`]); without it, or when no file is there, the runtime is asked
+    /// (CRI `ContainerStatus`), so a steady pass costs one `ListContainers` and a `stat` per
+    /// container.
+    pub async fn rotate_if_due(
+        &self,
+        id: &str,
+        known: Option<PathBuf>,
+    ) -> Result<bool, RotateError> {
         let Some(max_size) = self.policy.max_size else {
             return Ok(false);
         };
-        let Some(status) = self.cri.container_status(id).await? else {
-            return Ok(false);
+        let mut size = match &known {
+            Some(log) => stat(log.clone()).await?,
+            None => None,
         };
-        if status.log_path.is_empty() {
-            return Ok(false);
+        let mut log = known.unwrap_or_default();
+        if size.is_none() {
+            let Some(status) = self.cri.container_status(id).await? else {
+                return Ok(false);
+            };
+            if status.log_path.is_empty() {
+                return Ok(false);
+            }
+            log = PathBuf::from(status.log_path);
+            size = stat(log.clone()).await?;
         }
-        let log = PathBuf::from(status.log_path);
-        let size = match blocking({
-            let log = log.clone();
-            move || std::fs::metadata(log)
-        })
-        .await?
-        {
-            Ok(meta) => meta.len(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        let size = match size {
+            Some(size) => size,
+            None => {
                 // Removed by someone else: the runtime writes nowhere until it reopens it.
                 self.cri.reopen_container_log(id).await?;
                 tracing::info!(container = %id, log = %log.display(), "reopened a container log that was missing");
                 return Ok(false);
             }
-            Err(e) => return Err(e.into()),
         };
         if size < max_size {
             return Ok(false);
@@ -432,6 +475,15 @@ impl LogManager {
         self.metrics.container_log_rotations_total.inc();
         tracing::debug!(container = %id, log = %log.display(), size, "rotated a container log");
         Ok(true)
+    }
+}
+
+/// The size of file `path`; `None` when there is no such file.
+async fn stat(path: PathBuf) -> Result<Option<u64>, RotateError> {
+    match blocking(move || std::fs::metadata(path)).await? {
+        Ok(meta) => Ok(Some(meta.len())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -647,6 +699,37 @@ mod tests {
         let err = Policy::new("10Mi", 5, Duration::from_secs(2), 1).unwrap_err();
         assert!(matches!(err, Error::MonitorInterval(_)), "{err}");
         assert!(err.to_string().contains("3s"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_containers_log_path_comes_from_its_labels() {
+        let cri = Cri::new("unix:///nonexistent/cri.sock", Metrics::new()).unwrap();
+        let m = LogManager::new(
+            cri,
+            Policy::default(),
+            "node".into(),
+            "/var/log/pods".into(),
+            Metrics::new(),
+        );
+        let mut c = k8s_cri::v1::Container {
+            labels: [
+                (labels::POD_NAMESPACE, "ns"),
+                (labels::POD_NAME, "web"),
+                (labels::POD_UID, "u-1"),
+                (labels::CONTAINER_NAME, "main"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into(),
+            annotations: [(labels::CONTAINER_RESTART_COUNT.to_owned(), "2".to_owned())].into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            m.log_path(&c),
+            Some(PathBuf::from("/var/log/pods/ns_web_u-1/main/2.log"))
+        );
+        // Without its restart count (or any label) the runtime is asked instead.
+        c.annotations.clear();
+        assert_eq!(m.log_path(&c), None);
     }
 
     #[test]

@@ -237,13 +237,14 @@ fn a_rotation_the_runtime_cannot_reopen_is_renamed_back() {
 
     let endpoint = agent.endpoint().to_owned();
     let node = agent.node_name().to_owned();
+    let pods_logs = agent.root_dir().join("pod-logs");
     let metrics = Metrics::new();
     let counted = metrics.clone();
     let result = block_on(async move {
         let cri = swiftlet::cri::Cri::new(&endpoint, metrics.clone()).unwrap();
         let policy = Policy::new("64Ki", 3, Duration::from_secs(10), 1).unwrap();
-        LogManager::new(cri, policy, node, metrics)
-            .rotate_if_due(&exited.id)
+        LogManager::new(cri, policy, node, pods_logs, metrics)
+            .rotate_if_due(&exited.id, None)
             .await
     })
     .unwrap();

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 pub mod annotations;
 pub mod deadline;
 pub mod labels;
+pub mod log_paths;
 pub mod probe_results;
 pub mod qos;
 pub mod quantity;
