@@ -134,6 +134,17 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     .with_probe_results(probe_results.clone())
     .with_api_objects(api_objects)
     .with_node_credentials(credentials::NodeFiles::kubelet_search(&cfg.root_dir));
+    // Container log rotation: a task of its own, beside the pods' syncs.
+    tracker.spawn(
+        crate::logs::LogManager::new(
+            runtime.cri().clone(),
+            cfg.container_logs.clone(),
+            cfg.node_name.clone(),
+            cfg.pod_logs_dir.clone(),
+            metrics.clone(),
+        )
+        .run(cancel.clone()),
+    );
     let status = StatusManager::new(metrics.clone()).with_probe_results(probe_results.clone());
     let probes = prober::Manager::new(
         probe_results,

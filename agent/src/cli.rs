@@ -38,6 +38,8 @@ pub enum Error {
     RequestTimeout(String),
     #[error("--cluster-dns {0:?}: not an IP address")]
     ClusterDns(String),
+    #[error(transparent)]
+    ContainerLogs(#[from] crate::logs::Error),
 }
 
 /// swiftlet: a node agent that does the kubelet's job, faster and observably.
@@ -50,7 +52,8 @@ pub struct Flags {
     /// KubeletConfiguration file (YAML). Fields: staticPodPath, containerRuntimeEndpoint,
     /// cgroupRoot, cgroupsPerQOS, cgroupDriver, healthzBindAddress, healthzPort, readOnlyPort,
     /// fileCheckFrequency, podLogsDir, allowedUnsafeSysctls, seccompDefault,
-    /// runtimeRequestTimeout, clusterDNS, clusterDomain, resolvConf.
+    /// runtimeRequestTimeout, clusterDNS, clusterDomain, resolvConf, containerLogMaxSize,
+    /// containerLogMaxFiles, containerLogMonitorInterval, containerLogMaxWorkers.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Directory (or single file) of static pod manifests.
@@ -156,6 +159,21 @@ pub struct Flags {
     /// resolve through the node itself (nameserver 127.0.0.1) [default: /etc/resolv.conf].
     #[arg(long, value_name = "FILE")]
     pub resolv_conf: Option<String>,
+    /// A container's log is rotated once it reaches this size (a quantity: 10Mi, 64Ki, 1G);
+    /// negative turns rotation off [default: 10Mi].
+    #[arg(long, value_name = "QUANTITY", allow_negative_numbers = true)]
+    pub container_log_max_size: Option<String>,
+    /// Log files kept per container: the current one and at most this many minus one rotated
+    /// ones, all but the newest gzip-compressed; at least 2 [default: 5].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub container_log_max_files: Option<i64>,
+    /// How often the running containers' logs are checked for rotation; at least 3s
+    /// [default: 10s].
+    #[arg(long, value_name = "DURATION")]
+    pub container_log_monitor_interval: Option<String>,
+    /// Containers whose logs are checked and rotated at once; at least 1 [default: 1].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub container_log_max_workers: Option<i64>,
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
@@ -194,6 +212,10 @@ pub struct KubeletConfiguration {
     pub cluster_dns: Option<Vec<String>>,
     pub cluster_domain: Option<String>,
     pub resolv_conf: Option<String>,
+    pub container_log_max_size: Option<String>,
+    pub container_log_max_files: Option<i64>,
+    pub container_log_monitor_interval: Option<String>,
+    pub container_log_max_workers: Option<i64>,
 }
 
 /// Everything the agent needs, defaults applied.
@@ -233,6 +255,9 @@ pub struct AgentConfig {
     /// `--cluster-dns`, `--cluster-domain`, `--resolv-conf` (config `clusterDNS`,
     /// `clusterDomain`, `resolvConf`).
     pub dns: crate::dns::Settings,
+    /// `--container-log-max-size`, `--container-log-max-files`,
+    /// `--container-log-monitor-interval`, `--container-log-max-workers`.
+    pub container_logs: crate::logs::Policy,
 }
 
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -402,6 +427,25 @@ impl Flags {
             resolv_conf: (!resolv_conf.is_empty()).then(|| PathBuf::from(resolv_conf)),
             node_hosts: PathBuf::from(crate::dns::NODE_HOSTS),
         };
+        let monitor_interval = self
+            .container_log_monitor_interval
+            .or(file.container_log_monitor_interval)
+            .map(|d| parse_duration("--container-log-monitor-interval", &d))
+            .transpose()?
+            .unwrap_or(crate::logs::DEFAULT_MONITOR_INTERVAL);
+        let container_logs = crate::logs::Policy::new(
+            self.container_log_max_size
+                .or(file.container_log_max_size)
+                .as_deref()
+                .unwrap_or(crate::logs::DEFAULT_MAX_SIZE),
+            self.container_log_max_files
+                .or(file.container_log_max_files)
+                .unwrap_or(crate::logs::DEFAULT_MAX_FILES),
+            monitor_interval,
+            self.container_log_max_workers
+                .or(file.container_log_max_workers)
+                .unwrap_or(crate::logs::DEFAULT_MAX_WORKERS),
+        )?;
         Ok(AgentConfig {
             pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),
             container_runtime_endpoint: self
@@ -451,6 +495,7 @@ impl Flags {
                 .unwrap_or(false),
             max_pods: self.max_pods.or(file.max_pods).unwrap_or(110),
             dns,
+            container_logs,
         })
     }
 }
@@ -458,6 +503,13 @@ impl Flags {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Resolves the flags `args` (with a node name, so the host's does not matter).
+    fn resolve(args: &[&str]) -> Result<AgentConfig, Error> {
+        let mut all = vec!["swiftlet", "--hostname-override", "n"];
+        all.extend(args);
+        Flags::parse_from(all).resolve()
+    }
 
     #[test]
     fn durations() {
@@ -576,11 +628,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.yaml");
         std::fs::write(&path, "runtimeRequestTimeout: 30s\n").unwrap();
-        let resolve = |args: &[&str]| {
-            let mut all = vec!["swiftlet", "--hostname-override", "n"];
-            all.extend(args);
-            Flags::parse_from(all).resolve()
-        };
         assert_eq!(
             resolve(&[]).unwrap().runtime_request_timeout,
             crate::cri::DEFAULT_REQUEST_TIMEOUT
@@ -612,11 +659,6 @@ mod tests {
 
     #[test]
     fn dns_flags() {
-        let resolve = |args: &[&str]| {
-            let mut all = vec!["swiftlet", "--hostname-override", "n"];
-            all.extend(args);
-            Flags::parse_from(all).resolve()
-        };
         let d = resolve(&[]).unwrap().dns;
         assert!(d.cluster_dns.is_empty() && d.cluster_domain.is_empty());
         assert_eq!(d.resolv_conf, Some(PathBuf::from("/etc/resolv.conf")));
@@ -660,6 +702,72 @@ mod tests {
         assert_eq!(d.cluster_dns, [std::net::IpAddr::from([10, 0, 0, 10])]);
         assert_eq!(d.cluster_domain, "k8s.test");
         assert_eq!(d.resolv_conf, Some(PathBuf::from("/run/r.conf")));
+    }
+
+    #[test]
+    fn container_log_flags() {
+        assert_eq!(
+            resolve(&[]).unwrap().container_logs,
+            crate::logs::Policy::default()
+        );
+        let p = resolve(&[
+            "--container-log-max-size",
+            "64Ki",
+            "--container-log-max-files",
+            "3",
+            "--container-log-monitor-interval",
+            "3s",
+            "--container-log-max-workers",
+            "2",
+        ])
+        .unwrap()
+        .container_logs;
+        assert_eq!(p.max_size, Some(64 << 10));
+        assert_eq!(p.max_files, 3);
+        assert_eq!(p.monitor_interval, Duration::from_secs(3));
+        assert_eq!(p.max_workers, 2);
+        let off = resolve(&["--container-log-max-size", "-1"]).unwrap();
+        assert_eq!(off.container_logs.max_size, None);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.yaml");
+        std::fs::write(
+            &path,
+            "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 2\n\
+             containerLogMonitorInterval: 30s\ncontainerLogMaxWorkers: 4\n",
+        )
+        .unwrap();
+        let file = path.to_str().unwrap();
+        let p = resolve(&["--config", file]).unwrap().container_logs;
+        assert_eq!(
+            (p.max_size, p.max_files, p.monitor_interval, p.max_workers),
+            (Some(1 << 20), 2, Duration::from_secs(30), 4)
+        );
+        let p = resolve(&["--config", file, "--container-log-max-files", "7"])
+            .unwrap()
+            .container_logs;
+        assert_eq!(p.max_files, 7);
+        for (args, what) in [
+            (
+                ["--container-log-max-files", "1"],
+                "--container-log-max-files",
+            ),
+            (
+                ["--container-log-max-workers", "0"],
+                "--container-log-max-workers",
+            ),
+            (["--container-log-monitor-interval", "1s"], "3s"),
+            (
+                ["--container-log-monitor-interval", "often"],
+                "invalid duration",
+            ),
+            (
+                ["--container-log-max-size", "big"],
+                "--container-log-max-size",
+            ),
+        ] {
+            let err = resolve(&args).unwrap_err();
+            assert!(err.to_string().contains(what), "{args:?}: {err}");
+        }
     }
 
     #[test]

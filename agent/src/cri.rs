@@ -433,6 +433,24 @@ impl Cri {
             .map(drop)
     }
 
+    /// Asks the runtime to reopen a running container's log file (after the log was rotated:
+    /// the runtime creates a new file at the container's `log_path`). A runtime that fails it
+    /// creates no new file.
+    pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
+        let req = cri::ReopenContainerLogRequest {
+            container_id: id.to_owned(),
+        };
+        self.timed(
+            "ReopenContainerLog",
+            d,
+            c.reopen_container_log(request(req, d)),
+        )
+        .await
+        .map(drop)
+    }
+
     pub async fn update_container_resources(
         &self,
         id: &str,

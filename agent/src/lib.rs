@@ -15,6 +15,7 @@ pub mod dns;
 pub mod ebpf;
 pub mod handler;
 pub mod kubelet;
+pub mod logs;
 pub mod memory;
 pub mod metrics;
 pub mod pleg;

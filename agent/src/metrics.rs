@@ -97,6 +97,9 @@ pub struct Metrics {
     pub ebpf_exits_dropped_total: Family<ReasonLabel, Counter>,
     pub admission_rejections_total: Family<ReasonLabel, Counter>,
     pub runtime_pod_state_reads_total: Family<SourceLabel, Counter>,
+    pub container_log_rotations_total: Counter,
+    pub container_log_rotation_errors_total: Counter,
+    pub container_log_rotation_pass_duration_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -277,8 +280,31 @@ impl Metrics {
              counts syncs that took the PLEG's read instead of reading",
             runtime_pod_state_reads_total.clone(),
         );
+        let container_log_rotations_total = Counter::default();
+        registry.register(
+            "container_log_rotations",
+            "Container logs rotated (renamed and reopened by the runtime) at \
+             --container-log-max-size",
+            container_log_rotations_total.clone(),
+        );
+        let container_log_rotation_errors_total = Counter::default();
+        registry.register(
+            "container_log_rotation_errors",
+            "Container logs whose check or rotation failed (retried next pass)",
+            container_log_rotation_errors_total.clone(),
+        );
+        let container_log_rotation_pass_duration_seconds = phase_histogram();
+        registry.register(
+            "container_log_rotation_pass_duration_seconds",
+            "Duration of one container log rotation pass over the running containers \
+             (every --container-log-monitor-interval)",
+            container_log_rotation_pass_duration_seconds.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            container_log_rotations_total,
+            container_log_rotation_errors_total,
+            container_log_rotation_pass_duration_seconds,
             runtime_pod_state_reads_total,
             pleg_relist_duration_seconds,
             pleg_relist_interval_seconds,

@@ -14,6 +14,7 @@ pub mod api_references;
 pub mod deadline;
 pub mod downward;
 pub mod labels;
+pub mod log_paths;
 pub mod probe_results;
 pub mod qos;
 pub mod quantity;

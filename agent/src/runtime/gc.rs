@@ -14,7 +14,9 @@
 //! started, as after a failed `StartContainer`) are held to [`MAX_DEAD_PER_CONTAINER`] per
 //! container name, the newest kept, as the kubelet's container garbage collection does with its
 //! default `--maximum-dead-containers-per-container`; without it a crash loop or a runtime that
-//! keeps failing starts would leave one more container behind each time.
+//! keeps failing starts would leave one more container behind each time. A container's log files
+//! (its `<restart>.log` and the files rotated from it, see `crate::logs`) are removed just before
+//! the container, as the kubelet removes them, so a crash loop does not leave a log per restart.
 //! (A container the runtime created while its CreateContainer answer was lost, as when the
 //! runtime dies during the call, is such a dead instance: it goes once a newer one of its name is
 //! dead too, or stays as the one dead instance kept.)
@@ -198,9 +200,39 @@ impl Manager {
         Ok(done)
     }
 
+    /// Removes the log files of container `id` (its log and the files rotated from it); a
+    /// container the runtime does not know any more has none left to find.
+    async fn remove_container_logs(&self, pod: &str, id: &str) -> Result<()> {
+        let status = match self.cri.container_status(id).await {
+            Ok(status) => status,
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(Self::cri_err(pod)(e)),
+        };
+        let Some(log) = status.map(|s| s.log_path).filter(|p| !p.is_empty()) else {
+            return Ok(());
+        };
+        let log = PathBuf::from(log);
+        let removed =
+            tokio::task::spawn_blocking(move || crate::logs::remove_container_logs(&log)).await;
+        match removed {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(Error::ContainerLogs {
+                pod: pod.to_owned(),
+                source: e,
+            }),
+            Err(e) => Err(Error::ContainerLogs {
+                pod: pod.to_owned(),
+                source: std::io::Error::other(e.to_string()),
+            }),
+        }
+    }
+
     async fn apply_plan(&self, pod: &str, plan: &Plan) -> Result<Collected> {
         let mut done = Collected::default();
         for id in &plan.remove_containers {
+            // Its log files first, as the kubelet does: a failure keeps the container, so that
+            // the next collection tries both again.
+            self.remove_container_logs(pod, id).await?;
             self.ignore_not_found(pod, self.cri.remove_container(id).await)?;
             tracing::info!(%pod, container = %id, "removed a superseded container (exited in a stale sandbox, or never started)");
             done.containers += 1;

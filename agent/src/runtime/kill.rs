@@ -239,9 +239,12 @@ impl Manager {
             .iter()
             .filter_map(|s| s.metadata.as_ref())
             .map(|m| {
-                self.cfg
-                    .pod_logs_dir
-                    .join(format!("{}_{}_{}", m.namespace, m.name, m.uid))
+                crate::pod::log_paths::pod_log_dir(
+                    &self.cfg.pod_logs_dir,
+                    &m.namespace,
+                    &m.name,
+                    &m.uid,
+                )
             })
             .collect();
         // A log directory can hold many files: removed on a blocking thread. The pod's own

@@ -55,6 +55,12 @@ pub enum Error {
     },
     #[error("pod {pod}: {what} is not supported yet")]
     Unsupported { pod: String, what: String },
+    #[error("pod {pod}: removing a dead container's log files: {source}")]
+    ContainerLogs {
+        pod: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(
         "pod {pod} container {container}: image {image:?} is not present and imagePullPolicy is Never"
     )]

@@ -367,12 +367,14 @@ impl Manager {
                 attempt,
             }),
             hostname,
-            log_directory: self
-                .cfg
-                .pod_logs_dir
-                .join(format!("{namespace}_{name}_{uid}"))
-                .to_string_lossy()
-                .into_owned(),
+            log_directory: crate::pod::log_paths::pod_log_dir(
+                &self.cfg.pod_logs_dir,
+                &namespace,
+                &name,
+                uid,
+            )
+            .to_string_lossy()
+            .into_owned(),
             dns_config: Some(dns.config),
             port_mappings,
             labels,
@@ -600,7 +602,7 @@ impl Manager {
             envs,
             labels,
             annotations,
-            log_path: format!("{}/{restart_count}.log", c.name),
+            log_path: crate::pod::log_paths::container_log(&c.name, restart_count),
             mounts,
             stdin: c.stdin.unwrap_or(false),
             stdin_once: c.stdin_once.unwrap_or(false),
