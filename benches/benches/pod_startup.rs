@@ -830,13 +830,10 @@ fn volumes(rt: &Runtime, tokio: &tokio::runtime::Runtime, binary: PathBuf, opts:
         }))
         .expect("a secret"),
     );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).expect("write the kubeconfig");
     let mut agent_opts = AgentOptions::new("bench-volumes");
     agent_opts.binary = Some(binary);
     agent_opts.verbosity = 0;
-    agent_opts.extra_args = vec!["--kubeconfig".into(), kubeconfig.display().to_string()];
+    let _kubeconfig_dir = server.point_agent(&mut agent_opts);
     let agent = Agent::start(rt, agent_opts);
     let pids = Pids {
         containerd: rt.layout.pid().and_then(|p| u32::try_from(p).ok()),

@@ -240,6 +240,17 @@ impl ApiServer {
         )
     }
 
+    /// Points an agent at this server: writes [`ApiServer::kubeconfig`] into a new temporary
+    /// directory and adds `--kubeconfig` to `opts`. Keep the directory while the agent runs.
+    pub fn point_agent(&self, opts: &mut crate::AgentOptions) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, self.kubeconfig()).expect("write kubeconfig");
+        opts.extra_args
+            .extend(["--kubeconfig".into(), kubeconfig.display().to_string()]);
+        dir
+    }
+
     /// Creates or replaces a pod (ADDED or MODIFIED).
     pub fn put(&self, mut pod: Pod) {
         let mut s = self.lock();

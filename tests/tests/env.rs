@@ -83,11 +83,8 @@ fn named_port_service(name: &str, ns: &str, ip: &str, port: i32, port_name: &str
 }
 
 fn agent_with(server: &ApiServer, rt: &'static Runtime, name: &str) -> (Agent, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).expect("write kubeconfig");
     let mut opts = AgentOptions::new(name);
-    opts.extra_args = vec!["--kubeconfig".into(), kubeconfig.display().to_string()];
+    let dir = server.point_agent(&mut opts);
     (Agent::start(rt, opts), dir)
 }
 

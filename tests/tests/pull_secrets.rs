@@ -35,11 +35,8 @@ fn setup(name: &str) -> Option<Setup> {
         .build()
         .expect("tokio runtime");
     let server = tokio.block_on(ApiServer::start());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).expect("write kubeconfig");
     let mut opts = AgentOptions::new(name);
-    opts.extra_args = vec!["--kubeconfig".into(), kubeconfig.display().to_string()];
+    let dir = server.point_agent(&mut opts);
     let agent = Agent::start(runtime, opts);
     Some(Setup {
         agent,

@@ -59,11 +59,8 @@ fn runtime_classes_pick_the_sandbox_handler_and_an_unknown_class_waits_until_it_
     let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let server = tokio.block_on(ApiServer::start());
     server.put_runtime_class(runtime_class("alt", ALT_RUNTIME_HANDLER));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).expect("write kubeconfig");
     let mut opts = AgentOptions::new("rt-class");
-    opts.extra_args = vec!["--kubeconfig".into(), kubeconfig.display().to_string()];
+    let _dir = server.point_agent(&mut opts);
     let agent = Agent::start(rt, opts);
     let node = agent.node_name().to_owned();
 

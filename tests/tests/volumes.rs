@@ -457,16 +457,9 @@ fn api_setup(name: &str) -> Option<ApiSetup> {
         .build()
         .expect("tokio runtime");
     let server = tokio.block_on(swiftlet_tests::api_server::ApiServer::start());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).expect("write kubeconfig");
     let mut opts = swiftlet_tests::AgentOptions::new(name);
-    opts.extra_args = vec![
-        "--kubeconfig".into(),
-        kubeconfig.display().to_string(),
-        "--sync-frequency".into(),
-        "3s".into(),
-    ];
+    opts.extra_args = vec!["--sync-frequency".into(), "3s".into()];
+    let dir = server.point_agent(&mut opts);
     // The pods' service account.
     server.put_object(service_account("robot"));
     Some(ApiSetup {
