@@ -2,11 +2,16 @@
 //! RuntimeClass, the configMaps and secrets its volumes and environment name, the services whose
 //! links it gets, its service account's tokens) from the API server named by `--kubeconfig`.
 //!
-//! The client is built on first use and kept. Without a kubeconfig every lookup is
-//! [`Error::NoApiServer`], so a pod that needs an object it cannot have waits with a reason
-//! saying so instead of running without it.
+//! The client is built on first use (or by [`ApiObjects::warm_up`] at the agent's start) and
+//! kept. Without a kubeconfig every lookup is [`Error::NoApiServer`], so a pod that needs an
+//! object it cannot have waits with a reason saying so instead of running without it.
+//!
+//! The configMaps and secrets a pod names are watched while the pod exists
+//! ([`ApiObjects::register_pod`], `watched.rs`): reads of them are answered from memory.
+mod watched;
+
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
@@ -29,6 +34,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("reading {kind} {name:?} from the API server: {message}")]
+    Watch {
+        kind: &'static str,
+        name: String,
+        message: String,
+    },
 }
 
 impl Error {
@@ -43,6 +54,22 @@ impl Error {
 pub struct ApiObjects {
     kubeconfig: Option<PathBuf>,
     client: Arc<OnceCell<Client>>,
+    watched: Arc<Watched>,
+}
+
+/// The configMaps and secrets registered pods name, each with its watch.
+struct Watched {
+    config_maps: watched::Watched<ConfigMap>,
+    secrets: watched::Watched<Secret>,
+}
+
+impl Default for Watched {
+    fn default() -> Self {
+        Self {
+            config_maps: watched::Watched::new("ConfigMap"),
+            secrets: watched::Watched::new("Secret"),
+        }
+    }
 }
 
 impl std::fmt::Debug for ApiObjects {
@@ -59,6 +86,7 @@ impl ApiObjects {
         Self {
             kubeconfig,
             client: Arc::default(),
+            watched: Arc::default(),
         }
     }
 
@@ -67,7 +95,62 @@ impl ApiObjects {
         Self {
             kubeconfig: None,
             client: Arc::new(OnceCell::new_with(Some(client))),
+            watched: Arc::default(),
         }
+    }
+
+    /// Builds the client now, in the background, so that the first pod that needs an object
+    /// does not wait for the kubeconfig to be read and the TLS set-up to be made.
+    pub fn warm_up(&self) {
+        if self.kubeconfig.is_none() || self.client.get().is_some() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.client("client", "").await {
+                tracing::warn!(error = %e, "building the API client for the objects pods name");
+            }
+        });
+    }
+
+    /// Pod `pod` names the configMaps and secrets it names (`pod::api_references::
+    /// named_objects`) until [`ApiObjects::release_pod`]: each is watched from now on (the watch
+    /// of one that another pod named already is shared), and reads of it are answered from
+    /// what its watch has seen. Without an API server nothing is watched (reads say why).
+    pub async fn register_pod(&self, pod: &Pod) {
+        let named = crate::pod::api_references::named_objects(pod);
+        if named.is_empty() {
+            return;
+        }
+        let Ok(client) = self.client("client", "").await else {
+            return;
+        };
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        for name in &named.config_maps {
+            self.watched.config_maps.register(&client, ns, name, uid);
+        }
+        for name in &named.secrets {
+            self.watched.secrets.register(&client, ns, name, uid);
+        }
+    }
+
+    /// Pod `uid` has gone: the watches no other pod needs stop.
+    pub fn release_pod(&self, uid: &str) {
+        let stopped =
+            self.watched.config_maps.unregister(uid) + self.watched.secrets.unregister(uid);
+        if stopped > 0 {
+            tracing::debug!(
+                pod_uid = uid,
+                stopped,
+                "stopped watching objects no pod names"
+            );
+        }
+    }
+
+    /// How many configMaps and secrets are watched.
+    pub fn watched(&self) -> usize {
+        self.watched.config_maps.len() + self.watched.secrets.len()
     }
 
     /// Whether an API server is configured (a kubeconfig or a client was given).
@@ -118,12 +201,18 @@ impl ApiObjects {
 
     /// The secret `namespace/name`.
     pub async fn secret(&self, namespace: &str, name: &str) -> Result<Secret, Error> {
+        if let Some(got) = self.watched.secrets.get(namespace, name).await {
+            return got;
+        }
         self.get(|c| Api::namespaced(c, namespace), "Secret", name)
             .await
     }
 
     /// The configMap `namespace/name`.
     pub async fn config_map(&self, namespace: &str, name: &str) -> Result<ConfigMap, Error> {
+        if let Some(got) = self.watched.config_maps.get(namespace, name).await {
+            return got;
+        }
         self.get(|c| Api::namespaced(c, namespace), "ConfigMap", name)
             .await
     }

@@ -363,6 +363,7 @@ impl PodSyncer for WorkerContext {
         // kill_pod already removed the pod cgroup and its logs directory; the status keeps the
         // last phase it showed.
         self.probes.remove_pod(uid);
+        self.runtime.release_api_objects(uid);
         Ok(())
     }
 

@@ -18,6 +18,9 @@
 //!   object put with [`ApiServer::put_object`] (or [`ApiServer::put_secret`]), or 404 with a
 //!   `NotFound` `Status`, as for a missing pod. Every put bumps the object's resourceVersion.
 //! - `GET /api/v1/services` and `GET /api/v1/namespaces/{ns}/services`: a `ServiceList`.
+//! - `GET /api/v1/namespaces/{ns}/{resource}?fieldSelector=metadata.name=N`: the list of that
+//!   one object (empty when it does not exist); with `watch=true&resourceVersion=R`, its changes
+//!   after R (ADDED, MODIFIED, DELETED) as for pods, bookmarks, 410 and dropped watches too.
 //! - `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`: the TokenRequest API. The
 //!   account must exist (else 404); `spec.expirationSeconds` below 600 is refused with 422 as
 //!   the API refuses it; the answer carries a new token (a JWT-shaped string naming the account,
@@ -138,6 +141,15 @@ pub fn runtime_class(name: &str, handler: &str) -> RuntimeClass {
     }
 }
 
+/// A change of a namespaced object: (resourceVersion, event type, (plural resource name,
+/// namespace, name), the object).
+type ObjectEvent = (
+    u64,
+    &'static str,
+    (String, String, String),
+    serde_json::Value,
+);
+
 #[derive(Default)]
 struct Store {
     rv: u64,
@@ -151,6 +163,8 @@ struct Store {
     runtime_class_gets: usize,
     /// (resourceVersion, event type, object) of every change after `compacted`.
     history: Vec<(u64, &'static str, Pod)>,
+    /// The same for the namespaced objects: (resourceVersion, event type, key, object).
+    object_history: Vec<ObjectEvent>,
     /// Watches from a version older than this get 410.
     compacted: u64,
     /// Bumped to end every open watch.
@@ -162,7 +176,19 @@ struct Store {
     hold: bool,
     lists: usize,
     open_watches: usize,
+    /// Open watches of namespaced objects (configMaps, secrets ...), apart from pod watches.
+    open_object_watches: usize,
+    /// Reads of namespaced objects, by plural resource name.
+    object_reads: BTreeMap<String, ObjectReads>,
     requests: Vec<String>,
+}
+
+/// How often objects of one resource were read: GETs of one object, lists, watch requests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectReads {
+    pub gets: usize,
+    pub lists: usize,
+    pub watches: usize,
 }
 
 #[derive(Clone)]
@@ -305,7 +331,16 @@ impl ApiServer {
             },
         );
         v["metadata"]["uid"] = uid.into();
+        let kind = if s.objects.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        let rv = s.rv;
+        s.object_history.push((rv, kind, key.clone(), v.clone()));
         s.objects.insert(key, v);
+        drop(s);
+        self.notify();
     }
 
     /// Deletes the namespaced object of kind `K` named `namespace/name`.
@@ -316,8 +351,13 @@ impl ApiServer {
             namespace.to_owned(),
             name.to_owned(),
         );
-        if s.objects.remove(&key).is_some() {
+        if let Some(mut gone) = s.objects.remove(&key) {
             s.rv += 1;
+            let rv = s.rv;
+            gone["metadata"]["resourceVersion"] = rv.to_string().into();
+            s.object_history.push((rv, "DELETED", key, gone));
+            drop(s);
+            self.notify();
         }
     }
 
@@ -371,6 +411,7 @@ impl ApiServer {
     pub fn compact(&self) {
         let mut s = self.lock();
         s.history.clear();
+        s.object_history.clear();
         s.compacted = s.rv;
     }
 
@@ -406,6 +447,20 @@ impl ApiServer {
 
     pub fn requests(&self) -> Vec<String> {
         self.lock().requests.clone()
+    }
+
+    /// How often the namespaced `resource` (plural: `configmaps`, `secrets` ...) was read.
+    pub fn object_reads(&self, resource: &str) -> ObjectReads {
+        self.lock()
+            .object_reads
+            .get(resource)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Open watches of namespaced objects (pod watches apart).
+    pub fn open_object_watches(&self) -> usize {
+        self.lock().open_object_watches
     }
 
     async fn until(&self, what: &str, mut done: impl FnMut(&Store) -> bool) {
@@ -538,7 +593,8 @@ async fn one_namespaced(
     State(server): State<ApiServer>,
     axum::extract::Path((ns, resource, name)): axum::extract::Path<(String, String, String)>,
 ) -> Response {
-    let s = server.lock();
+    let mut s = server.lock();
+    s.object_reads.entry(resource.clone()).or_default().gets += 1;
     if resource == "pods" {
         let found = s.pods.values().find(|p| {
             p.metadata.name.as_deref() == Some(name.as_str())
@@ -555,12 +611,15 @@ async fn one_namespaced(
     }
 }
 
-/// A `<Kind>List` of the stored `resource` objects, of one namespace or of all.
-fn object_list(s: &Store, resource: &str, ns: Option<&str>) -> Response {
+/// A `<Kind>List` of the stored `resource` objects, of one namespace or of all, and of one name
+/// when `name` is given (`fieldSelector=metadata.name=N`).
+fn object_list(s: &Store, resource: &str, ns: Option<&str>, name: Option<&str>) -> Response {
     let items: Vec<&serde_json::Value> = s
         .objects
         .iter()
-        .filter(|((r, n, _), _)| r == resource && ns.is_none_or(|ns| ns == n))
+        .filter(|((r, n, o), _)| {
+            r == resource && ns.is_none_or(|ns| ns == n) && name.is_none_or(|name| name == o)
+        })
         .map(|(_, v)| v)
         .collect();
     let kind = items
@@ -577,15 +636,51 @@ fn object_list(s: &Store, resource: &str, ns: Option<&str>) -> Response {
 
 /// `GET /api/v1/services`: every service of every namespace.
 async fn all_services(State(server): State<ApiServer>) -> Response {
-    object_list(&server.lock(), "services", None)
+    object_list(&server.lock(), "services", None, None)
 }
 
-/// `GET /api/v1/namespaces/{ns}/{resource}`: the namespace's stored objects of that resource.
+/// `GET /api/v1/namespaces/{ns}/{resource}[?fieldSelector=metadata.name=N]`: the namespace's
+/// stored objects of that resource (of that name); with `watch=true`, a watch of them.
 async fn namespaced_list(
     State(server): State<ApiServer>,
     axum::extract::Path((ns, resource)): axum::extract::Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    object_list(&server.lock(), &resource, Some(&ns))
+    let name = q
+        .get("fieldSelector")
+        .and_then(|f| f.strip_prefix("metadata.name="))
+        .map(str::to_owned);
+    let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    if !watching {
+        let mut s = server.lock();
+        s.object_reads.entry(resource.clone()).or_default().lists += 1;
+        return object_list(&s, &resource, Some(&ns), name.as_deref());
+    }
+    server
+        .lock()
+        .object_reads
+        .entry(resource.clone())
+        .or_default()
+        .watches += 1;
+    let kind = match resource.as_str() {
+        "configmaps" => "ConfigMap",
+        "secrets" => "Secret",
+        "services" => "Service",
+        "serviceaccounts" => "ServiceAccount",
+        _ => return not_found("", &resource, ""),
+    };
+    let select = move |s: &Store, after: u64| {
+        let events = s
+            .object_history
+            .iter()
+            .filter(|(rv, _, (r, n, o), _)| {
+                *rv > after && *r == resource && *n == ns && name.as_ref().is_none_or(|x| x == o)
+            })
+            .map(|(_, kind, _, v)| line(kind, v))
+            .collect();
+        (events, s.object_history.last().map_or(0, |(rv, ..)| *rv))
+    };
+    watch_response(server, &q, kind, |s| &mut s.open_object_watches, select).await
 }
 
 /// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`: a new token for the account.
@@ -701,6 +796,30 @@ async fn pods(
         });
         return axum::Json(body).into_response();
     }
+    let select = move |s: &Store, after: u64| {
+        let events = s
+            .history
+            .iter()
+            .filter(|(rv, _, p)| *rv > after && on_node(p, node.as_deref()))
+            .map(|(_, kind, p)| line(kind, p))
+            .collect();
+        (events, s.history.last().map_or(0, |(rv, _, _)| *rv))
+    };
+    watch_response(server, &q, "Pod", |s| &mut s.open_watches, select).await
+}
+
+/// A watch response: every change after the request's `resourceVersion` that `select` picks
+/// (given the store and the last version sent, it answers the events and the newest version
+/// of its history), then the live ones, each as a line; a bookmark (of `kind`) when asked for
+/// and allowed; 410 `Expired` from a compacted version; held while [`ApiServer::release`] is
+/// awaited; ended by [`ApiServer::drop_watches`]. `open` counts the open watches of its kind.
+async fn watch_response(
+    server: ApiServer,
+    q: &HashMap<String, String>,
+    kind: &'static str,
+    open: fn(&mut Store) -> &mut usize,
+    select: impl Fn(&Store, u64) -> (Vec<Bytes>, u64) + Send + 'static,
+) -> Response {
     let from: u64 = q
         .get("resourceVersion")
         .and_then(|v| v.parse().ok())
@@ -727,7 +846,7 @@ async fn pods(
         });
         let _ = tx.send(line("ERROR", &status)).await;
     } else {
-        server.lock().open_watches += 1;
+        *open(&mut server.lock()) += 1;
         let server = server.clone();
         tokio::spawn(async move {
             let mut sent = from;
@@ -735,19 +854,14 @@ async fn pods(
                 let (events, bookmark, ended) = {
                     let mut s = server.lock();
                     let ended = s.epoch != epoch;
-                    let events: Vec<Bytes> = s
-                        .history
-                        .iter()
-                        .filter(|(rv, _, p)| *rv > sent && on_node(p, node.as_deref()))
-                        .map(|(_, kind, p)| line(kind, p))
-                        .collect();
-                    sent = sent.max(s.history.last().map_or(0, |(rv, _, _)| *rv));
+                    let (events, newest) = select(&s, sent);
+                    sent = sent.max(newest);
                     let bookmark = (bookmarks && s.bookmark_seq != seen_bookmark).then(|| {
                         seen_bookmark = s.bookmark_seq;
                         s.bookmarks_sent += 1;
                         sent = s.rv;
                         let mark = serde_json::json!({
-                            "kind": "Pod", "apiVersion": "v1",
+                            "kind": kind, "apiVersion": "v1",
                             "metadata": { "resourceVersion": s.rv.to_string() },
                         });
                         line("BOOKMARK", &mark)
@@ -762,11 +876,14 @@ async fn pods(
                         break;
                     }
                 }
-                if changed.changed().await.is_err() {
-                    break;
+                // Until the next change, or until the client goes (as the API server notices a
+                // closed connection without waiting for an event to send).
+                tokio::select! {
+                    r = changed.changed() => if r.is_err() { break },
+                    () = tx.closed() => break,
                 }
             }
-            server.lock().open_watches -= 1;
+            *open(&mut server.lock()) -= 1;
         });
     }
     let stream = futures::stream::unfold(rx, |mut rx| async move {

@@ -5,8 +5,9 @@
 //! the pod is gone, even when it went while the agent was down; and a hostPath type mismatch
 //! keeping the pod waiting with the reason. configMap, secret, downwardAPI and projected
 //! volumes of pods from the in-process API server: their content and modes, a configMap update
-//! arriving in the running container, the token, a pod waiting on a missing configMap, and a
-//! static pod naming a configMap rejected.
+//! arriving in the running container, the token, a pod waiting on a missing configMap, a
+//! static pod naming a configMap rejected, and two pods sharing a configMap and a secret that
+//! are each listed once and then followed by one watch that ends with the last pod.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -713,4 +714,74 @@ fn a_pod_waits_for_a_missing_config_map_with_nothing_mounted_and_starts_when_it_
     api_running(agent, name);
     assert_eq!(sh_ok(agent, name, "main", "cat /cfg/k"), "v");
     s.delete_pod(&uid);
+}
+
+#[test]
+fn pods_sharing_a_config_map_and_a_secret_read_each_once_through_its_watch_until_the_last_goes() {
+    let Some(s) = api_setup("api-volumes-watch") else {
+        return;
+    };
+    let (agent, server) = (&s.agent, &s.server);
+    let name = "shared";
+    server.put_object(config_map(&format!("{name}-cm"), &[("mode", "fast")]));
+    server.put_secret(opaque_secret(&format!("{name}-secret"), &[("pw", b"x")]));
+    let volumes = format!(
+        "  - {{name: cfg, configMap: {{name: {name}-cm}}}}\n  - {{name: creds, secret: {{secretName: {name}-secret}}}}\n"
+    );
+    let mounts = "    - {name: cfg, mountPath: /cfg}\n    - {name: creds, mountPath: /creds}\n";
+    let uids: Vec<String> = ["shared-a", "shared-b"]
+        .iter()
+        .map(|pod| {
+            let mut p = api_pod(agent, pod, &volumes, mounts);
+            // The configMap in the environment too: one watch serves both readers.
+            p.spec.as_mut().expect("spec").containers[0].env = Some(
+                serde_json::from_value(serde_json::json!([{"name": "MODE", "valueFrom":
+                    {"configMapKeyRef": {"name": format!("{name}-cm"), "key": "mode"}}}]))
+                .expect("env"),
+            );
+            server.put(p);
+            api_running(agent, pod)
+        })
+        .collect();
+    for pod in ["shared-a", "shared-b"] {
+        assert_eq!(
+            sh_ok(agent, pod, "main", "cat /cfg/mode; echo $MODE"),
+            "fastfast\n"
+        );
+        assert_eq!(sh_ok(agent, pod, "main", "cat /creds/pw"), "x");
+    }
+    // Several syncs later (every 3 s): each object was listed once and is watched, never read
+    // one by one.
+    std::thread::sleep(Duration::from_secs(7));
+    for resource in ["configmaps", "secrets"] {
+        let reads = server.object_reads(resource);
+        assert_eq!((reads.lists, reads.gets), (1, 0), "{resource}: {reads:?}");
+        assert!(reads.watches >= 1, "{resource}: {reads:?}");
+    }
+    assert_eq!(server.open_object_watches(), 2);
+
+    // A change arrives by the watch and reaches both pods' volumes.
+    server.put_object(config_map(&format!("{name}-cm"), &[("mode", "slow")]));
+    for pod in ["shared-a", "shared-b"] {
+        agent.eventually("the update in the volume", TIMEOUT, || {
+            let (code, out) = sh(agent, pod, "main", "cat /cfg/mode");
+            (code == 0 && out == "slow").then_some(()).ok_or(out)
+        });
+    }
+    assert_eq!(server.object_reads("configmaps").lists, 1);
+
+    // The watches live while a pod names the objects, and end with the last one.
+    server.delete(&uids[0]);
+    let first = agent.root_dir().join("pods").join(&uids[0]);
+    agent.eventually("the first pod's volumes to go", TIMEOUT, || {
+        (!first.exists())
+            .then_some(())
+            .ok_or_else(|| format!("mounts: {:?}", mounts_below(&first)))
+    });
+    assert_eq!(server.open_object_watches(), 2);
+    s.delete_pod(&uids[1]);
+    agent.eventually("the watches ended", TIMEOUT, || {
+        let open = server.open_object_watches();
+        (open == 0).then_some(()).ok_or(format!("{open} open"))
+    });
 }

@@ -6,6 +6,7 @@
 //! the same order: the service account, then secrets, configMaps, resource claims, then the
 //! volume types that need the API (persistent volume claims, CSI drivers ...).
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume};
+use std::collections::BTreeSet;
 
 /// The resource (plural, as the kubelet names it) of the first API object `pod` references, or
 /// `None` when it references none.
@@ -133,6 +134,79 @@ fn volume_reference(v: &Volume) -> Option<&'static str> {
     }
 }
 
+/// The configMaps and secrets a pod names, each once.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Named {
+    pub config_maps: BTreeSet<String>,
+    pub secrets: BTreeSet<String>,
+}
+
+impl Named {
+    pub fn is_empty(&self) -> bool {
+        self.config_maps.is_empty() && self.secrets.is_empty()
+    }
+}
+
+/// The configMaps and secrets `pod` names in its volumes (configMap, secret and projected),
+/// its containers' `env` and `envFrom` and its `imagePullSecrets`: the objects the agent reads
+/// for it while it exists.
+pub fn named_objects(pod: &Pod) -> Named {
+    let mut out = Named::default();
+    let Some(spec) = pod.spec.as_ref() else {
+        return out;
+    };
+    let mut config_map = |n: &str| {
+        if !n.is_empty() {
+            out.config_maps.insert(n.to_owned());
+        }
+    };
+    let mut secrets = BTreeSet::new();
+    let mut secret = |n: &str| {
+        if !n.is_empty() {
+            secrets.insert(n.to_owned());
+        }
+    };
+    for s in spec.image_pull_secrets.iter().flatten() {
+        secret(&s.name);
+    }
+    for c in containers(spec) {
+        for v in c.env.iter().flatten().filter_map(|e| e.value_from.as_ref()) {
+            if let Some(r) = &v.config_map_key_ref {
+                config_map(&r.name);
+            }
+            if let Some(r) = &v.secret_key_ref {
+                secret(&r.name);
+            }
+        }
+        for e in c.env_from.iter().flatten() {
+            if let Some(r) = &e.config_map_ref {
+                config_map(&r.name);
+            }
+            if let Some(r) = &e.secret_ref {
+                secret(&r.name);
+            }
+        }
+    }
+    for v in spec.volumes.iter().flatten() {
+        if let Some(c) = &v.config_map {
+            config_map(&c.name);
+        }
+        if let Some(n) = v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) {
+            secret(n);
+        }
+        for p in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(c) = &p.config_map {
+                config_map(&c.name);
+            }
+            if let Some(s) = &p.secret {
+                secret(&s.name);
+            }
+        }
+    }
+    out.secrets = secrets;
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +293,38 @@ mod tests {
         let env = with_container(json!({"env": [{"name": "A", "value": "1"},
             {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}));
         assert_eq!(api_reference(&env), None);
+    }
+
+    #[test]
+    fn named_objects_lists_each_config_map_and_secret_once() {
+        let p = pod(json!({
+            "imagePullSecrets": [{"name": "pull"}],
+            "containers": [{"name": "c", "image": "i",
+                "env": [
+                    {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "env-cm", "key": "k"}}},
+                    {"name": "B", "valueFrom": {"secretKeyRef": {"name": "env-s", "key": "k"}}},
+                    {"name": "C", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "envFrom": [{"configMapRef": {"name": "from-cm"}}, {"secretRef": {"name": "env-s"}}]}],
+            "initContainers": [{"name": "i", "image": "i",
+                "envFrom": [{"configMapRef": {"name": "init-cm"}}]}],
+            "volumes": [
+                {"name": "a", "configMap": {"name": "vol-cm"}},
+                {"name": "b", "secret": {"secretName": "vol-s"}},
+                {"name": "c", "projected": {"sources": [
+                    {"configMap": {"name": "vol-cm"}},
+                    {"secret": {"name": "proj-s"}},
+                    {"serviceAccountToken": {"path": "t"}}]}},
+                {"name": "d", "emptyDir": {}}],
+        }));
+        let n = named_objects(&p);
+        assert_eq!(
+            n.config_maps.iter().collect::<Vec<_>>(),
+            ["env-cm", "from-cm", "init-cm", "vol-cm"]
+        );
+        assert_eq!(
+            n.secrets.iter().collect::<Vec<_>>(),
+            ["env-s", "proj-s", "pull", "vol-s"]
+        );
+        assert!(named_objects(&pod(json!({}))).is_empty());
     }
 }

@@ -140,6 +140,17 @@ impl Manager {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Pod `uid` has terminated: the configMaps and secrets only it named are no longer
+    /// watched.
+    pub fn release_api_objects(&self, uid: &str) {
+        self.api.release_pod(uid);
+    }
+
+    /// How many configMaps and secrets are watched for the pods.
+    pub fn watched_api_objects(&self) -> usize {
+        self.api.watched()
+    }
+
     pub fn cri(&self) -> &Cri {
         &self.cri
     }

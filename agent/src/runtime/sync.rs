@@ -44,6 +44,9 @@ impl Manager {
             refusal,
         })?;
         crate::dns::check(spec).map_err(Self::dns_err(pod))?;
+        // The configMaps and secrets it names are watched from now until it has terminated
+        // (`release_api_objects`); a pod already registered costs a lookup.
+        self.api.register_pod(pod).await;
         let known_empty = self.known().holds_nothing(uid);
         let handed = if known_empty {
             None
@@ -323,7 +326,7 @@ impl Manager {
     /// Checks the pod's volumes and every container's mounts of them, computes the files of its
     /// configMap, secret, downwardAPI and projected volumes (reading their objects: one missing
     /// stops the set-up before anything is made), and sets the volumes up (`volume::set_up`,
-    /// idempotent) on a blocking thread.
+    /// idempotent) in place ([`blocking_here`]).
     pub(super) async fn set_up_volumes(&self, pod: &Pod, uid: &str, name: &str) -> Result<()> {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(());
@@ -361,17 +364,11 @@ impl Manager {
                 .and_then(|r| r.memory_limit),
             fs_group: spec.security_context.as_ref().and_then(|s| s.fs_group),
         };
-        let (pods_dir, uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
-        tokio::task::spawn_blocking(move || {
-            crate::volume::set_up(&pods_dir, &uid, &volumes, ctx, &payloads)
-        })
-        .await
-        .map_err(|e| {
-            err(crate::volume::Error::Invalid(format!(
-                "setting up volumes: {e}"
-            )))
-        })?
-        .map_err(err)
+        // Here, not on the blocking pool: a few file-system calls and mounts, on the start's
+        // critical path, where the hand-over to a pool thread and back costs more on a busy
+        // node than the work itself.
+        blocking_here(|| crate::volume::set_up(&self.cfg.pods_dir, uid, &volumes, ctx, &payloads))
+            .map_err(err)
     }
 
     /// The files of each configMap, secret, downwardAPI and projected volume of the pod, by
@@ -462,5 +459,17 @@ impl Manager {
             Ok(Err(e)) => tracing::warn!(pod = %name, error = %e, "refreshing volumes"),
             Err(e) => tracing::warn!(pod = %name, %e, "refreshing volumes"),
         }
+    }
+}
+
+/// Runs short blocking work on this very thread, telling a multi-threaded runtime so
+/// (`block_in_place`) that its other tasks move to another worker meanwhile; on a
+/// current-thread runtime (unit tests) it simply runs.
+fn blocking_here<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread) {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }

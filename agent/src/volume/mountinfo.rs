@@ -1,4 +1,5 @@
-//! The agent's mount table, read from `/proc/self/mountinfo`.
+//! The agent's mount table, read from `/proc/self/mountinfo`, and the two questions about one
+//! path that the kernel answers without it (is it a mount root; is it a tmpfs).
 use std::path::{Path, PathBuf};
 
 /// One mount: where it is and its filesystem type.
@@ -60,4 +61,44 @@ pub(super) fn below<'a>(mounts: &'a [MountPoint], dir: &Path) -> Vec<&'a MountPo
     let mut found: Vec<&MountPoint> = mounts.iter().filter(|m| m.path.starts_with(dir)).collect();
     found.sort_by_key(|m| std::cmp::Reverse(m.path.components().count()));
     found
+}
+
+fn c_path(path: &Path) -> std::io::Result<std::ffi::CString> {
+    std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)
+}
+
+/// Whether `path` (not followed when a symlink) is the root of a mount, from statx's mount-root
+/// attribute (Linux 5.8 and later) instead of the whole mount table; `None` when the kernel
+/// does not say.
+pub fn is_mount_root(path: &Path) -> std::io::Result<Option<bool>> {
+    let c = c_path(path)?;
+    // SAFETY: an all-zero statx is a valid value of the plain C struct.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and alive for the call; `stx` is a valid out-pointer.
+    let rc = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            0,
+            &raw mut stx,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let bit = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    Ok((stx.stx_attributes_mask & bit != 0).then_some(stx.stx_attributes & bit != 0))
+}
+
+/// Whether the file system that holds `path` is a tmpfs.
+pub fn is_tmpfs(path: &Path) -> std::io::Result<bool> {
+    let c = c_path(path)?;
+    // SAFETY: an all-zero statfs is a valid value of the plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and alive for the call; `st` is a valid out-pointer.
+    if unsafe { libc::statfs(c.as_ptr(), &raw mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_type == libc::TMPFS_MAGIC)
 }

@@ -164,13 +164,21 @@ fn volume_dir(
 ) -> std::result::Result<(), String> {
     empty_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let Some(size) = size else { return Ok(()) };
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    // The common answers without the mount table (which grows with every container on the
+    // node): no mount here yet, or the tmpfs of an earlier set-up.
+    let root = mountinfo::is_mount_root(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    match root {
+        Some(false) => return tmpfs_on(&dir, size, volume),
+        Some(true) if mountinfo::is_tmpfs(&dir).unwrap_or(false) => return Ok(()),
+        _ => {}
+    }
     if mounts.is_none() {
         *mounts =
             Some(mountinfo::mount_points().map_err(|e| format!("reading the mount table: {e}"))?);
     }
-    let dir = dir
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
     let mounted = mounts.iter().flatten().rev().find(|m| m.path == dir);
     match mounted {
         Some(m) if m.fs_type == "tmpfs" => Ok(()),
@@ -179,13 +187,14 @@ fn volume_dir(
             dir.display(),
             m.fs_type
         )),
-        None => {
-            mount_tmpfs(&dir, size)
-                .map_err(|e| format!("mounting a tmpfs on {}: {e}", dir.display()))?;
-            tracing::info!(volume, dir = %dir.display(), size, "tmpfs mounted");
-            Ok(())
-        }
+        None => tmpfs_on(&dir, size, volume),
     }
+}
+
+fn tmpfs_on(dir: &Path, size: u64, volume: &str) -> std::result::Result<(), String> {
+    mount_tmpfs(dir, size).map_err(|e| format!("mounting a tmpfs on {}: {e}", dir.display()))?;
+    tracing::info!(volume, dir = %dir.display(), size, "tmpfs mounted");
+    Ok(())
 }
 
 /// An emptyDir's directory: made with mode 0777 whatever the umask (as the kubelet makes it).

@@ -643,3 +643,39 @@ fn a_secret_volume_is_a_tmpfs_written_atomically_refreshed_and_torn_down() {
     assert!(!tmpfs(&canonical), "the tmpfs is unmounted");
     assert!(!pods.path().join("u1").exists());
 }
+
+#[test]
+fn the_kernel_tells_mount_roots_and_tmpfs_without_the_mount_table() {
+    let Some(pods) = pods_dir_for_mounts() else {
+        return;
+    };
+    let dir = pods.path().canonicalize().expect("canonical").join("m");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let root = |p: &Path| mountinfo::is_mount_root(p).expect("statx");
+    if root(Path::new("/")).is_none() {
+        eprintln!("skipped: this kernel's statx does not report mount roots");
+        return;
+    }
+    assert_eq!(root(Path::new("/")), Some(true));
+    assert_eq!(root(&dir), Some(false));
+    setup::mount_tmpfs(&dir, 1 << 20).expect("mount");
+    std::fs::create_dir(dir.join("below")).expect("mkdir below");
+    assert_eq!(root(&dir), Some(true));
+    assert!(mountinfo::is_tmpfs(&dir).expect("statfs"));
+    assert_eq!(root(&dir.join("below")), Some(false));
+    assert!(mountinfo::is_tmpfs(&dir.join("below")).expect("statfs"));
+    // The mount table says the same.
+    let table = mount_points().expect("mountinfo");
+    let last = table
+        .iter()
+        .rev()
+        .find(|m| m.path == dir)
+        .expect("in the table");
+    assert_eq!(last.fs_type, "tmpfs");
+    remove::unmount(&dir).expect("unmount");
+    assert_eq!(root(&dir), Some(false));
+    assert!(
+        mountinfo::is_mount_root(&dir.join("gone")).is_err(),
+        "a missing path is an error"
+    );
+}
