@@ -24,7 +24,8 @@
 //! - `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`: the TokenRequest API. The
 //!   account must exist (else 404); `spec.expirationSeconds` below 600 is refused with 422 as
 //!   the API refuses it; the answer carries a new token (a JWT-shaped string naming the account,
-//!   the audiences, the bound pod and the expiry) and `status.expirationTimestamp`.
+//!   the audiences, the bound pod and the expiry) and `status.expirationTimestamp`, for at most
+//!   the lifetime set with [`ApiServer::cap_token_lifetime`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -158,6 +159,9 @@ struct Store {
     objects: BTreeMap<(String, String, String), serde_json::Value>,
     /// Every TokenRequest answered: (namespace, service account, the request's spec).
     token_requests: Vec<(String, String, serde_json::Value)>,
+    /// The longest token lifetime granted, in seconds (the API server's
+    /// `--service-account-max-token-expiration`); `None`: what is asked for.
+    max_token_seconds: Option<i64>,
     /// Cluster-scoped: by name.
     runtime_classes: BTreeMap<String, RuntimeClass>,
     runtime_class_gets: usize,
@@ -359,6 +363,12 @@ impl ApiServer {
             drop(s);
             self.notify();
         }
+    }
+
+    /// Grants tokens of at most `seconds` (the answer's `spec.expirationSeconds` and expiry say
+    /// so), as an API server with a maximum token expiration does.
+    pub fn cap_token_lifetime(&self, seconds: i64) {
+        self.lock().max_token_seconds = Some(seconds);
     }
 
     /// Every TokenRequest answered so far: (namespace, service account, the request's spec).
@@ -724,6 +734,7 @@ async fn create_token(
         )
             .into_response();
     }
+    let seconds = s.max_token_seconds.map_or(seconds, |max| seconds.min(max));
     s.rv += 1;
     let serial = s.token_requests.len();
     s.token_requests

@@ -6,8 +6,9 @@
 //! keeping the pod waiting with the reason. configMap, secret, downwardAPI and projected
 //! volumes of pods from the in-process API server: their content and modes, a configMap update
 //! arriving in the running container, the token, a pod waiting on a missing configMap, a
-//! static pod naming a configMap rejected, and two pods sharing a configMap and a secret that
-//! are each listed once and then followed by one watch that ends with the last pod.
+//! static pod naming a configMap rejected, two pods sharing a configMap and a secret that are
+//! each listed once and then followed by one watch that ends with the last pod, and a projected
+//! service account token requested again before it expires and seen by the running container.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -784,4 +785,44 @@ fn pods_sharing_a_config_map_and_a_secret_read_each_once_through_its_watch_until
         let open = server.open_object_watches();
         (open == 0).then_some(()).ok_or(format!("{open} open"))
     });
+}
+
+#[test]
+fn a_projected_token_is_requested_again_before_it_expires_and_reaches_the_running_container() {
+    let Some(s) = api_setup("api-volumes-token") else {
+        return;
+    };
+    let (agent, server) = (&s.agent, &s.server);
+    // Tokens of 20 s whatever is asked for: the agent must ask again once 80% of that has
+    // passed (less up to 10 s of jitter), and the next sync (every 3 s) writes the new one.
+    server.cap_token_lifetime(20);
+    let name = "tokrot";
+    let volumes = "  - name: all\n    projected:\n      sources:\n      - serviceAccountToken: {path: token, audience: vault, expirationSeconds: 3600}\n";
+    let mounts = "    - {name: all, mountPath: /all}\n";
+    server.put(api_pod(agent, name, volumes, mounts));
+    let uid = api_running(agent, name);
+    let first = sh_ok(agent, name, "main", "cat /all/token");
+    let issued = std::time::Instant::now();
+    assert!(first.contains(".test-signature-"), "{first}");
+    let requested = server.token_requests().len();
+    agent.eventually("a new token in the running container", TIMEOUT, || {
+        let now = sh_ok(agent, name, "main", "cat /all/token");
+        (now != first && now.contains(".test-signature-"))
+            .then_some(())
+            .ok_or(now)
+    });
+    let after = issued.elapsed();
+    let requests = server.token_requests();
+    assert!(requests.len() > requested, "{requests:?}");
+    let (_, account, spec) = requests.last().expect("a request");
+    assert_eq!(account, "robot");
+    assert_eq!(spec["audiences"], serde_json::json!(["vault"]));
+    assert_eq!(spec["boundObjectRef"]["uid"], uid.as_str());
+    // Not while most of its life was left: 16 s less at most 10 s of jitter (and the second
+    // or so between its issue and the first read).
+    assert!(
+        after >= Duration::from_secs(4),
+        "the token was replaced {after:?} after its issue"
+    );
+    s.delete_pod(&uid);
 }
