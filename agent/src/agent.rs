@@ -146,6 +146,11 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         )
         .run(cancel.clone()),
     );
+    // Image garbage collection: a task of its own too.
+    tracker.spawn(
+        crate::image_gc::ImageGc::new(runtime.cri().clone(), cfg.image_gc, metrics.clone())
+            .run(cancel.clone()),
+    );
     let status = StatusManager::new(metrics.clone()).with_probe_results(probe_results.clone());
     let probes = prober::Manager::new(
         probe_results,

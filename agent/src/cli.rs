@@ -40,6 +40,8 @@ pub enum Error {
     ClusterDns(String),
     #[error(transparent)]
     ContainerLogs(#[from] crate::logs::Error),
+    #[error(transparent)]
+    ImageGc(#[from] crate::image_gc::Error),
 }
 
 /// swiftlet: a node agent that does the kubelet's job, faster and observably.
@@ -174,6 +176,21 @@ pub struct Flags {
     /// Containers whose logs are checked and rotated at once; at least 1 [default: 1].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub container_log_max_workers: Option<i64>,
+    /// Image garbage collection starts when the image file system is at least this full
+    /// (percent; 100 turns it off) [default: 85].
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    pub image_gc_high_threshold: Option<i64>,
+    /// ... and removes unused images, least recently used first, until the use is down to this
+    /// percent; below the high threshold [default: 80].
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    pub image_gc_low_threshold: Option<i64>,
+    /// An image first seen less than this long ago is never collected [default: 2m].
+    #[arg(long, value_name = "DURATION")]
+    pub image_minimum_gc_age: Option<String>,
+    /// How often image garbage collection looks (swiftlet's own flag; the kubelet's period is
+    /// fixed at 5m) [default: 5m].
+    #[arg(long, value_name = "DURATION")]
+    pub image_gc_period: Option<String>,
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
@@ -216,6 +233,12 @@ pub struct KubeletConfiguration {
     pub container_log_max_files: Option<i64>,
     pub container_log_monitor_interval: Option<String>,
     pub container_log_max_workers: Option<i64>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: Option<i64>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: Option<i64>,
+    #[serde(rename = "imageMinimumGCAge")]
+    pub image_minimum_gc_age: Option<String>,
 }
 
 /// Everything the agent needs, defaults applied.
@@ -258,6 +281,9 @@ pub struct AgentConfig {
     /// `--container-log-max-size`, `--container-log-max-files`,
     /// `--container-log-monitor-interval`, `--container-log-max-workers`.
     pub container_logs: crate::logs::Policy,
+    /// `--image-gc-high-threshold`, `--image-gc-low-threshold`, `--image-minimum-gc-age`,
+    /// `--image-gc-period`.
+    pub image_gc: crate::image_gc::Policy,
 }
 
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -446,7 +472,25 @@ impl Flags {
                 .or(file.container_log_max_workers)
                 .unwrap_or(crate::logs::DEFAULT_MAX_WORKERS),
         )?;
+        let image_gc = crate::image_gc::Policy::new(
+            self.image_gc_high_threshold
+                .or(file.image_gc_high_threshold_percent)
+                .unwrap_or(crate::image_gc::DEFAULT_HIGH_THRESHOLD),
+            self.image_gc_low_threshold
+                .or(file.image_gc_low_threshold_percent)
+                .unwrap_or(crate::image_gc::DEFAULT_LOW_THRESHOLD),
+            self.image_minimum_gc_age
+                .or(file.image_minimum_gc_age)
+                .map(|d| parse_duration("--image-minimum-gc-age", &d))
+                .transpose()?
+                .unwrap_or(crate::image_gc::DEFAULT_MINIMUM_AGE),
+            self.image_gc_period
+                .map(|d| parse_duration("--image-gc-period", &d))
+                .transpose()?
+                .unwrap_or(crate::image_gc::DEFAULT_PERIOD),
+        )?;
         Ok(AgentConfig {
+            image_gc,
             pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),
             container_runtime_endpoint: self
                 .container_runtime_endpoint

@@ -527,6 +527,54 @@ impl Cri {
             .await
     }
 
+    /// The runtime's status; `verbose` adds its own information (containerd: its CRI
+    /// configuration as JSON under `config`).
+    pub async fn status(&self, verbose: bool) -> Result<cri::StatusResponse> {
+        let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
+        self.timed(
+            "Status",
+            d,
+            c.status(request(cri::StatusRequest { verbose }, d)),
+        )
+        .await
+    }
+
+    /// Every image the runtime holds.
+    pub async fn list_images(&self) -> Result<Vec<cri::Image>> {
+        let mut c = self.image.clone();
+        let d = Deadline::request(self.timeout);
+        let req = cri::ListImagesRequest { filter: None };
+        Ok(self
+            .timed("ListImages", d, c.list_images(request(req, d)))
+            .await?
+            .images)
+    }
+
+    /// Removes image `image` (an ID or a reference) with every tag it has.
+    pub async fn remove_image(&self, image: &str) -> Result<()> {
+        let mut c = self.image.clone();
+        let d = Deadline::request(self.timeout);
+        let req = cri::RemoveImageRequest {
+            image: Some(image_spec(image)),
+        };
+        self.timed("RemoveImage", d, c.remove_image(request(req, d)))
+            .await
+            .map(drop)
+    }
+
+    /// The file systems the runtime keeps its images on, with their usage.
+    pub async fn image_fs_info(&self) -> Result<cri::ImageFsInfoResponse> {
+        let mut c = self.image.clone();
+        let d = Deadline::request(self.timeout);
+        self.timed(
+            "ImageFsInfo",
+            d,
+            c.image_fs_info(request(cri::ImageFsInfoRequest {}, d)),
+        )
+        .await
+    }
+
     pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>> {
         let mut c = self.image.clone();
         let d = Deadline::request(self.timeout);

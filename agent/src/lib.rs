@@ -14,6 +14,7 @@ pub mod cri;
 pub mod dns;
 pub mod ebpf;
 pub mod handler;
+pub mod image_gc;
 pub mod kubelet;
 pub mod logs;
 pub mod memory;

@@ -100,6 +100,9 @@ pub struct Metrics {
     pub container_log_rotations_total: Counter,
     pub container_log_rotation_errors_total: Counter,
     pub container_log_rotation_pass_duration_seconds: Histogram,
+    pub image_gc_removed_total: Counter,
+    pub image_gc_freed_bytes_total: Counter,
+    pub image_gc_pass_duration_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -300,8 +303,30 @@ impl Metrics {
              (every --container-log-monitor-interval)",
             container_log_rotation_pass_duration_seconds.clone(),
         );
+        let image_gc_removed_total = Counter::default();
+        registry.register(
+            "image_garbage_collected",
+            "Images removed by image garbage collection (--image-gc-high-threshold)",
+            image_gc_removed_total.clone(),
+        );
+        let image_gc_freed_bytes_total = Counter::default();
+        registry.register(
+            "image_garbage_collected_bytes",
+            "Bytes of the images removed by image garbage collection (their sizes as the \
+             runtime reports them)",
+            image_gc_freed_bytes_total.clone(),
+        );
+        let image_gc_pass_duration_seconds = phase_histogram();
+        registry.register(
+            "image_gc_pass_duration_seconds",
+            "Duration of one image garbage collection pass (every --image-gc-period)",
+            image_gc_pass_duration_seconds.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            image_gc_removed_total,
+            image_gc_freed_bytes_total,
+            image_gc_pass_duration_seconds,
             container_log_rotations_total,
             container_log_rotation_errors_total,
             container_log_rotation_pass_duration_seconds,

@@ -243,13 +243,58 @@ pub fn build_layer(busybox_binary: &[u8], applets: &[String]) -> Result<Vec<u8>,
 
 /// Builds the OCI image-layout tar of `image` from `layer` (an uncompressed layer tar).
 pub fn build_archive(image: Image, layer: &[u8]) -> Result<Vec<u8>, Error> {
+    let history = "cargo xtask images (busybox-static)";
+    archive_of(image.reference(), image.process_config(), history, layer)
+}
+
+/// The archive of an image `reference` whose one layer holds only `path` (a file of mode
+/// 0644 with `content`, below directories of mode 0755): an image no container can run, for
+/// tests that need images of distinct content (image garbage collection).
+pub fn build_file_archive(reference: &str, path: &str, content: &[u8]) -> Result<Vec<u8>, Error> {
+    let mut layer = TarBuf::new(reference);
+    let mut dir = String::new();
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        dir = if dir.is_empty() {
+            (*part).to_owned()
+        } else {
+            format!("{dir}/{part}")
+        };
+        layer.dir(&dir, 0o755)?;
+    }
+    layer.file(&parts.join("/"), 0o644, content)?;
+    let layer = layer.finish()?;
+    let config = json!({ "Env": [IMAGE_PATH_ENV] });
+    archive_of(reference, config, "a test image of one file", &layer)
+}
+
+/// Imports the OCI archive at `archive` into the runtime's CRI namespace.
+pub fn import(layout: &Layout, archive: &Path) -> Result<(), Error> {
+    crate::setup::run(
+        ctr(layout)
+            .args(["images", "import"])
+            .arg(archive)
+            .stdout(std::process::Stdio::null()),
+    )
+    .map_err(|source| Error::Ctr {
+        image: archive.display().to_string(),
+        source,
+    })
+}
+
+fn archive_of(
+    reference: &str,
+    process_config: serde_json::Value,
+    created_by: &str,
+    layer: &[u8],
+) -> Result<Vec<u8>, Error> {
     let layer_digest = sha256_digest(layer);
     let config = json!({
         "architecture": oci_arch(),
         "os": "linux",
-        "config": image.process_config(),
+        "config": process_config,
         "rootfs": { "type": "layers", "diff_ids": [layer_digest] },
-        "history": [{ "created_by": "cargo xtask images (busybox-static)" }],
+        "history": [{ "created_by": created_by }],
     });
     let config = serde_json::to_vec(&config).map_err(|e| Error::Tar {
         what: "the image config".into(),
@@ -276,8 +321,8 @@ pub fn build_archive(image: Image, layer: &[u8]) -> Result<Vec<u8>, Error> {
     })?;
     let manifest_digest = sha256_digest(&manifest);
     let mut annotations = BTreeMap::new();
-    annotations.insert("io.containerd.image.name", image.reference());
-    annotations.insert("org.opencontainers.image.ref.name", image.reference());
+    annotations.insert("io.containerd.image.name", reference);
+    annotations.insert("org.opencontainers.image.ref.name", reference);
     let index = json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
@@ -294,7 +339,7 @@ pub fn build_archive(image: Image, layer: &[u8]) -> Result<Vec<u8>, Error> {
         source: e.into(),
     })?;
 
-    let mut tar = TarBuf::new(image.reference());
+    let mut tar = TarBuf::new(reference);
     tar.file("oci-layout", 0o644, br#"{"imageLayoutVersion":"1.0.0"}"#)?;
     tar.file("index.json", 0o644, &index)?;
     tar.dir("blobs", 0o755)?;
@@ -364,16 +409,7 @@ pub fn ensure(layout: &Layout) -> Result<Vec<Image>, Error> {
             continue;
         }
         let archive = write_archive(image, Path::new(BUSYBOX_PATH), &layout.images_dir)?;
-        crate::setup::run(
-            ctr(layout)
-                .args(["images", "import"])
-                .arg(&archive)
-                .stdout(std::process::Stdio::null()),
-        )
-        .map_err(|source| Error::Ctr {
-            image: name.to_owned(),
-            source,
-        })?;
+        import(layout, &archive)?;
         if !listed(layout).iter().any(|p| p == name) {
             return Err(Error::NotListed {
                 image: name.to_owned(),
