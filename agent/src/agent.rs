@@ -224,6 +224,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let read_only =
         (cfg.read_only_port != 0).then(|| SocketAddr::from(([127, 0, 0, 1], cfg.read_only_port)));
     let state = server::AppState {
+        health: runtime_state.clone(),
+        sync_loop_threshold: pleg::sync_loop_threshold(cfg.sync_frequency),
         status: status.clone(),
         metrics: metrics.clone(),
         rejections,

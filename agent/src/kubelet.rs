@@ -103,6 +103,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                 continue;
             }
             backoff.reset();
+            self.runtime_state.sync_loop_ran();
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 update = self.config_rx.recv() => match update {

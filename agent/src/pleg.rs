@@ -32,16 +32,98 @@ use tokio_util::sync::CancellationToken;
 /// The UIDs of pods the runtime held at the last successful relist.
 pub type RuntimePods = Arc<RwLock<HashSet<String>>>;
 
-/// The runtime's health as the PLEG last saw it (the kubelet's `runtimeState`). Cheap to clone.
-#[derive(Clone, Debug, Default)]
+/// The runtime's health as the PLEG last saw it (the kubelet's `runtimeState`), and when the
+/// sync loop last ran (the kubelet's sync-loop monitor): what `/healthz` checks. Cheap to clone.
+#[derive(Clone, Debug)]
 pub struct RuntimeState {
     error: Arc<Mutex<Option<String>>>,
+    times: Arc<Mutex<Times>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    /// When the state was made (the agent's start).
+    created: Instant,
+    /// The last relist the runtime answered.
+    relisted: Option<Instant>,
+    /// The sync loop's last turn with a healthy runtime.
+    sync_loop: Option<Instant>,
+}
+
+impl Default for RuntimeState {
+    fn default() -> Self {
+        Self {
+            error: Arc::default(),
+            times: Arc::new(Mutex::new(Times {
+                created: Instant::now(),
+                relisted: None,
+                sync_loop: None,
+            })),
+        }
+    }
+}
+
+/// The kubelet's PLEG threshold: the runtime is unhealthy when no relist succeeded for this
+/// long.
+pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+
+/// The kubelet's sync-loop threshold for `--sync-frequency` `sync_frequency`: twice it, at
+/// least 5 minutes.
+pub fn sync_loop_threshold(sync_frequency: Duration) -> Duration {
+    (sync_frequency * 2).max(Duration::from_secs(300))
 }
 
 impl RuntimeState {
-    /// Records the runtime's latest error, or `None` once it answers again.
+    /// Records the runtime's latest error, or `None` once it answers again (a relist succeeded).
     pub fn set(&self, error: Option<String>) {
+        if error.is_none() {
+            self.lock_times().relisted = Some(Instant::now());
+        }
         *self.error.lock().unwrap_or_else(PoisonError::into_inner) = error;
+    }
+
+    /// The sync loop took a turn with a healthy runtime.
+    pub fn sync_loop_ran(&self) {
+        self.lock_times().sync_loop = Some(Instant::now());
+    }
+
+    fn lock_times(&self) -> std::sync::MutexGuard<'_, Times> {
+        self.times.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `/healthz`'s checks at `now`, as (name, `Err(why)` when failing): `syncloop` (the
+    /// kubelet's: the loop ran within `sync_threshold`; a loop that has not run yet is
+    /// healthy) and `runtime` (the kubelet's PLEG check: a relist succeeded within
+    /// [`RELIST_THRESHOLD`], counted from the agent's start until the first one).
+    pub fn health(
+        &self,
+        now: Instant,
+        sync_threshold: Duration,
+    ) -> Vec<(&'static str, Result<(), String>)> {
+        let t = *self.lock_times();
+        let ago = |at: Instant| now.saturating_duration_since(at);
+        let sync = match t.sync_loop {
+            Some(at) if ago(at) > sync_threshold => Err(format!(
+                "the sync loop last ran {:?} ago; threshold is {sync_threshold:?}",
+                ago(at)
+            )),
+            _ => Ok(()),
+        };
+        let since = t.relisted.unwrap_or(t.created);
+        let runtime = if ago(since) > RELIST_THRESHOLD {
+            let last = match t.relisted {
+                Some(_) => format!("the runtime last answered a relist {:?} ago", ago(since)),
+                None => format!(
+                    "the runtime has not answered a relist in the {:?} since the start",
+                    ago(since)
+                ),
+            };
+            let error = self.error().map(|e| format!(": {e}")).unwrap_or_default();
+            Err(format!("{last}; threshold is {RELIST_THRESHOLD:?}{error}"))
+        } else {
+            Ok(())
+        };
+        vec![("ping", Ok(())), ("syncloop", sync), ("runtime", runtime)]
     }
 
     pub fn error(&self) -> Option<String> {
@@ -699,5 +781,51 @@ mod tests {
         let steps = snap.plan(relist(&running), |_| false);
         assert!(matches!(&steps[..], [Step::Send(_)]));
         assert_eq!(snap.records.get("u"), Some(&running));
+    }
+
+    #[test]
+    fn health_fails_when_the_sync_loop_or_the_runtime_has_been_quiet_too_long() {
+        let state = RuntimeState::default();
+        let t0 = state.lock_times().created;
+        let sync = Duration::from_secs(300);
+        let failing = |now: Instant| -> Vec<&'static str> {
+            state
+                .health(now, sync)
+                .into_iter()
+                .filter(|(_, r)| r.is_err())
+                .map(|(n, _)| n)
+                .collect()
+        };
+        // At the start: healthy, and for up to 3 minutes without a relist.
+        assert!(failing(t0).is_empty());
+        assert!(failing(t0 + Duration::from_secs(179)).is_empty());
+        assert_eq!(failing(t0 + Duration::from_secs(181)), ["runtime"]);
+        state.set(Some("connection refused".into()));
+        let why = state.health(t0 + Duration::from_secs(181), sync)[2]
+            .1
+            .clone()
+            .unwrap_err();
+        assert!(
+            why.contains("since the start") && why.ends_with(": connection refused"),
+            "{why}"
+        );
+        // A good relist and a turn of the loop; then both go quiet.
+        state.set(None);
+        state.sync_loop_ran();
+        let t1 = Instant::now();
+        assert!(failing(t1).is_empty());
+        assert_eq!(failing(t1 + Duration::from_secs(200)), ["runtime"]);
+        assert_eq!(
+            failing(t1 + Duration::from_secs(301)),
+            ["syncloop", "runtime"]
+        );
+        assert_eq!(
+            sync_loop_threshold(Duration::from_secs(60)),
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            sync_loop_threshold(Duration::from_secs(200)),
+            Duration::from_secs(400)
+        );
     }
 }

@@ -24,6 +24,9 @@ pub struct Error {
 
 #[derive(Clone)]
 pub struct AppState {
+    /// What `/healthz` checks, and the sync loop's threshold.
+    pub health: crate::pleg::RuntimeState,
+    pub sync_loop_threshold: std::time::Duration,
     pub status: StatusManager,
     pub metrics: Metrics,
     pub rejections: Rejections,
@@ -31,8 +34,41 @@ pub struct AppState {
     pub tracer: crate::trace::Tracer,
 }
 
-async fn healthz() -> &'static str {
-    "ok"
+/// The kubelet's `/healthz`: `ok` while every check passes; otherwise 500 and each check's
+/// result (`[+]name ok`, `[-]name failed: why`). `?verbose` lists the checks when all pass too.
+async fn healthz(State(s): State<AppState>, uri: axum::http::Uri) -> impl IntoResponse {
+    let verbose = uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv.split('=').next() == Some("verbose"))
+    });
+    let checks = s
+        .health
+        .health(tokio::time::Instant::now(), s.sync_loop_threshold);
+    render_health(&checks, verbose)
+}
+
+fn render_health(
+    checks: &[(&'static str, Result<(), String>)],
+    verbose: bool,
+) -> (axum::http::StatusCode, String) {
+    let healthy = checks.iter().all(|(_, r)| r.is_ok());
+    if healthy && !verbose {
+        return (axum::http::StatusCode::OK, "ok".to_owned());
+    }
+    let mut body = String::new();
+    for (name, r) in checks {
+        match r {
+            Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
+            Err(why) => body.push_str(&format!("[-]{name} failed: {why}\n")),
+        }
+    }
+    if healthy {
+        body.push_str("healthz check passed\n");
+        (axum::http::StatusCode::OK, body)
+    } else {
+        body.push_str("healthz check failed\n");
+        (axum::http::StatusCode::INTERNAL_SERVER_ERROR, body)
+    }
 }
 
 async fn pods(State(s): State<AppState>) -> impl IntoResponse {
@@ -124,7 +160,9 @@ pub async fn start(
     };
     if let Some(addr) = healthz_addr {
         let listener = bind(addr).await?;
-        let app = Router::new().route("/healthz", get(healthz));
+        let app = Router::new()
+            .route("/healthz", get(healthz))
+            .with_state(state.clone());
         let c = cancel.clone();
         tracker.spawn(async move {
             if let Err(e) = axum::serve(listener, app)
@@ -158,4 +196,35 @@ pub async fn start(
         tracing::info!(%addr, "read-only server listening");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthz_says_ok_or_lists_the_checks_with_the_failing_ones_reason() {
+        let ok: Vec<(&'static str, Result<(), String>)> =
+            vec![("ping", Ok(())), ("syncloop", Ok(())), ("runtime", Ok(()))];
+        assert_eq!(
+            render_health(&ok, false),
+            (axum::http::StatusCode::OK, "ok".into())
+        );
+        let (code, body) = render_health(&ok, true);
+        assert_eq!(code, axum::http::StatusCode::OK);
+        assert_eq!(
+            body,
+            "[+]ping ok\n[+]syncloop ok\n[+]runtime ok\nhealthz check passed\n"
+        );
+        let bad = vec![
+            ("ping", Ok(())),
+            ("runtime", Err("no relist for 4m".into())),
+        ];
+        let (code, body) = render_health(&bad, false);
+        assert_eq!(code, axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            body,
+            "[+]ping ok\n[-]runtime failed: no relist for 4m\nhealthz check failed\n"
+        );
+    }
 }

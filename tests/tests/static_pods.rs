@@ -370,3 +370,18 @@ fn a_field_swiftlet_cannot_honour_holds_the_pod_with_a_reason_naming_it() {
     let (sandboxes, _) = pod_cri_objects(agent.endpoint(), &uid).expect("list");
     assert!(sandboxes.is_empty(), "nothing is created: {sandboxes:?}");
 }
+
+#[test]
+fn healthz_says_ok_and_lists_its_checks_when_asked() {
+    let Some(agent) = swiftlet_tests::start_agent("healthz") else {
+        return;
+    };
+    assert_eq!(agent.get("/healthz"), (200, "ok".to_owned()));
+    // The sync loop has turned and the runtime answered a relist.
+    let (code, body) = agent.get("/healthz?verbose");
+    assert_eq!(code, 200);
+    assert_eq!(
+        body,
+        "[+]ping ok\n[+]syncloop ok\n[+]runtime ok\nhealthz check passed\n"
+    );
+}
