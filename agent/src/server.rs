@@ -141,8 +141,17 @@ async fn ebpf_cgroups(State(s): State<AppState>) -> impl IntoResponse {
     }
 }
 
-async fn trace_pods(State(s): State<AppState>) -> Json<crate::trace::TraceView> {
-    Json(s.tracer.view())
+/// Written one pod at a time (`Tracer::view_json_pieces`): the timelines can hold thousands of
+/// pods, and a read must not copy them all.
+async fn trace_pods(State(s): State<AppState>) -> impl IntoResponse {
+    let pieces = s
+        .tracer
+        .view_json_pieces()
+        .map(|p| Ok::<_, std::convert::Infallible>(bytes::Bytes::from(p)));
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(futures::stream::iter(pieces)),
+    )
 }
 
 /// Binds both servers (so a taken port fails the start) and serves until `cancel`.

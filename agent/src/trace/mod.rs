@@ -396,11 +396,7 @@ impl Tracer {
 
     /// Every pod's record, oldest first.
     pub fn pods(&self) -> Vec<PodRecord> {
-        let state = self
-            .shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let state = self.lock_state();
         let mut pods: Vec<PodRecord> = state.pods.values().cloned().collect();
         pods.sort_by_key(|p| p.source_seen_ns);
         pods
@@ -483,27 +479,74 @@ impl Tracer {
             pods: self
                 .pods()
                 .into_iter()
-                .map(|p| (p.breakdown(), p))
-                .map(|(phases, p)| PodView {
-                    e2e_ms: p.e2e_ms_of(&phases),
-                    agent_ms: p.agent_ms_of(&phases),
-                    complete: p.complete(kernel),
-                    phases: phases
-                        .into_iter()
-                        .map(|ph| PhaseView {
-                            ms: ph.ms(),
-                            phase: ph.name,
-                            start_ns: ph.start_ns,
-                            observer: ph.observer,
-                        })
-                        .collect(),
-                    marks: p.marks(),
-                    uid: p.uid,
-                    namespace: p.namespace,
-                    name: p.name,
-                })
+                .map(|p| pod_view(p, kernel))
                 .collect(),
         }
+    }
+
+    /// [`Tracer::view`] as JSON text in pieces, each made when it is taken: the head, then one
+    /// pod at a time (in the view's order; a pod forgotten meanwhile is left out), then the
+    /// tail. A reader of `/debug/trace/pods` thus holds one pod's view at a time instead of a
+    /// copy of every timeline and its whole view. The text is what serializing the view gives.
+    pub fn view_json_pieces(&self) -> impl Iterator<Item = Vec<u8>> + Send + 'static {
+        let kernel = self.probes_loaded();
+        let head = format!(
+            "{{\"probes_loaded\":{kernel},\"events_seen\":{},\"events_lost\":{},\"pods\":[",
+            self.events_seen(),
+            self.events_lost()
+        );
+        let order: Vec<String> = {
+            let state = self.lock_state();
+            let mut order: Vec<(Option<u64>, &String)> = state
+                .pods
+                .iter()
+                .map(|(uid, p)| (p.source_seen_ns, uid))
+                .collect();
+            order.sort_by_key(|(seen, _)| *seen);
+            order.into_iter().map(|(_, uid)| uid.clone()).collect()
+        };
+        let tracer = self.clone();
+        let mut first = true;
+        let pods = order.into_iter().filter_map(move |uid| {
+            let record = tracer.lock_state().pods.get(&uid).cloned()?;
+            let mut piece = if first { Vec::new() } else { vec![b','] };
+            first = false;
+            serde_json::to_writer(&mut piece, &pod_view(record, kernel)).ok()?;
+            Some(piece)
+        });
+        std::iter::once(head.into_bytes())
+            .chain(pods)
+            .chain(std::iter::once(b"]}".to_vec()))
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The JSON view of timeline `p` (`kernel`: the probes are loaded).
+fn pod_view(p: PodRecord, kernel: bool) -> PodView {
+    let phases = p.breakdown();
+    PodView {
+        e2e_ms: p.e2e_ms_of(&phases),
+        agent_ms: p.agent_ms_of(&phases),
+        complete: p.complete(kernel),
+        phases: phases
+            .into_iter()
+            .map(|ph| PhaseView {
+                ms: ph.ms(),
+                phase: ph.name,
+                start_ns: ph.start_ns,
+                observer: ph.observer,
+            })
+            .collect(),
+        marks: p.marks(),
+        uid: p.uid,
+        namespace: p.namespace,
+        name: p.name,
     }
 }
 
@@ -569,6 +612,28 @@ mod tests {
         );
         assert_eq!(pod_of_path("/kubepods/besteffort"), None);
         assert_eq!(pod_of_path("/"), None);
+    }
+
+    #[test]
+    fn the_view_written_in_pieces_is_the_view() {
+        let tracer = Tracer::new(Metrics::new());
+        let whole = |t: &Tracer| {
+            String::from_utf8(t.view_json_pieces().collect::<Vec<_>>().concat()).expect("utf-8")
+        };
+        assert_eq!(
+            whole(&tracer),
+            serde_json::to_string(&tracer.view()).expect("json")
+        );
+        for (name, uid) in [("a", "u1"), ("b", "u2"), ("c", "u3")] {
+            tracer.pod_admitted(uid, &pod(name, uid));
+            tracer.worker_started(uid);
+        }
+        let pieces: Vec<Vec<u8>> = tracer.view_json_pieces().collect();
+        assert_eq!(pieces.len(), 5, "the head, one piece per pod, the tail");
+        let text = whole(&tracer);
+        assert_eq!(text, serde_json::to_string(&tracer.view()).expect("json"));
+        let parsed: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(parsed["pods"].as_array().map(Vec::len), Some(3));
     }
 
     /// Joins agent marks, CRI markers and kernel events into one timeline, ignoring other pods'
