@@ -111,6 +111,10 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // read from --kubeconfig's API server through one client, built now.
     let api_objects = crate::api_objects::ApiObjects::new(cfg.kubeconfig.clone());
     api_objects.warm_up();
+    // Unbounded: one message per change of a watched object and pod naming it; the pod
+    // workers coalesce the syncs they ask for.
+    let (objects_tx, objects_rx) = tokio::sync::mpsc::unbounded_channel();
+    api_objects.send_changes_to(objects_tx);
     // The kubelet's check of --resolv-conf at its start: pods are given what can be used.
     for warning in cfg.dns.check_resolv_conf() {
         tracing::warn!(%warning, "checking the resolver configuration (--resolv-conf)");
@@ -252,6 +256,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         pleg_rx,
         done_rx,
         probe_rx,
+        objects_rx,
         runtime_pods,
         runtime_state,
         workers,

@@ -61,13 +61,16 @@ pub struct ApiObjects {
 struct Watched {
     config_maps: watched::Watched<ConfigMap>,
     secrets: watched::Watched<Secret>,
+    changes: watched::Changes,
 }
 
 impl Default for Watched {
     fn default() -> Self {
+        let changes = watched::Changes::default();
         Self {
-            config_maps: watched::Watched::new("ConfigMap"),
-            secrets: watched::Watched::new("Secret"),
+            config_maps: watched::Watched::new("ConfigMap", changes.clone()),
+            secrets: watched::Watched::new("Secret", changes.clone()),
+            changes,
         }
     }
 }
@@ -133,6 +136,12 @@ impl ApiObjects {
         for name in &named.secrets {
             self.watched.secrets.register(&client, ns, name, uid);
         }
+    }
+
+    /// From now on, the UID of each pod that names a watched object is sent to `tx` when the
+    /// object changes (once per change and pod). Only the first call counts.
+    pub fn send_changes_to(&self, tx: tokio::sync::mpsc::UnboundedSender<String>) {
+        let _ = self.watched.changes.set(tx);
     }
 
     /// Pod `uid` has gone: the watches no other pod needs stop.

@@ -58,6 +58,8 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub done_rx: mpsc::UnboundedReceiver<String>,
     /// Probe results that changed.
     pub probe_rx: mpsc::UnboundedReceiver<crate::prober::Update>,
+    /// The UIDs of pods a watched configMap or secret of which changed (`ApiObjects`).
+    pub objects_rx: mpsc::UnboundedReceiver<String>,
     pub runtime_pods: RuntimePods,
     pub runtime_state: crate::pleg::RuntimeState,
     pub workers: PodWorkers<S>,
@@ -118,6 +120,12 @@ impl<S: PodSyncer> SyncLoop<S> {
                     }
                 }
                 Some(u) = self.probe_rx.recv() => self.handle_probe(&pods, u),
+                Some(uid) = self.objects_rx.recv() => {
+                    // A configMap or secret it names changed: its volumes are rewritten now.
+                    if let Some(pod) = pods.get(&uid) {
+                        self.workers.update_pod(&uid, Work::new(UpdateType::Sync, pod.clone()));
+                    }
+                }
                 Some(uid) = self.done_rx.recv() => {
                     let purged = self.workers.on_finished(&uid, &pods);
                     self.handle_purged(&pods, purged, &mut finished);
@@ -363,6 +371,7 @@ mod tests {
         let (_pleg_tx, pleg_rx) = mpsc::channel(1);
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (_probe_tx, probe_rx) = mpsc::unbounded_channel();
+        let (_objects_tx, objects_rx) = mpsc::unbounded_channel();
         let cancel = CancellationToken::new();
         let metrics = crate::metrics::Metrics::new();
         let runtime_state = crate::pleg::RuntimeState::default();
@@ -374,6 +383,7 @@ mod tests {
             pleg_rx,
             done_rx,
             probe_rx,
+            objects_rx,
             runtime_pods: runtime_pods.clone(),
             runtime_state: runtime_state.clone(),
             workers: PodWorkers::new(fake.clone(), done_tx, TaskTracker::new(), cancel.clone()),

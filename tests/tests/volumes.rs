@@ -443,7 +443,7 @@ fn a_finished_pod_kept_for_its_status_has_its_volumes_torn_down() {
 
 /// An agent taking pods from its own in-process API server, which serves the configMaps,
 /// secrets, service account (`robot`) and tokens; pods are synced every 3 s
-/// (`--sync-frequency`).
+/// (`--sync-frequency`) unless said otherwise.
 struct ApiSetup {
     agent: Agent,
     server: swiftlet_tests::api_server::ApiServer,
@@ -452,6 +452,11 @@ struct ApiSetup {
 }
 
 fn api_setup(name: &str) -> Option<ApiSetup> {
+    api_setup_syncing_every(name, "3s")
+}
+
+/// [`api_setup`] with pods synced every `sync_frequency`.
+fn api_setup_syncing_every(name: &str, sync_frequency: &str) -> Option<ApiSetup> {
     let runtime = swiftlet_tests::Runtime::shared()?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -460,7 +465,7 @@ fn api_setup(name: &str) -> Option<ApiSetup> {
         .expect("tokio runtime");
     let server = tokio.block_on(swiftlet_tests::api_server::ApiServer::start());
     let mut opts = swiftlet_tests::AgentOptions::new(name);
-    opts.extra_args = vec!["--sync-frequency".into(), "3s".into()];
+    opts.extra_args = vec!["--sync-frequency".into(), sync_frequency.into()];
     let dir = server.point_agent(&mut opts);
     // The pods' service account.
     server.put_object(service_account("robot"));
@@ -824,5 +829,28 @@ fn a_projected_token_is_requested_again_before_it_expires_and_reaches_the_runnin
         after >= Duration::from_secs(4),
         "the token was replaced {after:?} after its issue"
     );
+    s.delete_pod(&uid);
+}
+
+#[test]
+fn a_changed_config_map_reaches_the_volume_without_waiting_for_a_sync_period() {
+    // Pods are synced every 10 minutes (jittered: at least 5): only the watch of the configMap
+    // can bring its change within the 30 s allowed below.
+    let Some(s) = api_setup_syncing_every("api-volumes-prompt", "10m") else {
+        return;
+    };
+    let (agent, server) = (&s.agent, &s.server);
+    let name = "prompt";
+    server.put_object(config_map(&format!("{name}-cm"), &[("mode", "fast")]));
+    let volumes = format!("  - {{name: cfg, configMap: {{name: {name}-cm}}}}\n");
+    let mounts = "    - {name: cfg, mountPath: /cfg}\n";
+    server.put(api_pod(agent, name, &volumes, mounts));
+    let uid = api_running(agent, name);
+    assert_eq!(sh_ok(agent, name, "main", "cat /cfg/mode"), "fast");
+    server.put_object(config_map(&format!("{name}-cm"), &[("mode", "slow")]));
+    agent.eventually("the change in the volume", Duration::from_secs(30), || {
+        let (code, out) = sh(agent, name, "main", "cat /cfg/mode");
+        (code == 0 && out == "slow").then_some(()).ok_or(out)
+    });
     s.delete_pod(&uid);
 }

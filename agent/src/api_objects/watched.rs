@@ -7,6 +7,10 @@
 //! for the same one), so a pod start and every later sync of its volumes and environment cost
 //! the API server nothing, and a change reaches the agent as soon as the server sends it.
 //!
+//! When a watched object changes, the UIDs of the pods that name it are sent to the channel
+//! given to `ApiObjects::send_changes_to` (the sync loop then syncs those pods, which rewrites
+//! their volumes at once instead of at their next periodic sync).
+//!
 //! An object nobody registered is read with a GET, as before (see `ApiObjects`).
 use super::Error;
 use futures::StreamExt;
@@ -38,9 +42,13 @@ impl<K> Clone for Seen<K> {
     }
 }
 
+/// Where the UIDs of the pods that name a changed object are sent.
+pub(super) type Changes = Arc<std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<String>>>;
+
 struct Entry<K> {
-    /// The UIDs of the pods that reference the object.
-    users: HashSet<String>,
+    /// The UIDs of the pods that reference the object (shared with its watch task, which
+    /// sends them to [`Changes`] when the object changes).
+    users: Arc<Mutex<HashSet<String>>>,
     /// `None` until the first list has come back.
     seen: watch::Receiver<Option<Seen<K>>>,
     task: tokio::task::AbortHandle,
@@ -56,6 +64,7 @@ impl<K> Drop for Entry<K> {
 pub(super) struct Watched<K> {
     kind: &'static str,
     entries: Mutex<HashMap<(String, String), Entry<K>>>,
+    changes: Changes,
 }
 
 impl<K> Watched<K>
@@ -68,10 +77,11 @@ where
         + Sync
         + 'static,
 {
-    pub(super) fn new(kind: &'static str) -> Self {
+    pub(super) fn new(kind: &'static str, changes: Changes) -> Self {
         Self {
             kind,
             entries: Mutex::default(),
+            changes,
         }
     }
 
@@ -86,22 +96,21 @@ where
         let mut entries = self.lock();
         let key = (namespace.to_owned(), name.to_owned());
         if let Some(e) = entries.get_mut(&key) {
-            if !e.users.contains(uid) {
-                e.users.insert(uid.to_owned());
+            let mut users = lock(&e.users);
+            if !users.contains(uid) {
+                users.insert(uid.to_owned());
             }
             return;
         }
         let (tx, seen) = watch::channel(None);
         let api: Api<K> = Api::namespaced(client.clone(), namespace);
-        let task = tokio::spawn(reflect(api, self.kind, name.to_owned(), tx)).abort_handle();
-        entries.insert(
-            key,
-            Entry {
-                users: HashSet::from([uid.to_owned()]),
-                seen,
-                task,
-            },
-        );
+        let users = Arc::new(Mutex::new(HashSet::from([uid.to_owned()])));
+        let tell = Tell {
+            users: users.clone(),
+            changes: self.changes.clone(),
+        };
+        let task = tokio::spawn(reflect(api, self.kind, name.to_owned(), tx, tell)).abort_handle();
+        entries.insert(key, Entry { users, seen, task });
     }
 
     /// Pod `uid` is gone: the watches only it needed stop. Answers how many stopped.
@@ -109,8 +118,9 @@ where
         let mut entries = self.lock();
         let before = entries.len();
         entries.retain(|_, e| {
-            e.users.remove(uid);
-            !e.users.is_empty()
+            let mut users = lock(&e.users);
+            users.remove(uid);
+            !users.is_empty()
         });
         before - entries.len()
     }
@@ -146,6 +156,25 @@ where
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Tells the pods that name an object that it changed.
+struct Tell {
+    users: Arc<Mutex<HashSet<String>>>,
+    changes: Changes,
+}
+
+impl Tell {
+    fn changed(&self) {
+        let Some(tx) = self.changes.get() else { return };
+        for uid in lock(&self.users).iter() {
+            let _ = tx.send(uid.clone());
+        }
+    }
+}
+
 /// Lists and watches the one object `name` for as long as the task runs (it is aborted when
 /// no pod references the object any more), publishing what it sees on `tx`. Failures are
 /// retried with the watcher's back-off; after a good list, a failure keeps the last object
@@ -155,6 +184,7 @@ async fn reflect<K>(
     kind: &'static str,
     name: String,
     tx: watch::Sender<Option<Seen<K>>>,
+    tell: Tell,
 ) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -169,13 +199,28 @@ async fn reflect<K>(
                 let now = listed
                     .take()
                     .map_or(Seen::Missing, |k| Seen::Found(Arc::new(k)));
+                // A re-list after a broken watch may bring a change too.
+                let changed = match (&*tx.borrow(), &now) {
+                    (None | Some(Seen::Failed(_)), _) | (Some(Seen::Missing), Seen::Missing) => {
+                        false
+                    }
+                    (Some(Seen::Found(a)), Seen::Found(b)) => {
+                        a.meta().resource_version != b.meta().resource_version
+                    }
+                    _ => true,
+                };
                 tx.send_replace(Some(now));
+                if changed {
+                    tell.changed();
+                }
             }
             Ok(watcher::Event::Apply(k)) => {
                 tx.send_replace(Some(Seen::Found(Arc::new(k))));
+                tell.changed();
             }
             Ok(watcher::Event::Delete(_)) => {
                 tx.send_replace(Some(Seen::Missing));
+                tell.changed();
             }
             Err(e) => {
                 tracing::debug!(kind, %name, error = %e, "watching an object a pod references");
