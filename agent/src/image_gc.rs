@@ -11,7 +11,7 @@
 use crate::cri::Cri;
 use crate::metrics::Metrics;
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -214,10 +214,11 @@ impl ImageGc {
             .iter()
             .find_map(|f| f.fs_id.as_ref().map(|id| PathBuf::from(&id.mountpoint)))
             .ok_or(PassError::NoImageFs)?;
-        let (capacity, available) = statvfs(&mount).map_err(|source| PassError::Statvfs {
-            path: mount.clone(),
-            source,
-        })?;
+        let (capacity, available) =
+            crate::cm::filesystem_space(&mount).map_err(|source| PassError::Statvfs {
+                path: mount.clone(),
+                source,
+            })?;
         if capacity == 0 {
             return Err(PassError::NoCapacity(mount));
         }
@@ -307,20 +308,6 @@ async fn sandbox_image(cri: &Cri) -> Option<String> {
     image
 }
 
-/// The size and the space available to unprivileged users of the file system at `path`.
-fn statvfs(path: &Path) -> std::io::Result<(u64, u64)> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(std::io::Error::other)?;
-    // SAFETY: an all-zero statvfs is a valid value of the plain C struct.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is NUL-terminated and alive for the call; `st` is a valid out-pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &raw mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let frsize = st.f_frsize;
-    Ok((st.f_blocks * frsize, st.f_bavail * frsize))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,11 +379,12 @@ mod tests {
 
     #[test]
     fn statvfs_sizes_a_file_system() {
-        let (capacity, available) = statvfs(Path::new("/")).expect("statvfs /");
+        let (capacity, available) =
+            crate::cm::filesystem_space(std::path::Path::new("/")).expect("statvfs /");
         assert!(
             capacity > 0 && available <= capacity,
             "{capacity} {available}"
         );
-        assert!(statvfs(Path::new("/nonexistent/x")).is_err());
+        assert!(crate::cm::filesystem_space(std::path::Path::new("/nonexistent/x")).is_err());
     }
 }

@@ -47,14 +47,24 @@ pub fn machine_cpus() -> u64 {
 /// The size in bytes of the filesystem holding `path` (the node's ephemeral-storage capacity
 /// when `path` is the agent's root directory); `None` when it cannot be read.
 pub fn filesystem_bytes(path: &Path) -> Option<u64> {
+    filesystem_space(path).ok().map(|(capacity, _)| capacity)
+}
+
+/// The size of the file system holding `path` and the space available to unprivileged users,
+/// in bytes (`statvfs`).
+pub fn filesystem_space(path: &Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
     // SAFETY: statvfs writes the struct before it is read; `c` outlives the call.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
+        return Err(std::io::Error::last_os_error());
     }
-    (st.f_blocks as u64).checked_mul(st.f_frsize as u64)
+    let frsize = st.f_frsize as u64;
+    Ok((
+        (st.f_blocks as u64).saturating_mul(frsize),
+        (st.f_bavail as u64).saturating_mul(frsize),
+    ))
 }
 
 #[cfg(test)]

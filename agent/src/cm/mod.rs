@@ -16,7 +16,7 @@ mod resources;
 mod tests;
 
 pub use driver::{Controller, Driver, Hierarchy, shares_to_weight};
-pub use machine::{filesystem_bytes, machine_cpus, node_ip, node_ips};
+pub use machine::{filesystem_bytes, filesystem_space, machine_cpus, node_ip, node_ips};
 use resources::{MIN_SHARES, QUOTA_PERIOD_US};
 pub use resources::{
     ResourceConfig, container_resources, machine_memory_bytes, milli_cpu_to_quota,
