@@ -23,6 +23,8 @@ pub enum Error {
     #[error(transparent)]
     Server(#[from] server::Error),
     #[error(transparent)]
+    KubeletApi(#[from] server::kubelet_api::Error),
+    #[error(transparent)]
     Trace(#[from] trace::server::Error),
     #[error("creating {path}: {source}")]
     Dir {
@@ -236,6 +238,22 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         ebpf: monitor,
         tracer: tracer.clone(),
     };
+    if let Some(api) = &cfg.kubelet_api {
+        let settings = server::kubelet_api::Settings {
+            addr: api.addr,
+            tls: api.tls.clone(),
+            anonymous: api.anonymous,
+            names: serving_names(&cfg.node_name),
+        };
+        server::kubelet_api::start(
+            settings,
+            state.clone(),
+            runtime.cri().clone(),
+            &tracker,
+            cancel.clone(),
+        )
+        .await?;
+    }
     server::start(healthz, read_only, state, &tracker, cancel.clone()).await?;
 
     // Sync loop and workers.
@@ -278,6 +296,19 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     }
     tracing::info!("swiftlet stopped; pods keep running");
     Ok(())
+}
+
+/// What a self-signed kubelet API certificate is made for: the node name, `localhost`, the
+/// node's IP and loopback.
+fn serving_names(node: &str) -> Vec<String> {
+    let mut names = vec![
+        node.to_owned(),
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+    ];
+    names.extend(cm::node_ips().iter().map(ToString::to_string));
+    names.dedup();
+    names
 }
 
 /// The first delay between attempts to reach the container runtime at start-up.

@@ -42,6 +42,13 @@ pub enum Error {
     ContainerLogs(#[from] crate::logs::Error),
     #[error(transparent)]
     ImageGc(#[from] crate::image_gc::Error),
+    #[error(
+        "--authorization-mode {0:?}: only AlwaysAllow is implemented (Webhook needs the API \
+         server's SubjectAccessReview, which swiftlet does not call yet)"
+    )]
+    AuthorizationMode(String),
+    #[error("--tls-cert-file and --tls-private-key-file go together: give both or neither")]
+    TlsPair,
 }
 
 /// swiftlet: a node agent that does the kubelet's job, faster and observably.
@@ -191,6 +198,37 @@ pub struct Flags {
     /// fixed at 5m) [default: 5m].
     #[arg(long, value_name = "DURATION")]
     pub image_gc_period: Option<String>,
+    /// Port of the kubelet API (HTTPS: /containerLogs, /exec, /attach, /portForward, /run,
+    /// /pods, /metrics, /healthz); 0 turns it off (swiftlet's own) [default: 10250].
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+    /// Address the kubelet API listens on [default: 0.0.0.0].
+    #[arg(long, value_name = "IP")]
+    pub address: Option<IpAddr>,
+    /// The kubelet API's serving certificate (PEM, leaf first); without it a self-signed one is
+    /// made in --cert-dir.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert-file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Where the self-signed serving certificate is kept (kubelet.crt, kubelet.key)
+    /// [default: <root-dir>/pki].
+    #[arg(long, value_name = "DIR")]
+    pub cert_dir: Option<PathBuf>,
+    /// CA certificates (PEM): a kubelet API client presenting a certificate they signed is
+    /// authenticated as the certificate's common name (organizations are its groups).
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// Serve kubelet API requests that bring no client certificate, as system:anonymous. Off
+    /// unless asked for (the Go kubelet's flag defaults to on; hardened set-ups turn it off)
+    /// [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub anonymous_auth: Option<bool>,
+    /// Authorization of kubelet API requests: AlwaysAllow (every authenticated caller may do
+    /// everything). Webhook is not implemented yet and is refused [default: AlwaysAllow].
+    #[arg(long, value_name = "MODE")]
+    pub authorization_mode: Option<String>,
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
@@ -239,6 +277,38 @@ pub struct KubeletConfiguration {
     pub image_gc_low_threshold_percent: Option<i64>,
     #[serde(rename = "imageMinimumGCAge")]
     pub image_minimum_gc_age: Option<String>,
+    pub port: Option<u16>,
+    pub address: Option<IpAddr>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub authentication: Option<Authentication>,
+    pub authorization: Option<Authorization>,
+}
+
+/// `authentication` of a KubeletConfiguration: `x509.clientCAFile`, `anonymous.enabled`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Authentication {
+    pub x509: Option<X509Authentication>,
+    pub anonymous: Option<AnonymousAuthentication>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct X509Authentication {
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct AnonymousAuthentication {
+    pub enabled: Option<bool>,
+}
+
+/// `authorization` of a KubeletConfiguration: `mode`.
+#[derive(Debug, Default, Deserialize)]
+pub struct Authorization {
+    pub mode: Option<String>,
 }
 
 /// Everything the agent needs, defaults applied.
@@ -284,6 +354,16 @@ pub struct AgentConfig {
     /// `--image-gc-high-threshold`, `--image-gc-low-threshold`, `--image-minimum-gc-age`,
     /// `--image-gc-period`.
     pub image_gc: crate::image_gc::Policy,
+    /// `--address`, `--port` (`None`: off), TLS files, `--anonymous-auth`.
+    pub kubelet_api: Option<KubeletApi>,
+}
+
+/// The kubelet API's settings.
+#[derive(Debug, Clone)]
+pub struct KubeletApi {
+    pub addr: std::net::SocketAddr,
+    pub tls: crate::server::tls::Files,
+    pub anonymous: bool,
 }
 
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -489,7 +569,50 @@ impl Flags {
                 .transpose()?
                 .unwrap_or(crate::image_gc::DEFAULT_PERIOD),
         )?;
+        let root_dir = self
+            .root_dir
+            .unwrap_or_else(|| PathBuf::from("/var/lib/swiftlet"));
+        let (authentication, authorization) = (
+            file.authentication.unwrap_or_default(),
+            file.authorization.unwrap_or_default(),
+        );
+        let mode = self
+            .authorization_mode
+            .or(authorization.mode)
+            .unwrap_or_else(|| "AlwaysAllow".to_owned());
+        if mode != "AlwaysAllow" {
+            return Err(Error::AuthorizationMode(mode));
+        }
+        let cert_and_key = match (
+            self.tls_cert_file.or(file.tls_cert_file),
+            self.tls_private_key_file.or(file.tls_private_key_file),
+        ) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => return Err(Error::TlsPair),
+        };
+        let port = self.port.or(file.port).unwrap_or(10250);
+        let kubelet_api = (port != 0).then(|| KubeletApi {
+            addr: std::net::SocketAddr::new(
+                self.address
+                    .or(file.address)
+                    .unwrap_or(IpAddr::from([0, 0, 0, 0])),
+                port,
+            ),
+            tls: crate::server::tls::Files {
+                cert_and_key,
+                cert_dir: self.cert_dir.unwrap_or_else(|| root_dir.join("pki")),
+                client_ca: self
+                    .client_ca_file
+                    .or(authentication.x509.and_then(|x| x.client_ca_file)),
+            },
+            anonymous: self
+                .anonymous_auth
+                .or(authentication.anonymous.and_then(|a| a.enabled))
+                .unwrap_or(false),
+        });
         Ok(AgentConfig {
+            kubelet_api,
             image_gc,
             pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),
             container_runtime_endpoint: self
@@ -497,9 +620,7 @@ impl Flags {
                 .or(file.container_runtime_endpoint)
                 .unwrap_or_else(|| DEFAULT_RUNTIME_ENDPOINT.to_owned()),
             runtime_request_timeout,
-            root_dir: self
-                .root_dir
-                .unwrap_or_else(|| PathBuf::from("/var/lib/swiftlet")),
+            root_dir,
             pod_logs_dir: self
                 .pod_logs_dir
                 .or(file.pod_logs_dir)
@@ -605,6 +726,40 @@ mod tests {
         assert_eq!(cfg.cgroup_root, "/");
         assert!(cfg.cgroups_per_qos);
         assert_eq!(cfg.container_runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+    }
+
+    #[test]
+    fn kubelet_api_settings_from_flags_and_file() {
+        let defaults = resolve(&["--root-dir", "/r"]).unwrap();
+        let api = defaults.kubelet_api.unwrap();
+        assert_eq!(api.addr, "0.0.0.0:10250".parse().unwrap());
+        assert!(!api.anonymous && api.tls.client_ca.is_none() && api.tls.cert_and_key.is_none());
+        assert_eq!(api.tls.cert_dir, PathBuf::from("/r/pki"));
+        assert!(resolve(&["--port", "0"]).unwrap().kubelet_api.is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.yaml");
+        std::fs::write(
+            &path,
+            "port: 11250\naddress: 127.0.0.1\ntlsCertFile: /c\ntlsPrivateKeyFile: /k\n\
+             authentication:\n  x509:\n    clientCAFile: /ca\n  anonymous:\n    enabled: true\n\
+             authorization:\n  mode: AlwaysAllow\n",
+        )
+        .unwrap();
+        let cfg = resolve(&["--config", path.to_str().unwrap(), "--anonymous-auth=false"]).unwrap();
+        let api = cfg.kubelet_api.unwrap();
+        assert_eq!(api.addr, "127.0.0.1:11250".parse().unwrap());
+        assert_eq!(
+            api.tls.cert_and_key,
+            Some((PathBuf::from("/c"), PathBuf::from("/k")))
+        );
+        assert_eq!(api.tls.client_ca, Some(PathBuf::from("/ca")));
+        assert!(!api.anonymous, "the flag wins over the file");
+        let e = resolve(&["--authorization-mode", "Webhook"]).unwrap_err();
+        assert!(e.to_string().contains("only AlwaysAllow"), "{e}");
+        assert!(matches!(
+            resolve(&["--tls-cert-file", "/c"]),
+            Err(Error::TlsPair)
+        ));
     }
 
     #[test]

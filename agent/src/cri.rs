@@ -527,6 +527,34 @@ impl Cri {
             .await
     }
 
+    /// A URL of the runtime's streaming server that runs `req`'s command in a container once a
+    /// client connects to it (the exec, attach and port-forward URLs are single-use).
+    pub async fn exec(&self, req: cri::ExecRequest) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
+        Ok(self.timed("Exec", d, c.exec(request(req, d))).await?.url)
+    }
+
+    /// A streaming URL attached to a container's main process.
+    pub async fn attach(&self, req: cri::AttachRequest) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
+        Ok(self
+            .timed("Attach", d, c.attach(request(req, d)))
+            .await?
+            .url)
+    }
+
+    /// A streaming URL forwarding to ports in a pod sandbox's network namespace.
+    pub async fn port_forward(&self, req: cri::PortForwardRequest) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
+        Ok(self
+            .timed("PortForward", d, c.port_forward(request(req, d)))
+            .await?
+            .url)
+    }
+
     /// The runtime's status; `verbose` adds its own information (containerd: its CRI
     /// configuration as JSON under `config`).
     pub async fn status(&self, verbose: bool) -> Result<cri::StatusResponse> {

@@ -1,5 +1,11 @@
 //! HTTP endpoints: `/healthz` on the healthz address; `/pods`, `/metrics`, `/healthz` and the
-//! `/debug/...` views on the read-only port (127.0.0.1 only).
+//! `/debug/...` views on the read-only port (127.0.0.1 only); the kubelet API over TLS
+//! ([`kubelet_api`]).
+pub mod container_logs;
+pub mod kubelet_api;
+pub mod streaming;
+pub mod tls;
+
 use crate::config::file::Rejections;
 use crate::ebpf::Monitor;
 use crate::metrics::Metrics;

@@ -6,6 +6,7 @@
 //! `SWIFTLET_REQUIRE_RUNTIME=1` (CI sets it through `cargo xtask test`).
 
 pub mod api_server;
+pub mod certs;
 pub mod chaos;
 pub mod cri_proxy;
 pub mod registry;
@@ -621,6 +622,8 @@ pub struct AgentOptions {
     /// `kib` KiB and [`TMPFS_INODES`] inodes (a small disk that can be filled), unmounted when
     /// the agent is dropped.
     pub tmpfs_kib: Option<u64>,
+    /// `--port` of the kubelet API (on 127.0.0.1 with `--address`); `None`: off.
+    pub kubelet_port: Option<u16>,
 }
 
 /// The inodes of each tmpfs of [`AgentOptions::tmpfs_kib`].
@@ -688,6 +691,7 @@ impl AgentOptions {
             verbosity: 4,
             cri_endpoint: None,
             tmpfs_kib: None,
+            kubelet_port: None,
         }
     }
 }
@@ -808,6 +812,7 @@ impl Agent {
             node,
             healthz_port: free_port(),
             read_only_port: free_port(),
+            kubelet_port: opts.kubelet_port.unwrap_or(0),
             file_check_frequency: opts.file_check_frequency,
             extra_args,
             own_process_group: false,

@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::certs::{run, write};
 use crate::{Runtime, on_path, shared_or_skip};
 
 /// The registry's binary, as the Debian package installs it.
@@ -72,75 +73,17 @@ fn missing_prerequisite() -> Option<String> {
     None
 }
 
-/// Runs `cmd`; its stderr in the error when it fails.
-fn run(cmd: &mut Command) -> Result<Vec<u8>, String> {
-    let what = format!("{cmd:?}");
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("running {what}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(out.stdout)
-}
-
-fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), String> {
-    std::fs::write(path, contents).map_err(|e| format!("writing {}: {e}", path.display()))
-}
-
 /// A test CA (`ca.pem`, also as `certs/ca.crt` for skopeo) and a server certificate for
 /// 127.0.0.1 signed by it (`server.pem`, `server.key`), in `dir`.
 fn make_certificates(dir: &Path) -> Result<(), String> {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    run(Command::new("openssl")
-        .args(["req", "-x509"])
-        .args(ec)
-        .args(["-days", "2", "-subj", "/CN=swiftlet test CA"])
-        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
-        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
-        .args(["-keyout", "ca.key", "-out", "ca.pem"])
-        .current_dir(dir))?;
-    run(Command::new("openssl")
-        .arg("req")
-        .args(ec)
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ])
-        .current_dir(dir))?;
-    write(
-        &dir.join("server.ext"),
-        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    crate::certs::make_ca(dir, "ca", "/CN=swiftlet test CA")?;
+    crate::certs::make_leaf(
+        dir,
+        "ca",
+        "server",
+        "/CN=127.0.0.1",
+        crate::certs::Usage::Server,
     )?;
-    run(Command::new("openssl")
-        .args([
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-        ])
-        .args(["-CAcreateserial", "-days", "2", "-extfile", "server.ext"])
-        .args(["-out", "server.pem"])
-        .current_dir(dir))?;
     let certs = dir.join("certs");
     std::fs::create_dir_all(&certs).map_err(|e| format!("creating {}: {e}", certs.display()))?;
     std::fs::copy(dir.join("ca.pem"), certs.join("ca.crt"))

@@ -84,6 +84,9 @@ pub struct Spec {
     pub healthz_port: u16,
     /// `--read-only-port` (on loopback).
     pub read_only_port: u16,
+    /// `--port` of the kubelet API (TLS, on 127.0.0.1); 0: off, so that agents started side by
+    /// side do not all ask for 10250.
+    pub kubelet_port: u16,
     /// `--file-check-frequency`.
     pub file_check_frequency: String,
     /// Flags after the ones above.
@@ -113,6 +116,10 @@ impl Spec {
         flag("--cgroup-root", self.cgroup_root.clone().into());
         flag("--healthz-port", self.healthz_port.to_string().into());
         flag("--read-only-port", self.read_only_port.to_string().into());
+        flag("--port", self.kubelet_port.to_string().into());
+        if self.kubelet_port != 0 {
+            flag("--address", "127.0.0.1".into());
+        }
         flag(
             "--file-check-frequency",
             self.file_check_frequency.clone().into(),
@@ -285,6 +292,7 @@ mod tests {
             cgroup_root: "/cg".into(),
             healthz_port: 11,
             read_only_port: 12,
+            kubelet_port: 0,
             file_check_frequency: "1s".into(),
             extra_args: vec!["-v".into(), "4".into()],
             log: PathBuf::from("/tmp/l"),
@@ -305,7 +313,7 @@ mod tests {
             args(&s).join(" "),
             "--pod-manifest-path /m --container-runtime-endpoint unix:///run/c.sock \
              --root-dir /r --hostname-override n1 --cgroup-root /cg --healthz-port 11 \
-             --read-only-port 12 --file-check-frequency 1s -v 4"
+             --read-only-port 12 --port 0 --file-check-frequency 1s -v 4"
         );
         s.pod_logs_dir = Some(PathBuf::from("/r/logs"));
         assert!(

@@ -262,6 +262,7 @@ fn start_agent(
         cgroup_root: CGROUP_ROOT.to_owned(),
         healthz_port: HEALTHZ_PORT,
         read_only_port: READ_ONLY_PORT,
+        kubelet_port: 0,
         file_check_frequency: "5s".to_owned(),
         extra_args: Vec::new(),
         log: log.to_owned(),

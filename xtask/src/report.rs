@@ -450,6 +450,7 @@ fn start_agent(binary: &Path, work: &Path, node: &str) -> Result<Agent, Error> {
         cgroup_root: CGROUP_ROOT.to_owned(),
         healthz_port: free_port()?,
         read_only_port: free_port()?,
+        kubelet_port: 0,
         file_check_frequency: "5s".to_owned(),
         extra_args: vec!["--ebpf".to_owned(), "on".to_owned()],
         log: work.join("agent.log"),

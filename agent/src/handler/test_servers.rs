@@ -17,6 +17,16 @@ use tokio::task::JoinHandle;
 /// Writes `cert.pem` and `key.pem` (a self-signed P-256 certificate for `localhost` and
 /// 127.0.0.1) into `dir` with `openssl req -x509`.
 pub fn self_signed_certificate(dir: &Path) -> Result<(), String> {
+    self_signed_certificate_of(
+        dir,
+        "/CN=localhost",
+        &["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+    )
+}
+
+/// Writes `cert.pem` and `key.pem` (a self-signed P-256 certificate of `subject`, e.g.
+/// `/O=ops/CN=alice`, with `more` options of `openssl req`) into `dir`.
+pub fn self_signed_certificate_of(dir: &Path, subject: &str, more: &[&str]) -> Result<(), String> {
     let out = Command::new("openssl")
         .args([
             "req",
@@ -29,11 +39,10 @@ pub fn self_signed_certificate(dir: &Path) -> Result<(), String> {
             "-days",
             "1",
             "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-keyout",
+            subject,
         ])
+        .args(more)
+        .arg("-keyout")
         .arg(dir.join("key.pem"))
         .arg("-out")
         .arg(dir.join("cert.pem"))

@@ -325,6 +325,19 @@ impl StatusManager {
             .is_ok_and(|m| m.pods.contains_key(uid) || m.rejected.contains_key(uid))
     }
 
+    /// The UID and last computed status of the pod called `name` in `namespace` (a desired pod;
+    /// a rejected one never ran). Looked up by walking the pods: the kubelet API's requests are
+    /// rare beside the syncs that use the UID index.
+    pub fn find(&self, namespace: &str, name: &str) -> Option<(String, PodStatus)> {
+        let map = self.inner.read().ok()?;
+        map.pods.iter().find_map(|(uid, e)| {
+            let meta = &e.pod.metadata;
+            (meta.name.as_deref() == Some(name)
+                && meta.namespace.as_deref().unwrap_or("default") == namespace)
+                .then(|| (uid.clone(), e.status.clone()))
+        })
+    }
+
     /// The pod's last computed status.
     pub fn status(&self, uid: &str) -> Option<PodStatus> {
         let map = self.inner.read().ok()?;

@@ -1,0 +1,183 @@
+//! Proxying exec, attach and port-forward to the runtime's streaming server, as the kubelet does:
+//! the client's upgrade request (SPDY or WebSocket, whichever it speaks) is replayed to the URL
+//! the runtime's `Exec`, `Attach` or `PortForward` returned, and once the runtime switches
+//! protocols the two connections are joined byte for byte. swiftlet never decodes the stream.
+use axum::body::Body;
+use axum::http::{HeaderValue, Request, Response, StatusCode, header};
+use hyper_util::rt::TokioIo;
+
+/// A plain-text answer.
+pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+    let mut r = Response::new(Body::from(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Whether the request asks to switch protocols (`Connection: Upgrade` and an `Upgrade`).
+pub fn is_upgrade(req: &Request<Body>) -> bool {
+    let connection_upgrade = req
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    connection_upgrade && req.headers().contains_key(header::UPGRADE)
+}
+
+/// Replays `req` to the runtime's streaming `url` and joins the connections when it upgrades;
+/// any other answer of the runtime is passed back as it came.
+pub async fn proxy(mut req: Request<Body>, url: &str) -> Response<Body> {
+    if !is_upgrade(&req) {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "this endpoint streams: send an upgrade request (SPDY/3.1 or WebSocket)\n",
+        );
+    }
+    let Some(client_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "this connection cannot be upgraded\n",
+        );
+    };
+    let backend = match backend_request(&req, url) {
+        Ok(b) => b,
+        Err(why) => return text(StatusCode::BAD_GATEWAY, why),
+    };
+    let (addr, outgoing) = backend;
+    let stream = match tokio::net::TcpStream::connect(&addr).await {
+        Ok(s) => s,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("connecting to the runtime's streaming server {addr}: {e}\n"),
+            );
+        }
+    };
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    {
+        Ok(pair) => pair,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("the runtime's streaming server {addr}: {e}\n"),
+            );
+        }
+    };
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(%e, "streaming connection to the runtime");
+        }
+    });
+    let mut answer = match sender.send_request(outgoing).await {
+        Ok(a) => a,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("the runtime's streaming server {addr}: {e}\n"),
+            );
+        }
+    };
+    if answer.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let (parts, body) = answer.into_parts();
+        return Response::from_parts(parts, Body::new(body));
+    }
+    let backend_upgrade = hyper::upgrade::on(&mut answer);
+    tokio::spawn(async move {
+        let (client, backend) = match tokio::try_join!(client_upgrade, backend_upgrade) {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::debug!(%e, "stream upgrade");
+                return;
+            }
+        };
+        let (mut client, mut backend) = (TokioIo::new(client), TokioIo::new(backend));
+        match tokio::io::copy_bidirectional(&mut client, &mut backend).await {
+            Ok((up, down)) => tracing::debug!(up, down, "stream closed"),
+            Err(e) => tracing::debug!(%e, "stream ended"),
+        }
+    });
+    let mut reply = Response::new(Body::empty());
+    *reply.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    *reply.headers_mut() = answer.headers().clone();
+    reply
+}
+
+/// The runtime's `host:port` and the request to send it: the client's method and headers (its
+/// credentials left out) for the URL's path.
+fn backend_request(
+    req: &Request<Body>,
+    url: &str,
+) -> Result<(String, Request<http_body_util::Empty<bytes::Bytes>>), String> {
+    let uri: axum::http::Uri = url
+        .parse()
+        .map_err(|e| format!("the runtime's streaming URL {url:?}: {e}\n"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!(
+            "the runtime's streaming URL {url:?} is not http:// (TLS streaming is not supported)\n"
+        ));
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| format!("the runtime's streaming URL {url:?} has no host\n"))?
+        .clone();
+    let port = authority.port_u16().unwrap_or(80);
+    let addr = format!("{}:{port}", authority.host());
+    let path = uri
+        .path_and_query()
+        .map_or("/", axum::http::uri::PathAndQuery::as_str);
+    let mut out = Request::builder()
+        .method(req.method().clone())
+        .uri(path)
+        .body(http_body_util::Empty::new())
+        .map_err(|e| format!("building the request to the runtime: {e}\n"))?;
+    for (name, value) in req.headers() {
+        if name == header::HOST || name == header::AUTHORIZATION || name == header::CONTENT_LENGTH {
+            continue;
+        }
+        out.headers_mut().append(name.clone(), value.clone());
+    }
+    let host = HeaderValue::from_str(authority.as_str())
+        .map_err(|e| format!("the runtime's streaming URL {url:?}: {e}\n"))?;
+    out.headers_mut().insert(header::HOST, host);
+    Ok((addr, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_gets_the_clients_upgrade_headers_without_its_credentials() {
+        let req = Request::builder()
+            .method("POST")
+            .uri("/exec/ns/pod/c?command=ls")
+            .header(header::HOST, "node:10250")
+            .header(header::AUTHORIZATION, "Bearer secret")
+            .header(header::CONNECTION, "Upgrade")
+            .header(header::UPGRADE, "SPDY/3.1")
+            .header("X-Stream-Protocol-Version", "v4.channel.k8s.io")
+            .body(Body::empty())
+            .unwrap();
+        assert!(is_upgrade(&req));
+        let (addr, out) = backend_request(&req, "http://127.0.0.1:4321/exec/TOKEN").unwrap();
+        assert_eq!(addr, "127.0.0.1:4321");
+        assert_eq!(out.method(), "POST");
+        assert_eq!(out.uri(), "/exec/TOKEN");
+        assert_eq!(out.headers()[header::HOST], "127.0.0.1:4321");
+        assert_eq!(out.headers()[header::UPGRADE], "SPDY/3.1");
+        assert_eq!(
+            out.headers()["X-Stream-Protocol-Version"],
+            "v4.channel.k8s.io"
+        );
+        assert!(!out.headers().contains_key(header::AUTHORIZATION));
+        assert!(backend_request(&req, "https://127.0.0.1:1/x").is_err());
+        assert!(backend_request(&req, "not a url").is_err());
+        let plain = Request::builder().uri("/").body(Body::empty()).unwrap();
+        assert!(!is_upgrade(&plain));
+    }
+}

@@ -1,0 +1,347 @@
+//! The kubelet API (`--port`, TLS) on the real containerd, through a TLS client of the test's
+//! own: with a client certificate signed by `--client-ca-file`, exec runs `echo` in a container
+//! over WebSocket (the runtime's streaming server behind the agent's proxy) and a failing
+//! command reports its exit code; without a certificate every endpoint answers 401 (exec
+//! included), and a certificate of another CA does not get through the handshake.
+//! `/containerLogs` serves the CRI log as the container wrote it, with `tailLines`,
+//! `limitBytes`, `timestamps`, `previous` (a crash-looping container's last instance) and
+//! `follow` (ends when the container exits). `/run` answers a command's output.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use swiftlet_tests::certs::{Usage, make_ca, make_leaf};
+use swiftlet_tests::{Agent, AgentOptions, Runtime, busybox_pod_manifest, script_pod_manifest};
+use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A TLS client trusting `dir/ca.pem`, presenting `dir/<cert>.pem` when given.
+fn client(dir: &Path, cert: Option<&str>) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = |name: &str| -> Vec<CertificateDer<'static>> {
+        CertificateDer::pem_file_iter(dir.join(format!("{name}.pem")))
+            .and_then(Iterator::collect)
+            .expect("reading a test certificate")
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs("ca") {
+        roots.add(c).expect("the test CA is a CA certificate");
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots);
+    let config = match cert {
+        Some(name) => {
+            let key = PrivateKeyDer::from_pem_file(dir.join(format!("{name}.key")))
+                .expect("reading a test key");
+            builder
+                .with_client_auth_cert(certs(name), key)
+                .expect("a client certificate and its key")
+        }
+        None => builder.with_no_client_auth(),
+    };
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+async fn connect(tls: &tokio_rustls::TlsConnector, addr: SocketAddr) -> Result<Tls, String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connecting: {e}"))?;
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    tls.connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake: {e}"))
+}
+
+/// One request over a new connection: the status and the whole body.
+async fn request(
+    tls: &tokio_rustls::TlsConnector,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+) -> Result<(u16, String), String> {
+    let stream = connect(tls, addr).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("HTTP handshake: {e}"))?;
+    tokio::spawn(conn);
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("reading the body: {e}"))?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// What an exec over WebSocket (`v4.channel.k8s.io`) brought back: stdout, stderr and the
+/// status document of channel 3.
+#[derive(Debug, Default)]
+struct Exec {
+    stdout: String,
+    stderr: String,
+    status: String,
+}
+
+async fn exec(
+    tls: &tokio_rustls::TlsConnector,
+    addr: SocketAddr,
+    path: &str,
+) -> Result<Exec, String> {
+    let stream = connect(tls, addr).await?;
+    let mut req = format!("wss://{addr}{path}")
+        .into_client_request()
+        .map_err(|e| e.to_string())?;
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v4.channel.k8s.io".parse().map_err(|_| "header")?,
+    );
+    let (mut ws, _) = tokio_tungstenite::client_async(req, stream)
+        .await
+        .map_err(|e| format!("WebSocket handshake: {e}"))?;
+    let mut out = Exec::default();
+    while let Some(msg) = tokio::time::timeout(TIMEOUT, ws.next())
+        .await
+        .map_err(|_| "no end of the exec stream in time")?
+    {
+        match msg.map_err(|e| format!("reading the stream: {e}"))? {
+            Message::Binary(b) if !b.is_empty() => {
+                let text = String::from_utf8_lossy(&b[1..]);
+                match b[0] {
+                    1 => out.stdout.push_str(&text),
+                    2 => out.stderr.push_str(&text),
+                    3 => out.status.push_str(&text),
+                    _ => {}
+                }
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    let _ = ws.close(None).await;
+    Ok(out)
+}
+
+fn pod_running(agent: &Agent, pod: &str) {
+    agent.wait_for(|p| p.is_running(pod), TIMEOUT);
+}
+
+#[test]
+fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
+    let Some(rt) = Runtime::shared() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    make_ca(d, "ca", "/CN=swiftlet test CA").unwrap();
+    make_leaf(d, "ca", "server", "/CN=127.0.0.1", Usage::Server).unwrap();
+    make_leaf(d, "ca", "alice", "/O=ops/CN=alice", Usage::Client).unwrap();
+    make_ca(d, "rogue", "/CN=another CA").unwrap();
+    make_leaf(d, "rogue", "mallory", "/CN=mallory", Usage::Client).unwrap();
+    let port = xtask::free_loopback_port().unwrap();
+    let mut opts = AgentOptions::new("kubelet-api");
+    opts.kubelet_port = Some(port);
+    for (flag, file) in [
+        ("--tls-cert-file", "server.pem"),
+        ("--tls-private-key-file", "server.key"),
+        ("--client-ca-file", "ca.pem"),
+    ] {
+        opts.extra_args.push(flag.into());
+        opts.extra_args.push(d.join(file).display().to_string());
+    }
+    let agent = Agent::start(rt, opts);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let node = agent.node_name().to_owned();
+    agent.write_manifest(
+        "talker.yaml",
+        &busybox_pod_manifest(
+            &format!("name: talker, namespace: default, uid: talker-{node}"),
+            "",
+            "echo oops >&2; sleep 0.5; for i in 1 2 3 4 5; do echo line $i; done; sleep 3600 & wait",
+            "",
+        ),
+    );
+    agent.write_manifest(
+        "crasher.yaml",
+        &script_pod_manifest(
+            &node,
+            "crasher",
+            "Always",
+            "echo run $(cat /proc/sys/kernel/random/uuid); sleep 6; exit 1",
+            "",
+        ),
+    );
+    let talker = agent.static_pod_name("talker");
+    let crasher = agent.static_pod_name("crasher");
+    pod_running(&agent, &talker);
+    let alice = client(d, Some("alice"));
+    let nobody = client(d, None);
+    let mallory = client(d, Some("mallory"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    rt.block_on(async {
+        // Exec with a certificate: echo's output and a Success status.
+        let ok = exec(
+            &alice,
+            addr,
+            &format!("/exec/default/{talker}/main?command=echo&command=hello%20there&output=1&error=1"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(ok.stdout, "hello there\n", "{ok:?}");
+        assert!(ok.status.contains("Success"), "{ok:?}");
+        let failed = exec(
+            &alice,
+            addr,
+            &format!(
+                "/exec/default/{talker}/main?command=sh&command=-c&command=echo%20bad%20%3E%262%3B%20exit%203&output=1&error=1"
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(failed.stderr, "bad\n", "{failed:?}");
+        assert!(
+            failed.status.contains("NonZeroExitCode") && failed.status.contains("\"3\""),
+            "{failed:?}"
+        );
+
+        // No certificate: refused, exec included; another CA's certificate: no handshake.
+        let (code, body) = request(&nobody, addr, "GET", "/pods").await.unwrap();
+        assert_eq!((code, body.trim()), (401, "Unauthorized"));
+        let refused = exec(
+            &nobody,
+            addr,
+            &format!("/exec/default/{talker}/main?command=echo&command=hi&output=1"),
+        )
+        .await
+        .unwrap_err();
+        assert!(refused.contains("401"), "{refused}");
+        let rogue = request(&mallory, addr, "GET", "/pods").await;
+        assert!(rogue.is_err(), "a foreign CA's certificate got through: {rogue:?}");
+
+        // What the agent runs, to a certified caller.
+        let (code, body) = request(&alice, addr, "GET", "/pods").await.unwrap();
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains(&talker), "{body}");
+        let (code, body) = request(&alice, addr, "GET", "/containerLogs/default/nope/main")
+            .await
+            .unwrap();
+        assert_eq!(code, 404, "{body}");
+
+        // Logs and their options.
+        let logs = |q: String| {
+            let alice = alice.clone();
+            async move {
+                request(&alice, addr, "GET", &q).await.unwrap()
+            }
+        };
+        let base = format!("/containerLogs/default/{talker}/main");
+        // The whole log once the container has written it (stderr, then stdout half a second
+        // later: the two pipes are copied apart, so only a gap orders them).
+        let want = "oops\nline 1\nline 2\nline 3\nline 4\nline 5\n";
+        let mut all = (0, String::new());
+        for _ in 0..100 {
+            all = logs(base.clone()).await;
+            if all.1 == want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(all, (200, want.to_owned()));
+        assert_eq!(logs(format!("{base}?tailLines=2")).await.1, "line 4\nline 5\n");
+        assert_eq!(logs(format!("{base}?limitBytes=10")).await.1, "oops\nline ");
+        let stamped = logs(format!("{base}?timestamps=true&tailLines=1")).await.1;
+        let (at, text) = stamped.split_once(' ').unwrap();
+        assert_eq!(text, "line 5\n");
+        assert!(at.starts_with("20") && at.ends_with('Z') && at.contains('T'), "{stamped}");
+        let (code, body) = logs(format!("{base}?previous=true")).await;
+        assert_eq!(code, 400, "{body}");
+        assert!(body.contains("previous terminated container"), "{body}");
+        let (code, body) = logs(format!("{base}?tailLines=-1")).await;
+        assert_eq!(code, 400, "{body}");
+
+        // /run: a command's output.
+        let (code, body) = request(
+            &alice,
+            addr,
+            "POST",
+            &format!("/run/default/{talker}/main?cmd=echo%20ran"),
+        )
+        .await
+        .unwrap();
+        assert_eq!((code, body.as_str()), (200, "ran\n"));
+    });
+
+    // previous: the crash-looping container's last instance, not its running one.
+    agent.wait_for(
+        |p| {
+            p.container(&crasher, "main").is_some_and(|c| {
+                c.restart_count >= 1 && c.state.as_ref().is_some_and(|s| s.running.is_some())
+            })
+        },
+        TIMEOUT,
+    );
+    rt.block_on(async {
+        let base = format!("/containerLogs/default/{crasher}/main");
+        // Read within the instance's 6 s: the running one first.
+        let (code, current) = request(&alice, addr, "GET", &base).await.unwrap();
+        assert_eq!(code, 200, "{current}");
+        let (code, previous) = request(&alice, addr, "GET", &format!("{base}?previous=true"))
+            .await
+            .unwrap();
+        assert_eq!(code, 200, "{previous}");
+        assert!(
+            previous.starts_with("run ") && current.starts_with("run "),
+            "{previous:?} {current:?}"
+        );
+        assert_ne!(previous, current, "previous must be another instance's log");
+    });
+
+    // follow: the log as it is written, ending when the container exits.
+    agent.write_manifest(
+        "ticker.yaml",
+        &script_pod_manifest(
+            &node,
+            "ticker",
+            "Never",
+            "sleep 1; for i in 1 2 3 4 5; do echo tick $i; sleep 0.3; done",
+            "",
+        ),
+    );
+    let ticker = agent.static_pod_name("ticker");
+    pod_running(&agent, &ticker);
+    rt.block_on(async {
+        let path = format!("/containerLogs/default/{ticker}/main?follow=true");
+        let followed = tokio::time::timeout(TIMEOUT, request(&alice, addr, "GET", &path))
+            .await
+            .expect("a followed log ends when its container exits")
+            .unwrap();
+        assert_eq!(
+            followed,
+            (200, "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\n".to_owned())
+        );
+    });
+}
