@@ -229,7 +229,14 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         .then(|| SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port));
     let read_only =
         (cfg.read_only_port != 0).then(|| SocketAddr::from(([127, 0, 0, 1], cfg.read_only_port)));
+    let stats = crate::stats::Provider::new(
+        runtime.cm().clone(),
+        runtime.cri().clone(),
+        cfg.node_name.clone(),
+        cfg.root_dir.clone(),
+    );
     let state = server::AppState {
+        stats: Some(stats),
         health: runtime_state.clone(),
         sync_loop_threshold: pleg::sync_loop_threshold(cfg.sync_frequency),
         status: status.clone(),

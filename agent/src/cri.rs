@@ -378,6 +378,45 @@ impl Cri {
             .status)
     }
 
+    /// The process ID of a sandbox (its pause process) from the runtime's verbose status
+    /// (containerd: `info.pid`); `None` when the runtime does not say.
+    pub async fn pod_sandbox_pid(&self, id: &str) -> Result<Option<u32>> {
+        let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_owned(),
+            verbose: true,
+        };
+        let info = self
+            .timed("PodSandboxStatus", d, c.pod_sandbox_status(request(req, d)))
+            .await?
+            .info;
+        Ok(info
+            .get("info")
+            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+            .and_then(|v| v["pid"].as_u64())
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|&p| p > 0))
+    }
+
+    /// Resource usage of the containers `filter` selects (cpu, memory, writable layer).
+    pub async fn list_container_stats(
+        &self,
+        filter: Option<cri::ContainerStatsFilter>,
+    ) -> Result<Vec<cri::ContainerStats>> {
+        let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
+        let req = cri::ListContainerStatsRequest { filter };
+        Ok(self
+            .timed(
+                "ListContainerStats",
+                d,
+                c.list_container_stats(request(req, d)),
+            )
+            .await?
+            .stats)
+    }
+
     pub async fn list_pod_sandbox(
         &self,
         filter: Option<cri::PodSandboxFilter>,

@@ -25,6 +25,7 @@ pub mod pod_workers;
 pub mod prober;
 pub mod runtime;
 pub mod server;
+pub mod stats;
 pub mod status;
 pub mod trace;
 pub mod volume;

@@ -30,6 +30,8 @@ pub struct Error {
 
 #[derive(Clone)]
 pub struct AppState {
+    /// `/stats/summary`; `None` where the agent serves no stats (tests of other endpoints).
+    pub stats: Option<crate::stats::Provider>,
     /// What `/healthz` checks, and the sync loop's threshold.
     pub health: crate::pleg::RuntimeState,
     pub sync_loop_threshold: std::time::Duration,
@@ -82,6 +84,49 @@ async fn pods(State(s): State<AppState>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, "application/json")],
         s.status.pods_json(),
     )
+}
+
+/// The summary of the node and the pods now, or 404 where the agent has no provider.
+async fn summary(s: &AppState) -> Option<crate::stats::Summary> {
+    let provider = s.stats.as_ref()?;
+    let pods = s
+        .status
+        .pods_started()
+        .into_iter()
+        .map(|(uid, pod, start)| crate::stats::PodEntry {
+            uid,
+            pod,
+            start_time: start.map(|t| t.0),
+        })
+        .collect();
+    Some(provider.summary(pods).await)
+}
+
+fn no_stats() -> axum::response::Response {
+    (StatusCode::NOT_FOUND, "no stats provider\n").into_response()
+}
+
+/// `/stats/summary`: the node's and the pods' usage (`crate::stats`).
+async fn stats_summary(State(s): State<AppState>) -> axum::response::Response {
+    match summary(&s).await {
+        Some(summary) => Json(summary).into_response(),
+        None => no_stats(),
+    }
+}
+
+/// `/metrics/resource`: the same usage as the kubelet's resource metrics.
+async fn resource_metrics(State(s): State<AppState>) -> axum::response::Response {
+    match summary(&s).await {
+        Some(summary) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            summary.resource_metrics(),
+        )
+            .into_response(),
+        None => no_stats(),
+    }
 }
 
 /// Brings a counter mirroring a count kept elsewhere up to `value`.
@@ -196,6 +241,8 @@ pub async fn start(
             .route("/healthz", get(healthz))
             .route("/pods", get(pods))
             .route("/metrics", get(metrics))
+            .route("/stats/summary", get(stats_summary))
+            .route("/metrics/resource", get(resource_metrics))
             .route("/debug/manifests", get(manifests))
             .route("/debug/ebpf/cgroups", get(ebpf_cgroups))
             .route("/debug/trace/pods", get(trace_pods))

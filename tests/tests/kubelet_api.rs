@@ -96,6 +96,26 @@ async fn request(
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
+/// A WebSocket (`v4.channel.k8s.io`) to `path` over a new TLS connection.
+async fn websocket(
+    tls: &tokio_rustls::TlsConnector,
+    addr: SocketAddr,
+    path: &str,
+) -> Result<tokio_tungstenite::WebSocketStream<Tls>, String> {
+    let stream = connect(tls, addr).await?;
+    let mut req = format!("wss://{addr}{path}")
+        .into_client_request()
+        .map_err(|e| e.to_string())?;
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v4.channel.k8s.io".parse().map_err(|_| "header")?,
+    );
+    let (ws, _) = tokio_tungstenite::client_async(req, stream)
+        .await
+        .map_err(|e| format!("WebSocket handshake: {e}"))?;
+    Ok(ws)
+}
+
 /// What an exec over WebSocket (`v4.channel.k8s.io`) brought back: stdout, stderr and the
 /// status document of channel 3.
 #[derive(Debug, Default)]
@@ -110,17 +130,7 @@ async fn exec(
     addr: SocketAddr,
     path: &str,
 ) -> Result<Exec, String> {
-    let stream = connect(tls, addr).await?;
-    let mut req = format!("wss://{addr}{path}")
-        .into_client_request()
-        .map_err(|e| e.to_string())?;
-    req.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        "v4.channel.k8s.io".parse().map_err(|_| "header")?,
-    );
-    let (mut ws, _) = tokio_tungstenite::client_async(req, stream)
-        .await
-        .map_err(|e| format!("WebSocket handshake: {e}"))?;
+    let mut ws = websocket(tls, addr, path).await?;
     let mut out = Exec::default();
     while let Some(msg) = tokio::time::timeout(TIMEOUT, ws.next())
         .await
@@ -142,6 +152,51 @@ async fn exec(
     }
     let _ = ws.close(None).await;
     Ok(out)
+}
+
+/// Port-forwards to `port` of the pod through `/portForward` over WebSocket and reads what the
+/// pod's listener sends: the bytes of the data channel after its port header.
+async fn port_forward(
+    tls: &tokio_rustls::TlsConnector,
+    addr: SocketAddr,
+    pod: &str,
+    port: u16,
+) -> Result<String, String> {
+    let mut ws = websocket(
+        tls,
+        addr,
+        &format!("/portForward/default/{pod}?ports={port}"),
+    )
+    .await?;
+    // Each channel starts with the port, little-endian; then data (channel 0) or errors (1).
+    let mut data: Vec<u8> = Vec::new();
+    let mut headers = 0;
+    while !String::from_utf8_lossy(&data).contains('\n') {
+        let msg = tokio::time::timeout(TIMEOUT, ws.next())
+            .await
+            .map_err(|_| "no data from the forwarded port in time")?
+            .ok_or("the port-forward stream ended")?
+            .map_err(|e| format!("reading the stream: {e}"))?;
+        let Message::Binary(b) = msg else { continue };
+        let Some((&channel, rest)) = b.split_first() else {
+            continue;
+        };
+        let rest = if headers < 2 && rest.len() >= 2 && rest[..2] == port.to_le_bytes() {
+            headers += 1;
+            &rest[2..]
+        } else {
+            rest
+        };
+        match channel {
+            0 => data.extend_from_slice(rest),
+            1 if !rest.is_empty() => {
+                return Err(format!("error channel: {}", String::from_utf8_lossy(rest)));
+            }
+            _ => {}
+        }
+    }
+    let _ = ws.close(None).await;
+    Ok(String::from_utf8_lossy(&data).into_owned())
 }
 
 fn pod_running(agent: &Agent, pod: &str) {
@@ -191,9 +246,20 @@ fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
             "",
         ),
     );
+    agent.write_manifest(
+        "listener.yaml",
+        &busybox_pod_manifest(
+            &format!("name: listener, namespace: default, uid: listener-{node}"),
+            "",
+            "nc -ll -p 8080 -e echo forwarded & wait",
+            "",
+        ),
+    );
     let talker = agent.static_pod_name("talker");
     let crasher = agent.static_pod_name("crasher");
+    let listener = agent.static_pod_name("listener");
     pod_running(&agent, &talker);
+    pod_running(&agent, &listener);
     let alice = client(d, Some("alice"));
     let nobody = client(d, None);
     let mallory = client(d, Some("mallory"));
@@ -293,6 +359,20 @@ fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
         .await
         .unwrap();
         assert_eq!((code, body.as_str()), (200, "ran\n"));
+
+        // Port-forward: what the pod's listener on 8080 says, in its network namespace.
+        let mut said = Err(String::new());
+        for _ in 0..50 {
+            said = port_forward(&alice, addr, &listener, 8080).await;
+            if said.is_ok() {
+                break;
+            }
+            // The listener may not be up yet.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(said.as_deref(), Ok("forwarded\n"));
+        let refused = port_forward(&nobody, addr, &listener, 8080).await.unwrap_err();
+        assert!(refused.contains("401"), "{refused}");
     });
 
     // previous: the crash-looping container's last instance, not its running one.
@@ -344,4 +424,114 @@ fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
             (200, "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\n".to_owned())
         );
     });
+}
+
+/// `/stats/summary` (read-only port; the kubelet API serves the same handler): the node's cpu,
+/// memory, file systems, network and process limits, and a pod's cgroup usage (32 MiB held in a
+/// memory-backed emptyDir counts in its working set), network, processes and container stats.
+#[test]
+fn the_stats_summary_reports_the_node_its_pods_and_their_containers() {
+    let Some(agent) = swiftlet_tests::start_agent("stats-summary") else {
+        return;
+    };
+    let node = agent.node_name().to_owned();
+    agent.write_manifest(
+        "holder.yaml",
+        &busybox_pod_manifest(
+            &format!("name: holder, namespace: default, uid: holder-{node}"),
+            "  volumes:\n  - name: mem\n    emptyDir: {medium: Memory}\n",
+            "dd if=/dev/zero of=/mem/f bs=1M count=32 2>/dev/null; i=0; \
+             while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 3600 & wait",
+            "    volumeMounts:\n    - {name: mem, mountPath: /mem}\n",
+        ),
+    );
+    let holder = agent.static_pod_name("holder");
+    pod_running(&agent, &holder);
+    let summary = || -> serde_json::Value {
+        let (code, body) = agent.get("/stats/summary");
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    };
+    let pod_of = |s: &serde_json::Value| -> Option<serde_json::Value> {
+        s["pods"]
+            .as_array()?
+            .iter()
+            .find(|p| p["podRef"]["name"] == holder.as_str())
+            .cloned()
+    };
+    let held = 32 << 20;
+    let mut pod = serde_json::Value::Null;
+    for _ in 0..150 {
+        if let Some(p) = pod_of(&summary())
+            && p["memory"]["workingSetBytes"].as_u64().unwrap_or(0) >= held
+            && p["containers"][0]["cpu"]["usageCoreNanoSeconds"]
+                .as_u64()
+                .unwrap_or(0)
+                > 0
+            // The writable layer is read off the request path, at most every 10 s.
+            && p["containers"][0]["rootfs"]["usedBytes"].is_u64()
+        {
+            pod = p;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        pod.is_object(),
+        "no summary of the pod with its memory: {}",
+        summary()
+    );
+    assert_eq!(pod["podRef"]["namespace"], "default");
+    assert_eq!(pod["podRef"]["uid"], format!("holder-{node}"));
+    assert!(
+        pod["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0,
+        "{pod}"
+    );
+    assert!(
+        pod["processStats"]["processCount"].as_u64().unwrap_or(0) >= 1,
+        "{pod}"
+    );
+    assert_eq!(pod["network"]["name"], "eth0", "{pod}");
+    assert!(pod["network"]["rxBytes"].is_u64(), "{pod}");
+    let c = &pod["containers"][0];
+    assert_eq!(c["name"], "main");
+    assert!(
+        c["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0,
+        "{c}"
+    );
+    assert!(c["rootfs"]["usedBytes"].is_u64(), "{c}");
+    // A second read has a cpu rate.
+    let again = pod_of(&summary()).unwrap_or_default();
+    assert!(again["cpu"]["usageNanoCores"].is_u64(), "{again}");
+
+    let s = summary();
+    let n = &s["node"];
+    assert_eq!(n["nodeName"], node.as_str());
+    assert!(
+        n["startTime"].as_str().is_some_and(|t| t.starts_with("20")),
+        "{n}"
+    );
+    assert!(
+        n["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0,
+        "{n}"
+    );
+    let mem = &n["memory"];
+    assert!(
+        mem["availableBytes"].as_u64().unwrap_or(0) > 0
+            && mem["workingSetBytes"].as_u64().unwrap_or(0) > held,
+        "{mem}"
+    );
+    for fs in [&n["fs"], &n["runtime"]["imageFs"]] {
+        let (cap, avail) = (fs["capacityBytes"].as_u64(), fs["availableBytes"].as_u64());
+        assert!(cap.is_some_and(|c| c > 0) && avail <= cap, "{fs}");
+        assert!(fs["inodes"].as_u64().unwrap_or(0) > 0, "{fs}");
+    }
+    assert!(n["rlimit"]["maxpid"].as_u64().unwrap_or(0) > 0, "{n}");
+    assert!(n["rlimit"]["curproc"].as_u64().unwrap_or(0) > 0, "{n}");
+    assert!(
+        n["network"]["interfaces"]
+            .as_array()
+            .is_some_and(|i| !i.is_empty()),
+        "{n}"
+    );
 }

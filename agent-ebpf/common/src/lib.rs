@@ -34,7 +34,7 @@ pub const CRI_UID_MAX: usize = 64;
 
 /// CRI methods the agent's markers name, by index (the `method` argument of the markers and
 /// [`CriEvent::method`]), and `swiftlet::cri::METHODS`. Append only: the index is the wire value.
-pub const CRI_METHODS: [&str; 24] = [
+pub const CRI_METHODS: [&str; 25] = [
     "Version",
     "RunPodSandbox",
     "StopPodSandbox",
@@ -59,6 +59,7 @@ pub const CRI_METHODS: [&str; 24] = [
     "Exec",
     "Attach",
     "PortForward",
+    "ListContainerStats",
 ];
 
 /// What [`cri_method_name`] says for an index outside [`CRI_METHODS`].

@@ -38,6 +38,9 @@ pub trait Driver: std::fmt::Debug + Send + Sync {
     fn default_cpu_weight(&self) -> u64;
     /// The memory limit file's name.
     fn memory_limit_file(&self) -> &'static str;
+    /// The directory of cgroup `name` that accounts its cpu time (v1: the cpuacct hierarchy,
+    /// which runc fills when it places a container; v2: the cgroup's own).
+    fn cpu_usage_dir(&self, name: &str) -> Result<PathBuf>;
 }
 
 /// cgroup v2 weight from v1 shares, the linear mapping runc uses:
@@ -104,6 +107,10 @@ impl Driver for V1 {
     fn memory_limit_file(&self) -> &'static str {
         "memory.limit_in_bytes"
     }
+
+    fn cpu_usage_dir(&self, name: &str) -> Result<PathBuf> {
+        safe_join(&self.mount.join("cpuacct"), name)
+    }
 }
 
 /// The unified hierarchy: every controller in one tree.
@@ -141,6 +148,10 @@ impl Driver for V2 {
 
     fn memory_limit_file(&self) -> &'static str {
         "memory.max"
+    }
+
+    fn cpu_usage_dir(&self, name: &str) -> Result<PathBuf> {
+        safe_join(&self.root, name)
     }
 }
 

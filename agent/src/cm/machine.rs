@@ -53,6 +53,23 @@ pub fn filesystem_bytes(path: &Path) -> Option<u64> {
 /// The size of the file system holding `path` and the space available to unprivileged users,
 /// in bytes (`statvfs`).
 pub fn filesystem_space(path: &Path) -> std::io::Result<(u64, u64)> {
+    filesystem_stats(path).map(|s| (s.capacity_bytes, s.available_bytes))
+}
+
+/// Space and inodes of a file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsSpace {
+    pub capacity_bytes: u64,
+    /// Available to unprivileged users.
+    pub available_bytes: u64,
+    /// Capacity minus the free blocks (the reserved ones count as used).
+    pub used_bytes: u64,
+    pub inodes: u64,
+    pub inodes_free: u64,
+}
+
+/// [`FsSpace`] of the file system holding `path` (`statvfs`).
+pub fn filesystem_stats(path: &Path) -> std::io::Result<FsSpace> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
     // SAFETY: statvfs writes the struct before it is read; `c` outlives the call.
@@ -61,10 +78,14 @@ pub fn filesystem_space(path: &Path) -> std::io::Result<(u64, u64)> {
         return Err(std::io::Error::last_os_error());
     }
     let frsize = st.f_frsize as u64;
-    Ok((
-        (st.f_blocks as u64).saturating_mul(frsize),
-        (st.f_bavail as u64).saturating_mul(frsize),
-    ))
+    let capacity_bytes = (st.f_blocks as u64).saturating_mul(frsize);
+    Ok(FsSpace {
+        capacity_bytes,
+        available_bytes: (st.f_bavail as u64).saturating_mul(frsize),
+        used_bytes: capacity_bytes.saturating_sub((st.f_bfree as u64).saturating_mul(frsize)),
+        inodes: st.f_files as u64,
+        inodes_free: st.f_ffree as u64,
+    })
 }
 
 #[cfg(test)]

@@ -14,14 +14,18 @@ mod machine;
 mod resources;
 #[cfg(test)]
 mod tests;
+mod usage;
 
 pub use driver::{Controller, Driver, Hierarchy, shares_to_weight};
-pub use machine::{filesystem_bytes, filesystem_space, machine_cpus, node_ip, node_ips};
+pub use machine::{
+    FsSpace, filesystem_bytes, filesystem_space, filesystem_stats, machine_cpus, node_ip, node_ips,
+};
 use resources::{MIN_SHARES, QUOTA_PERIOD_US};
 pub use resources::{
     ResourceConfig, container_resources, machine_memory_bytes, milli_cpu_to_quota,
     milli_cpu_to_shares, resource_config_for_pod, resources_label,
 };
+pub use usage::{CgroupUsage, MemoryUsage};
 
 use crate::pod::qos::{QosClass, pod_qos};
 use crate::pod::resources::pod_resources;

@@ -181,6 +181,8 @@ fn routes(state: ApiState) -> axum::Router {
         .route("/healthz", get(super::healthz))
         .route("/pods", get(super::pods))
         .route("/metrics", get(super::metrics))
+        .route("/stats/summary", get(super::stats_summary))
+        .route("/metrics/resource", get(super::resource_metrics))
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
             get(container_logs),

@@ -338,6 +338,23 @@ impl StatusManager {
         })
     }
 
+    /// Every desired pod with its UID and start time (the stats summary's pod list).
+    pub fn pods_started(
+        &self,
+    ) -> Vec<(
+        String,
+        Arc<Pod>,
+        Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    )> {
+        let Ok(map) = self.inner.read() else {
+            return Vec::new();
+        };
+        map.pods
+            .iter()
+            .map(|(uid, e)| (uid.clone(), e.pod.clone(), e.status.start_time.clone()))
+            .collect()
+    }
+
     /// The pod's last computed status.
     pub fn status(&self, uid: &str) -> Option<PodStatus> {
         let map = self.inner.read().ok()?;

@@ -1,0 +1,861 @@
+//! The kubelet's stats summary (`/stats/summary`): the node's and each pod's cpu, memory,
+//! network and file systems, and each container's cpu, memory and writable layer. Pods and the
+//! node are read from their cgroups (`cm::CgroupUsage`), containers from the runtime's
+//! `ListContainerStats`, networks from `/proc/<pid>/net/dev` of each sandbox (and of the agent
+//! for the node), file systems with `statvfs` and the runtime's `ImageFsInfo`.
+//!
+//! Cpu rates (`usageNanoCores`) need two reads: the provider keeps each cgroup's last cpu time
+//! and reports the rate since it (the first read of a pod reports none, as the kubelet's).
+use crate::cm::{CgroupUsage, ContainerManager, MemoryUsage};
+use crate::cri::Cri;
+use crate::pod::labels;
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Pod;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub node: NodeStats,
+    pub pods: Vec<PodStats>,
+    /// The runtime's container stats could not be read (`resource_scrape_error`).
+    #[serde(skip)]
+    pub container_stats_failed: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStats {
+    pub node_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    #[serde(flatten)]
+    pub usage: Usage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fs: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rlimit: Option<RlimitStats>,
+}
+
+/// The cpu, memory and network of the node or of a pod.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStats>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeStats {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_fs: Option<FsStats>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RlimitStats {
+    pub time: String,
+    pub maxpid: Option<u64>,
+    pub curproc: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodReference {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStats {
+    pub pod_ref: PodReference,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    pub containers: Vec<ContainerStats>,
+    #[serde(flatten)]
+    pub usage: Usage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_stats: Option<ProcessStats>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessStats {
+    pub process_count: u64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStats {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<FsStats>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_nano_cores: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_core_nano_seconds: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_bytes: Option<u64>,
+    pub usage_bytes: u64,
+    pub working_set_bytes: u64,
+    pub rss_bytes: u64,
+    pub page_faults: u64,
+    pub major_page_faults: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceStats {
+    pub name: String,
+    pub rx_bytes: u64,
+    pub rx_errors: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkStats {
+    pub time: String,
+    /// The default interface's counters, at the top level as in the kubelet's document.
+    #[serde(flatten)]
+    pub default: InterfaceStats,
+    pub interfaces: Vec<InterfaceStats>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes_free: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes_used: Option<u64>,
+}
+
+impl FsStats {
+    fn of(time: &str, s: crate::cm::FsSpace) -> Self {
+        Self {
+            time: time.to_owned(),
+            available_bytes: Some(s.available_bytes),
+            capacity_bytes: Some(s.capacity_bytes),
+            used_bytes: Some(s.used_bytes),
+            inodes_free: Some(s.inodes_free),
+            inodes: Some(s.inodes),
+            inodes_used: Some(s.inodes.saturating_sub(s.inodes_free)),
+        }
+    }
+}
+
+/// `/proc/net/dev`: the counters of each interface but loopback.
+pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let name = name.trim();
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(|v| v.parse().unwrap_or(0))
+                .collect();
+            (name != "lo" && f.len() >= 11).then(|| InterfaceStats {
+                name: name.to_owned(),
+                rx_bytes: f[0],
+                rx_errors: f[2],
+                tx_bytes: f[8],
+                tx_errors: f[10],
+            })
+        })
+        .collect()
+}
+
+/// The interface of the default route in `/proc/net/route` (destination 0).
+pub fn default_route_interface(route: &str) -> Option<String> {
+    route.lines().skip(1).find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (iface, dest) = (f.next()?, f.next()?);
+        (dest == "00000000").then(|| iface.to_owned())
+    })
+}
+
+fn network(time: &str, pid: Option<u32>, default: Option<&str>) -> Option<NetworkStats> {
+    let base = pid.map_or_else(
+        || PathBuf::from("/proc/self"),
+        |p| PathBuf::from(format!("/proc/{p}")),
+    );
+    let interfaces = parse_net_dev(&std::fs::read_to_string(base.join("net/dev")).ok()?);
+    let chosen = default
+        .and_then(|d| interfaces.iter().find(|i| i.name == d))
+        .or_else(|| interfaces.iter().find(|i| i.name == "eth0"))
+        .or_else(|| interfaces.first())?
+        .clone();
+    Some(NetworkStats {
+        time: time.to_owned(),
+        default: chosen,
+        interfaces,
+    })
+}
+
+fn rfc3339(t: &jiff::Timestamp) -> String {
+    t.to_string()
+}
+
+fn cri_time(nanos: i64) -> String {
+    jiff::Timestamp::from_nanosecond(i128::from(nanos))
+        .map(|t| rfc3339(&t))
+        .unwrap_or_default()
+}
+
+/// The boot time (`btime` of `/proc/stat`): the node's start.
+fn boot_time() -> Option<String> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let secs: i64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    jiff::Timestamp::from_second(secs).ok().map(|t| rfc3339(&t))
+}
+
+fn processes_now() -> Option<u64> {
+    // SAFETY: sysinfo fills the struct before it is read.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    (unsafe { libc::sysinfo(&mut info) } == 0).then_some(u64::from(info.procs))
+}
+
+/// What the provider remembers between reads.
+#[derive(Debug, Default)]
+struct Cache {
+    /// Each cgroup's last cpu time and when it was read (for `usageNanoCores`).
+    cpu: HashMap<String, (Instant, u64)>,
+    /// Sandbox ID -> the pid whose network namespace is the pod's.
+    sandbox_pids: HashMap<String, u32>,
+    /// Container ID -> its writable layer's usage, from the last `ListContainerStats`.
+    writable: HashMap<String, FsStats>,
+    /// When that list was read, and whether a read is under way.
+    writable_read: Option<Instant>,
+    writable_reading: bool,
+}
+
+/// How old the writable layers' usage may get before it is read again. The runtime itself
+/// measures layers periodically (containerd: every 10 s), so reading it more often gains little,
+/// and `ListContainerStats` asks every container's shim for its metrics: it is read off the
+/// request path.
+const WRITABLE_LAYER_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A pod the summary covers.
+pub struct PodEntry {
+    pub uid: String,
+    pub pod: Arc<Pod>,
+    pub start_time: Option<jiff::Timestamp>,
+}
+
+/// Builds summaries. Cheap to clone; clones share the cache.
+#[derive(Clone)]
+pub struct Provider {
+    cm: ContainerManager,
+    cri: Cri,
+    node_name: String,
+    root_dir: PathBuf,
+    cache: Arc<Mutex<Cache>>,
+}
+
+impl Provider {
+    pub fn new(cm: ContainerManager, cri: Cri, node_name: String, root_dir: PathBuf) -> Self {
+        Self {
+            cm,
+            cri,
+            node_name,
+            root_dir,
+            cache: Arc::default(),
+        }
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Cpu stats of a cgroup read now, with the rate since the last read of the same key.
+    fn cpu(&self, key: &str, time: &str, nanos: Option<u64>, now: Instant) -> Option<CpuStats> {
+        let nanos = nanos?;
+        let mut cache = self.cache();
+        let rate = cache.cpu.get(key).and_then(|&(at, before)| {
+            let secs = now.checked_duration_since(at)?.as_secs_f64();
+            (secs > 0.0 && nanos >= before).then(|| ((nanos - before) as f64 / secs) as u64)
+        });
+        cache.cpu.insert(key.to_owned(), (now, nanos));
+        Some(CpuStats {
+            time: time.to_owned(),
+            usage_nano_cores: rate,
+            usage_core_nano_seconds: Some(nanos),
+        })
+    }
+
+    fn memory(time: &str, m: Option<MemoryUsage>, limit: Option<u64>) -> Option<MemoryStats> {
+        let m = m?;
+        Some(MemoryStats {
+            time: time.to_owned(),
+            available_bytes: limit.map(|l| l.saturating_sub(m.working_set_bytes)),
+            usage_bytes: m.usage_bytes,
+            working_set_bytes: m.working_set_bytes,
+            rss_bytes: m.rss_bytes,
+            page_faults: m.page_faults,
+            major_page_faults: m.major_page_faults,
+        })
+    }
+
+    /// A container's stats: cpu and memory from its cgroup (under the pod's, named by its ID as
+    /// the runtime places it), the writable layer from the last runtime read.
+    fn container(
+        &self,
+        name: &str,
+        c: &cri::Container,
+        pod_cgroup: &str,
+        key: &str,
+        time: &str,
+        now: Instant,
+    ) -> ContainerStats {
+        let usage = self.cm.cgroup_usage(&format!("{pod_cgroup}/{}", c.id));
+        ContainerStats {
+            name: name.to_owned(),
+            start_time: Some(cri_time(c.created_at)),
+            cpu: self.cpu(key, time, usage.cpu_nanos, now),
+            memory: Self::memory(time, usage.memory, None),
+            rootfs: self.cache().writable.get(&c.id).cloned(),
+        }
+    }
+
+    /// Starts a read of the runtime's container stats (for the writable layers) when the last
+    /// one is older than [`WRITABLE_LAYER_PERIOD`] and none is under way; the request that
+    /// starts it does not wait for it.
+    fn refresh_writable_layers(&self, selector: HashMap<String, String>) {
+        {
+            let mut cache = self.cache();
+            let fresh = cache
+                .writable_read
+                .is_some_and(|at| at.elapsed() < WRITABLE_LAYER_PERIOD);
+            if fresh || cache.writable_reading {
+                return;
+            }
+            cache.writable_reading = true;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let filter = cri::ContainerStatsFilter {
+                label_selector: selector,
+                ..Default::default()
+            };
+            let read = this.cri.list_container_stats(Some(filter)).await;
+            let mut cache = this.cache();
+            cache.writable_reading = false;
+            cache.writable_read = Some(Instant::now());
+            match read {
+                Ok(list) => {
+                    cache.writable = list
+                        .iter()
+                        .filter_map(|s| {
+                            Some((s.attributes.as_ref()?.id.clone(), writable_layer(s)?))
+                        })
+                        .collect();
+                }
+                Err(e) => tracing::debug!(%e, "stats: ListContainerStats"),
+            }
+        });
+    }
+
+    async fn sandbox_pid(&self, id: &str) -> Option<u32> {
+        if let Some(&pid) = self.cache().sandbox_pids.get(id) {
+            return Some(pid);
+        }
+        let pid = self.cri.pod_sandbox_pid(id).await.ok().flatten()?;
+        self.cache().sandbox_pids.insert(id.to_owned(), pid);
+        Some(pid)
+    }
+
+    /// The summary of the node and of `pods`.
+    pub async fn summary(&self, pods: Vec<PodEntry>) -> Summary {
+        let now = Instant::now();
+        let time = rfc3339(&jiff::Timestamp::now());
+        let node_selector: HashMap<String, String> =
+            HashMap::from([(labels::NODE_NAME.to_owned(), self.node_name.clone())]);
+        let (containers, sandboxes, image_fs) = tokio::join!(
+            self.cri.list_containers(Some(cri::ContainerFilter {
+                label_selector: node_selector.clone(),
+                state: Some(cri::ContainerStateValue {
+                    state: cri::ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            })),
+            self.cri.list_pod_sandbox(Some(cri::PodSandboxFilter {
+                label_selector: node_selector.clone(),
+                state: Some(cri::PodSandboxStateValue {
+                    state: cri::PodSandboxState::SandboxReady as i32,
+                }),
+                ..Default::default()
+            })),
+            self.cri.image_fs_info(),
+        );
+        self.refresh_writable_layers(node_selector);
+        let container_stats_failed = containers.is_err();
+        let containers = containers.unwrap_or_else(|e| {
+            tracing::debug!(%e, "stats summary: ListContainers");
+            Vec::new()
+        });
+        let sandboxes = sandboxes.unwrap_or_default();
+        // The newest running instance of each (pod, container), by attempt.
+        let mut by_pod: HashMap<&str, HashMap<&str, &cri::Container>> = HashMap::new();
+        for c in &containers {
+            let (Some(uid), Some(meta)) = (c.labels.get(labels::POD_UID), &c.metadata) else {
+                continue;
+            };
+            let slot = by_pod.entry(uid).or_default();
+            let newer = slot.get(meta.name.as_str()).is_none_or(|old| {
+                old.metadata
+                    .as_ref()
+                    .is_none_or(|m| m.attempt < meta.attempt)
+            });
+            if newer {
+                slot.insert(&meta.name, c);
+            }
+        }
+        let sandbox_of: HashMap<&str, &str> = sandboxes
+            .iter()
+            .filter_map(|s| {
+                let uid = s.labels.get(labels::POD_UID)?;
+                Some((uid.as_str(), s.id.as_str()))
+            })
+            .collect();
+
+        let mut out = Vec::with_capacity(pods.len());
+        let mut live_keys = std::collections::HashSet::with_capacity(pods.len() * 2 + 1);
+        for p in &pods {
+            let meta = &p.pod.metadata;
+            let qos = crate::pod::qos::pod_qos(&p.pod).ok();
+            let usage = qos
+                .and_then(|q| self.cm.pod_usage(&p.uid, q).ok())
+                .unwrap_or_default();
+            let key = format!("pod/{}", p.uid);
+            let cpu = self.cpu(&key, &time, usage.cpu_nanos, now);
+            live_keys.insert(key);
+            let host_network = p
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.host_network)
+                .unwrap_or(false);
+            let network = match sandbox_of.get(p.uid.as_str()) {
+                Some(id) if !host_network => {
+                    let pid = self.sandbox_pid(id).await;
+                    pid.and_then(|pid| network(&time, Some(pid), Some("eth0")))
+                }
+                _ => None,
+            };
+            let pod_cgroup = qos.and_then(|q| self.cm.pod_cgroup_name(&p.uid, q).ok());
+            let mut containers: Vec<ContainerStats> =
+                match (by_pod.get(p.uid.as_str()), &pod_cgroup) {
+                    (Some(m), Some(cgroup)) => m
+                        .iter()
+                        .map(|(name, c)| {
+                            let key = format!("container/{}", c.id);
+                            let stats = self.container(name, c, cgroup, &key, &time, now);
+                            live_keys.insert(key);
+                            stats
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+            containers.sort_by(|a, b| a.name.cmp(&b.name));
+            out.push(PodStats {
+                pod_ref: PodReference {
+                    name: meta.name.clone().unwrap_or_default(),
+                    namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
+                    uid: p.uid.clone(),
+                },
+                start_time: p.start_time.as_ref().map(rfc3339),
+                containers,
+                usage: Usage {
+                    cpu,
+                    memory: Self::memory(&time, usage.memory, None),
+                    network,
+                },
+                process_stats: usage.processes.map(|n| ProcessStats { process_count: n }),
+            });
+        }
+        {
+            // Forget pods and sandboxes that are gone.
+            let mut cache = self.cache();
+            live_keys.insert("node".into());
+            cache.cpu.retain(|k, _| live_keys.contains(k));
+            cache
+                .sandbox_pids
+                .retain(|id, _| sandboxes.iter().any(|s| &s.id == id));
+        }
+        let node = self.node(&time, now, image_fs.ok());
+        Summary {
+            node,
+            pods: out,
+            container_stats_failed,
+        }
+    }
+
+    fn node(
+        &self,
+        time: &str,
+        now: Instant,
+        image_fs: Option<cri::ImageFsInfoResponse>,
+    ) -> NodeStats {
+        let CgroupUsage {
+            cpu_nanos, memory, ..
+        } = self.cm.cgroup_usage("/");
+        let capacity = crate::cm::machine_memory_bytes();
+        let default_iface = std::fs::read_to_string("/proc/net/route")
+            .ok()
+            .and_then(|r| default_route_interface(&r));
+        let image_fs = image_fs.and_then(|r| {
+            let u = r.image_filesystems.into_iter().next()?;
+            let mount = u.fs_id.map(|f| f.mountpoint).unwrap_or_default();
+            let mut fs = crate::cm::filesystem_stats(Path::new(&mount))
+                .map(|s| FsStats::of(time, s))
+                .ok()?;
+            fs.used_bytes = u.used_bytes.map(|b| b.value).or(fs.used_bytes);
+            fs.inodes_used = u.inodes_used.map(|b| b.value).or(fs.inodes_used);
+            Some(fs)
+        });
+        NodeStats {
+            node_name: self.node_name.clone(),
+            start_time: boot_time(),
+            usage: Usage {
+                cpu: self.cpu("node", time, cpu_nanos, now),
+                memory: Self::memory(time, memory, capacity),
+                network: network(time, None, default_iface.as_deref()),
+            },
+            fs: crate::cm::filesystem_stats(&self.root_dir)
+                .ok()
+                .map(|s| FsStats::of(time, s)),
+            runtime: Some(RuntimeStats { image_fs }),
+            rlimit: Some(RlimitStats {
+                time: time.to_owned(),
+                maxpid: std::fs::read_to_string("/proc/sys/kernel/pid_max")
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok()),
+                curproc: processes_now(),
+            }),
+        }
+    }
+}
+
+/// The writable layer's usage in the runtime's stats of a container.
+fn writable_layer(c: &cri::ContainerStats) -> Option<FsStats> {
+    let w = c.writable_layer.as_ref()?;
+    Some(FsStats {
+        time: cri_time(w.timestamp),
+        available_bytes: None,
+        capacity_bytes: None,
+        used_bytes: w.used_bytes.as_ref().map(|v| v.value),
+        inodes_free: None,
+        inodes: None,
+        inodes_used: w.inodes_used.as_ref().map(|v| v.value),
+    })
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time (the sample timestamps of
+/// `/metrics/resource`).
+fn millis(time: &str) -> Option<i64> {
+    time.parse::<jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_millisecond())
+}
+
+/// One sample of a resource metric: its value and when it was read (ms since the epoch).
+type Sample = Option<(f64, Option<i64>)>;
+
+/// Escapes a label value of the Prometheus text format.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Summary {
+    /// `/metrics/resource`: the kubelet's resource metrics (what metrics-server scrapes) in the
+    /// Prometheus text format, each sample with the time it was read.
+    pub fn resource_metrics(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let mut family =
+            |name: &str, kind: &str, help: &str, samples: Vec<(String, f64, Option<i64>)>| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+                for (labels, v, at) in samples {
+                    let _ = match at {
+                        Some(ms) => writeln!(out, "{name}{labels} {v} {ms}"),
+                        None => writeln!(out, "{name}{labels} {v}"),
+                    };
+                }
+            };
+        let cpu_secs = |c: &Option<CpuStats>| {
+            c.as_ref()
+                .and_then(|c| Some((c.usage_core_nano_seconds? as f64 / 1e9, millis(&c.time))))
+        };
+        let wss = |m: &Option<MemoryStats>| {
+            m.as_ref()
+                .map(|m| (m.working_set_bytes as f64, millis(&m.time)))
+        };
+        let pod_labels = |p: &PodStats| {
+            format!(
+                "namespace=\"{}\",pod=\"{}\"",
+                label(&p.pod_ref.namespace),
+                label(&p.pod_ref.name)
+            )
+        };
+        let containers = |f: &dyn Fn(&ContainerStats) -> Sample| {
+            self.pods
+                .iter()
+                .flat_map(|p| {
+                    p.containers.iter().filter_map(move |c| {
+                        let (v, at) = f(c)?;
+                        Some((
+                            format!("{{container=\"{}\",{}}}", label(&c.name), pod_labels(p)),
+                            v,
+                            at,
+                        ))
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        family(
+            "container_cpu_usage_seconds_total",
+            "counter",
+            "Cumulative cpu time consumed by the container in core-seconds",
+            containers(&|c| cpu_secs(&c.cpu)),
+        );
+        family(
+            "container_memory_working_set_bytes",
+            "gauge",
+            "Current working set of the container in bytes",
+            containers(&|c| wss(&c.memory)),
+        );
+        let pods = |f: &dyn Fn(&PodStats) -> Sample| {
+            self.pods
+                .iter()
+                .filter_map(|p| {
+                    let (v, at) = f(p)?;
+                    Some((format!("{{{}}}", pod_labels(p)), v, at))
+                })
+                .collect::<Vec<_>>()
+        };
+        family(
+            "pod_cpu_usage_seconds_total",
+            "counter",
+            "Cumulative cpu time consumed by the pod in core-seconds",
+            pods(&|p| cpu_secs(&p.usage.cpu)),
+        );
+        family(
+            "pod_memory_working_set_bytes",
+            "gauge",
+            "Current working set of the pod in bytes",
+            pods(&|p| wss(&p.usage.memory)),
+        );
+        let node = |v: Sample| {
+            v.map(|(v, at)| (String::new(), v, at))
+                .into_iter()
+                .collect()
+        };
+        family(
+            "node_cpu_usage_seconds_total",
+            "counter",
+            "Cumulative cpu time consumed by the node in core-seconds",
+            node(cpu_secs(&self.node.usage.cpu)),
+        );
+        family(
+            "node_memory_working_set_bytes",
+            "gauge",
+            "Current working set of the node in bytes",
+            node(wss(&self.node.usage.memory)),
+        );
+        family(
+            "resource_scrape_error",
+            "gauge",
+            "1 if there was an error while getting container metrics, 0 otherwise",
+            vec![(
+                String::new(),
+                if self.container_stats_failed {
+                    1.0
+                } else {
+                    0.0
+                },
+                None,
+            )],
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_files_parse() {
+        let dev = "Inter-|   Receive                                                |  Transmit\n \
+             face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+             lo:  100 1 0 0 0 0 0 0  100 1 0 0 0 0 0 0\n  \
+             eth0: 5000 10 2 0 0 0 0 0 7000 12 3 0 0 0 0 0\n";
+        assert_eq!(
+            parse_net_dev(dev),
+            vec![InterfaceStats {
+                name: "eth0".into(),
+                rx_bytes: 5000,
+                rx_errors: 2,
+                tx_bytes: 7000,
+                tx_errors: 3,
+            }]
+        );
+        let route = "Iface\tDestination\tGateway\n\
+                     ens4\t0A800000\t00000000\n\
+                     ens5\t00000000\t0100800A\n";
+        assert_eq!(default_route_interface(route).as_deref(), Some("ens5"));
+        assert_eq!(default_route_interface("Iface\tDestination\n"), None);
+    }
+
+    #[test]
+    fn the_summary_serialises_with_the_kubelets_field_names() {
+        let n = NetworkStats {
+            time: "t".into(),
+            default: InterfaceStats {
+                name: "eth0".into(),
+                rx_bytes: 1,
+                ..Default::default()
+            },
+            interfaces: vec![],
+        };
+        let v = serde_json::to_value(&n).unwrap();
+        assert_eq!(v["name"], "eth0");
+        assert_eq!(v["rxBytes"], 1);
+        let c = CpuStats {
+            time: "t".into(),
+            usage_nano_cores: None,
+            usage_core_nano_seconds: Some(5),
+        };
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["usageCoreNanoSeconds"], 5);
+        assert!(v.get("usageNanoCores").is_none());
+    }
+
+    #[test]
+    fn resource_metrics_carry_each_sample_with_its_time() {
+        let t = "2026-11-26T10:00:00Z";
+        let cpu = Some(CpuStats {
+            time: t.into(),
+            usage_nano_cores: None,
+            usage_core_nano_seconds: Some(2_500_000_000),
+        });
+        let memory = Some(MemoryStats {
+            time: t.into(),
+            available_bytes: None,
+            usage_bytes: 10,
+            working_set_bytes: 7,
+            rss_bytes: 1,
+            page_faults: 0,
+            major_page_faults: 0,
+        });
+        let summary = Summary {
+            node: NodeStats {
+                node_name: "n".into(),
+                start_time: None,
+                usage: Usage {
+                    cpu: cpu.clone(),
+                    memory: None,
+                    network: None,
+                },
+                fs: None,
+                runtime: None,
+                rlimit: None,
+            },
+            pods: vec![PodStats {
+                pod_ref: PodReference {
+                    name: "p\"q".into(),
+                    namespace: "default".into(),
+                    uid: "u".into(),
+                },
+                start_time: None,
+                containers: vec![ContainerStats {
+                    name: "main".into(),
+                    start_time: None,
+                    cpu: cpu.clone(),
+                    memory: memory.clone(),
+                    rootfs: None,
+                }],
+                usage: Usage {
+                    cpu: None,
+                    memory,
+                    network: None,
+                },
+                process_stats: None,
+            }],
+            container_stats_failed: false,
+        };
+        let text = summary.resource_metrics();
+        let ms = 1_795_687_200_000i64;
+        for line in [
+            format!(
+                "container_cpu_usage_seconds_total{{container=\"main\",namespace=\"default\",pod=\"p\\\"q\"}} 2.5 {ms}"
+            ),
+            format!(
+                "container_memory_working_set_bytes{{container=\"main\",namespace=\"default\",pod=\"p\\\"q\"}} 7 {ms}"
+            ),
+            format!("pod_memory_working_set_bytes{{namespace=\"default\",pod=\"p\\\"q\"}} 7 {ms}"),
+            format!("node_cpu_usage_seconds_total 2.5 {ms}"),
+            "resource_scrape_error 0".to_owned(),
+            "# TYPE pod_cpu_usage_seconds_total counter".to_owned(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+        assert!(
+            !text.contains("pod_cpu_usage_seconds_total{"),
+            "no pod cpu sample: {text}"
+        );
+    }
+}

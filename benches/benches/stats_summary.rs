@@ -1,0 +1,93 @@
+//! `/stats/summary` with N running pods (default 100), against the real containerd: the latency
+//! of one GET on the read-only port (the kubelet API serves the same handler behind TLS), and
+//! the agent CPU each costs (utime + stime of the agent over all the GETs, divided by their
+//! count).
+//!
+//! `cargo bench -p swiftlet-benches --bench stats_summary [-- --pods N --requests M]`.
+//! Builds and runs the release agent.
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use swiftlet_benches::{cpu_ticks, ticks_per_sec};
+use swiftlet_tests::{Agent, AgentOptions, Runtime, busybox_pod_manifest};
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let (mut pods, mut requests) = (100usize, 300usize);
+    while let Some(a) = args.next() {
+        let target = match a.as_str() {
+            "--pods" => &mut pods,
+            "--requests" => &mut requests,
+            _ => continue,
+        };
+        match args.next().and_then(|v| v.parse().ok()) {
+            Some(n) if n > 0 => *target = n,
+            _ => {
+                eprintln!("stats_summary: {a} needs a positive number");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let Some(rt) = Runtime::shared() else {
+        eprintln!("stats_summary: skipped (needs root and containerd; see the SKIPPED line above)");
+        return ExitCode::SUCCESS;
+    };
+    let mut opts = AgentOptions::new("bench-stats");
+    opts.verbosity = 0;
+    opts.binary = Some(swiftlet_tests::release_agent_binary());
+    let agent = Agent::start(rt, opts);
+    println!("starting {pods} pods ...");
+    for i in 0..pods {
+        agent.write_manifest(
+            &format!("p{i}.yaml"),
+            &busybox_pod_manifest(
+                &format!("name: p{i}, namespace: default"),
+                "",
+                "sleep 3600 & wait",
+                "",
+            ),
+        );
+    }
+    let running = |l: &swiftlet_tests::PodList| {
+        l.items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count()
+    };
+    agent.wait_for(|l| running(l) == pods, Duration::from_secs(600));
+    // Warm: the sandbox pids are looked up once, the cpu rates need a first read.
+    for _ in 0..3 {
+        let (code, body) = agent.get("/stats/summary");
+        assert_eq!(code, 200, "{body}");
+    }
+    let (_, body) = agent.get("/stats/summary");
+    let doc: serde_json::Value = serde_json::from_str(&body).expect("a JSON summary");
+    let listed = doc["pods"].as_array().map_or(0, Vec::len);
+    println!("summary: {listed} pods, {} bytes", body.len());
+    let pid = agent.pid().expect("the agent runs");
+    let t0 = cpu_ticks(pid).unwrap_or_default();
+    let mut ms: Vec<f64> = Vec::with_capacity(requests);
+    for _ in 0..requests {
+        let start = Instant::now();
+        let (code, _) = agent.get("/stats/summary");
+        ms.push(start.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(code, 200);
+    }
+    let cpu_ms =
+        cpu_ticks(pid).unwrap_or_default().saturating_sub(t0) as f64 * 1000.0 / ticks_per_sec();
+    ms.sort_by(f64::total_cmp);
+    let pct = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
+    println!(
+        "/stats/summary with {pods} running pods: n = {requests}, p50 {:.2} ms, p90 {:.2} ms, \
+         p99 {:.2} ms, max {:.2} ms (budget: p99 <= 20 ms); agent CPU {:.2} ms per request",
+        pct(0.5),
+        pct(0.9),
+        pct(0.99),
+        pct(1.0),
+        cpu_ms / requests as f64
+    );
+    for i in 0..pods {
+        agent.remove_manifest(&format!("p{i}.yaml"));
+    }
+    agent.wait_for(|l| l.items.is_empty(), Duration::from_secs(600));
+    ExitCode::SUCCESS
+}
