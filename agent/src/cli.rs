@@ -194,6 +194,10 @@ pub struct Flags {
     /// An image first seen less than this long ago is never collected [default: 2m].
     #[arg(long, value_name = "DURATION")]
     pub image_minimum_gc_age: Option<String>,
+    /// An image no container has used for this long is removed whatever the disk use; 0 turns
+    /// it off. Must exceed --image-minimum-gc-age [default: 0].
+    #[arg(long, value_name = "DURATION")]
+    pub image_maximum_gc_age: Option<String>,
     /// How often image garbage collection looks (swiftlet's own flag; the kubelet's period is
     /// fixed at 5m) [default: 5m].
     #[arg(long, value_name = "DURATION")]
@@ -277,6 +281,8 @@ pub struct KubeletConfiguration {
     pub image_gc_low_threshold_percent: Option<i64>,
     #[serde(rename = "imageMinimumGCAge")]
     pub image_minimum_gc_age: Option<String>,
+    #[serde(rename = "imageMaximumGCAge")]
+    pub image_maximum_gc_age: Option<String>,
     pub port: Option<u16>,
     pub address: Option<IpAddr>,
     pub tls_cert_file: Option<PathBuf>,
@@ -568,6 +574,13 @@ impl Flags {
                 .map(|d| parse_duration("--image-gc-period", &d))
                 .transpose()?
                 .unwrap_or(crate::image_gc::DEFAULT_PERIOD),
+        )?
+        .with_max_age(
+            self.image_maximum_gc_age
+                .or(file.image_maximum_gc_age)
+                .map(|d| parse_duration("--image-maximum-gc-age", &d))
+                .transpose()?
+                .unwrap_or_default(),
         )?;
         let root_dir = self
             .root_dir

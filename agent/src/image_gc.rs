@@ -33,6 +33,10 @@ pub enum Error {
     Order { low: i64, high: i64 },
     #[error("--image-gc-period must be at least 1s, not {0:?}")]
     Period(Duration),
+    #[error(
+        "--image-maximum-gc-age ({max:?}) must be greater than --image-minimum-gc-age ({min:?})"
+    )]
+    MaxAge { max: Duration, min: Duration },
 }
 
 /// When and how much to collect.
@@ -42,6 +46,8 @@ pub struct Policy {
     low: u64,
     min_age: Duration,
     period: Duration,
+    /// `--image-maximum-gc-age`: an image unused this long goes whatever the disk use.
+    max_age: Option<Duration>,
 }
 
 impl Policy {
@@ -62,6 +68,28 @@ impl Policy {
             low: l,
             min_age,
             period,
+            max_age: None,
+        })
+    }
+
+    /// The same policy with `--image-maximum-gc-age` (zero: none, the default), which must
+    /// exceed the minimum age.
+    pub fn with_max_age(self, max_age: Duration) -> Result<Self, Error> {
+        if max_age.is_zero() {
+            return Ok(Self {
+                max_age: None,
+                ..self
+            });
+        }
+        if max_age <= self.min_age {
+            return Err(Error::MaxAge {
+                max: max_age,
+                min: self.min_age,
+            });
+        }
+        Ok(Self {
+            max_age: Some(max_age),
+            ..self
         })
     }
 }
@@ -73,6 +101,7 @@ impl Default for Policy {
             low: DEFAULT_LOW_THRESHOLD.unsigned_abs(),
             min_age: DEFAULT_MINIMUM_AGE,
             period: DEFAULT_PERIOD,
+            max_age: None,
         }
     }
 }
@@ -110,7 +139,9 @@ pub struct Pass {
     pub usage_percent: u64,
     /// Bytes to free to reach the low threshold (0: below the high one).
     pub wanted: u64,
+    /// Bytes freed in all, and of them by `--image-maximum-gc-age`.
     pub freed: u64,
+    pub freed_by_age: u64,
     pub removed: Vec<String>,
 }
 
@@ -144,12 +175,12 @@ impl ImageGc {
                 _ = every.tick() => {}
             }
             match self.pass(Instant::now()).await {
-                Ok(p) if p.freed < p.wanted => tracing::warn!(
+                Ok(p) if p.freed - p.freed_by_age < p.wanted => tracing::warn!(
                     usage_percent = p.usage_percent,
                     removed = ?p.removed,
                     "image garbage collection: attempted to free {} bytes, but only found {} bytes eligible to free",
                     p.wanted,
-                    p.freed
+                    p.freed - p.freed_by_age
                 ),
                 Ok(p) if !p.removed.is_empty() => tracing::info!(
                     usage_percent = p.usage_percent,
@@ -208,6 +239,19 @@ impl ImageGc {
     pub async fn pass(&mut self, now: Instant) -> Result<Pass, PassError> {
         let started = Instant::now();
         let in_use = self.detect(now).await?;
+        let mut pass = Pass::default();
+        if let Some(max_age) = self.policy.max_age {
+            for (id, r) in unused_longer_than(&self.records, &in_use, now, max_age) {
+                self.remove(
+                    &mut pass,
+                    id,
+                    r,
+                    "unused longer than --image-maximum-gc-age",
+                )
+                .await;
+            }
+            pass.freed_by_age = pass.freed;
+        }
         let fs = self.cri.image_fs_info().await?;
         let mount = fs
             .image_filesystems
@@ -224,10 +268,8 @@ impl ImageGc {
         }
         let available = available.min(capacity);
         let usage_percent = 100 - available.saturating_mul(100) / capacity;
-        let mut pass = Pass {
-            usage_percent,
-            ..Pass::default()
-        };
+        pass.usage_percent = usage_percent;
+        pass.wanted = 0;
         if usage_percent >= self.policy.high {
             pass.wanted =
                 (capacity.saturating_mul(100 - self.policy.low) / 100).saturating_sub(available);
@@ -243,22 +285,54 @@ impl ImageGc {
     async fn free(&mut self, pass: &mut Pass, now: Instant, in_use: &HashSet<String>) {
         let candidates = eviction_order(&self.records, in_use, now, self.policy.min_age);
         for (id, r) in candidates {
-            if pass.freed >= pass.wanted {
+            if pass.freed - pass.freed_by_age >= pass.wanted {
                 break;
             }
-            match self.cri.remove_image(&id).await {
-                Ok(()) => {
-                    tracing::info!(image = %id, size = r.size, "image removed by garbage collection");
-                    self.records.remove(&id);
-                    pass.freed += r.size;
-                    pass.removed.push(id);
-                    self.metrics.image_gc_removed_total.inc();
-                    self.metrics.image_gc_freed_bytes_total.inc_by(r.size);
-                }
-                Err(e) => tracing::warn!(image = %id, error = %e, "removing an image"),
-            }
+            self.remove(
+                pass,
+                id,
+                r,
+                "the image file system is above the high threshold",
+            )
+            .await;
         }
     }
+
+    /// Removes one image, counting it in `pass` and the metrics.
+    async fn remove(&mut self, pass: &mut Pass, id: String, r: Record, why: &'static str) {
+        match self.cri.remove_image(&id).await {
+            Ok(()) => {
+                tracing::info!(image = %id, size = r.size, why, "image removed by garbage collection");
+                self.records.remove(&id);
+                pass.freed += r.size;
+                pass.removed.push(id);
+                self.metrics.image_gc_removed_total.inc();
+                self.metrics.image_gc_freed_bytes_total.inc_by(r.size);
+            }
+            Err(e) => tracing::warn!(image = %id, error = %e, "removing an image"),
+        }
+    }
+}
+
+/// The images not in use and not pinned whose last use (or, never used, their first sight) is
+/// more than `max_age` before `now`.
+fn unused_longer_than(
+    records: &HashMap<String, Record>,
+    in_use: &HashSet<String>,
+    now: Instant,
+    max_age: Duration,
+) -> Vec<(String, Record)> {
+    let mut out: Vec<(String, Record)> = records
+        .iter()
+        .filter(|(id, r)| {
+            !in_use.contains(*id)
+                && !r.pinned
+                && now.saturating_duration_since(r.last_used.unwrap_or(r.first_detected)) > max_age
+        })
+        .map(|(id, r)| (id.clone(), *r))
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }
 
 /// The images that may be removed at `now`, in the order they go: not in use, not pinned, first
@@ -386,5 +460,39 @@ mod tests {
             "{capacity} {available}"
         );
         assert!(crate::cm::filesystem_space(std::path::Path::new("/nonexistent/x")).is_err());
+    }
+
+    #[test]
+    fn the_maximum_age_takes_unused_images_by_their_last_use() {
+        let p = Policy::default();
+        assert_eq!(p.with_max_age(Duration::ZERO).unwrap().max_age, None);
+        let e = p.with_max_age(Duration::from_secs(60)).unwrap_err();
+        assert!(e.to_string().contains("must be greater than"), "{e}");
+        assert!(p.with_max_age(Duration::from_secs(121)).is_ok());
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let record = |first: u64, used: Option<u64>, pinned: bool| Record {
+            first_detected: at(first),
+            last_used: used.map(at),
+            size: 1,
+            pinned,
+        };
+        let records: HashMap<String, Record> = [
+            ("never-used-old", record(0, None, false)),
+            ("used-long-ago", record(0, Some(10), false)),
+            ("used-lately", record(0, Some(95), false)),
+            ("in-use", record(0, Some(0), false)),
+            ("pinned", record(0, None, true)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let in_use: HashSet<String> = ["in-use".to_owned()].into();
+        let old: Vec<String> =
+            unused_longer_than(&records, &in_use, at(100), Duration::from_secs(60))
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+        assert_eq!(old, ["never-used-old", "used-long-ago"]);
     }
 }
