@@ -72,6 +72,16 @@ pub fn memory_v2(usage: u64, stat: &str) -> MemoryUsage {
 impl ContainerManager {
     /// The usage of cgroup `name` (relative to each controller root; `/` is the root cgroup).
     pub fn cgroup_usage(&self, name: &str) -> CgroupUsage {
+        self.usage(name, true)
+    }
+
+    /// [`Self::cgroup_usage`] without the process count (a container's: the summary does not
+    /// report it, and each file read costs).
+    pub fn container_usage(&self, name: &str) -> CgroupUsage {
+        self.usage(name, false)
+    }
+
+    fn usage(&self, name: &str, processes: bool) -> CgroupUsage {
         let v2 = self.v2();
         let cpu_nanos = self.driver.cpu_usage_dir(name).ok().and_then(|dir| {
             if v2 {
@@ -99,10 +109,9 @@ impl ContainerManager {
                     memory_v1(usage, &stat)
                 })
             });
-        let processes = self
-            .driver
-            .dir(Controller::Pids, name)
-            .ok()
+        let processes = processes
+            .then(|| self.driver.dir(Controller::Pids, name).ok())
+            .flatten()
             .and_then(|dir| read_u64(&dir.join("pids.current")));
         CgroupUsage {
             cpu_nanos,
