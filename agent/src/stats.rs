@@ -404,12 +404,15 @@ impl Provider {
         let Some(cgroup) = &plan.cgroup else {
             return Reads::default();
         };
+        let dirs = self.cm.open_cgroup(cgroup);
         Reads {
-            pod: self.cm.cgroup_usage(cgroup),
+            pod: dirs.usage(None, true),
+            // A container's cgroup is its ID under the pod's (where the runtime places it); its
+            // process count is not reported.
             containers: plan
                 .containers
                 .iter()
-                .map(|(_, c)| self.cm.container_usage(&format!("{cgroup}/{}", c.id)))
+                .map(|(_, c)| dirs.usage(Some(&c.id), false))
                 .collect(),
             network: plan
                 .pid
