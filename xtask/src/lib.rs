@@ -95,9 +95,25 @@ pub fn is_root() -> bool {
 
 /// A free loopback TCP port: bound to 127.0.0.1:0, read, released.
 pub fn free_loopback_port() -> std::io::Result<u16> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
+    // The kernel may hand the same ephemeral port to two binds in a row once the first listener
+    // is closed: a port is given out at most once per process, so the two ports of one agent
+    // (healthz and read-only) never collide.
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    for _ in 0..64 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())?;
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !given.contains(&port) {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::other(
+        "no loopback port not given out before in 64 tries",
+    ))
 }
 
 /// A static pod whose one container `main` (the local busybox image) loops until SIGTERM and then
@@ -135,6 +151,16 @@ metadata:
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn loopback_ports_are_given_out_once() {
+        let mut ports: Vec<u16> = (0..200)
+            .map(|_| super::free_loopback_port().unwrap())
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 200);
+    }
+
     #[test]
     fn looping_pod_manifest_carries_its_parameters() {
         let m = super::looping_pod_manifest("p", 3, 7, &[("version", "v2")]);
