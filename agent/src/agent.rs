@@ -116,7 +116,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // Unbounded: one message per change of a watched object and pod naming it; the pod
     // workers coalesce the syncs they ask for.
     let (objects_tx, objects_rx) = tokio::sync::mpsc::unbounded_channel();
-    api_objects.send_changes_to(objects_tx);
+    api_objects.send_changes_to(objects_tx.clone());
     // The kubelet's check of --resolv-conf at its start: pods are given what can be used.
     for warning in cfg.dns.check_resolv_conf() {
         tracing::warn!(%warning, "checking the resolver configuration (--resolv-conf)");
@@ -262,6 +262,15 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         .await?;
     }
     server::start(healthz, read_only, state, &tracker, cancel.clone()).await?;
+    // The eviction manager: an evicted pod is synced at once through the same channel as a
+    // changed configMap's pods.
+    let eviction = crate::eviction::Manager {
+        cm: runtime.cm().clone(),
+        status: status.clone(),
+        cfg: cfg.eviction.clone(),
+        sync_now: objects_tx,
+    };
+    tracker.spawn(eviction.run(cancel.clone()));
 
     // Sync loop and workers.
     // Unbounded: one message per pod worker that finished its pod, at most one per worker.

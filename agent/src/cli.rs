@@ -49,6 +49,8 @@ pub enum Error {
     AuthorizationMode(String),
     #[error("--tls-cert-file and --tls-private-key-file go together: give both or neither")]
     TlsPair,
+    #[error(transparent)]
+    Eviction(#[from] crate::eviction::Error),
 }
 
 /// swiftlet: a node agent that does the kubelet's job, faster and observably.
@@ -202,6 +204,26 @@ pub struct Flags {
     /// fixed at 5m) [default: 5m].
     #[arg(long, value_name = "DURATION")]
     pub image_gc_period: Option<String>,
+    /// Hard eviction thresholds: comma-separated <signal><<quantity or percent> (memory.available,
+    /// allocatableMemory.available, nodefs.available, nodefs.inodesFree, imagefs.available,
+    /// pid.available); "" for none [default: memory.available<100Mi,nodefs.available<10%,
+    /// nodefs.inodesFree<5%,imagefs.available<15%].
+    #[arg(long, value_name = "THRESHOLDS")]
+    pub eviction_hard: Option<String>,
+    /// How often the eviction manager observes the signals (swiftlet's own; the kubelet's is
+    /// fixed at 10s) [default: 10s].
+    #[arg(long, value_name = "DURATION")]
+    pub eviction_monitoring_interval: Option<String>,
+    /// How long a node condition stays after its threshold is no longer met [default: 5m].
+    #[arg(long, value_name = "DURATION")]
+    pub eviction_pressure_transition_period: Option<String>,
+    /// Resources reserved for the system (memory=<quantity>,...): pods may not use them; the
+    /// allocatableMemory.available signal counts from capacity minus both reservations.
+    #[arg(long, value_name = "RESOURCES")]
+    pub system_reserved: Option<String>,
+    /// Resources reserved for the node's Kubernetes daemons (memory=<quantity>,...).
+    #[arg(long, value_name = "RESOURCES")]
+    pub kube_reserved: Option<String>,
     /// Port of the kubelet API (HTTPS: /containerLogs, /exec, /attach, /portForward, /run,
     /// /pods, /metrics, /healthz); 0 turns it off (swiftlet's own) [default: 10250].
     #[arg(long, value_name = "PORT")]
@@ -362,6 +384,8 @@ pub struct AgentConfig {
     pub image_gc: crate::image_gc::Policy,
     /// `--address`, `--port` (`None`: off), TLS files, `--anonymous-auth`.
     pub kubelet_api: Option<KubeletApi>,
+    /// `--eviction-hard` and the rest of the eviction manager's settings.
+    pub eviction: crate::eviction::Config,
 }
 
 /// The kubelet API's settings.
@@ -604,6 +628,41 @@ impl Flags {
             (None, None) => None,
             _ => return Err(Error::TlsPair),
         };
+        let reserved = |v: Option<String>| -> Result<u64, Error> {
+            Ok(v.map(|v| crate::eviction::parse_reserved_memory(&v))
+                .transpose()?
+                .unwrap_or(0))
+        };
+        let eviction = crate::eviction::Config {
+            hard: crate::eviction::parse_thresholds(
+                self.eviction_hard
+                    .as_deref()
+                    .unwrap_or(crate::eviction::DEFAULT_HARD),
+            )?,
+            interval: {
+                let v = self
+                    .eviction_monitoring_interval
+                    .as_deref()
+                    .unwrap_or("10s");
+                let d = parse_duration("--eviction-monitoring-interval", v)?;
+                if d < Duration::from_millis(100) {
+                    return Err(Error::Duration {
+                        what: "--eviction-monitoring-interval (at least 100ms)",
+                        value: v.to_owned(),
+                    });
+                }
+                d
+            },
+            pressure_transition: parse_duration(
+                "--eviction-pressure-transition-period",
+                self.eviction_pressure_transition_period
+                    .as_deref()
+                    .unwrap_or("5m"),
+            )?,
+            reserved_memory: reserved(self.system_reserved)?
+                .saturating_add(reserved(self.kube_reserved)?),
+            root_dir: root_dir.clone(),
+        };
         let port = self.port.or(file.port).unwrap_or(10250);
         let kubelet_api = (port != 0).then(|| KubeletApi {
             addr: std::net::SocketAddr::new(
@@ -625,6 +684,7 @@ impl Flags {
                 .unwrap_or(false),
         });
         Ok(AgentConfig {
+            eviction,
             kubelet_api,
             image_gc,
             pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),

@@ -13,6 +13,7 @@ pub mod credentials;
 pub mod cri;
 pub mod dns;
 pub mod ebpf;
+pub mod eviction;
 pub mod handler;
 pub mod image_gc;
 pub mod kubelet;

@@ -254,7 +254,11 @@ impl PodSyncer for WorkerContext {
         // `Manager::sync_pod` has one safe point: a postStart hook still running is abandoned
         // when the pod starts terminating. Everything else runs to its end (see the trait).
         let name = crate::pod::full_name(pod);
-        if self.status.active_deadline(uid, pod) == Deadline::Exceeded {
+        if self.status.active_deadline(uid, pod) == Deadline::Exceeded
+            || self.status.is_evicted(uid)
+        {
+            // Past its deadline or evicted: its status turns Failed, and the terminal pod is
+            // stopped.
             return self.fail_deadline(uid, pod).await;
         }
         // The pod's timeline: only the first sync counts.

@@ -28,6 +28,8 @@ struct Entry {
     running_observed: bool,
     /// The pod's worker is killing it: nothing of it is Ready any more.
     terminating: bool,
+    /// The eviction manager evicted it, with this message: it fails with reason `Evicted`.
+    evicted: Option<String>,
 }
 
 impl Entry {
@@ -37,9 +39,13 @@ impl Entry {
             status,
             running_observed: false,
             terminating: false,
+            evicted: None,
         }
     }
 }
+
+/// The reason of an evicted pod's status.
+pub const EVICTED: &str = "Evicted";
 
 /// A pod admission rejected: it never runs and no worker writes its status, so it is kept as
 /// the mux handed it (packed, for a manifest URL's pods: a few hundred bytes instead of some
@@ -237,6 +243,11 @@ impl StatusManager {
         if entry.terminating {
             generate::not_ready(&mut status, Some(&entry.status));
         }
+        if let Some(message) = &entry.evicted {
+            status.phase = Some(crate::pod::Phase::Failed.as_str().to_owned());
+            status.reason = Some(EVICTED.to_owned());
+            status.message = Some(message.clone());
+        }
         if Phase::of(status.phase.as_deref()) == Some(Phase::Running) && !entry.running_observed {
             entry.running_observed = true;
             first_running = true;
@@ -353,6 +364,28 @@ impl StatusManager {
             .iter()
             .map(|(uid, e)| (uid.clone(), e.pod.clone(), e.status.start_time.clone()))
             .collect()
+    }
+
+    /// Marks the pod evicted (the eviction manager): its next status update, and every one
+    /// after, shows phase Failed, reason `Evicted` and `message`. False for an unknown pod.
+    pub fn evict(&self, uid: &str, message: &str) -> bool {
+        let Some(mut map) = self.write() else {
+            return false;
+        };
+        match map.pods.get_mut(uid) {
+            Some(e) => {
+                e.evicted.get_or_insert_with(|| message.to_owned());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the eviction manager evicted the pod.
+    pub fn is_evicted(&self, uid: &str) -> bool {
+        self.inner
+            .read()
+            .is_ok_and(|m| m.pods.get(uid).is_some_and(|e| e.evicted.is_some()))
     }
 
     /// The pod's last computed status.

@@ -809,3 +809,26 @@ fn rejected_pods_are_served_in_uid_order_beside_admitted_ones() {
     assert!(!m.knows("a"));
     assert_eq!(served(&m)["items"].as_array().map(Vec::len), Some(2));
 }
+
+#[test]
+fn an_evicted_pod_fails_with_reason_evicted_and_stays_so() {
+    let m = StatusManager::new(crate::metrics::Metrics::new());
+    m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+    let running = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+    m.update("u", &running, &HashMap::new());
+    assert!(!m.is_evicted("u") && !m.is_terminal("u"));
+    assert!(!m.evict("nobody", "x"));
+    assert!(m.evict("u", "The node was low on resource: memory. "));
+    assert!(!m.evict("u", "a second message") || m.is_evicted("u"));
+    m.update("u", &running, &HashMap::new());
+    let st = m.status("u").unwrap_or_default();
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(
+        reason_and_message(&st),
+        (
+            Some("Evicted"),
+            Some("The node was low on resource: memory. ")
+        )
+    );
+    assert!(m.is_terminal("u"));
+}

@@ -1,0 +1,94 @@
+//! Eviction under real memory pressure on containerd: pods from the in-process API server (the
+//! kubelet never evicts static pods, which are critical). `--system-reserved` leaves the pods
+//! 400 MiB of allocatable memory and `--eviction-hard allocatableMemory.available<200Mi` makes
+//! the agent evict once the pods' working set passes 200 MiB: a pod filling a memory-backed
+//! emptyDir to 300 MiB is evicted (phase Failed, reason Evicted, the kubelet's message) and
+//! stopped, while a quiet pod that stays within its request keeps running.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use swiftlet_tests::api_server::ApiServer;
+use swiftlet_tests::{Agent, AgentOptions, Runtime, busybox_pod_manifest};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn api_pod(node: &str, name: &str, spec_extra: &str, script: &str, container_extra: &str) -> Pod {
+    let manifest = busybox_pod_manifest(
+        &format!("name: {name}, namespace: default, uid: {name}-{node}"),
+        &format!("  nodeName: {node}\n{spec_extra}"),
+        script,
+        container_extra,
+    );
+    serde_yaml_ng::from_str(&manifest).expect("a pod")
+}
+
+#[test]
+fn the_pod_over_its_request_is_evicted_under_memory_pressure() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let capacity = swiftlet::cm::machine_memory_bytes().expect("the machine's memory");
+    let reserved_mib = (capacity >> 20).saturating_sub(400);
+    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = tokio.block_on(ApiServer::start());
+    let mut opts = AgentOptions::new("eviction");
+    let _dir = server.point_agent(&mut opts);
+    opts.extra_args.extend([
+        "--system-reserved".to_owned(),
+        format!("memory={reserved_mib}Mi"),
+        "--eviction-hard".to_owned(),
+        "allocatableMemory.available<200Mi".to_owned(),
+        "--eviction-monitoring-interval".to_owned(),
+        "1s".to_owned(),
+    ]);
+    let agent = Agent::start(rt, opts);
+    let node = agent.node_name().to_owned();
+    server.put(api_pod(
+        &node,
+        "quiet",
+        "",
+        "sleep 3600 & wait",
+        "    resources: {requests: {memory: 64Mi}}\n",
+    ));
+    server.put(api_pod(
+        &node,
+        "hog",
+        "  volumes:\n  - name: mem\n    emptyDir: {medium: Memory}\n",
+        "i=0; while [ $i -lt 30 ]; do dd if=/dev/zero of=/mem/f$i bs=1M count=10 2>/dev/null; \
+         i=$((i+1)); sleep 0.2; done; sleep 3600 & wait",
+        "    volumeMounts:\n    - {name: mem, mountPath: /mem}\n",
+    ));
+    let list = agent.wait_for(
+        |l| {
+            l.get("hog")
+                .and_then(|p| p.status.as_ref())
+                .is_some_and(|s| s.reason.as_deref() == Some("Evicted"))
+        },
+        TIMEOUT,
+    );
+    let hog = list
+        .get("hog")
+        .and_then(|p| p.status.clone())
+        .unwrap_or_default();
+    assert_eq!(hog.phase.as_deref(), Some("Failed"));
+    let message = hog.message.unwrap_or_default();
+    assert!(
+        message.starts_with("The node was low on resource: memory."),
+        "{message}"
+    );
+    assert!(list.is_running("quiet"), "{}", list.summary());
+    // The evicted pod's containers are stopped, and it stays Failed.
+    agent.wait_for(
+        |l| {
+            l.container("hog", "main")
+                .is_some_and(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+        },
+        TIMEOUT,
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let list = agent.pods();
+    assert_eq!(list.phase("hog"), Some("Failed"));
+    assert!(list.is_running("quiet"), "{}", list.summary());
+    assert!(agent.log().contains("evicting pod"));
+}
