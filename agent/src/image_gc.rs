@@ -314,23 +314,30 @@ impl ImageGc {
     }
 }
 
-/// The images not in use and not pinned whose last use (or, never used, their first sight) is
-/// more than `max_age` before `now`.
+/// The images no container uses and the runtime does not pin that also pass `keep_if`.
+fn removable(
+    records: &HashMap<String, Record>,
+    in_use: &HashSet<String>,
+    keep_if: impl Fn(&Record) -> bool,
+) -> Vec<(String, Record)> {
+    records
+        .iter()
+        .filter(|(id, r)| !in_use.contains(*id) && !r.pinned && keep_if(r))
+        .map(|(id, r)| (id.clone(), *r))
+        .collect()
+}
+
+/// The removable images whose last use (or, never used, their first sight) is more than
+/// `max_age` before `now`.
 fn unused_longer_than(
     records: &HashMap<String, Record>,
     in_use: &HashSet<String>,
     now: Instant,
     max_age: Duration,
 ) -> Vec<(String, Record)> {
-    let mut out: Vec<(String, Record)> = records
-        .iter()
-        .filter(|(id, r)| {
-            !in_use.contains(*id)
-                && !r.pinned
-                && now.saturating_duration_since(r.last_used.unwrap_or(r.first_detected)) > max_age
-        })
-        .map(|(id, r)| (id.clone(), *r))
-        .collect();
+    let mut out = removable(records, in_use, |r| {
+        now.saturating_duration_since(r.last_used.unwrap_or(r.first_detected)) > max_age
+    });
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
@@ -344,15 +351,9 @@ fn eviction_order(
     now: Instant,
     min_age: Duration,
 ) -> Vec<(String, Record)> {
-    let mut candidates: Vec<(String, Record)> = records
-        .iter()
-        .filter(|(id, r)| {
-            !in_use.contains(*id)
-                && !r.pinned
-                && now.saturating_duration_since(r.first_detected) >= min_age
-        })
-        .map(|(id, r)| (id.clone(), *r))
-        .collect();
+    let mut candidates = removable(records, in_use, |r| {
+        now.saturating_duration_since(r.first_detected) >= min_age
+    });
     candidates.sort_by(|a, b| {
         (a.1.last_used, a.1.first_detected, &a.0).cmp(&(b.1.last_used, b.1.first_detected, &b.0))
     });

@@ -245,16 +245,21 @@ fn cri_time(nanos: i64) -> String {
         .unwrap_or_default()
 }
 
-/// The boot time (`btime` of `/proc/stat`): the node's start.
+/// The boot time (`btime` of `/proc/stat`): the node's start. Read once: it does not change,
+/// and `/proc/stat` is one of the costlier files of a summary.
 fn boot_time() -> Option<String> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let secs: i64 = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
-    jiff::Timestamp::from_second(secs).ok().map(|t| rfc3339(&t))
+    static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let secs: i64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("btime "))?
+            .trim()
+            .parse()
+            .ok()?;
+        jiff::Timestamp::from_second(secs).ok().map(|t| rfc3339(&t))
+    })
+    .clone()
 }
 
 fn processes_now() -> Option<u64> {

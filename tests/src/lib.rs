@@ -1133,6 +1133,32 @@ pub fn start_agent(name: &str) -> Option<Agent> {
     Some(Agent::start(rt, AgentOptions::new(name)))
 }
 
+/// Builds an image of distinct content (`localhost/swiftlet-test/gc-<name>:<pid>`, one file) in
+/// `dir` and imports it into `runtime` with `ctr`, as the image GC tests need; its reference.
+///
+/// # Panics
+/// When the build or the import fails.
+pub fn import_test_image(runtime: &Runtime, dir: &Path, name: &str) -> String {
+    let reference = format!("localhost/swiftlet-test/gc-{name}:{}", std::process::id());
+    let archive =
+        xtask::images::build_file_archive(&reference, &format!("gc/{name}"), reference.as_bytes())
+            .expect("an archive");
+    let path = dir.join(format!("{name}.tar"));
+    std::fs::write(&path, archive).expect("write the archive");
+    xtask::images::import(&runtime.layout, &path).expect("ctr images import");
+    reference
+}
+
+/// A static pod `user` whose one container sleeps on the busybox image: the image in use of the
+/// image GC tests.
+pub fn image_user_manifest(node: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: user, namespace: default, uid: user-{node}}}\n\
+         spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    \
+         image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [sleep, \"3600\"]\n"
+    )
+}
+
 /// A static pod manifest whose one container loops until SIGTERM (so it stops at once), with a
 /// 5 s grace period and the labels `app: <name>` plus `labels`.
 pub fn looping_pod_manifest(name: &str, labels: &[(&str, &str)]) -> String {

@@ -19,16 +19,7 @@ fn unused_images_are_collected_when_old_enough_and_used_or_pinned_ones_stay() {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let import = |name: &str| -> String {
-        let reference = format!("localhost/swiftlet-test/gc-{name}:{}", std::process::id());
-        let archive =
-            xtask::images::build_file_archive(&reference, "gc/marker", reference.as_bytes())
-                .expect("an archive");
-        let path = dir.path().join(format!("{name}.tar"));
-        std::fs::write(&path, archive).expect("write the archive");
-        xtask::images::import(&runtime.layout, &path).expect("ctr images import");
-        reference
-    };
+    let import = |name: &str| swiftlet_tests::import_test_image(runtime, dir.path(), name);
     let old = import("old");
     let present = |image: &str| image_present(&runtime.endpoint, image).expect("ImageStatus");
     assert!(present(&old));
@@ -50,14 +41,7 @@ fn unused_images_are_collected_when_old_enough_and_used_or_pinned_ones_stay() {
     let agent = Agent::start(runtime, opts);
     // A running container uses busybox (it must run well before busybox is old enough).
     let node = agent.node_name();
-    agent.write_manifest(
-        "user.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: user, namespace: default, uid: user-{node}}}\n\
-             spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    \
-             image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [sleep, \"3600\"]\n"
-        ),
-    );
+    agent.write_manifest("user.yaml", &swiftlet_tests::image_user_manifest(node));
     let pod = agent.static_pod_name("user");
     agent.wait_for(
         |l| {

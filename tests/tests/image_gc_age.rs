@@ -18,12 +18,7 @@ fn an_image_unused_longer_than_the_maximum_age_goes_whatever_the_disk_use() {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let reference = format!("localhost/swiftlet-test/gc-aged:{}", std::process::id());
-    let archive = xtask::images::build_file_archive(&reference, "gc/aged", reference.as_bytes())
-        .expect("an archive");
-    let path = dir.path().join("aged.tar");
-    std::fs::write(&path, archive).expect("write the archive");
-    xtask::images::import(&runtime.layout, &path).expect("ctr images import");
+    let reference = swiftlet_tests::import_test_image(runtime, dir.path(), "aged");
     let present = |image: &str| image_present(&runtime.endpoint, image).expect("ImageStatus");
     assert!(present(&reference));
 
@@ -43,14 +38,7 @@ fn an_image_unused_longer_than_the_maximum_age_goes_whatever_the_disk_use() {
     let started = Instant::now();
     let agent = Agent::start(runtime, opts);
     let node = agent.node_name();
-    agent.write_manifest(
-        "user.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: user, namespace: default, uid: user-{node}}}\n\
-             spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    \
-             image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [sleep, \"3600\"]\n"
-        ),
-    );
+    agent.write_manifest("user.yaml", &swiftlet_tests::image_user_manifest(node));
     let pod = agent.static_pod_name("user");
     agent.wait_for(
         |l| {
