@@ -264,13 +264,31 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     server::start(healthz, read_only, state, &tracker, cancel.clone()).await?;
     // The eviction manager: an evicted pod is synced at once through the same channel as a
     // changed configMap's pods.
+    let (pressure_tx, pressure_rx) = tokio::sync::watch::channel(Vec::new());
     let eviction = crate::eviction::Manager {
         cm: runtime.cm().clone(),
         status: status.clone(),
         cfg: cfg.eviction.clone(),
         sync_now: objects_tx,
+        pressure: pressure_tx,
     };
     tracker.spawn(eviction.run(cancel.clone()));
+
+    // Cluster membership: the Node, its status and its Lease, when there is an API server.
+    if let Some(kubeconfig) = cfg.kubeconfig.clone() {
+        let inputs = crate::node::Inputs {
+            cri: runtime.cri().clone(),
+            health: runtime_state.clone(),
+            pressure: pressure_rx,
+            metrics: metrics.clone(),
+        };
+        tracker.spawn(crate::node::run(
+            cfg.node.clone(),
+            kubeconfig,
+            inputs,
+            cancel.clone(),
+        ));
+    }
 
     // Sync loop and workers.
     // Unbounded: one message per pod worker that finished its pod, at most one per worker.
@@ -361,8 +379,6 @@ async fn wait_for_runtime(
     }
 }
 
-/// Hands each event of the probes to the exit detector, then to the startup timelines, until
-/// `cancel` fires or the probes' reader is gone.
 /// The machine's memory, the base of Burstable containers' `oom_score_adj`.
 fn memory_capacity() -> u64 {
     cm::machine_memory_bytes().unwrap_or_else(|| {
@@ -373,6 +389,8 @@ fn memory_capacity() -> u64 {
     })
 }
 
+/// Hands each event of the probes to the exit detector, then to the startup timelines, until
+/// `cancel` fires or the probes' reader is gone.
 async fn dispatch_kernel_events(
     mut events: tokio::sync::mpsc::UnboundedReceiver<ebpf::KernelEvent>,
     mut exits: ebpf::exits::Exits,

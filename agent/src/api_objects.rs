@@ -32,7 +32,7 @@ pub enum Error {
         kind: &'static str,
         name: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error("reading {kind} {name:?} from the API server: {message}")]
     Watch {
@@ -203,7 +203,7 @@ impl ApiObjects {
             Err(source) => Err(Error::Api {
                 kind,
                 name: name.to_owned(),
-                source,
+                source: Box::new(source),
             }),
         }
     }
@@ -244,7 +244,7 @@ impl ApiObjects {
             Err(source) => Err(Error::Api {
                 kind: "Service",
                 name: "*".to_owned(),
-                source,
+                source: Box::new(source),
             }),
         }
     }
@@ -271,7 +271,7 @@ impl ApiObjects {
             Err(source) => Err(Error::Api {
                 kind,
                 name: name.to_owned(),
-                source,
+                source: Box::new(source),
             }),
         }
     }

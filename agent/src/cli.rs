@@ -51,6 +51,8 @@ pub enum Error {
     TlsPair,
     #[error(transparent)]
     Eviction(#[from] crate::eviction::Error),
+    #[error(transparent)]
+    Node(#[from] crate::node::Error),
 }
 
 /// swiftlet: a node agent that does the kubelet's job, faster and observably.
@@ -255,6 +257,27 @@ pub struct Flags {
     /// everything). Webhook is not implemented yet and is refused [default: AlwaysAllow].
     #[arg(long, value_name = "MODE")]
     pub authorization_mode: Option<String>,
+    /// Register this node with the API server of --kubeconfig (create its Node object); off:
+    /// only an existing Node's status is kept [default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub register_node: Option<bool>,
+    /// Labels of the Node at registration: <key>=<value>, comma-separated, repeatable. Keys of
+    /// the kubernetes.io and k8s.io namespaces only with the prefixes kubelet.kubernetes.io and
+    /// node.kubernetes.io or the well-known keys (topology.kubernetes.io/zone, ...).
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    pub node_labels: Vec<String>,
+    /// Taints of the Node at registration: <key>[=<value>]:<effect>, comma-separated,
+    /// repeatable; effect NoSchedule, PreferNoSchedule or NoExecute.
+    #[arg(long, value_name = "TAINTS")]
+    pub register_with_taints: Vec<String>,
+    /// The Node's InternalIP addresses (comma-separated, one per family) [default: the address
+    /// of the default route's interface].
+    #[arg(long, value_name = "IP,...", value_delimiter = ',')]
+    pub node_ip: Vec<IpAddr>,
+    /// How often the node status is computed; it is written when it changed or
+    /// nodeStatusReportFrequency (5m) passed [default: 10s].
+    #[arg(long, value_name = "DURATION")]
+    pub node_status_update_frequency: Option<String>,
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
@@ -311,6 +334,14 @@ pub struct KubeletConfiguration {
     pub tls_private_key_file: Option<PathBuf>,
     pub authentication: Option<Authentication>,
     pub authorization: Option<Authorization>,
+    pub register_node: Option<bool>,
+    pub node_labels: Option<std::collections::BTreeMap<String, String>>,
+    pub register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
+    pub node_status_update_frequency: Option<String>,
+    pub node_status_report_frequency: Option<String>,
+    pub node_lease_duration_seconds: Option<u32>,
+    pub system_reserved: Option<std::collections::BTreeMap<String, String>>,
+    pub kube_reserved: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// `authentication` of a KubeletConfiguration: `x509.clientCAFile`, `anonymous.enabled`.
@@ -386,6 +417,8 @@ pub struct AgentConfig {
     pub kubelet_api: Option<KubeletApi>,
     /// `--eviction-hard` and the rest of the eviction manager's settings.
     pub eviction: crate::eviction::Config,
+    /// Cluster membership (used when `kubeconfig` is set).
+    pub node: crate::node::Config,
 }
 
 /// The kubelet API's settings.
@@ -476,14 +509,7 @@ pub fn parse_headers(values: &[String]) -> Result<Vec<(String, String)>, Error> 
 }
 
 fn hostname() -> Result<String, Error> {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on success.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return Err(Error::Hostname(std::io::Error::last_os_error().to_string()));
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8(buf[..end].to_vec()).map_err(|e| Error::Hostname(e.to_string()))
+    crate::cm::hostname().map_err(|e| Error::Hostname(e.to_string()))
 }
 
 impl Flags {
@@ -628,11 +654,22 @@ impl Flags {
             (None, None) => None,
             _ => return Err(Error::TlsPair),
         };
-        let reserved = |v: Option<String>| -> Result<u64, Error> {
-            Ok(v.map(|v| crate::eviction::parse_reserved_memory(&v))
-                .transpose()?
-                .unwrap_or(0))
+        // A config file's map form (`systemReserved: {memory: 1Gi}`) reads as the flag's.
+        let joined = |m: Option<std::collections::BTreeMap<String, String>>| {
+            m.map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
         };
+        let reserved = |v: Option<String>| -> Result<crate::eviction::Reserved, Error> {
+            Ok(v.map(|v| crate::eviction::Reserved::parse(&v))
+                .transpose()?
+                .unwrap_or_default())
+        };
+        let reserved = reserved(self.system_reserved.or(joined(file.system_reserved)))?
+            .plus(reserved(self.kube_reserved.or(joined(file.kube_reserved)))?);
         let eviction = crate::eviction::Config {
             hard: crate::eviction::parse_thresholds(
                 self.eviction_hard
@@ -659,11 +696,49 @@ impl Flags {
                     .as_deref()
                     .unwrap_or("5m"),
             )?,
-            reserved_memory: reserved(self.system_reserved)?
-                .saturating_add(reserved(self.kube_reserved)?),
+            reserved_memory: reserved.memory,
             root_dir: root_dir.clone(),
         };
         let port = self.port.or(file.port).unwrap_or(10250);
+        let max_pods = self.max_pods.or(file.max_pods).unwrap_or(110);
+        let node = crate::node::Config {
+            node_name: node_name.clone(),
+            register: self.register_node.or(file.register_node).unwrap_or(true),
+            labels: if self.node_labels.is_empty() {
+                let labels = file.node_labels.unwrap_or_default();
+                for (k, v) in &labels {
+                    crate::node::check_label(k, v)?;
+                }
+                labels
+            } else {
+                crate::node::parse_labels(&self.node_labels.join(","))?
+            },
+            taints: if self.register_with_taints.is_empty() {
+                file.register_with_taints.unwrap_or_default()
+            } else {
+                crate::node::parse_taints(&self.register_with_taints.join(","))?
+            },
+            node_ips: self.node_ip,
+            max_pods,
+            root_dir: root_dir.clone(),
+            kubelet_port: port,
+            status_update_frequency: parse_duration(
+                "--node-status-update-frequency",
+                self.node_status_update_frequency
+                    .or(file.node_status_update_frequency)
+                    .as_deref()
+                    .unwrap_or("10s"),
+            )?,
+            status_report_frequency: parse_duration(
+                "nodeStatusReportFrequency",
+                file.node_status_report_frequency.as_deref().unwrap_or("5m"),
+            )?,
+            lease_duration: Duration::from_secs(
+                file.node_lease_duration_seconds.unwrap_or(40).max(1).into(),
+            ),
+            reserved,
+            eviction_hard: eviction.hard.clone(),
+        };
         let kubelet_api = (port != 0).then(|| KubeletApi {
             addr: std::net::SocketAddr::new(
                 self.address
@@ -684,6 +759,7 @@ impl Flags {
                 .unwrap_or(false),
         });
         Ok(AgentConfig {
+            node,
             eviction,
             kubelet_api,
             image_gc,
@@ -731,7 +807,7 @@ impl Flags {
                 .seccomp_default
                 .or(file.seccomp_default)
                 .unwrap_or(false),
-            max_pods: self.max_pods.or(file.max_pods).unwrap_or(110),
+            max_pods,
             dns,
             container_logs,
         })

@@ -80,7 +80,8 @@ pub enum Amount {
 }
 
 impl Amount {
-    fn of(self, capacity: u64) -> u64 {
+    /// The amount for a signal whose capacity is `capacity`.
+    pub fn of(self, capacity: u64) -> u64 {
         match self {
             Self::Absolute(v) => v,
             Self::Percent(p) => (capacity as f64 * p / 100.0) as u64,
@@ -105,7 +106,10 @@ pub enum Error {
     Signal(String),
     #[error("--eviction-hard {0:?}: {1}")]
     Amount(String, String),
-    #[error("--system-reserved/--kube-reserved {0:?}: expected memory=<quantity>[,...]")]
+    #[error(
+        "--system-reserved/--kube-reserved {0:?}: expected <resource>=<quantity>[,...] with \
+         resources cpu, memory, ephemeral-storage"
+    )]
     Reserved(String),
 }
 
@@ -143,20 +147,46 @@ pub fn parse_thresholds(value: &str) -> Result<Vec<Threshold>, Error> {
     Ok(out)
 }
 
-/// The memory of `--system-reserved` / `--kube-reserved` (`memory=1Gi,cpu=500m`): other
-/// resources are accepted and not used.
-pub fn parse_reserved_memory(value: &str) -> Result<u64, Error> {
-    let mut memory = 0;
-    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = part
-            .split_once('=')
-            .ok_or_else(|| Error::Reserved(value.to_owned()))?;
-        if k.trim() == "memory" {
-            let q = Quantity::parse(v.trim()).map_err(|_| Error::Reserved(value.to_owned()))?;
-            memory = u64::try_from(q.value()).map_err(|_| Error::Reserved(value.to_owned()))?;
+/// `--system-reserved` / `--kube-reserved` (`cpu=500m,memory=1Gi,ephemeral-storage=10Gi`):
+/// what pods may not use; allocatable is capacity less both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reserved {
+    pub memory: u64,
+    pub cpu_millis: u64,
+    pub ephemeral_storage: u64,
+}
+
+impl Reserved {
+    /// Parses `<resource>=<quantity>,...`; a resource other than cpu, memory and
+    /// ephemeral-storage is refused (not silently dropped).
+    pub fn parse(value: &str) -> Result<Self, Error> {
+        let mut out = Self::default();
+        let bad = || Error::Reserved(value.to_owned());
+        for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').ok_or_else(bad)?;
+            let q = Quantity::parse(v.trim()).map_err(|_| bad())?;
+            match k.trim() {
+                "memory" => out.memory = u64::try_from(q.value()).map_err(|_| bad())?,
+                "ephemeral-storage" => {
+                    out.ephemeral_storage = u64::try_from(q.value()).map_err(|_| bad())?;
+                }
+                "cpu" => out.cpu_millis = u64::try_from(q.milli_value()).map_err(|_| bad())?,
+                _ => return Err(bad()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Both reservations together.
+    pub fn plus(self, other: Self) -> Self {
+        Self {
+            memory: self.memory.saturating_add(other.memory),
+            cpu_millis: self.cpu_millis.saturating_add(other.cpu_millis),
+            ephemeral_storage: self
+                .ephemeral_storage
+                .saturating_add(other.ephemeral_storage),
         }
     }
-    Ok(memory)
 }
 
 /// One reading of a signal: what is available and the capacity percentages apply to.
@@ -267,6 +297,8 @@ pub struct Manager {
     pub cfg: Config,
     /// Where an evicted pod's UID goes for an immediate sync (the sync loop's "sync now").
     pub sync_now: tokio::sync::mpsc::UnboundedSender<String>,
+    /// The node conditions under pressure, sorted (read by the node status).
+    pub pressure: tokio::sync::watch::Sender<Vec<&'static str>>,
 }
 
 impl Manager {
@@ -299,6 +331,15 @@ impl Manager {
                     tracing::info!(condition, "node condition cleared");
                 }
                 keep
+            });
+            let mut held: Vec<&'static str> = pressure.keys().copied().collect();
+            held.sort_unstable();
+            self.pressure.send_if_modified(|now| {
+                let changed = *now != held;
+                if changed {
+                    *now = held;
+                }
+                changed
             });
             let Some((t, o)) = met.iter().find(|(t, _)| {
                 matches!(
@@ -436,9 +477,20 @@ mod tests {
             parse_thresholds("memory.available<lots"),
             Err(Error::Amount(..))
         ));
-        assert_eq!(parse_reserved_memory("cpu=1,memory=1Gi").unwrap(), 1 << 30);
-        assert_eq!(parse_reserved_memory("").unwrap(), 0);
-        assert!(parse_reserved_memory("memory").is_err());
+        assert_eq!(
+            Reserved::parse("cpu=1500m,memory=1Gi,ephemeral-storage=1G").unwrap(),
+            Reserved {
+                memory: 1 << 30,
+                cpu_millis: 1500,
+                ephemeral_storage: 1_000_000_000,
+            }
+        );
+        assert_eq!(Reserved::parse("").unwrap(), Reserved::default());
+        assert!(Reserved::parse("memory").is_err());
+        assert!(
+            Reserved::parse("pid=100").is_err(),
+            "unknown resources are refused"
+        );
     }
 
     #[test]

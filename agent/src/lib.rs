@@ -20,6 +20,7 @@ pub mod kubelet;
 pub mod logs;
 pub mod memory;
 pub mod metrics;
+pub mod node;
 pub mod pleg;
 pub mod pod;
 pub mod pod_workers;

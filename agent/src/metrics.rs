@@ -19,6 +19,15 @@ pub struct MethodLabel {
     pub method: &'static str,
 }
 
+/// Labels of `swiftlet_node_api_requests_total`: which membership request (`register`,
+/// `status`, `lease`) and how it ended (`ok`, `conflict`, `unauthorized`, `forbidden`,
+/// `not_found`, `server_error`, `unreachable`, `kubeconfig`, `error`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeApiLabel {
+    pub operation: &'static str,
+    pub result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
     pub source: &'static str,
@@ -103,6 +112,7 @@ pub struct Metrics {
     pub image_gc_removed_total: Counter,
     pub image_gc_freed_bytes_total: Counter,
     pub image_gc_pass_duration_seconds: Histogram,
+    pub node_api_requests_total: Family<NodeApiLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -260,6 +270,13 @@ impl Metrics {
             "Pods rejected at admission, by reason (OutOfpods: over --max-pods)",
             admission_rejections_total.clone(),
         );
+        let node_api_requests_total = Family::<NodeApiLabel, Counter>::default();
+        registry.register(
+            "node_api_requests",
+            "Requests of cluster membership to the API server (Node registration, node status, \
+             Lease renewal), by operation and result",
+            node_api_requests_total.clone(),
+        );
         let ebpf_exits_dropped_total = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "ebpf_exits_dropped",
@@ -341,6 +358,7 @@ impl Metrics {
             ebpf_exits_total,
             ebpf_exits_dropped_total,
             admission_rejections_total,
+            node_api_requests_total,
             pod_start_phase_duration_seconds,
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,
@@ -356,6 +374,13 @@ impl Metrics {
             ebpf_reader_drains_total,
             ebpf_reader_empty_drains_total,
         }
+    }
+
+    /// Counts one membership request to the API server.
+    pub fn node_api_request(&self, operation: &'static str, result: &'static str) {
+        self.node_api_requests_total
+            .get_or_create(&NodeApiLabel { operation, result })
+            .inc();
     }
 
     /// The Prometheus text exposition of every metric.

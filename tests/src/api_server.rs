@@ -26,6 +26,12 @@
 //!   the API refuses it; the answer carries a new token (a JWT-shaped string naming the account,
 //!   the audiences, the bound pod and the expiry) and `status.expirationTimestamp`, for at most
 //!   the lifetime set with [`ApiServer::cap_token_lifetime`].
+//! - Nodes (`/api/v1/nodes`, with `/status`) and Leases
+//!   (`/apis/coordination.k8s.io/v1/namespaces/{ns}/leases`) are writable, with the API's
+//!   create, replace (409 on a stale resourceVersion), merge and strategic-merge patch and
+//!   delete-with-preconditions semantics (see the `writable` module).
+//! - [`ApiServer::set_available`]`(false)` answers every request with 503, an API server that
+//!   is down; every request's method and path is logged ([`ApiServer::request_log`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -41,6 +47,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
+
+mod writable;
 
 /// A pod named `name` with UID `uid`, bound to `node`, one container running `image`.
 pub fn pod(uid: &str, name: &str, node: &str, image: &str) -> Pod {
@@ -157,6 +165,14 @@ struct Store {
     pods: BTreeMap<String, Pod>,
     /// Namespaced objects as JSON, by (plural resource name, namespace, name).
     objects: BTreeMap<(String, String, String), serde_json::Value>,
+    /// Nodes and leases, as JSON (see the `writable` module).
+    writable: BTreeMap<writable::Key, serde_json::Value>,
+    /// UIDs given out so far.
+    uids: u64,
+    /// Answer every request with 503 while set.
+    unavailable: bool,
+    /// (when, method, path) of every request.
+    request_log: Vec<(std::time::Instant, String, String)>,
     /// Every TokenRequest answered: (namespace, service account, the request's spec).
     token_requests: Vec<(String, String, serde_json::Value)>,
     /// The longest token lifetime granted, in seconds (the API server's
@@ -234,9 +250,22 @@ impl ApiServer {
             )
             .route("/apis/node.k8s.io/v1", axum::routing::get(node_resources))
             .route(
+                "/apis/coordination.k8s.io/v1",
+                axum::routing::get(coordination_resources),
+            )
+            .merge(writable::routes(writable::NODES, "/api/v1/nodes"))
+            .merge(writable::routes(
+                writable::LEASES,
+                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+            ))
+            .route(
                 "/apis/node.k8s.io/v1/runtimeclasses/{name}",
                 axum::routing::get(one_runtime_class),
             )
+            .layer(axum::middleware::from_fn_with_state(
+                server.clone(),
+                log_and_gate,
+            ))
             .with_state(server.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -270,15 +299,78 @@ impl ApiServer {
         )
     }
 
-    /// Points an agent at this server: writes [`ApiServer::kubeconfig`] into a new temporary
-    /// directory and adds `--kubeconfig` to `opts`. Keep the directory while the agent runs.
-    pub fn point_agent(&self, opts: &mut crate::AgentOptions) -> tempfile::TempDir {
+    /// [`ApiServer::kubeconfig`] written to `kubeconfig` in a new temporary directory (keep it
+    /// while the file is used).
+    pub fn kubeconfig_file(&self) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, self.kubeconfig()).expect("write kubeconfig");
+        (dir, kubeconfig)
+    }
+
+    /// Points an agent at this server: writes [`ApiServer::kubeconfig`] into a new temporary
+    /// directory and adds `--kubeconfig` to `opts`. Keep the directory while the agent runs.
+    pub fn point_agent(&self, opts: &mut crate::AgentOptions) -> tempfile::TempDir {
+        let (dir, kubeconfig) = self.kubeconfig_file();
         opts.extra_args
             .extend(["--kubeconfig".into(), kubeconfig.display().to_string()]);
         dir
+    }
+
+    /// The node named `name`, as stored.
+    pub fn node(&self, name: &str) -> Option<k8s_openapi::api::core::v1::Node> {
+        let v = self.writable(writable::NODES, "", name)?;
+        Some(serde_json::from_value(v).expect("a stored node parses"))
+    }
+
+    /// The lease `namespace/name`, as stored.
+    pub fn lease(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<k8s_openapi::api::coordination::v1::Lease> {
+        let v = self.writable(writable::LEASES, namespace, name)?;
+        Some(serde_json::from_value(v).expect("a stored lease parses"))
+    }
+
+    /// Creates `node` as a client would (the server sets its UID, which is returned).
+    ///
+    /// # Panics
+    /// When a Node of that name exists.
+    pub fn create_node(&self, node: &k8s_openapi::api::core::v1::Node) -> String {
+        let v = serde_json::to_value(node).expect("a node serializes");
+        let created = self
+            .create_object(writable::NODES, "", v)
+            .unwrap_or_else(|e| panic!("creating the node: {e:?}"));
+        created["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Removes node `name` (as `kubectl delete node` would).
+    pub fn delete_node(&self, name: &str) {
+        let mut s = self.lock();
+        s.rv += 1;
+        s.writable
+            .remove(&("nodes", String::new(), name.to_owned()));
+        drop(s);
+        self.notify();
+    }
+
+    /// `false`: every request is answered with 503 Service Unavailable until set back.
+    pub fn set_available(&self, available: bool) {
+        self.lock().unavailable = !available;
+    }
+
+    /// (when, method, path) of every request so far.
+    pub fn request_log(&self) -> Vec<(std::time::Instant, String, String)> {
+        self.lock().request_log.clone()
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
     }
 
     /// Creates or replaces a pod (ADDED or MODIFIED).
@@ -514,12 +606,51 @@ async fn api_versions() -> Response {
     .into_response()
 }
 
-/// Discovery: the one named API group served, `node.k8s.io`.
+/// Every request is logged; while the server is unavailable it is answered with 503.
+async fn log_and_gate(
+    State(server): State<ApiServer>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let unavailable = {
+        let mut s = server.lock();
+        let entry = (
+            std::time::Instant::now(),
+            request.method().to_string(),
+            request.uri().path().to_owned(),
+        );
+        s.request_log.push(entry);
+        s.unavailable
+    };
+    if unavailable {
+        return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    next.run(request).await
+}
+
+/// Discovery: the named API groups served, `node.k8s.io` and `coordination.k8s.io`.
 async fn api_groups() -> Response {
-    let v1 = serde_json::json!({"groupVersion": "node.k8s.io/v1", "version": "v1"});
+    let groups: Vec<serde_json::Value> = ["node.k8s.io", "coordination.k8s.io"]
+        .iter()
+        .map(|name| {
+            let v1 = serde_json::json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
+            serde_json::json!({"name": name, "versions": [v1], "preferredVersion": v1})
+        })
+        .collect();
     axum::Json(serde_json::json!({
-        "kind": "APIGroupList", "apiVersion": "v1",
-        "groups": [{"name": "node.k8s.io", "versions": [v1], "preferredVersion": v1}],
+        "kind": "APIGroupList", "apiVersion": "v1", "groups": groups,
+    }))
+    .into_response()
+}
+
+/// Discovery: `coordination.k8s.io/v1` serves leases.
+async fn coordination_resources() -> Response {
+    axum::Json(serde_json::json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "coordination.k8s.io/v1",
+        "resources": [{
+            "name": "leases", "singularName": "lease", "namespaced": true, "kind": "Lease",
+            "verbs": ["create", "delete", "get", "list", "patch", "update"],
+        }],
     }))
     .into_response()
 }
@@ -574,6 +705,12 @@ async fn api_resources() -> Response {
     axum::Json(serde_json::json!({
         "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
         "resources": [{
+            "name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
+            "verbs": ["create", "delete", "get", "list", "patch", "update"], "shortNames": ["no"],
+        }, {
+            "name": "nodes/status", "singularName": "", "namespaced": false, "kind": "Node",
+            "verbs": ["get", "patch", "update"],
+        }, {
             "name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
             "verbs": ["get", "list", "watch"], "shortNames": ["po"],
         }, {

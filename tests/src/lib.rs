@@ -696,6 +696,35 @@ impl AgentOptions {
     }
 }
 
+/// The program `name` on `PATH`, or None (said on stderr) when it is not installed: a check
+/// that needs it is then skipped, unless `SWIFTLET_REQUIRE_RUNTIME=1`, where a missing program
+/// fails the test (`install` says how to get it).
+pub fn find_tool(name: &str, install: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    let found = std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(!runtime_required(), "{name} is not installed ({install})");
+        eprintln!("SKIPPED: {name} is not installed");
+    }
+    found
+}
+
+/// Runs `kubectl --kubeconfig <kubeconfig> --request-timeout 10s <args>` (blocking).
+///
+/// # Panics
+/// When kubectl cannot be started.
+pub fn kubectl_output(kubectl: &Path, kubeconfig: &Path, args: &[String]) -> std::process::Output {
+    std::process::Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--request-timeout", "10s"])
+        .args(args)
+        .output()
+        .expect("kubectl runs")
+}
+
 /// The release build of the swiftlet binary, for benches (built on every call; cargo makes that
 /// quick when it is fresh).
 ///

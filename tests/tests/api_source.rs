@@ -363,18 +363,7 @@ fn item_names(list: &serde_json::Value) -> Vec<&str> {
 /// kubectl, or None (said on stderr) when it is not installed: the check is then skipped, unless
 /// `SWIFTLET_REQUIRE_RUNTIME=1`, where a missing kubectl fails the test.
 fn kubectl() -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let found = std::env::split_paths(&path)
-        .map(|d| d.join("kubectl"))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            !swiftlet_tests::runtime_required(),
-            "kubectl is not installed (apt-get install kubectl)"
-        );
-        eprintln!("SKIPPED: kubectl is not installed");
-    }
-    found
+    swiftlet_tests::find_tool("kubectl", "apt-get install kubectl")
 }
 
 /// The test API server answers a real client the way the API does: kubectl discovers the core
@@ -387,20 +376,12 @@ async fn kubectl_reads_the_test_servers_pods() {
     let server = ApiServer::start().await;
     server.put(pod("u1", "web", NODE, "x:1"));
     server.put(pod("u2", "db", "node-b", "x:1"));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).expect("write");
+    let (_dir, kubeconfig) = server.kubeconfig_file();
     let run = |args: &[&str]| {
         let (kubectl, kubeconfig) = (kubectl.clone(), kubeconfig.clone());
         let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
         tokio::task::spawn_blocking(move || {
-            std::process::Command::new(kubectl)
-                .arg("--kubeconfig")
-                .arg(kubeconfig)
-                .args(["--request-timeout", "10s"])
-                .args(args)
-                .output()
-                .expect("kubectl runs")
+            swiftlet_tests::kubectl_output(&kubectl, &kubeconfig, &args)
         })
     };
     let json = |args: &'static [&'static str]| {
@@ -532,4 +513,83 @@ async fn kubectl_reads_the_test_servers_pods() {
         text.contains("\"web\"") && text.contains("\"cache\""),
         "{text}"
     );
+}
+
+/// Nodes through kubectl: listed with the STATUS column the Ready condition gives, labelled (a
+/// patch), read as JSON and deleted; a stale update is refused with a conflict.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_reads_labels_and_deletes_the_test_servers_nodes() {
+    let Some(kubectl) = kubectl() else {
+        return;
+    };
+    let server = ApiServer::start().await;
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "n1"},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+    }))
+    .expect("a node");
+    let uid = server.create_node(&node);
+    let (_dir, kubeconfig) = server.kubeconfig_file();
+    let run = |args: &[&str]| {
+        let (kubectl, kubeconfig) = (kubectl.clone(), kubeconfig.clone());
+        let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        async move {
+            let out = tokio::task::spawn_blocking(move || {
+                swiftlet_tests::kubectl_output(&kubectl, &kubeconfig, &args)
+            })
+            .await
+            .expect("join");
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                err,
+            )
+        }
+    };
+    let (ok, table, err) = run(&["get", "nodes"]).await;
+    assert!(ok, "{err}");
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
+        "{table}"
+    );
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..3], ["n1", "Ready", "<none>"], "{table}");
+    let (ok, _, err) = run(&["label", "node", "n1", "team=infra"]).await;
+    assert!(ok, "{err}");
+    let (ok, json, err) = run(&["get", "node", "n1", "-o", "json"]).await;
+    assert!(ok, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(json["metadata"]["labels"]["team"], "infra");
+    assert_eq!(json["metadata"]["uid"], uid.as_str());
+    assert_eq!(
+        json["status"]["conditions"][0]["type"], "Ready",
+        "a label keeps the status"
+    );
+
+    // A stale resourceVersion: 409.
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(server.client());
+    let mut stale = node.clone();
+    stale.metadata.resource_version = Some("1".into());
+    let e = nodes
+        .replace("n1", &Default::default(), &stale)
+        .await
+        .expect_err("a stale update");
+    assert!(matches!(&e, kube::Error::Api(s) if s.code == 409), "{e}");
+
+    let (ok, _, err) = run(&["delete", "node", "n1"]).await;
+    assert!(ok, "{err}");
+    assert!(server.node("n1").is_none());
 }

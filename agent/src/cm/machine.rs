@@ -33,6 +33,19 @@ pub fn node_ip() -> Option<IpAddr> {
     node_ips().into_iter().next()
 }
 
+/// The machine's host name (gethostname(2)).
+pub fn hostname() -> std::io::Result<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..end].to_vec())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// The CPUs online (the node's cpu capacity).
 pub fn machine_cpus() -> u64 {
     // SAFETY: sysconf reads a system value; it has no memory effects.

@@ -18,7 +18,8 @@ mod usage;
 
 pub use driver::{Controller, Driver, Hierarchy, shares_to_weight};
 pub use machine::{
-    FsSpace, filesystem_bytes, filesystem_space, filesystem_stats, machine_cpus, node_ip, node_ips,
+    FsSpace, filesystem_bytes, filesystem_space, filesystem_stats, hostname, machine_cpus, node_ip,
+    node_ips,
 };
 use resources::{MIN_SHARES, QUOTA_PERIOD_US};
 pub use resources::{

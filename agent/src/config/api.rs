@@ -14,8 +14,8 @@
 //! Testing: no kube-apiserver can be installed on the build machine, so this source is tested
 //! against an in-process server (`tests/src/api_server.rs` in the tests crate) that speaks list/watch the way the API
 //! server does (resourceVersions, field selectors, bookmarks, 410 Gone on compacted history,
-//! dropped connections). It has not run against a real API server. https:// servers need the
-//! agent's `api-tls` cargo feature.
+//! dropped connections). It has not run against a real API server. https:// servers are served
+//! by rustls (the agent's default `api-tls` cargo feature).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -805,7 +805,7 @@ fn dns1123_label(s: &str) -> Option<&'static str> {
 }
 
 /// `None` if `s` is a DNS-1123 subdomain, else why not.
-fn dns1123_subdomain(s: &str) -> Option<&'static str> {
+pub fn dns1123_subdomain(s: &str) -> Option<&'static str> {
     if s.is_empty() {
         return Some("is empty");
     }

@@ -88,12 +88,17 @@ pub fn needs_host_ips(c: &Container) -> bool {
 #[derive(Clone, Default)]
 pub struct ServiceCache {
     current: Arc<Mutex<Arc<tokio::sync::OnceCell<Listed>>>>,
+    /// The last list that succeeded, for static pods while the API server does not answer.
+    last_good: Arc<Mutex<Option<Arc<Vec<Service>>>>>,
 }
 
 type Listed = (Instant, Arc<Vec<Service>>);
 
 /// How long a service list is used for.
 pub const SERVICE_LIST_TTL: Duration = Duration::from_secs(2);
+
+/// How long a static pod's container waits for the service list before it starts without it.
+pub const STATIC_POD_SERVICE_WAIT: Duration = Duration::from_secs(2);
 
 impl ServiceCache {
     /// Every service, from a list at most [`SERVICE_LIST_TTL`] old; callers that come while a
@@ -115,7 +120,30 @@ impl ServiceCache {
                 Ok::<_, Error>((Instant::now(), Arc::new(list)))
             })
             .await?;
+        *self.last_good.lock().unwrap_or_else(|p| p.into_inner()) = Some(services.clone());
         Ok(services.clone())
+    }
+
+    /// The services for a static pod's container: as [`Self::services`], but a static pod does
+    /// not depend on the API server (the kubelet starts it with whatever its service cache
+    /// holds): when the list fails or takes longer than [`STATIC_POD_SERVICE_WAIT`], the last
+    /// good list is used, else none (no service variables), and the reason is returned.
+    pub async fn services_for_static_pod(
+        &self,
+        objects: &ApiObjects,
+    ) -> (Option<Arc<Vec<Service>>>, Option<String>) {
+        let listed = tokio::time::timeout(STATIC_POD_SERVICE_WAIT, self.services(objects)).await;
+        let why = match listed {
+            Ok(Ok(list)) => return (Some(list), None),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("the service list took longer than {STATIC_POD_SERVICE_WAIT:?}"),
+        };
+        let last = self
+            .last_good
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        (last, Some(why))
     }
 }
 

@@ -456,10 +456,23 @@ impl Manager {
             container: c.name.clone(),
             source: Box::new(source),
         };
-        let services = if self.api.has_api_server() {
-            Some(self.services.services(&self.api).await.map_err(err)?)
-        } else {
+        let services = if !self.api.has_api_server() {
             None
+        } else if crate::pod::is_static(pod) {
+            let (services, problem) = self.services.services_for_static_pod(&self.api).await;
+            if let Some(why) = problem {
+                tracing::warn!(
+                    pod = %full_name(pod),
+                    container = c.name,
+                    reason = %why,
+                    cached = services.is_some(),
+                    "a static pod starts without a fresh service list: its service variables \
+                     come from the last list, or there are none"
+                );
+            }
+            services
+        } else {
+            Some(self.services.services(&self.api).await.map_err(err)?)
         };
         let host_network = Self::host_network(pod);
         let host_ips = if host_network || env::needs_host_ips(c) {

@@ -470,9 +470,8 @@ async fn without_an_api_server_a_reference_says_so() {
     );
 }
 
-#[tokio::test]
-async fn a_failed_service_list_is_an_error_and_not_kept() {
-    // An API server that refuses connections: the list fails, naming why.
+/// API objects read through an API server that refuses connections (keep the directory).
+fn unreachable_api() -> (tempfile::TempDir, ApiObjects) {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
@@ -481,7 +480,13 @@ async fn a_failed_service_list_is_an_error_and_not_kept() {
          users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
     )
     .unwrap();
-    let objects = ApiObjects::new(Some(kubeconfig));
+    (dir, ApiObjects::new(Some(kubeconfig)))
+}
+
+#[tokio::test]
+async fn a_failed_service_list_is_an_error_and_not_kept() {
+    // An API server that refuses connections: the list fails, naming why.
+    let (_dir, objects) = unreachable_api();
     let cache = ServiceCache::default();
     let e = cache.services(&objects).await.unwrap_err();
     assert!(
@@ -491,4 +496,22 @@ async fn a_failed_service_list_is_an_error_and_not_kept() {
     );
     let cell = cache.current.lock().unwrap().clone();
     assert!(cell.get().is_none(), "a failed list is not kept");
+}
+
+#[tokio::test]
+async fn a_static_pod_gets_no_services_but_a_reason_when_the_list_fails() {
+    let (_dir, objects) = unreachable_api();
+    let cache = ServiceCache::default();
+    let (services, why) = cache.services_for_static_pod(&objects).await;
+    assert!(services.is_none(), "nothing was ever listed");
+    assert!(
+        why.unwrap_or_default()
+            .starts_with("failed to list services when setting up env vars"),
+    );
+    // A list that succeeded once is what a static pod gets while the server is away.
+    let kept = Arc::new(vec![Service::default()]);
+    *cache.last_good.lock().unwrap() = Some(kept.clone());
+    let (services, why) = cache.services_for_static_pod(&objects).await;
+    assert!(Arc::ptr_eq(&services.expect("the last good list"), &kept));
+    assert!(why.is_some());
 }

@@ -1,0 +1,565 @@
+//! Cluster membership, when `--kubeconfig` names an API server: the agent registers its Node
+//! (`--register-node`, default on), keeps the Node's status (capacity, allocatable, addresses,
+//! node info and the conditions Ready, MemoryPressure, DiskPressure, PIDPressure) and renews its
+//! Lease.
+//!
+//! - Registration creates the Node with the default labels (`kubernetes.io/hostname`, `/os`,
+//!   `/arch`), `--node-labels`, `--register-with-taints` and a first status. A Node of the same
+//!   name that already exists is adopted: its default labels are brought back when they differ,
+//!   everything else is left as it is (as the kubelet does). Failures are retried with a
+//!   backoff from 100 ms to 7 s; static pods run meanwhile.
+//! - Every `--node-status-update-frequency` (10 s) the status is computed; it is written (a
+//!   merge patch of `nodes/<name>/status`) only when it says something new, heartbeats aside,
+//!   or `nodeStatusReportFrequency` (5 m) has passed since the last write. A status write that
+//!   finds the Node gone registers it again (the Go kubelet only does so on a restart).
+//! - The Lease (see [`lease`]) is renewed on its own schedule, whatever the status writes do.
+//!
+//! Every request's outcome is counted in `swiftlet_node_api_requests_total{operation,result}`;
+//! 401 and 403 are logged as credential problems.
+pub mod lease;
+pub mod status;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::cri::Cri;
+use crate::metrics::Metrics;
+use crate::pleg::RuntimeState;
+
+/// The settings, kubelet-named.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    pub node_name: String,
+    /// `--register-node`: create the Node (else only an existing one's status is kept).
+    pub register: bool,
+    /// `--node-labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `--register-with-taints`.
+    pub taints: Vec<Taint>,
+    /// `--node-ip`; empty: the machine's address of its default route.
+    pub node_ips: Vec<IpAddr>,
+    pub max_pods: u32,
+    pub root_dir: PathBuf,
+    /// The kubelet API's port, published as the daemon endpoint (0 when it is off).
+    pub kubelet_port: u16,
+    /// `--node-status-update-frequency`.
+    pub status_update_frequency: Duration,
+    /// `nodeStatusReportFrequency`.
+    pub status_report_frequency: Duration,
+    /// `nodeLeaseDurationSeconds`.
+    pub lease_duration: Duration,
+    /// `--system-reserved` + `--kube-reserved`.
+    pub reserved: crate::eviction::Reserved,
+    /// `--eviction-hard` (allocatable is also less its memory and nodefs thresholds).
+    pub eviction_hard: Vec<crate::eviction::Threshold>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("--node-labels {0:?}: expected <key>=<value>[,...]")]
+    LabelSyntax(String),
+    #[error("--node-labels: {0}")]
+    Label(String),
+    #[error("--register-with-taints {0:?}: expected <key>[=<value>]:<effect>[,...]")]
+    TaintSyntax(String),
+    #[error(
+        "--register-with-taints {0:?}: the effect must be NoSchedule, PreferNoSchedule or NoExecute"
+    )]
+    TaintEffect(String),
+}
+
+/// Label keys outside the reserved namespaces' allowed prefixes a node agent may still set.
+const ALLOWED_RESERVED_LABELS: [&str; 12] = [
+    "kubernetes.io/hostname",
+    "kubernetes.io/instance-type",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "node.kubernetes.io/instance-type",
+];
+
+/// A label name or value part: at most 63 characters, alphanumerics at both ends, `-`, `_`,
+/// `.` inside.
+fn valid_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// Checks a label key: syntax, and that a key in the `kubernetes.io` or `k8s.io` namespaces is
+/// one a node may set itself (prefix `kubelet.kubernetes.io` or `node.kubernetes.io`, or an
+/// allowed well-known key), as the kubelet refuses the rest.
+pub fn check_label(key: &str, value: &str) -> Result<(), Error> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if !valid_name_part(name)
+        || prefix.is_some_and(|p| crate::config::manifest::dns1123_subdomain(p).is_some())
+    {
+        return Err(Error::Label(format!("{key:?} is not a valid label key")));
+    }
+    if !value.is_empty() && !valid_name_part(value) {
+        return Err(Error::Label(format!(
+            "{value:?} (of {key:?}) is not a valid label value"
+        )));
+    }
+    if let Some(p) = prefix {
+        let reserved = ["kubernetes.io", "k8s.io"]
+            .iter()
+            .any(|ns| p == *ns || p.ends_with(&format!(".{ns}")));
+        let allowed_prefix = ["kubelet.kubernetes.io", "node.kubernetes.io"]
+            .iter()
+            .any(|ns| p == *ns || p.ends_with(&format!(".{ns}")));
+        if reserved && !allowed_prefix && !ALLOWED_RESERVED_LABELS.contains(&key) {
+            return Err(Error::Label(format!(
+                "{key:?}: a node may only set labels of the kubernetes.io and k8s.io namespaces \
+                 with the prefixes kubelet.kubernetes.io or node.kubernetes.io, or the \
+                 well-known keys ({})",
+                ALLOWED_RESERVED_LABELS.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Parses `--node-labels`: `key=value,...` (an empty value is allowed).
+pub fn parse_labels(value: &str) -> Result<BTreeMap<String, String>, Error> {
+    let mut out = BTreeMap::new();
+    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| Error::LabelSyntax(part.to_owned()))?;
+        check_label(k.trim(), v.trim())?;
+        out.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
+    Ok(out)
+}
+
+/// Parses `--register-with-taints`: `key=value:Effect` or `key:Effect`, comma-separated.
+pub fn parse_taints(value: &str) -> Result<Vec<Taint>, Error> {
+    let mut out = Vec::new();
+    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (kv, effect) = part
+            .rsplit_once(':')
+            .ok_or_else(|| Error::TaintSyntax(part.to_owned()))?;
+        if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+            return Err(Error::TaintEffect(part.to_owned()));
+        }
+        let (key, value) = match kv.split_once('=') {
+            Some((k, v)) => (k, Some(v.to_owned())),
+            None => (kv, None),
+        };
+        check_label(key, value.as_deref().unwrap_or(""))
+            .map_err(|_| Error::TaintSyntax(part.to_owned()))?;
+        out.push(Taint {
+            key: key.to_owned(),
+            value,
+            effect: effect.to_owned(),
+            time_added: None,
+        });
+    }
+    Ok(out)
+}
+
+/// The `result` label of a failed API request.
+pub fn error_result(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::Api(s) => match s.code {
+            401 => "unauthorized",
+            403 => "forbidden",
+            404 => "not_found",
+            409 => "conflict",
+            500..=599 => "server_error",
+            _ => "error",
+        },
+        _ => "unreachable",
+    }
+}
+
+fn log_failure(what: &'static str, node: &str, e: &kube::Error) {
+    let result = error_result(e);
+    if matches!(result, "unauthorized" | "forbidden") {
+        tracing::error!(
+            node,
+            error = %e,
+            result,
+            "{what}: the API server refused the kubeconfig's credentials"
+        );
+    } else {
+        tracing::warn!(node, error = %e, result, "{what} failed");
+    }
+}
+
+/// What the status is computed from besides the machine.
+#[derive(Clone)]
+pub struct Inputs {
+    pub cri: Cri,
+    /// The PLEG's health (its relists).
+    pub health: RuntimeState,
+    /// The conditions the eviction manager holds under pressure.
+    pub pressure: watch::Receiver<Vec<&'static str>>,
+    pub metrics: Metrics,
+}
+
+/// The runtime's problems as the Ready condition words them (none: ready).
+fn runtime_problems(answer: Result<k8s_cri::v1::RuntimeStatus, String>) -> Vec<String> {
+    let status = match answer {
+        Ok(s) => s,
+        Err(e) => return vec![format!("container runtime is down: {e}")],
+    };
+    [
+        ("RuntimeReady", "container runtime not ready"),
+        ("NetworkReady", "container runtime network not ready"),
+    ]
+    .iter()
+    .filter_map(
+        |(type_, words)| match status.conditions.iter().find(|c| c.r#type == *type_) {
+            Some(c) if c.status => None,
+            Some(c) => Some(format!(
+                "{words}: {type_}=false reason:{} message:{}",
+                c.reason, c.message
+            )),
+            None => Some(format!("{words}: the runtime reports no {type_} condition")),
+        },
+    )
+    .collect()
+}
+
+impl Inputs {
+    /// Observes the runtime (CRI `Status` and `Version`), the PLEG and the eviction manager.
+    async fn observe(&self, cfg: &Config) -> status::Observed {
+        let answer = self
+            .cri
+            .status(false)
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.status.ok_or_else(|| "it answered no status".to_owned()));
+        let mut not_ready = runtime_problems(answer);
+        let health = self.health.health(
+            tokio::time::Instant::now(),
+            Duration::MAX, // only the PLEG's check is read here
+        );
+        for (name, check) in health {
+            if let ("runtime", Err(why)) = (name, check) {
+                not_ready.push(format!("PLEG is not healthy: {why}"));
+            }
+        }
+        let runtime_version = self
+            .cri
+            .version()
+            .await
+            .ok()
+            .map(|v| format!("{}://{}", v.runtime_name, v.runtime_version));
+        let addresses = if cfg.node_ips.is_empty() {
+            crate::cm::node_ips()
+        } else {
+            cfg.node_ips.clone()
+        };
+        status::Observed {
+            not_ready,
+            pressure: self.pressure.borrow().clone(),
+            runtime_version,
+            addresses,
+        }
+    }
+}
+
+/// Creates the Node, or adopts the existing one of that name (bringing its default labels
+/// back). Returns the Node as stored and whether it was created.
+async fn register(
+    api: &Api<Node>,
+    cfg: &Config,
+    machine: &status::Machine,
+    node: &Node,
+) -> Result<(Node, bool), kube::Error> {
+    match api.create(&PostParams::default(), node).await {
+        Ok(n) => return Ok((n, true)),
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e),
+    }
+    let existing = api.get(&cfg.node_name).await?;
+    let labels = existing.metadata.labels.clone().unwrap_or_default();
+    let stale: BTreeMap<String, String> = status::default_labels(cfg, machine)
+        .into_iter()
+        .filter(|(k, v)| labels.get(k) != Some(v))
+        .collect();
+    if stale.is_empty() {
+        return Ok((existing, false));
+    }
+    tracing::info!(node = cfg.node_name, labels = ?stale, "bringing the node's default labels back");
+    let patch = serde_json::json!({"metadata": {"labels": stale}});
+    let n = api
+        .patch(
+            &cfg.node_name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok((n, false))
+}
+
+/// Waits `d`; false when `cancel` fired first.
+async fn sleep(d: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        () = cancel.cancelled() => false,
+        () = tokio::time::sleep(d) => true,
+    }
+}
+
+/// Registration backoff: from 100 ms, doubling, at most 7 s (the kubelet's).
+const REGISTER_FIRST: Duration = Duration::from_millis(100);
+const REGISTER_MAX: Duration = Duration::from_secs(7);
+
+/// The Node's side of membership: registration, then status updates, until `cancel`.
+struct NodeStatusLoop {
+    api: Api<Node>,
+    cfg: Config,
+    machine: status::Machine,
+    inputs: Inputs,
+    owner: watch::Sender<Option<String>>,
+    /// The status last written and when.
+    last: Option<(NodeStatus, tokio::time::Instant)>,
+}
+
+impl NodeStatusLoop {
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::now())
+    }
+
+    /// Registers (or, with `--register-node=false`, finds) the Node, retrying until it works.
+    async fn join(&mut self, cancel: &CancellationToken) -> bool {
+        let mut backoff = REGISTER_FIRST;
+        loop {
+            let outcome = if self.cfg.register {
+                let observed = self.inputs.observe(&self.cfg).await;
+                let mut node = status::initial_node(&self.cfg, &self.machine);
+                let first =
+                    status::node_status(&self.cfg, &self.machine, &observed, None, &Self::now());
+                node.status = Some(first.clone());
+                register(&self.api, &self.cfg, &self.machine, &node)
+                    .await
+                    .map(|(n, created)| (n, created.then_some(first)))
+            } else {
+                self.api.get(&self.cfg.node_name).await.map(|n| (n, None))
+            };
+            match outcome {
+                Ok((node, written)) => {
+                    self.inputs.metrics.node_api_request("register", "ok");
+                    tracing::info!(
+                        node = self.cfg.node_name,
+                        created = written.is_some(),
+                        "node registered"
+                    );
+                    self.last = written.map(|s| (s, tokio::time::Instant::now()));
+                    self.owner.send_replace(node.metadata.uid);
+                    return true;
+                }
+                Err(e) => {
+                    self.inputs
+                        .metrics
+                        .node_api_request("register", error_result(&e));
+                    log_failure("registering the node", &self.cfg.node_name, &e);
+                }
+            }
+            if !sleep(backoff, cancel).await {
+                return false;
+            }
+            backoff = (backoff * 2).min(REGISTER_MAX);
+        }
+    }
+
+    /// Computes the status and writes it when due. `Err` with the Node gone: join again.
+    async fn update(&mut self) -> Result<(), ()> {
+        let observed = self.inputs.observe(&self.cfg).await;
+        let prev = self.last.as_ref().map(|(s, _)| s);
+        let new = status::node_status(&self.cfg, &self.machine, &observed, prev, &Self::now());
+        let due = self.last.as_ref().is_none_or(|(s, at)| {
+            status::changed(s, &new) || at.elapsed() >= self.cfg.status_report_frequency
+        });
+        if !due {
+            return Ok(());
+        }
+        let patch = serde_json::json!({ "status": new });
+        let sent = self
+            .api
+            .patch_status(
+                &self.cfg.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await;
+        match sent {
+            Ok(_) => {
+                self.inputs.metrics.node_api_request("status", "ok");
+                self.last = Some((new, tokio::time::Instant::now()));
+                Ok(())
+            }
+            Err(e) => {
+                self.inputs
+                    .metrics
+                    .node_api_request("status", error_result(&e));
+                log_failure("updating the node status", &self.cfg.node_name, &e);
+                match e {
+                    kube::Error::Api(s) if s.code == 404 => Err(()),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+
+    async fn run(mut self, cancel: CancellationToken) {
+        'join: loop {
+            if !self.join(&cancel).await {
+                return;
+            }
+            loop {
+                if self.update().await.is_err() {
+                    tracing::warn!(
+                        node = self.cfg.node_name,
+                        "the Node is gone from the API server: registering it again"
+                    );
+                    self.last = None;
+                    continue 'join;
+                }
+                if !sleep(self.cfg.status_update_frequency, &cancel).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Cluster membership for the API server of `kubeconfig` until `cancel`: builds the client
+/// (retrying while the kubeconfig is unusable), then registers the Node, keeps its status and
+/// renews its Lease.
+pub async fn run(cfg: Config, kubeconfig: PathBuf, inputs: Inputs, cancel: CancellationToken) {
+    let mut backoff = REGISTER_FIRST;
+    let client = loop {
+        match crate::config::api::client(&kubeconfig).await {
+            Ok(c) => break c,
+            Err(e) => {
+                inputs.metrics.node_api_request("register", "kubeconfig");
+                tracing::error!(error = %e, "cluster membership: cannot build the API client");
+            }
+        }
+        if !sleep(backoff, &cancel).await {
+            return;
+        }
+        backoff = (backoff * 2).min(REGISTER_MAX);
+    };
+    let root = cfg.root_dir.clone();
+    let machine = tokio::task::spawn_blocking(move || status::Machine::read(&root))
+        .await
+        .unwrap_or_default();
+    let (owner_tx, owner_rx) = watch::channel(None);
+    let leases = lease::run(
+        Api::namespaced(client.clone(), lease::NAMESPACE),
+        cfg.node_name.clone(),
+        cfg.lease_duration,
+        owner_rx,
+        inputs.metrics.clone(),
+        cancel.clone(),
+    );
+    let node = NodeStatusLoop {
+        api: Api::all(client),
+        cfg,
+        machine,
+        inputs,
+        owner: owner_tx,
+        last: None,
+    };
+    tokio::join!(leases, node.run(cancel));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_labels_parse_and_reserved_namespaces_are_guarded() {
+        let l =
+            parse_labels("zone=a, node.kubernetes.io/pool=x,kubernetes.io/arch=amd64,e=").unwrap();
+        assert_eq!(l["zone"], "a");
+        assert_eq!(l["node.kubernetes.io/pool"], "x");
+        assert_eq!(l["e"], "");
+        assert!(matches!(
+            parse_labels("node-role.kubernetes.io/master="),
+            Err(Error::Label(_))
+        ));
+        assert!(matches!(parse_labels("a.k8s.io/x=y"), Err(Error::Label(_))));
+        assert!(matches!(
+            parse_labels("novalue"),
+            Err(Error::LabelSyntax(_))
+        ));
+        assert!(matches!(parse_labels("bad key=v"), Err(Error::Label(_))));
+        assert!(matches!(parse_labels("k=-bad"), Err(Error::Label(_))));
+        assert!(parse_labels(&format!("k={}", "a".repeat(64))).is_err());
+    }
+
+    #[test]
+    fn taints_parse_with_and_without_values() {
+        let t = parse_taints("dedicated=db:NoSchedule,gpu:NoExecute").unwrap();
+        assert_eq!(
+            (
+                t[0].key.as_str(),
+                t[0].value.as_deref(),
+                t[0].effect.as_str()
+            ),
+            ("dedicated", Some("db"), "NoSchedule")
+        );
+        assert_eq!((t[1].key.as_str(), t[1].value.as_deref()), ("gpu", None));
+        assert!(matches!(
+            parse_taints("a=b:Sometimes"),
+            Err(Error::TaintEffect(_))
+        ));
+        assert!(matches!(parse_taints("a=b"), Err(Error::TaintSyntax(_))));
+    }
+
+    #[test]
+    fn runtime_conditions_word_the_ready_condition() {
+        use k8s_cri::v1::{RuntimeCondition, RuntimeStatus};
+        let cond = |t: &str, ok: bool| RuntimeCondition {
+            r#type: t.into(),
+            status: ok,
+            reason: if ok { "" } else { "NoCni" }.into(),
+            message: if ok { "" } else { "cni config uninitialized" }.into(),
+        };
+        let ready = RuntimeStatus {
+            conditions: vec![cond("RuntimeReady", true), cond("NetworkReady", true)],
+        };
+        assert!(runtime_problems(Ok(ready)).is_empty());
+        let no_net = RuntimeStatus {
+            conditions: vec![cond("RuntimeReady", true), cond("NetworkReady", false)],
+        };
+        assert_eq!(
+            runtime_problems(Ok(no_net)),
+            [
+                "container runtime network not ready: NetworkReady=false reason:NoCni message:cni config uninitialized"
+            ]
+        );
+        assert_eq!(
+            runtime_problems(Err("connection refused".into())),
+            ["container runtime is down: connection refused"]
+        );
+    }
+}

@@ -1,0 +1,542 @@
+//! The Node object and its status, computed from what the machine, the runtime and the eviction
+//! manager say: pure functions, so every rule is unit-tested without an API server.
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use super::Config;
+
+/// Facts about the machine that do not change while the agent runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Machine {
+    pub cpus: u64,
+    pub memory_bytes: u64,
+    /// Size of the file system of the root directory (the node's ephemeral storage).
+    pub ephemeral_bytes: u64,
+    pub machine_id: String,
+    pub system_uuid: String,
+    pub boot_id: String,
+    pub kernel_version: String,
+    pub os_image: String,
+    /// The architecture in Go's naming (`amd64`, `arm64`), as node labels and nodeInfo use it.
+    pub architecture: String,
+    pub hostname: String,
+}
+
+/// The first line of file `path`, trimmed; empty when it cannot be read.
+fn first_line(path: impl AsRef<Path>) -> String {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.lines().next().map(|l| l.trim().to_owned()))
+        .unwrap_or_default()
+}
+
+/// `PRETTY_NAME` of an os-release file's text, unquoted; "Linux" without one.
+pub fn os_image(os_release: &str) -> String {
+    os_release
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "Linux".to_owned())
+}
+
+/// Go's name for the architecture Rust calls `arch`.
+pub fn go_arch(arch: &str) -> String {
+    match arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        "loongarch64" => "loong64",
+        other => other,
+    }
+    .to_owned()
+}
+
+impl Machine {
+    /// Reads the machine: CPUs, memory, the root directory's file system, IDs, kernel, OS.
+    pub fn read(root_dir: &Path) -> Self {
+        let hostname = crate::cm::hostname().unwrap_or_default();
+        Self {
+            cpus: crate::cm::machine_cpus(),
+            memory_bytes: crate::cm::machine_memory_bytes().unwrap_or(0),
+            ephemeral_bytes: crate::cm::filesystem_bytes(root_dir).unwrap_or(0),
+            machine_id: first_line("/etc/machine-id"),
+            system_uuid: first_line("/sys/class/dmi/id/product_uuid"),
+            boot_id: first_line("/proc/sys/kernel/random/boot_id"),
+            kernel_version: first_line("/proc/sys/kernel/osrelease"),
+            os_image: os_image(&std::fs::read_to_string("/etc/os-release").unwrap_or_default()),
+            architecture: go_arch(std::env::consts::ARCH),
+            hostname,
+        }
+    }
+}
+
+/// The labels swiftlet keeps on its Node: hostname, OS and architecture (a registration of an
+/// existing Node brings them back when they differ).
+pub fn default_labels(cfg: &Config, machine: &Machine) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("kubernetes.io/hostname".to_owned(), cfg.node_name.clone()),
+        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+        (
+            "kubernetes.io/arch".to_owned(),
+            machine.architecture.clone(),
+        ),
+    ])
+}
+
+/// The Node to create: the default labels and `--node-labels`, `--register-with-taints`.
+pub fn initial_node(cfg: &Config, machine: &Machine) -> Node {
+    let mut labels = cfg.labels.clone();
+    labels.extend(default_labels(cfg, machine));
+    Node {
+        metadata: ObjectMeta {
+            name: Some(cfg.node_name.clone()),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                "volumes.kubernetes.io/controller-managed-attach-detach".to_owned(),
+                "true".to_owned(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: (!cfg.taints.is_empty()).then(|| cfg.taints.clone()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// A byte count as the kubelet writes it: in Ki when it divides evenly.
+pub fn bytes_quantity(bytes: u64) -> Quantity {
+    if bytes.is_multiple_of(1024) {
+        Quantity(format!("{}Ki", bytes / 1024))
+    } else {
+        Quantity(bytes.to_string())
+    }
+}
+
+/// A CPU amount in millicores as the kubelet writes it: whole cores without a unit.
+pub fn cpu_quantity(millis: u64) -> Quantity {
+    if millis.is_multiple_of(1000) {
+        Quantity((millis / 1000).to_string())
+    } else {
+        Quantity(format!("{millis}m"))
+    }
+}
+
+/// Capacity and allocatable: capacity less `--kube-reserved` and `--system-reserved`, and for
+/// memory and ephemeral storage less the hard eviction threshold of `memory.available` and
+/// `nodefs.available` (the kubelet's formula).
+pub fn resources(
+    cfg: &Config,
+    machine: &Machine,
+) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    use crate::eviction::Signal;
+    let threshold = |signal: Signal, capacity: u64| {
+        cfg.eviction_hard
+            .iter()
+            .filter(|t| t.signal == signal)
+            .map(|t| t.amount.of(capacity))
+            .max()
+            .unwrap_or(0)
+    };
+    let cpu_millis = machine.cpus * 1000;
+    let memory = machine.memory_bytes;
+    let storage = machine.ephemeral_bytes;
+    let pods = Quantity(cfg.max_pods.to_string());
+    let capacity = BTreeMap::from([
+        ("cpu".to_owned(), cpu_quantity(cpu_millis)),
+        ("memory".to_owned(), bytes_quantity(memory)),
+        ("ephemeral-storage".to_owned(), bytes_quantity(storage)),
+        ("pods".to_owned(), pods.clone()),
+    ]);
+    let allocatable = BTreeMap::from([
+        (
+            "cpu".to_owned(),
+            cpu_quantity(cpu_millis.saturating_sub(cfg.reserved.cpu_millis)),
+        ),
+        (
+            "memory".to_owned(),
+            bytes_quantity(
+                memory
+                    .saturating_sub(cfg.reserved.memory)
+                    .saturating_sub(threshold(Signal::MemoryAvailable, memory)),
+            ),
+        ),
+        (
+            "ephemeral-storage".to_owned(),
+            bytes_quantity(
+                storage
+                    .saturating_sub(cfg.reserved.ephemeral_storage)
+                    .saturating_sub(threshold(Signal::NodeFsAvailable, storage)),
+            ),
+        ),
+        ("pods".to_owned(), pods),
+    ]);
+    (capacity, allocatable)
+}
+
+/// What was observed for one status: the runtime's and the PLEG's problems (none: ready), the
+/// pressure conditions the eviction manager holds, the runtime's version.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// Why the node is not ready; empty: it is.
+    pub not_ready: Vec<String>,
+    /// Conditions under pressure (`MemoryPressure`, `DiskPressure`, `PIDPressure`).
+    pub pressure: Vec<&'static str>,
+    /// `<runtime name>://<version>`, when the runtime answered.
+    pub runtime_version: Option<String>,
+    pub addresses: Vec<IpAddr>,
+}
+
+/// The node's addresses: `--node-ip` (or the machine's) as InternalIP, then the Hostname.
+pub fn addresses(ips: &[IpAddr], hostname: &str) -> Vec<NodeAddress> {
+    let mut out: Vec<NodeAddress> = ips
+        .iter()
+        .map(|ip| NodeAddress {
+            type_: "InternalIP".to_owned(),
+            address: ip.to_string(),
+        })
+        .collect();
+    if !hostname.is_empty() {
+        out.push(NodeAddress {
+            type_: "Hostname".to_owned(),
+            address: hostname.to_owned(),
+        });
+    }
+    out
+}
+
+/// (type, reason and message when true, reason and message when false) of the pressure
+/// conditions, in the kubelet's order and words.
+const PRESSURE: [(&str, [&str; 2], [&str; 2]); 3] = [
+    (
+        "MemoryPressure",
+        [
+            "KubeletHasInsufficientMemory",
+            "kubelet has insufficient memory available",
+        ],
+        [
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ],
+    ),
+    (
+        "DiskPressure",
+        ["KubeletHasDiskPressure", "kubelet has disk pressure"],
+        ["KubeletHasNoDiskPressure", "kubelet has no disk pressure"],
+    ),
+    (
+        "PIDPressure",
+        [
+            "KubeletHasInsufficientPID",
+            "kubelet has insufficient PID available",
+        ],
+        [
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+        ],
+    ),
+];
+
+/// Condition `type_` now: its transition time stays what `prev` had while its status does not
+/// change; its heartbeat is `now`.
+fn condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    prev: Option<&NodeStatus>,
+    now: &Time,
+) -> NodeCondition {
+    let status = if status { "True" } else { "False" }.to_owned();
+    let transition = prev
+        .and_then(|p| p.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+        .filter(|c| c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    NodeCondition {
+        type_: type_.to_owned(),
+        status,
+        reason: Some(reason.to_owned()),
+        message: Some(message.to_owned()),
+        last_heartbeat_time: Some(now.clone()),
+        last_transition_time: Some(transition),
+    }
+}
+
+/// The node's status at `now`; `prev` is the status last written (transition times carry over).
+pub fn node_status(
+    cfg: &Config,
+    machine: &Machine,
+    observed: &Observed,
+    prev: Option<&NodeStatus>,
+    now: &Time,
+) -> NodeStatus {
+    let (capacity, allocatable) = resources(cfg, machine);
+    let mut conditions: Vec<NodeCondition> = PRESSURE
+        .iter()
+        .map(|(type_, on, off)| {
+            let under = observed.pressure.contains(type_);
+            let [reason, message] = if under { on } else { off };
+            condition(type_, under, reason, message, prev, now)
+        })
+        .collect();
+    let ready = observed.not_ready.is_empty();
+    let message = if ready {
+        "swiftlet is posting ready status".to_owned()
+    } else {
+        observed.not_ready.join("; ")
+    };
+    let reason = if ready {
+        "KubeletReady"
+    } else {
+        "KubeletNotReady"
+    };
+    conditions.push(condition("Ready", ready, reason, &message, prev, now));
+    let runtime_version = observed
+        .runtime_version
+        .clone()
+        .or_else(|| {
+            prev.and_then(|p| p.node_info.as_ref())
+                .map(|i| i.container_runtime_version.clone())
+        })
+        .unwrap_or_default();
+    NodeStatus {
+        capacity: Some(capacity),
+        allocatable: Some(allocatable),
+        conditions: Some(conditions),
+        addresses: Some(addresses(&observed.addresses, &machine.hostname)),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: i32::from(cfg.kubelet_port),
+            }),
+        }),
+        node_info: Some(NodeSystemInfo {
+            machine_id: machine.machine_id.clone(),
+            system_uuid: machine.system_uuid.clone(),
+            boot_id: machine.boot_id.clone(),
+            kernel_version: machine.kernel_version.clone(),
+            os_image: machine.os_image.clone(),
+            container_runtime_version: runtime_version,
+            kubelet_version: version(),
+            operating_system: "linux".to_owned(),
+            architecture: machine.architecture.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// swiftlet's version as `kubeletVersion` (semantic-version shaped, as clients parse it).
+pub fn version() -> String {
+    format!("v{}+swiftlet", env!("CARGO_PKG_VERSION"))
+}
+
+/// Whether `new` says something `old` did not, heartbeat times aside (the kubelet writes an
+/// unchanged status only once the report frequency has passed).
+pub fn changed(old: &NodeStatus, new: &NodeStatus) -> bool {
+    let strip = |s: &NodeStatus| {
+        let mut s = s.clone();
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_heartbeat_time = None;
+        }
+        s
+    };
+    strip(old) != strip(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eviction::{Amount, Signal, Threshold};
+
+    fn cfg() -> Config {
+        Config {
+            node_name: "n1".into(),
+            max_pods: 110,
+            kubelet_port: 10250,
+            ..Config::default()
+        }
+    }
+
+    fn machine() -> Machine {
+        Machine {
+            cpus: 4,
+            memory_bytes: 8 << 30,
+            ephemeral_bytes: 100 << 30,
+            architecture: "amd64".into(),
+            hostname: "host-1".into(),
+            ..Machine::default()
+        }
+    }
+
+    fn at(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn cond<'a>(s: &'a NodeStatus, t: &str) -> &'a NodeCondition {
+        s.conditions
+            .as_ref()
+            .and_then(|cs| cs.iter().find(|c| c.type_ == t))
+            .expect("condition")
+    }
+
+    #[test]
+    fn allocatable_is_capacity_less_reservations_and_hard_thresholds() {
+        let mut c = cfg();
+        c.reserved = crate::eviction::Reserved {
+            memory: 1 << 30,
+            cpu_millis: 500,
+            ephemeral_storage: 0,
+        };
+        c.eviction_hard = vec![
+            Threshold {
+                signal: Signal::MemoryAvailable,
+                amount: Amount::Absolute(100 << 20),
+            },
+            Threshold {
+                signal: Signal::NodeFsAvailable,
+                amount: Amount::Percent(10.0),
+            },
+        ];
+        let (cap, alloc) = resources(&c, &machine());
+        assert_eq!(cap["cpu"].0, "4");
+        assert_eq!(cap["memory"].0, "8388608Ki");
+        assert_eq!(cap["pods"].0, "110");
+        assert_eq!(alloc["cpu"].0, "3500m");
+        // 8 GiB - 1 GiB - 100 MiB.
+        assert_eq!(alloc["memory"].0, format!("{}Ki", (7 << 20) - 100 * 1024));
+        // 100 GiB - 10%.
+        assert_eq!(
+            alloc["ephemeral-storage"].0,
+            bytes_quantity((100u64 << 30) - (100u64 << 30) / 10).0
+        );
+    }
+
+    #[test]
+    fn ready_and_pressure_conditions_use_the_kubelets_reasons() {
+        let s = node_status(&cfg(), &machine(), &Observed::default(), None, &at(100));
+        let ready = cond(&s, "Ready");
+        assert_eq!(ready.status, "True");
+        assert_eq!(ready.reason.as_deref(), Some("KubeletReady"));
+        let mem = cond(&s, "MemoryPressure");
+        assert_eq!(
+            (mem.status.as_str(), mem.reason.as_deref()),
+            ("False", Some("KubeletHasSufficientMemory"))
+        );
+        let types: Vec<&str> = s
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(
+            types,
+            ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+        );
+
+        let bad = Observed {
+            not_ready: vec![
+                "container runtime is down".into(),
+                "PLEG is not healthy".into(),
+            ],
+            pressure: vec!["DiskPressure"],
+            ..Observed::default()
+        };
+        let s2 = node_status(&cfg(), &machine(), &bad, Some(&s), &at(110));
+        let ready = cond(&s2, "Ready");
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason.as_deref(), Some("KubeletNotReady"));
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("container runtime is down; PLEG is not healthy")
+        );
+        assert_eq!(ready.last_transition_time, Some(at(110)));
+        let disk = cond(&s2, "DiskPressure");
+        assert_eq!(
+            (disk.status.as_str(), disk.reason.as_deref()),
+            ("True", Some("KubeletHasDiskPressure"))
+        );
+        // Unchanged conditions keep their transition time and get a new heartbeat.
+        let mem = cond(&s2, "MemoryPressure");
+        assert_eq!(mem.last_transition_time, Some(at(100)));
+        assert_eq!(mem.last_heartbeat_time, Some(at(110)));
+    }
+
+    #[test]
+    fn a_new_heartbeat_alone_is_no_change() {
+        let obs = Observed {
+            runtime_version: Some("containerd://2.0".into()),
+            ..Observed::default()
+        };
+        let a = node_status(&cfg(), &machine(), &obs, None, &at(100));
+        let b = node_status(&cfg(), &machine(), &obs, Some(&a), &at(110));
+        assert!(!changed(&a, &b));
+        let c = node_status(
+            &cfg(),
+            &machine(),
+            &Observed {
+                pressure: vec!["MemoryPressure"],
+                ..obs.clone()
+            },
+            Some(&b),
+            &at(120),
+        );
+        assert!(changed(&b, &c));
+        // A runtime that does not answer keeps the version it last reported.
+        let d = node_status(&cfg(), &machine(), &Observed::default(), Some(&a), &at(130));
+        assert_eq!(
+            d.node_info.unwrap().container_runtime_version,
+            "containerd://2.0"
+        );
+    }
+
+    #[test]
+    fn node_has_default_and_configured_labels_and_taints() {
+        let mut c = cfg();
+        c.labels.insert("zone".into(), "a".into());
+        c.labels
+            .insert("kubernetes.io/hostname".into(), "spoofed".into());
+        c.taints = vec![k8s_openapi::api::core::v1::Taint {
+            key: "dedicated".into(),
+            value: Some("db".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        }];
+        let n = initial_node(&c, &machine());
+        let labels = n.metadata.labels.unwrap();
+        assert_eq!(labels["zone"], "a");
+        assert_eq!(labels["kubernetes.io/hostname"], "n1", "the default wins");
+        assert_eq!(labels["kubernetes.io/arch"], "amd64");
+        assert_eq!(n.spec.unwrap().taints.unwrap()[0].key, "dedicated");
+    }
+
+    #[test]
+    fn os_image_and_arch_names() {
+        assert_eq!(
+            os_image("NAME=\"Debian\"\nPRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\n"),
+            "Debian GNU/Linux 13 (trixie)"
+        );
+        assert_eq!(os_image(""), "Linux");
+        assert_eq!(go_arch("x86_64"), "amd64");
+        assert_eq!(go_arch("aarch64"), "arm64");
+        assert_eq!(
+            addresses(&["10.0.0.5".parse().unwrap()], "h")
+                .iter()
+                .map(|a| (a.type_.as_str(), a.address.as_str()))
+                .collect::<Vec<_>>(),
+            [("InternalIP", "10.0.0.5"), ("Hostname", "h")]
+        );
+    }
+}

@@ -1,0 +1,602 @@
+//! The writable resources of the in-process API server: Nodes (cluster-scoped, with a `status`
+//! subresource) and Leases (`coordination.k8s.io/v1`, namespaced), kept with the API's write
+//! semantics:
+//!
+//! - `POST` creates; the name taken answers 409 `AlreadyExists`. The server sets `uid`,
+//!   `creationTimestamp` and `resourceVersion` (one global counter, bumped on every write).
+//! - `PUT` replaces; a body whose `metadata.resourceVersion` is not the stored one answers 409
+//!   `Conflict` (optimistic concurrency); no version in the body means "unconditionally". A PUT
+//!   of the object leaves its `status` as stored; a PUT of `/status` changes only the `status`.
+//! - `PATCH` with `application/merge-patch+json` (RFC 7386) or
+//!   `application/strategic-merge-patch+json` (a merge patch whose `conditions` and `addresses`
+//!   lists merge by their `type` key, as the API's strategic merge does for a Node's status);
+//!   other patch types answer 415. Patching `/status` changes only the `status`.
+//! - `DELETE` removes at once (neither resource has finalizers or graceful deletion); a
+//!   `preconditions.uid` or `preconditions.resourceVersion` that does not match answers 409.
+//! - `GET` of the collection is a `<Kind>List` with the store's resourceVersion. A client that
+//!   asks for a `Table` of Nodes (kubectl does) gets one, with the columns `kubectl get nodes`
+//!   shows: NAME, STATUS (Ready or NotReady from the Ready condition), ROLES, AGE, VERSION.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::ApiServer;
+
+/// One writable resource.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Kind {
+    pub resource: &'static str,
+    pub group: &'static str,
+    pub kind: &'static str,
+    pub api_version: &'static str,
+    /// The object has a `status` subresource (a PUT or PATCH of the object leaves it alone).
+    pub has_status: bool,
+}
+
+pub(super) const NODES: Kind = Kind {
+    resource: "nodes",
+    group: "",
+    kind: "Node",
+    api_version: "v1",
+    has_status: true,
+};
+
+pub(super) const LEASES: Kind = Kind {
+    resource: "leases",
+    group: "coordination.k8s.io",
+    kind: "Lease",
+    api_version: "coordination.k8s.io/v1",
+    has_status: false,
+};
+
+/// Which part of the object a write changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    Main,
+    Status,
+}
+
+/// An API error, answered as a `Status`.
+#[derive(Debug)]
+pub(super) struct ApiError {
+    code: StatusCode,
+    reason: &'static str,
+    message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.code,
+            axum::Json(serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "code": self.code.as_u16(),
+            })),
+        )
+            .into_response()
+    }
+}
+
+fn error(code: StatusCode, reason: &'static str, message: String) -> ApiError {
+    ApiError {
+        code,
+        reason,
+        message,
+    }
+}
+
+fn qualified(kind: Kind) -> String {
+    if kind.group.is_empty() {
+        kind.resource.to_owned()
+    } else {
+        format!("{}.{}", kind.resource, kind.group)
+    }
+}
+
+fn not_found(kind: Kind, name: &str) -> ApiError {
+    error(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("{} \"{name}\" not found", qualified(kind)),
+    )
+}
+
+fn conflict(kind: Kind, name: &str) -> ApiError {
+    error(
+        StatusCode::CONFLICT,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; \
+             please apply your changes to the latest version and try again",
+            qualified(kind)
+        ),
+    )
+}
+
+/// The key of an object in the store: (plural resource name, namespace, name).
+pub(super) type Key = (&'static str, String, String);
+
+fn key(kind: Kind, ns: &str, name: &str) -> Key {
+    (kind.resource, ns.to_owned(), name.to_owned())
+}
+
+/// The namespace and name of a request's path (`ns` is empty for a cluster-scoped resource).
+fn names(path: &HashMap<String, String>) -> (String, String) {
+    let get = |k: &str| path.get(k).cloned().unwrap_or_default();
+    (get("ns"), get("name"))
+}
+
+fn parse(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("the body is not JSON: {e}"),
+        )
+    })
+}
+
+fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    super::rfc3339(secs)
+}
+
+impl ApiServer {
+    /// The stored object `name` of `kind` in `ns` ("" when cluster-scoped), as JSON.
+    pub(super) fn writable(&self, kind: Kind, ns: &str, name: &str) -> Option<Value> {
+        self.lock().writable.get(&key(kind, ns, name)).cloned()
+    }
+
+    pub(super) fn create_object(
+        &self,
+        kind: Kind,
+        ns: &str,
+        mut obj: Value,
+    ) -> Result<Value, ApiError> {
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if name.is_empty() {
+            return Err(error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                format!("{} \"\": metadata.name: Required value", kind.kind),
+            ));
+        }
+        let mut s = self.lock();
+        let k = key(kind, ns, &name);
+        if s.writable.contains_key(&k) {
+            return Err(error(
+                StatusCode::CONFLICT,
+                "AlreadyExists",
+                format!("{} \"{name}\" already exists", qualified(kind)),
+            ));
+        }
+        s.rv += 1;
+        s.uids += 1;
+        let meta = &mut obj["metadata"];
+        meta["uid"] = Value::from(format!("{}-{:08}", kind.resource, s.uids));
+        meta["resourceVersion"] = Value::from(s.rv.to_string());
+        meta["creationTimestamp"] = Value::from(now_rfc3339());
+        if !ns.is_empty() {
+            meta["namespace"] = Value::from(ns);
+        }
+        obj["kind"] = Value::from(kind.kind);
+        obj["apiVersion"] = Value::from(kind.api_version);
+        s.writable.insert(k, obj.clone());
+        drop(s);
+        self.notify();
+        Ok(obj)
+    }
+
+    /// Stores `new` over the stored object of `part`, keeping what `part` does not own.
+    fn write(&self, kind: Kind, ns: &str, name: &str, part: Part, new: Value) -> Value {
+        let mut s = self.lock();
+        s.rv += 1;
+        let rv = s.rv;
+        let stored = s.writable.get_mut(&key(kind, ns, name));
+        let Some(stored) = stored else {
+            return Value::Null;
+        };
+        let mut merged = match part {
+            Part::Status => {
+                let mut o = stored.clone();
+                o["status"] = new["status"].clone();
+                o
+            }
+            Part::Main if kind.has_status => {
+                let mut o = new;
+                o["status"] = stored["status"].clone();
+                o
+            }
+            Part::Main => new,
+        };
+        // What the server owns stays as it is.
+        for field in ["uid", "creationTimestamp", "namespace", "name"] {
+            merged["metadata"][field] = stored["metadata"][field].clone();
+        }
+        merged["metadata"]["resourceVersion"] = Value::from(rv.to_string());
+        merged["kind"] = Value::from(kind.kind);
+        merged["apiVersion"] = Value::from(kind.api_version);
+        *stored = merged.clone();
+        drop(s);
+        self.notify();
+        merged
+    }
+
+    fn replace(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        part: Part,
+        body: Value,
+    ) -> Result<Value, ApiError> {
+        let stored = self
+            .writable(kind, ns, name)
+            .ok_or_else(|| not_found(kind, name))?;
+        if body["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "the name of the object does not match the name on the URL".to_owned(),
+            ));
+        }
+        let want = body["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if !want.is_empty() && Some(want) != stored["metadata"]["resourceVersion"].as_str() {
+            return Err(conflict(kind, name));
+        }
+        Ok(self.write(kind, ns, name, part, body))
+    }
+
+    fn patch(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        part: Part,
+        content_type: &str,
+        patch: Value,
+    ) -> Result<Value, ApiError> {
+        let strategic = match content_type.split(';').next().unwrap_or("").trim() {
+            "application/merge-patch+json" => false,
+            "application/strategic-merge-patch+json" => true,
+            other => {
+                return Err(error(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    format!("the patch type {other:?} is not supported here"),
+                ));
+            }
+        };
+        let mut patched = self
+            .writable(kind, ns, name)
+            .ok_or_else(|| not_found(kind, name))?;
+        if let Some(rv) = patch["metadata"]["resourceVersion"].as_str()
+            && Some(rv) != patched["metadata"]["resourceVersion"].as_str()
+        {
+            return Err(conflict(kind, name));
+        }
+        merge(&mut patched, &patch, strategic, "");
+        Ok(self.write(kind, ns, name, part, patched))
+    }
+
+    fn remove(&self, kind: Kind, ns: &str, name: &str, body: &[u8]) -> Result<Value, ApiError> {
+        let options = if body.is_empty() {
+            Value::Null
+        } else {
+            parse(body)?
+        };
+        let mut s = self.lock();
+        let k = key(kind, ns, name);
+        let stored = s.writable.get(&k).ok_or_else(|| not_found(kind, name))?;
+        let pre = &options["preconditions"];
+        for field in ["uid", "resourceVersion"] {
+            if let Some(want) = pre[field].as_str()
+                && Some(want) != stored["metadata"][field].as_str()
+            {
+                return Err(error(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    format!(
+                        "Precondition failed: {field} in precondition: {want}, {field} in object \
+                         meta: {}",
+                        stored["metadata"][field].as_str().unwrap_or("")
+                    ),
+                ));
+            }
+        }
+        s.rv += 1;
+        let gone = s.writable.remove(&k).unwrap_or_default();
+        drop(s);
+        self.notify();
+        Ok(gone)
+    }
+
+    fn list(&self, kind: Kind, ns: &str) -> Value {
+        let s = self.lock();
+        let items: Vec<&Value> = s
+            .writable
+            .iter()
+            .filter(|((r, n, _), _)| *r == kind.resource && (ns.is_empty() || n == ns))
+            .map(|(_, v)| v)
+            .collect();
+        serde_json::json!({
+            "kind": format!("{}List", kind.kind), "apiVersion": kind.api_version,
+            "metadata": { "resourceVersion": s.rv.to_string() },
+            "items": items,
+        })
+    }
+}
+
+/// Whether the request's `Accept` asks for a server-side `Table`.
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+/// A duration as kubectl's AGE column shows it: `42s`, `5m`, `3h`, `2d`.
+fn age(created: &str) -> String {
+    let Ok(t) = created.parse::<k8s_openapi::jiff::Timestamp>() else {
+        return "<unknown>".to_owned();
+    };
+    let secs = k8s_openapi::jiff::Timestamp::now()
+        .duration_since(t)
+        .as_secs()
+        .max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+/// The `Table` of `nodes` (JSON Node objects) as `kubectl get nodes` prints it.
+fn node_table(nodes: &[Value], rv: u64) -> Value {
+    let column = |name: &str, format: &str| {
+        serde_json::json!({"name": name, "type": "string", "format": format,
+            "description": "", "priority": 0})
+    };
+    let rows: Vec<Value> = nodes
+        .iter()
+        .map(|n| {
+            let ready = n["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let mut status = if ready { "Ready" } else { "NotReady" }.to_owned();
+            if n["spec"]["unschedulable"] == true {
+                status.push_str(",SchedulingDisabled");
+            }
+            let roles: Vec<&str> = n["metadata"]["labels"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, _)| k.strip_prefix("node-role.kubernetes.io/"))
+                .collect();
+            let roles = if roles.is_empty() {
+                "<none>".to_owned()
+            } else {
+                roles.join(",")
+            };
+            serde_json::json!({
+                "cells": [
+                    n["metadata"]["name"], status, roles,
+                    age(n["metadata"]["creationTimestamp"].as_str().unwrap_or("")),
+                    n["status"]["nodeInfo"]["kubeletVersion"].as_str().unwrap_or(""),
+                ],
+                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                    "metadata": n["metadata"]},
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "kind": "Table", "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": rv.to_string()},
+        "columnDefinitions": [
+            column("Name", "name"), column("Status", ""), column("Roles", ""),
+            column("Age", ""), column("Version", ""),
+        ],
+        "rows": rows,
+    })
+}
+
+/// Applies merge patch `patch` to `target` (RFC 7386: objects merge key by key, `null`
+/// removes, anything else replaces). `strategic`: lists named `conditions` or `addresses`
+/// whose items are objects merge by their `type` (an item of the patch replaces the target's
+/// item of the same type, new types are appended), as the API's strategic merge does for them.
+pub(super) fn merge(target: &mut Value, patch: &Value, strategic: bool, field: &str) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = Value::Object(serde_json::Map::new());
+            }
+            let Value::Object(t) = target else {
+                return;
+            };
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v, strategic, k);
+                }
+            }
+        }
+        Value::Array(items)
+            if strategic
+                && matches!(field, "conditions" | "addresses")
+                && items.iter().all(|i| i["type"].is_string()) =>
+        {
+            let mut merged: Vec<Value> = target.as_array().cloned().unwrap_or_default();
+            for item in items {
+                match merged.iter_mut().find(|m| m["type"] == item["type"]) {
+                    Some(m) => merge(m, item, strategic, ""),
+                    None => merged.push(item.clone()),
+                }
+            }
+            *target = Value::Array(merged);
+        }
+        other => *target = other.clone(),
+    }
+}
+
+type PathMap = Path<HashMap<String, String>>;
+
+fn answer(result: Result<Value, ApiError>, created: bool) -> Response {
+    match result {
+        Ok(v) if created => (StatusCode::CREATED, axum::Json(v)).into_response(),
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+fn body_json(body: &Bytes) -> Result<Value, ApiError> {
+    parse(body)
+}
+
+/// The handlers of `kind`'s collection and objects (and `/status` when it has one), to be
+/// routed at `collection` (`.../nodes`, `.../namespaces/{ns}/leases`).
+pub(super) fn routes(kind: Kind, collection: &str) -> axum::Router<ApiServer> {
+    use axum::routing::{get, post};
+    let one = format!("{collection}/{{name}}");
+    let status = format!("{one}/status");
+    let mut router = axum::Router::new()
+        .route(
+            collection,
+            get(
+                move |State(s): State<ApiServer>, Path(p): PathMap, headers: HeaderMap| async move {
+                    let list = s.list(kind, &names(&p).0);
+                    if kind.kind == NODES.kind && wants_table(&headers) {
+                        let rv = s.lock().rv;
+                        let items = list["items"].as_array().cloned().unwrap_or_default();
+                        return axum::Json(node_table(&items, rv)).into_response();
+                    }
+                    axum::Json(list).into_response()
+                },
+            )
+            .merge(post(
+                move |State(s): State<ApiServer>, Path(p): PathMap, body: Bytes| async move {
+                    let ns = names(&p).0;
+                    answer(
+                        body_json(&body).and_then(|v| s.create_object(kind, &ns, v)),
+                        true,
+                    )
+                },
+            )),
+        )
+        .route(&one, object_routes(kind, Part::Main));
+    if kind.has_status {
+        router = router.route(&status, object_routes(kind, Part::Status));
+    }
+    router
+}
+
+fn object_routes(kind: Kind, part: Part) -> axum::routing::MethodRouter<ApiServer> {
+    use axum::routing::{delete, get, patch, put};
+    get(
+        move |State(s): State<ApiServer>, Path(p): PathMap, headers: HeaderMap| async move {
+            let (ns, name) = names(&p);
+            let found = s
+                .writable(kind, &ns, &name)
+                .ok_or_else(|| not_found(kind, &name));
+            match found {
+                Ok(n) if kind.kind == NODES.kind && part == Part::Main && wants_table(&headers) => {
+                    let rv = s.lock().rv;
+                    axum::Json(node_table(&[n], rv)).into_response()
+                }
+                other => answer(other, false),
+            }
+        },
+    )
+    .merge(put(
+        move |State(s): State<ApiServer>, Path(p): PathMap, body: Bytes| async move {
+            let (ns, name) = names(&p);
+            answer(
+                body_json(&body).and_then(|v| s.replace(kind, &ns, &name, part, v)),
+                false,
+            )
+        },
+    ))
+    .merge(patch(
+        move |State(s): State<ApiServer>, Path(p): PathMap, headers: HeaderMap, body: Bytes| async move {
+            let (ns, name) = names(&p);
+            let content_type = headers
+                .get(axum::http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            answer(
+                body_json(&body)
+                    .and_then(|v| s.patch(kind, &ns, &name, part, &content_type, v)),
+                false,
+            )
+        },
+    ))
+    .merge(delete(
+        move |State(s): State<ApiServer>, Path(p): PathMap, body: Bytes| async move {
+            let (ns, name) = names(&p);
+            if part == Part::Status {
+                return StatusCode::METHOD_NOT_ALLOWED.into_response();
+            }
+            answer(s.remove(kind, &ns, &name, &body), false)
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_merges_objects_removes_nulls_and_replaces_lists() {
+        let mut t = json!({"a": {"b": 1, "c": 2}, "l": [1, 2], "conditions": [{"type": "X"}]});
+        merge(
+            &mut t,
+            &json!({"a": {"b": null, "d": 3}, "l": [3], "conditions": [{"type": "Y"}]}),
+            false,
+            "",
+        );
+        assert_eq!(
+            t,
+            json!({"a": {"c": 2, "d": 3}, "l": [3], "conditions": [{"type": "Y"}]})
+        );
+    }
+
+    #[test]
+    fn strategic_merge_merges_conditions_by_type() {
+        let mut t = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "False", "reason": "A"},
+            {"type": "MemoryPressure", "status": "False"},
+        ]}});
+        merge(
+            &mut t,
+            &json!({"status": {"conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "PIDPressure", "status": "False"},
+            ]}}),
+            true,
+            "",
+        );
+        assert_eq!(
+            t["status"]["conditions"],
+            json!([
+                {"type": "Ready", "status": "True", "reason": "A"},
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "PIDPressure", "status": "False"},
+            ])
+        );
+    }
+}

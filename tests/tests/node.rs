@@ -1,0 +1,482 @@
+//! Cluster membership against the in-process API server (no kube-apiserver can run here; the
+//! server keeps the API's write semantics: resourceVersions, 409s, merge patches): the agent
+//! registers its Node (labels, taints, capacity, allocatable, addresses, node info, the
+//! kubelet's conditions), renews its Lease, turns NotReady when the runtime stops answering
+//! and Ready again after, writes the status only when it changes, adopts an existing Node,
+//! registers again when its Node is deleted, and catches up when the API server was down at
+//! its start while its static pods ran anyway. kubectl reads the result.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use swiftlet_tests::api_server::ApiServer;
+use swiftlet_tests::cri_proxy::{CriProxy, Fault, Share};
+use swiftlet_tests::{Agent, AgentOptions, Runtime};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A KubeletConfiguration with a 4 s lease (renewed every second) and a status report every
+/// `report` (an unchanged status is written that often).
+fn fast_config(dir: &std::path::Path, report: &str) -> Vec<String> {
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "kind: KubeletConfiguration\nnodeLeaseDurationSeconds: 4\n\
+             nodeStatusReportFrequency: {report}\n"
+        ),
+    )
+    .expect("write the config");
+    vec![
+        "--config".into(),
+        path.display().to_string(),
+        "--node-status-update-frequency".into(),
+        "1s".into(),
+    ]
+}
+
+/// Polls `check` every 50 ms until it gives a value.
+fn eventually<T>(agent: &Agent, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    agent.eventually(what, TIMEOUT, || {
+        check().ok_or_else(|| "not yet".to_owned())
+    })
+}
+
+fn condition(node: &Node, type_: &str) -> Option<NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .cloned()
+}
+
+fn is_ready(node: &Node) -> bool {
+    condition(node, "Ready").is_some_and(|c| c.status == "True")
+}
+
+struct Cluster {
+    tokio: tokio::runtime::Runtime,
+    server: ApiServer,
+    _kubeconfig: tempfile::TempDir,
+    agent: Agent,
+}
+
+/// An agent pointed at a new API server with `args`; `before` runs on the server first.
+fn start(
+    rt: &Runtime,
+    name: &str,
+    args: Vec<String>,
+    cri: Option<String>,
+    before: impl FnOnce(&ApiServer),
+) -> Cluster {
+    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = tokio.block_on(ApiServer::start());
+    before(&server);
+    let mut opts = AgentOptions::new(name);
+    let kubeconfig = server.point_agent(&mut opts);
+    opts.extra_args.extend(args);
+    opts.cri_endpoint = cri;
+    let agent = Agent::start(rt, opts);
+    Cluster {
+        tokio,
+        server,
+        _kubeconfig: kubeconfig,
+        agent,
+    }
+}
+
+/// kubectl, or None when it is not installed (then `SWIFTLET_REQUIRE_RUNTIME=1` fails).
+fn kubectl() -> Option<std::path::PathBuf> {
+    swiftlet_tests::find_tool("kubectl", "apt-get install kubectl")
+}
+
+#[test]
+fn the_node_registers_with_its_labels_resources_and_ready_condition() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut args = fast_config(dir.path(), "5m");
+    args.extend([
+        "--node-labels".into(),
+        "topology.kubernetes.io/zone=zone-a,pool=blue".into(),
+        "--register-with-taints".into(),
+        "dedicated=db:NoSchedule".into(),
+        "--node-ip".into(),
+        "192.0.2.10".into(),
+        "--kube-reserved".into(),
+        "cpu=100m,memory=100Mi".into(),
+    ]);
+    let c = start(rt, "node-register", args, None, |_| {});
+    let name = c.agent.node_name().to_owned();
+    let node = eventually(&c.agent, "the node to be Ready", || {
+        c.server.node(&name).filter(is_ready)
+    });
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels["kubernetes.io/hostname"], name);
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    assert_eq!(labels["topology.kubernetes.io/zone"], "zone-a");
+    assert_eq!(labels["pool"], "blue");
+    let taints = node.spec.clone().and_then(|s| s.taints).unwrap_or_default();
+    assert_eq!(
+        taints
+            .iter()
+            .map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str()))
+            .collect::<Vec<_>>(),
+        [("dedicated", Some("db"), "NoSchedule")]
+    );
+    let status = node.status.clone().expect("a status");
+    let capacity = status.capacity.expect("capacity");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(capacity["cpu"].0, cpus.to_string());
+    assert_eq!(capacity["pods"].0, "110");
+    let memory_kib = swiftlet::cm::machine_memory_bytes().expect("MemTotal") / 1024;
+    assert_eq!(capacity["memory"].0, format!("{memory_kib}Ki"));
+    let allocatable = status.allocatable.expect("allocatable");
+    // The default memory.available<100Mi threshold and the 100Mi reservation.
+    assert_eq!(
+        allocatable["memory"].0,
+        format!("{}Ki", memory_kib - 200 * 1024)
+    );
+    assert_eq!(allocatable["cpu"].0, format!("{}m", cpus * 1000 - 100));
+    let addresses: Vec<(String, String)> = status
+        .addresses
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| (a.type_, a.address))
+        .collect();
+    assert_eq!(addresses[0], ("InternalIP".into(), "192.0.2.10".into()));
+    assert!(
+        addresses.iter().any(|(t, _)| t == "Hostname"),
+        "{addresses:?}"
+    );
+    let info = status.node_info.expect("nodeInfo");
+    assert!(
+        info.container_runtime_version.starts_with("containerd://"),
+        "{}",
+        info.container_runtime_version
+    );
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
+    assert_eq!(info.boot_id, boot_id.trim());
+    assert!(
+        info.kubelet_version.contains("swiftlet"),
+        "{}",
+        info.kubelet_version
+    );
+    let ready = condition(&node, "Ready").expect("Ready");
+    assert_eq!(ready.reason.as_deref(), Some("KubeletReady"));
+    for (t, reason) in [
+        ("MemoryPressure", "KubeletHasSufficientMemory"),
+        ("DiskPressure", "KubeletHasNoDiskPressure"),
+        ("PIDPressure", "KubeletHasSufficientPID"),
+    ] {
+        let cond = condition(&node, t).unwrap_or_else(|| panic!("{t}"));
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_deref()),
+            ("False", Some(reason))
+        );
+    }
+    assert_eq!(
+        status
+            .daemon_endpoints
+            .and_then(|d| d.kubelet_endpoint)
+            .map(|e| e.port),
+        Some(0),
+        "the test agents run without the kubelet API"
+    );
+
+    // The lease: held by the node, owned by the Node, renewed every second.
+    let uid = node.metadata.uid.clone().expect("a UID");
+    let lease = eventually(&c.agent, "the lease to name its Node as owner", || {
+        c.server.lease("kube-node-lease", &name).filter(|l| {
+            l.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| !o.is_empty())
+        })
+    });
+    let owner = &lease.metadata.owner_references.clone().unwrap_or_default()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Node", uid.as_str())
+    );
+    let spec = lease.spec.clone().expect("a spec");
+    assert_eq!(spec.holder_identity.as_deref(), Some(name.as_str()));
+    assert_eq!(spec.lease_duration_seconds, Some(4));
+    let first = spec.renew_time.expect("renewed").0;
+    let renewed = eventually(&c.agent, "the lease to be renewed", || {
+        let t = c
+            .server
+            .lease("kube-node-lease", &name)?
+            .spec?
+            .renew_time?
+            .0;
+        (t > first).then_some(t)
+    });
+    assert!(renewed.duration_since(first).as_secs_f64() < 3.0);
+
+    // Someone else writes the lease: the agent's next renewal conflicts (409), it reads the
+    // lease again and keeps renewing.
+    let _in_runtime = c.tokio.enter();
+    let client = c.server.client();
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client, "kube-node-lease");
+    let mut theirs = c.server.lease("kube-node-lease", &name).expect("the lease");
+    theirs
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("touched".into(), "yes".into());
+    c.tokio
+        .block_on(leases.replace(&name, &Default::default(), &theirs))
+        .expect("replace the lease");
+    let after = k8s_openapi::jiff::Timestamp::now();
+    eventually(&c.agent, "a renewal after the conflict", || {
+        let l = c.server.lease("kube-node-lease", &name)?;
+        let t = l.spec?.renew_time?.0;
+        (t > after && l.metadata.labels?.contains_key("touched")).then_some(())
+    });
+
+    // kubectl sees the node Ready and reads the lease.
+    let Some(kubectl) = kubectl() else {
+        return;
+    };
+    let (_kubeconfig_dir, kubeconfig) = c.server.kubeconfig_file();
+    let run = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        let out = swiftlet_tests::kubectl_output(&kubectl, &kubeconfig, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "kubectl {args:?}: {stderr}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let table = run(&["get", "nodes"]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_else(|| panic!("no row for {name}:\n{table}"));
+    assert!(
+        row.split_whitespace().nth(1) == Some("Ready"),
+        "kubectl get nodes:\n{table}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run(&[
+        "get",
+        "lease",
+        "-n",
+        "kube-node-lease",
+        &name,
+        "-o",
+        "json",
+    ]))
+    .expect("JSON");
+    assert_eq!(json["spec"]["holderIdentity"], name.as_str());
+}
+
+#[test]
+fn a_runtime_that_stops_answering_turns_the_node_not_ready_and_back() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let proxy = CriProxy::start(&rt.endpoint, 7).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = start(
+        rt,
+        "node-not-ready",
+        fast_config(dir.path(), "5m"),
+        Some(proxy.endpoint()),
+        |_| {},
+    );
+    let name = c.agent.node_name().to_owned();
+    let ready = eventually(&c.agent, "the node to be Ready", || {
+        c.server.node(&name).filter(is_ready)
+    });
+    let ready_since = condition(&ready, "Ready").and_then(|c| c.last_transition_time);
+    proxy.inject("Status", Fault::Fail(tonic::Code::Unavailable), Share::ALL);
+    let down = eventually(&c.agent, "the node to be NotReady", || {
+        c.server.node(&name).filter(|n| !is_ready(n))
+    });
+    let cond = condition(&down, "Ready").expect("Ready");
+    assert_eq!(cond.status, "False");
+    assert_eq!(cond.reason.as_deref(), Some("KubeletNotReady"));
+    let message = cond.message.unwrap_or_default();
+    assert!(
+        message.starts_with("container runtime is down"),
+        "{message}"
+    );
+    assert_ne!(cond.last_transition_time, ready_since, "a new transition");
+    proxy.clear();
+    eventually(&c.agent, "the node to be Ready again", || {
+        c.server.node(&name).filter(is_ready)
+    });
+    let metrics = c.agent.get("/metrics").1;
+    assert!(
+        metrics.contains("swiftlet_node_api_requests_total{operation=\"status\",result=\"ok\"}"),
+        "{metrics}"
+    );
+}
+
+/// Count of status writes of node `name` so far.
+fn status_writes(server: &ApiServer, name: &str) -> usize {
+    let path = format!("/api/v1/nodes/{name}/status");
+    server
+        .request_log()
+        .iter()
+        .filter(|(_, method, p)| method != "GET" && *p == path)
+        .count()
+}
+
+#[test]
+fn an_unchanged_status_is_written_only_at_the_report_frequency() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = start(
+        rt,
+        "node-quiet",
+        fast_config(dir.path(), "4s"),
+        None,
+        |_| {},
+    );
+    let name = c.agent.node_name().to_owned();
+    eventually(&c.agent, "the node to be Ready", || {
+        c.server.node(&name).filter(is_ready)
+    });
+    // Computed every second for 9 s, nothing changing: written about every 4 s, never every
+    // second.
+    let before = status_writes(&c.server, &name);
+    let heartbeat = |n: &Node| condition(n, "Ready").and_then(|c| c.last_heartbeat_time);
+    let first_beat = c.server.node(&name).and_then(|n| heartbeat(&n));
+    std::thread::sleep(Duration::from_secs(9));
+    let writes = status_writes(&c.server, &name) - before;
+    assert!((1..=3).contains(&writes), "{writes} status writes in 9 s");
+    let later_beat = c.server.node(&name).and_then(|n| heartbeat(&n));
+    assert!(
+        later_beat > first_beat,
+        "the heartbeat moves with the reports"
+    );
+    // Lease renewals go on at their own pace meanwhile: about 9 in 9 s.
+    let since = Instant::now() - Duration::from_secs(9);
+    let lease_path =
+        format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
+    let renewals = c
+        .server
+        .request_log()
+        .iter()
+        .filter(|(at, m, p)| *at >= since && m == "PUT" && *p == lease_path)
+        .count();
+    assert!(
+        (6..=12).contains(&renewals),
+        "{renewals} lease renewals in 9 s"
+    );
+}
+
+#[test]
+fn an_existing_node_is_adopted_and_a_deleted_one_registered_again() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The server is down until the operator's Node exists, so the agent's registration finds it.
+    // Reports every 2 s: a deleted Node is found at the next status write.
+    let c = start(
+        rt,
+        "node-adopt",
+        fast_config(dir.path(), "2s"),
+        None,
+        |server| server.set_available(false),
+    );
+    let name = c.agent.node_name().to_owned();
+    let theirs: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": "old", "team": "infra"}},
+    }))
+    .expect("a node");
+    let uid = c.server.create_node(&theirs);
+    c.server.set_available(true);
+    let adopted = eventually(&c.agent, "the hostname label brought back", || {
+        c.server.node(&name).filter(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.get("kubernetes.io/hostname") == Some(&name))
+        })
+    });
+    assert_eq!(
+        adopted.metadata.uid.as_deref(),
+        Some(uid.as_str()),
+        "the same Node"
+    );
+    assert_eq!(
+        adopted.metadata.labels.clone().unwrap_or_default()["team"],
+        "infra",
+        "the operator's label stays"
+    );
+    eventually(&c.agent, "the adopted node to be Ready", || {
+        c.server.node(&name).filter(is_ready)
+    });
+    let lease = eventually(&c.agent, "the lease owned by the adopted Node", || {
+        c.server.lease("kube-node-lease", &name).filter(|l| {
+            l.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| o.iter().any(|o| o.uid == uid))
+        })
+    });
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some(name.as_str())
+    );
+    // Deleted: the next status write (at most a report period away) finds it gone and the
+    // agent registers anew.
+    c.server.delete_node(&name);
+    let again = eventually(&c.agent, "a new registration", || {
+        c.server
+            .node(&name)
+            .filter(|n| n.metadata.uid.as_deref() != Some(uid.as_str()))
+    });
+    let labels = again.metadata.labels.unwrap_or_default();
+    assert!(!labels.contains_key("team"), "a new Node: {labels:?}");
+}
+
+#[test]
+fn with_the_api_server_down_at_start_static_pods_run_and_the_node_catches_up() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = start(
+        rt,
+        "node-api-down",
+        fast_config(dir.path(), "5m"),
+        None,
+        |server| server.set_available(false),
+    );
+    let name = c.agent.node_name().to_owned();
+    let manifest = c.agent.busybox_pod("web", "", "sleep 3600", "");
+    c.agent.write_manifest("web.yaml", &manifest);
+    let pod = c.agent.static_pod_name("web");
+    c.agent
+        .wait_for(|l| l.is_running(&pod), Duration::from_secs(90));
+    assert!(c.server.node(&name).is_none());
+    let refused = c
+        .server
+        .request_log()
+        .iter()
+        .filter(|(_, m, p)| m == "POST" && p == "/api/v1/nodes")
+        .count();
+    assert!(refused >= 2, "registration is retried ({refused} attempts)");
+    c.server.set_available(true);
+    eventually(&c.agent, "the node registered and Ready", || {
+        c.server.node(&name).filter(is_ready)
+    });
+    eventually(&c.agent, "the lease", || {
+        c.server.lease("kube-node-lease", &name)
+    });
+    let metrics = c.agent.get("/metrics").1;
+    assert!(
+        metrics
+            .contains("swiftlet_node_api_requests_total{operation=\"register\",result=\"ok\"} 1"),
+        "{metrics}"
+    );
+}
