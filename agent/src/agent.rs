@@ -281,6 +281,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             health: runtime_state.clone(),
             pressure: pressure_rx,
             metrics: metrics.clone(),
+            status: status.clone(),
         };
         tracker.spawn(crate::node::run(
             cfg.node.clone(),

@@ -113,6 +113,7 @@ pub struct Metrics {
     pub image_gc_freed_bytes_total: Counter,
     pub image_gc_pass_duration_seconds: Histogram,
     pub node_api_requests_total: Family<NodeApiLabel, Counter>,
+    pub pod_status_write_delay_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -277,6 +278,13 @@ impl Metrics {
              Lease renewal), by operation and result",
             node_api_requests_total.clone(),
         );
+        let pod_status_write_delay_seconds = millisecond_histogram();
+        registry.register(
+            "pod_status_write_delay_seconds",
+            "From a pod's status change in the status manager to its patch answered by the API \
+             server",
+            pod_status_write_delay_seconds.clone(),
+        );
         let ebpf_exits_dropped_total = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "ebpf_exits_dropped",
@@ -359,6 +367,7 @@ impl Metrics {
             ebpf_exits_dropped_total,
             admission_rejections_total,
             node_api_requests_total,
+            pod_status_write_delay_seconds,
             pod_start_phase_duration_seconds,
             runtime_operations_duration_seconds,
             runtime_operations_errors_total,

@@ -368,6 +368,7 @@ impl PodSyncer for WorkerContext {
         // last phase it showed.
         self.probes.remove_pod(uid);
         self.runtime.release_api_objects(uid);
+        self.status.terminated(uid);
         Ok(())
     }
 

@@ -106,6 +106,39 @@ pub fn affinity(pid: u32) -> std::io::Result<Vec<usize>> {
         .collect())
 }
 
+/// The cumulative buckets (upper bound in seconds, count) of histogram `name` in a Prometheus
+/// text exposition, in order, and its sample count.
+pub fn histogram_buckets(metrics: &str, name: &str) -> (Vec<(f64, u64)>, u64) {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let mut buckets = Vec::new();
+    let mut count = 0;
+    for line in metrics.lines() {
+        if let Some(rest) = line.strip_prefix(&prefix)
+            && let Some((le, n)) = rest.split_once("\"} ")
+        {
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap_or(f64::NAN)
+            };
+            buckets.push((le, n.trim().parse().unwrap_or(0)));
+        } else if let Some(n) = line.strip_prefix(&format!("{name}_count ")) {
+            count = n.trim().parse().unwrap_or(0);
+        }
+    }
+    (buckets, count)
+}
+
+/// The upper bound of the bucket holding quantile `q` of a histogram's cumulative `buckets`
+/// (a quantile is at most this), or `None` without samples.
+pub fn bucket_quantile(buckets: &[(f64, u64)], count: u64, q: f64) -> Option<f64> {
+    if count == 0 {
+        return None;
+    }
+    let rank = (count as f64 * q).ceil() as u64;
+    buckets.iter().find(|(_, n)| *n >= rank).map(|(le, _)| *le)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +160,18 @@ mod tests {
         set_affinity(me, &before).expect("restore");
         assert_eq!(pinned.expect("pinned affinity"), only);
         assert_eq!(affinity(me).expect("restored affinity"), before);
+    }
+
+    #[test]
+    fn histogram_quantiles_come_from_the_buckets() {
+        let text = "x_bucket{le=\"0.001\"} 90\nx_bucket{le=\"0.002\"} 99\nx_bucket{le=\"0.004\"} 100\n\
+                    x_bucket{le=\"+Inf\"} 100\nx_count 100\nx_sum 0.1\n";
+        let (b, n) = histogram_buckets(text, "x");
+        assert_eq!(n, 100);
+        assert_eq!(b.len(), 4);
+        assert_eq!(bucket_quantile(&b, n, 0.5), Some(0.001));
+        assert_eq!(bucket_quantile(&b, n, 0.99), Some(0.002));
+        assert_eq!(bucket_quantile(&b, n, 1.0), Some(0.004));
+        assert_eq!(bucket_quantile(&b, 0, 0.5), None);
     }
 }

@@ -30,6 +30,8 @@
 //!   (`/apis/coordination.k8s.io/v1/namespaces/{ns}/leases`) are writable, with the API's
 //!   create, replace (409 on a stale resourceVersion), merge and strategic-merge patch and
 //!   delete-with-preconditions semantics (see the `writable` module).
+//! - Pods take status patches and graceful deletes as the API does (see the `pod_writes`
+//!   module).
 //! - [`ApiServer::set_available`]`(false)` answers every request with 503, an API server that
 //!   is down; every request's method and path is logged ([`ApiServer::request_log`]).
 
@@ -48,7 +50,10 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
 
+mod pod_writes;
 mod writable;
+
+pub use pod_writes::PodWrite;
 
 /// A pod named `name` with UID `uid`, bound to `node`, one container running `image`.
 pub fn pod(uid: &str, name: &str, node: &str, image: &str) -> Pod {
@@ -173,6 +178,8 @@ struct Store {
     unavailable: bool,
     /// (when, method, path) of every request.
     request_log: Vec<(std::time::Instant, String, String)>,
+    /// Every pod status patch and pod delete.
+    pod_writes: Vec<PodWrite>,
     /// Every TokenRequest answered: (namespace, service account, the request's spec).
     token_requests: Vec<(String, String, serde_json::Value)>,
     /// The longest token lifetime granted, in seconds (the API server's
@@ -242,7 +249,11 @@ impl ApiServer {
             )
             .route(
                 "/api/v1/namespaces/{ns}/{resource}/{name}",
-                axum::routing::get(one_namespaced),
+                axum::routing::get(one_namespaced).delete(pod_writes::delete),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/{resource}/{name}/status",
+                axum::routing::patch(pod_writes::patch_status),
             )
             .route(
                 "/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
@@ -315,6 +326,18 @@ impl ApiServer {
         opts.extra_args
             .extend(["--kubeconfig".into(), kubeconfig.display().to_string()]);
         dir
+    }
+
+    /// The pod `namespace/name`, as stored.
+    pub fn pod_named(&self, namespace: &str, name: &str) -> Option<Pod> {
+        self.lock()
+            .pods
+            .values()
+            .find(|p| {
+                p.metadata.name.as_deref() == Some(name)
+                    && p.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            })
+            .cloned()
     }
 
     /// The node named `name`, as stored.
@@ -914,6 +937,7 @@ fn rfc3339(secs: u64) -> String {
 async fn pods(
     State(server): State<ApiServer>,
     Query(q): Query<HashMap<String, String>>,
+    headers: axum::http::HeaderMap,
 ) -> Response {
     let raw: Vec<String> = {
         let mut pairs: Vec<_> = q.iter().collect();
@@ -937,6 +961,13 @@ async fn pods(
             .values()
             .filter(|p| on_node(p, node.as_deref()))
             .collect();
+        if writable::wants_table(&headers) {
+            let items: Vec<serde_json::Value> = items
+                .iter()
+                .map(|p| serde_json::to_value(p).unwrap_or_default())
+                .collect();
+            return axum::Json(writable::pod_table(&items, s.rv)).into_response();
+        }
         let body = serde_json::json!({
             "kind": "PodList", "apiVersion": "v1",
             "metadata": { "resourceVersion": s.rv.to_string() },

@@ -1220,6 +1220,29 @@ spec:
     )
 }
 
+/// A busybox pod `default/<name>` bound to `node`, as the API server would hold it (UID
+/// `<name>-<node>`); `metadata_extra` goes into its metadata (`, labels: {app: web}`), the rest
+/// as in [`busybox_pod_manifest`].
+///
+/// # Panics
+/// When the manifest does not parse.
+pub fn busybox_api_pod(
+    node: &str,
+    name: &str,
+    metadata_extra: &str,
+    spec_extra: &str,
+    script: &str,
+    container_extra: &str,
+) -> Pod {
+    let manifest = busybox_pod_manifest(
+        &format!("name: {name}, namespace: default, uid: {name}-{node}{metadata_extra}"),
+        &format!("  nodeName: {node}\n{spec_extra}"),
+        script,
+        container_extra,
+    );
+    serde_yaml_ng::from_str(&manifest).expect("a pod")
+}
+
 /// A pod with one busybox container `main` running `script` under `sh -c` (SIGTERM ends it at
 /// once) and a 2 s grace period. `metadata` is the flow mapping's inside (`name: x, ...`),
 /// `spec_extra` spec lines (indented by two spaces, newline-terminated), `container_extra`

@@ -515,8 +515,19 @@ async fn kubectl_reads_the_test_servers_pods() {
     );
 }
 
+/// The words of each line of kubectl's table output (at least a header and a row).
+fn table_rows(table: &str) -> Vec<Vec<&str>> {
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.len() >= 2, "{table}");
+    rows
+}
+
 /// Nodes through kubectl: listed with the STATUS column the Ready condition gives, labelled (a
-/// patch), read as JSON and deleted; a stale update is refused with a conflict.
+/// patch), read as JSON and deleted; a stale update is refused with a conflict. Pods are
+/// listed with their phase, readiness, IP and node.
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_reads_labels_and_deletes_the_test_servers_nodes() {
     let Some(kubectl) = kubectl() else {
@@ -549,23 +560,14 @@ async fn kubectl_reads_labels_and_deletes_the_test_servers_nodes() {
     };
     let (ok, table, err) = run(&["get", "nodes"]).await;
     assert!(ok, "{err}");
-    let header: Vec<&str> = table
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let rows = table_rows(&table);
+    let header = &rows[0][..];
     assert_eq!(
         header,
         ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
         "{table}"
     );
-    let row: Vec<&str> = table
-        .lines()
-        .nth(1)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let row = &rows[1];
     assert_eq!(row[..3], ["n1", "Ready", "<none>"], "{table}");
     let (ok, _, err) = run(&["label", "node", "n1", "team=infra"]).await;
     assert!(ok, "{err}");
@@ -592,4 +594,40 @@ async fn kubectl_reads_labels_and_deletes_the_test_servers_nodes() {
     let (ok, _, err) = run(&["delete", "node", "n1"]).await;
     assert!(ok, "{err}");
     assert!(server.node("n1").is_none());
+
+    // Pods as `kubectl get pods -A -o wide` shows them: the phase, readiness, IP and node.
+    let mut running = pod("u1", "web", NODE, "x:1");
+    running.status = Some(
+        serde_json::from_value(serde_json::json!({
+            "phase": "Running", "podIP": "10.1.2.3",
+            "containerStatuses": [{"name": "c", "ready": true, "restartCount": 2, "image": "x:1",
+                "imageID": "", "state": {"running": {}}}],
+        }))
+        .expect("a status"),
+    );
+    server.put(running);
+    let (ok, table, err) = run(&["get", "pods", "-A", "-o", "wide"]).await;
+    assert!(ok, "{err}");
+    let rows = table_rows(&table);
+    let header = &rows[0][..];
+    assert_eq!(
+        header,
+        [
+            "NAMESPACE",
+            "NAME",
+            "READY",
+            "STATUS",
+            "RESTARTS",
+            "AGE",
+            "IP",
+            "NODE"
+        ],
+        "{table}"
+    );
+    let row = &rows[1];
+    assert_eq!(
+        [row[0], row[1], row[2], row[3], row[4], row[6], row[7]],
+        ["default", "web", "1/1", "Running", "2", "10.1.2.3", NODE],
+        "{table}"
+    );
 }

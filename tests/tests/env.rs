@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateWaiting, Pod, Secret, Service};
 use swiftlet_tests::api_server::{ApiServer, config_map, service};
-use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, busybox_pod_manifest, exec};
+use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, exec};
 
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(60);
 /// A container that could not be configured is tried again after 10 s.
@@ -17,16 +17,14 @@ const RETRY_TIMEOUT: Duration = Duration::from_secs(60);
 /// A pod for the agent's node from the API server, in `default`: one busybox container `main`
 /// running `script`, with `spec_extra` spec lines and `container_extra` container lines.
 fn api_pod(node: &str, name: &str, spec_extra: &str, script: &str, container_extra: &str) -> Pod {
-    let manifest = busybox_pod_manifest(
-        &format!(
-            "name: {name}, namespace: default, uid: {name}-{node}, labels: {{app: web}}, \
-             annotations: {{team: blue}}"
-        ),
-        &format!("  nodeName: {node}\n{spec_extra}"),
+    swiftlet_tests::busybox_api_pod(
+        node,
+        name,
+        ", labels: {app: web}, annotations: {team: blue}",
+        spec_extra,
         script,
         container_extra,
-    );
-    serde_yaml_ng::from_str(&manifest).expect("a pod")
+    )
 }
 
 /// The environment of pod `pod`'s container `main`'s first process.

@@ -9,18 +9,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use swiftlet_tests::api_server::ApiServer;
-use swiftlet_tests::{Agent, AgentOptions, Runtime, busybox_pod_manifest};
+use swiftlet_tests::{Agent, AgentOptions, Runtime};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn api_pod(node: &str, name: &str, spec_extra: &str, script: &str, container_extra: &str) -> Pod {
-    let manifest = busybox_pod_manifest(
-        &format!("name: {name}, namespace: default, uid: {name}-{node}"),
-        &format!("  nodeName: {node}\n{spec_extra}"),
-        script,
-        container_extra,
-    );
-    serde_yaml_ng::from_str(&manifest).expect("a pod")
+    swiftlet_tests::busybox_api_pod(node, name, "", spec_extra, script, container_extra)
 }
 
 #[test]

@@ -13,10 +13,13 @@
 //!   or `nodeStatusReportFrequency` (5 m) has passed since the last write. A status write that
 //!   finds the Node gone registers it again (the Go kubelet only does so on a restart).
 //! - The Lease (see [`lease`]) is renewed on its own schedule, whatever the status writes do.
+//! - The pods' statuses are written back, and pods deleted through the API are removed once
+//!   terminated (see [`pod_status`]).
 //!
 //! Every request's outcome is counted in `swiftlet_node_api_requests_total{operation,result}`;
 //! 401 and 403 are logged as credential problems.
 pub mod lease;
+pub mod pod_status;
 pub mod status;
 
 use std::collections::BTreeMap;
@@ -219,6 +222,8 @@ pub struct Inputs {
     /// The conditions the eviction manager holds under pressure.
     pub pressure: watch::Receiver<Vec<&'static str>>,
     pub metrics: Metrics,
+    /// The pods' statuses, written back to the API server ([`pod_status`]).
+    pub status: crate::status::StatusManager,
 }
 
 /// The runtime's problems as the Ready condition words them (none: ready).
@@ -480,6 +485,12 @@ pub async fn run(cfg: Config, kubeconfig: PathBuf, inputs: Inputs, cancel: Cance
         inputs.metrics.clone(),
         cancel.clone(),
     );
+    let pods = pod_status::run(
+        client.clone(),
+        inputs.status.clone(),
+        inputs.metrics.clone(),
+        cancel.clone(),
+    );
     let node = NodeStatusLoop {
         api: Api::all(client),
         cfg,
@@ -488,7 +499,7 @@ pub async fn run(cfg: Config, kubeconfig: PathBuf, inputs: Inputs, cancel: Cance
         owner: owner_tx,
         last: None,
     };
-    tokio::join!(leases, node.run(cancel));
+    tokio::join!(leases, pods, node.run(cancel));
 }
 
 #[cfg(test)]

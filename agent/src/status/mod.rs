@@ -30,6 +30,8 @@ struct Entry {
     terminating: bool,
     /// The eviction manager evicted it, with this message: it fails with reason `Evicted`.
     evicted: Option<String>,
+    /// Its worker finished it: containers stopped, cgroup and directories removed.
+    terminated: bool,
 }
 
 impl Entry {
@@ -40,6 +42,7 @@ impl Entry {
             running_observed: false,
             terminating: false,
             evicted: None,
+            terminated: false,
         }
     }
 }
@@ -95,6 +98,11 @@ pub struct StatusManager {
     metrics: crate::metrics::Metrics,
     /// Readiness and startup probe results, for `ready` and `started`.
     probes: Option<crate::pod::probe_results::Results>,
+    /// The pods whose status (or pod) changed since the API status writer last took them, with
+    /// when each first changed since then.
+    dirty: Arc<Mutex<BTreeMap<String, std::time::Instant>>>,
+    /// Woken on every change of a pod.
+    notify: Arc<tokio::sync::Notify>,
 }
 
 impl StatusManager {
@@ -106,6 +114,8 @@ impl StatusManager {
             host_ip: crate::cm::node_ip(),
             metrics,
             probes: None,
+            dirty: Arc::default(),
+            notify: Arc::default(),
         }
     }
 
@@ -115,9 +125,67 @@ impl StatusManager {
         self.inner.write().ok()
     }
 
-    /// What `/pods` shows changed. Call with the write lock held.
-    fn changed(&self) {
+    /// What `/pods` shows of pod `uid` changed. Call with the write lock held.
+    fn changed(&self, uid: &str) {
         self.version.fetch_add(1, Ordering::Release);
+        self.dirty
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(uid.to_owned())
+            .or_insert_with(std::time::Instant::now);
+        self.notify.notify_one();
+    }
+
+    /// The pods that changed since the last call, with when each first changed (the API status
+    /// writer's feed).
+    pub fn take_changed(&self) -> Vec<(String, std::time::Instant)> {
+        std::mem::take(
+            &mut *self
+                .dirty
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+        .into_iter()
+        .collect()
+    }
+
+    /// Woken (at most one waiter) after a pod changed.
+    pub fn changes(&self) -> Arc<tokio::sync::Notify> {
+        self.notify.clone()
+    }
+
+    /// Every pod known, admitted or rejected.
+    pub fn uids(&self) -> Vec<String> {
+        self.inner.read().map_or_else(
+            |_| Vec::new(),
+            |m| m.pods.keys().chain(m.rejected.keys()).cloned().collect(),
+        )
+    }
+
+    /// What the API server is told of pod `uid`: the pod, its status, and whether its worker
+    /// finished it (its resources are reclaimed).
+    pub fn api_view(&self, uid: &str) -> Option<(Arc<Pod>, PodStatus, bool)> {
+        let map = self.inner.read().ok()?;
+        if let Some(e) = map.pods.get(uid) {
+            return Some((e.pod.clone(), e.status.clone(), e.terminated));
+        }
+        let r = map.rejected.get(uid)?;
+        let pod = r.pod.whole().ok()?;
+        Some((pod, r.status(self.host_ip), true))
+    }
+
+    /// The pod's worker finished it: its containers are stopped and its cgroup and directories
+    /// gone. Called only from the pod's worker.
+    pub fn terminated(&self, uid: &str) {
+        let Some(mut map) = self.write() else {
+            return;
+        };
+        if let Some(e) = map.pods.get_mut(uid)
+            && !e.terminated
+        {
+            e.terminated = true;
+            self.changed(uid);
+        }
     }
 
     /// Lets probe results decide the containers' `ready` and `started`.
@@ -143,12 +211,12 @@ impl StatusManager {
         match map.pods.get_mut(uid) {
             Some(e) => {
                 if !Arc::ptr_eq(&e.pod, &pod) && *e.pod != *pod {
-                    self.changed();
+                    self.changed(uid);
                 }
                 e.pod = pod;
             }
             None => {
-                self.changed();
+                self.changed(uid);
                 let status = PodStatus {
                     phase: Some(Phase::Pending.as_str().into()),
                     host_ip: self.host_ip.map(|ip| ip.to_string()),
@@ -175,7 +243,7 @@ impl StatusManager {
             message: format!("Pod was rejected: {message}").into_boxed_str(),
         };
         map.rejected.insert(uid.to_owned(), rejected);
-        self.changed();
+        self.changed(uid);
     }
 
     /// A rejected pod's source changed it: it stays rejected, shown as it is now.
@@ -187,7 +255,7 @@ impl StatusManager {
             && !r.pod.ptr_eq(&pod)
         {
             r.pod = pod;
-            self.changed();
+            self.changed(uid);
         }
     }
 
@@ -211,7 +279,7 @@ impl StatusManager {
             let pod = map.pods.remove(uid).is_some();
             let rejected = map.rejected.remove(uid).is_some();
             if pod || rejected {
-                self.changed();
+                self.changed(uid);
             }
         }
     }
@@ -264,7 +332,7 @@ impl StatusManager {
             );
         }
         if status != entry.status {
-            self.changed();
+            self.changed(uid);
             entry.status = status;
         }
         first_running
@@ -286,7 +354,7 @@ impl StatusManager {
         generate::not_ready(&mut status, Some(&entry.status));
         if status != entry.status {
             entry.status = status;
-            self.changed();
+            self.changed(uid);
         }
     }
 

@@ -832,3 +832,30 @@ fn an_evicted_pod_fails_with_reason_evicted_and_stays_so() {
     );
     assert!(m.is_terminal("u"));
 }
+
+/// The change feed the API status writer reads: every pod that changed once, a terminated pod
+/// flagged, nothing for a write that changes nothing.
+#[tokio::test]
+async fn changed_pods_are_fed_to_the_writer_once() {
+    let m = StatusManager::new(crate::metrics::Metrics::new());
+    let changes = m.changes();
+    let p = Arc::new(pod("Always", vec![], vec![spec("c", false)]));
+    m.set_pod("u1", p.clone());
+    m.set_pod("u2", p.clone());
+    tokio::time::timeout(std::time::Duration::from_secs(1), changes.notified())
+        .await
+        .expect("a change wakes the writer");
+    let names = |v: Vec<(String, std::time::Instant)>| -> Vec<String> {
+        v.into_iter().map(|(u, _)| u).collect()
+    };
+    assert_eq!(names(m.take_changed()), ["u1", "u2"]);
+    assert!(m.take_changed().is_empty(), "taken once");
+    m.set_pod("u1", p.clone());
+    assert!(m.take_changed().is_empty(), "the same pod is no change");
+    let (_, _, terminated) = m.api_view("u1").expect("known");
+    assert!(!terminated);
+    m.terminated("u1");
+    assert_eq!(names(m.take_changed()), ["u1"]);
+    assert!(m.api_view("u1").expect("known").2);
+    assert_eq!(m.uids(), ["u1", "u2"]);
+}

@@ -63,7 +63,7 @@ pub(super) enum Part {
 
 /// An API error, answered as a `Status`.
 #[derive(Debug)]
-pub(super) struct ApiError {
+pub struct ApiError {
     code: StatusCode,
     reason: &'static str,
     message: String,
@@ -82,7 +82,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn error(code: StatusCode, reason: &'static str, message: String) -> ApiError {
+pub(super) fn error(code: StatusCode, reason: &'static str, message: String) -> ApiError {
     ApiError {
         code,
         reason,
@@ -338,7 +338,7 @@ impl ApiServer {
 }
 
 /// Whether the request's `Accept` asks for a server-side `Table`.
-fn wants_table(headers: &HeaderMap) -> bool {
+pub(super) fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(axum::http::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -362,13 +362,97 @@ fn age(created: &str) -> String {
     }
 }
 
+/// A `Table` of `columns` (name, priority: 1 shows with `-o wide` only; the `Name` column is
+/// the object's name) and `rows` (each its cells and the object they describe).
+fn table(columns: &[(&str, u8)], rows: Vec<(Vec<Value>, &Value)>, rv: u64) -> Value {
+    let columns: Vec<Value> = columns
+        .iter()
+        .map(|(name, priority)| {
+            let format = if *name == "Name" { "name" } else { "" };
+            serde_json::json!({"name": name, "type": "string", "format": format,
+                "description": "", "priority": priority})
+        })
+        .collect();
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .map(|(cells, o)| {
+            serde_json::json!({
+                "cells": cells,
+                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                    "metadata": o["metadata"]},
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "kind": "Table", "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": rv.to_string()},
+        "columnDefinitions": columns,
+        "rows": rows,
+    })
+}
+
+/// The `Table` of `pods` (JSON Pod objects) as `kubectl get pods [-o wide]` prints it: NAME,
+/// READY, STATUS (Terminating, the pod's reason, a container's waiting or terminated reason,
+/// else the phase), RESTARTS, AGE, then IP and NODE.
+pub(super) fn pod_table(pods: &[Value], rv: u64) -> Value {
+    let rows = pods
+        .iter()
+        .map(|p| {
+            let statuses: Vec<&Value> = p["status"]["containerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .collect();
+            let total = p["spec"]["containers"].as_array().map_or(0, Vec::len);
+            let ready = statuses.iter().filter(|c| c["ready"] == true).count();
+            let restarts: i64 = statuses
+                .iter()
+                .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+                .sum();
+            let container_reason = statuses.iter().find_map(|c| {
+                c["state"]["waiting"]["reason"]
+                    .as_str()
+                    .or(c["state"]["terminated"]["reason"].as_str())
+            });
+            let status = if !p["metadata"]["deletionTimestamp"].is_null() {
+                "Terminating"
+            } else {
+                p["status"]["reason"]
+                    .as_str()
+                    .or(container_reason)
+                    .or(p["status"]["phase"].as_str())
+                    .unwrap_or("Pending")
+            };
+            let or_none = |v: &Value| v.as_str().unwrap_or("<none>").to_owned();
+            let cells = vec![
+                p["metadata"]["name"].clone(),
+                Value::from(format!("{ready}/{total}")),
+                Value::from(status),
+                Value::from(restarts),
+                Value::from(age(p["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .unwrap_or(""))),
+                Value::from(or_none(&p["status"]["podIP"])),
+                Value::from(or_none(&p["spec"]["nodeName"])),
+            ];
+            (cells, p)
+        })
+        .collect();
+    let columns = [
+        ("Name", 0),
+        ("Ready", 0),
+        ("Status", 0),
+        ("Restarts", 0),
+        ("Age", 0),
+        ("IP", 1),
+        ("Node", 1),
+    ];
+    table(&columns, rows, rv)
+}
+
 /// The `Table` of `nodes` (JSON Node objects) as `kubectl get nodes` prints it.
 fn node_table(nodes: &[Value], rv: u64) -> Value {
-    let column = |name: &str, format: &str| {
-        serde_json::json!({"name": name, "type": "string", "format": format,
-            "description": "", "priority": 0})
-    };
-    let rows: Vec<Value> = nodes
+    let rows = nodes
         .iter()
         .map(|n| {
             let ready = n["status"]["conditions"]
@@ -391,32 +475,49 @@ fn node_table(nodes: &[Value], rv: u64) -> Value {
             } else {
                 roles.join(",")
             };
-            serde_json::json!({
-                "cells": [
-                    n["metadata"]["name"], status, roles,
-                    age(n["metadata"]["creationTimestamp"].as_str().unwrap_or("")),
-                    n["status"]["nodeInfo"]["kubeletVersion"].as_str().unwrap_or(""),
-                ],
-                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                    "metadata": n["metadata"]},
-            })
+            let cells = vec![
+                n["metadata"]["name"].clone(),
+                Value::from(status),
+                Value::from(roles),
+                Value::from(age(n["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .unwrap_or(""))),
+                Value::from(
+                    n["status"]["nodeInfo"]["kubeletVersion"]
+                        .as_str()
+                        .unwrap_or(""),
+                ),
+            ];
+            (cells, n)
         })
         .collect();
-    serde_json::json!({
-        "kind": "Table", "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": rv.to_string()},
-        "columnDefinitions": [
-            column("Name", "name"), column("Status", ""), column("Roles", ""),
-            column("Age", ""), column("Version", ""),
-        ],
-        "rows": rows,
-    })
+    let columns = [
+        ("Name", 0),
+        ("Status", 0),
+        ("Roles", 0),
+        ("Age", 0),
+        ("Version", 0),
+    ];
+    table(&columns, rows, rv)
+}
+
+/// The key items of a list named `field` merge by in a strategic merge patch (the API's
+/// `patchMergeKey` of the lists a node agent patches), or `None`: the list is replaced.
+fn merge_key(field: &str) -> Option<&'static str> {
+    match field {
+        "conditions" | "addresses" => Some("type"),
+        "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses" => {
+            Some("name")
+        }
+        "podIPs" | "hostIPs" => Some("ip"),
+        _ => None,
+    }
 }
 
 /// Applies merge patch `patch` to `target` (RFC 7386: objects merge key by key, `null`
-/// removes, anything else replaces). `strategic`: lists named `conditions` or `addresses`
-/// whose items are objects merge by their `type` (an item of the patch replaces the target's
-/// item of the same type, new types are appended), as the API's strategic merge does for them.
+/// removes, anything else replaces). `strategic`: the lists [`merge_key`] names merge item by
+/// item on their key (an item of the patch merges into the target's item with the same key,
+/// new keys are appended), as the API's strategic merge does for them.
 pub(super) fn merge(target: &mut Value, patch: &Value, strategic: bool, field: &str) {
     match patch {
         Value::Object(p) => {
@@ -434,14 +535,15 @@ pub(super) fn merge(target: &mut Value, patch: &Value, strategic: bool, field: &
                 }
             }
         }
-        Value::Array(items)
-            if strategic
-                && matches!(field, "conditions" | "addresses")
-                && items.iter().all(|i| i["type"].is_string()) =>
-        {
+        Value::Array(items) if strategic => {
+            let Some(key) = merge_key(field).filter(|k| items.iter().all(|i| i[k].is_string()))
+            else {
+                *target = patch.clone();
+                return;
+            };
             let mut merged: Vec<Value> = target.as_array().cloned().unwrap_or_default();
             for item in items {
-                match merged.iter_mut().find(|m| m["type"] == item["type"]) {
+                match merged.iter_mut().find(|m| m[key] == item[key]) {
                     Some(m) => merge(m, item, strategic, ""),
                     None => merged.push(item.clone()),
                 }

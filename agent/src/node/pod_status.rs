@@ -1,0 +1,257 @@
+//! Pod status write-back: the status the pod workers compute reaches the API server, as the
+//! kubelet's status manager sends it.
+//!
+//! - Woken by every change of a pod in the status manager (and every [`RECONCILE`] for all
+//!   pods), it patches `pods/<name>/status` of each pod of the `api` source whose status differs
+//!   from the one it last wrote; an unchanged status is never written. The patch is a strategic
+//!   merge patch carrying `metadata.uid` (a precondition: a new pod of the same name is not
+//!   written over) and the whole status: the conditions swiftlet does not own (readiness gates,
+//!   a scheduler's) stay as others wrote them.
+//! - A status never goes back from a terminal phase (Succeeded, Failed) to another.
+//! - A pod deleted through the API (it has a `deletionTimestamp`) is terminated by its worker
+//!   with its grace period; once the worker has finished it (containers stopped, cgroup and
+//!   directories gone) and its last status is written, it is deleted with grace 0 and a UID
+//!   precondition, which removes it from the API server.
+//! - A failed write is retried at the next change or reconcile; 404 (the pod is gone) and 409
+//!   (another pod of that name) end the pod's writes.
+//! - `swiftlet_pod_status_write_delay_seconds`: from a pod's change in the status manager to its
+//!   patch answered.
+//!
+//! Static pods have no API object of their own (their status would go to their mirror pod,
+//! which swiftlet does not create yet): they are skipped.
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::pod::Phase;
+use crate::status::StatusManager;
+
+/// How often every pod's status is compared with what was written (the kubelet's 10 s).
+pub const RECONCILE: Duration = Duration::from_secs(10);
+
+/// What to do about one pod after a pass.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Nothing more until it changes again.
+    Done,
+    /// Its status was written (nothing more until it changes again).
+    Written,
+    /// A write failed: try again at the next pass.
+    Retry,
+}
+
+/// The writer's memory of each pod it wrote.
+#[derive(Default)]
+struct Written {
+    status: Option<PodStatus>,
+    /// Deleted from the API server (or found gone).
+    deleted: bool,
+}
+
+/// The status to write over `last`, or `None` when nothing is to be written: it is the same,
+/// or it would take a terminal phase back.
+fn to_write<'a>(last: Option<&PodStatus>, new: &'a PodStatus) -> Option<&'a PodStatus> {
+    let phase = |s: &PodStatus| Phase::of(s.phase.as_deref());
+    match last {
+        Some(l) if l == new => None,
+        Some(l)
+            if phase(l).is_some_and(Phase::is_terminal)
+                && !phase(new).is_some_and(Phase::is_terminal) =>
+        {
+            tracing::warn!(
+                last = ?l.phase,
+                new = ?new.phase,
+                "a pod status would leave its terminal phase: not written"
+            );
+            None
+        }
+        _ => Some(new),
+    }
+}
+
+/// The strategic merge patch that writes `status` to the pod with UID `uid`.
+pub fn status_patch(uid: &str, status: &PodStatus) -> serde_json::Value {
+    serde_json::json!({ "metadata": { "uid": uid }, "status": status })
+}
+
+struct Writer {
+    client: kube::Client,
+    status: StatusManager,
+    metrics: Metrics,
+    written: HashMap<String, Written>,
+}
+
+impl Writer {
+    async fn sync(&mut self, uid: &str) -> Outcome {
+        let Some((pod, status, terminated)) = self.status.api_view(uid) else {
+            self.written.remove(uid);
+            return Outcome::Done;
+        };
+        if crate::pod::source(&pod) != Some(crate::config::API) {
+            return Outcome::Done;
+        }
+        let (Some(ns), Some(name)) = (pod.metadata.namespace.clone(), pod.metadata.name.clone())
+        else {
+            return Outcome::Done;
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let w = self.written.entry(uid.to_owned()).or_default();
+        if w.deleted {
+            return Outcome::Done;
+        }
+        let mut wrote = false;
+        if let Some(new) = to_write(w.status.as_ref(), &status) {
+            let patch = status_patch(uid, new);
+            let sent = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await;
+            match sent {
+                Ok(_) => {
+                    self.metrics.node_api_request("pod_status", "ok");
+                    w.status = Some(new.clone());
+                    wrote = true;
+                }
+                Err(e) => return failed(&self.metrics, "pod_status", &ns, &name, &e, w),
+            }
+        }
+        if pod.metadata.deletion_timestamp.is_none() || !terminated {
+            return if wrote {
+                Outcome::Written
+            } else {
+                Outcome::Done
+            };
+        }
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {
+                self.metrics.node_api_request("pod_delete", "ok");
+                tracing::info!(pod = %format!("{ns}/{name}"), "terminated pod deleted from the API server");
+                w.deleted = true;
+                if wrote {
+                    Outcome::Written
+                } else {
+                    Outcome::Done
+                }
+            }
+            Err(e) => failed(&self.metrics, "pod_delete", &ns, &name, &e, w),
+        }
+    }
+}
+
+/// Counts and logs a failed write; a pod that is gone (404) or replaced (409) is done.
+fn failed(
+    metrics: &Metrics,
+    operation: &'static str,
+    ns: &str,
+    name: &str,
+    e: &kube::Error,
+    w: &mut Written,
+) -> Outcome {
+    let result = super::error_result(e);
+    metrics.node_api_request(operation, result);
+    let pod = format!("{ns}/{name}");
+    match result {
+        "not_found" | "conflict" => {
+            tracing::info!(
+                pod,
+                result,
+                "the pod is gone from the API server: no more writes"
+            );
+            w.deleted = true;
+            Outcome::Done
+        }
+        _ => {
+            tracing::warn!(pod, error = %e, result, operation, "writing to the API server failed");
+            Outcome::Retry
+        }
+    }
+}
+
+/// Writes pod statuses (and deletes finished pods) until `cancel`.
+pub async fn run(
+    client: kube::Client,
+    status: StatusManager,
+    metrics: Metrics,
+    cancel: CancellationToken,
+) {
+    let changes = status.changes();
+    let mut tick = tokio::time::interval(RECONCILE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut writer = Writer {
+        client,
+        status,
+        metrics,
+        written: HashMap::new(),
+    };
+    let mut retry: BTreeMap<String, Instant> = BTreeMap::new();
+    loop {
+        let mut due: BTreeMap<String, Instant> = tokio::select! {
+            () = cancel.cancelled() => return,
+            () = changes.notified() => writer.status.take_changed().into_iter().collect(),
+            _ = tick.tick() => {
+                let now = Instant::now();
+                let mut all: BTreeMap<String, Instant> =
+                    writer.status.uids().into_iter().map(|u| (u, now)).collect();
+                writer.written.retain(|uid, _| all.contains_key(uid));
+                // A change seen before the tick keeps its own time.
+                all.extend(writer.status.take_changed());
+                all
+            }
+        };
+        for (uid, since) in std::mem::take(&mut retry) {
+            due.entry(uid).or_insert(since);
+        }
+        for (uid, since) in due {
+            match writer.sync(&uid).await {
+                Outcome::Retry => {
+                    retry.insert(uid, since);
+                }
+                Outcome::Written => writer
+                    .metrics
+                    .pod_status_write_delay_seconds
+                    .observe(since.elapsed().as_secs_f64()),
+                Outcome::Done => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(phase: &str) -> PodStatus {
+        PodStatus {
+            phase: Some(phase.to_owned()),
+            ..PodStatus::default()
+        }
+    }
+
+    #[test]
+    fn only_a_new_status_is_written_and_never_back_from_terminal() {
+        assert!(to_write(None, &st("Pending")).is_some());
+        assert!(to_write(Some(&st("Running")), &st("Running")).is_none());
+        assert!(to_write(Some(&st("Running")), &st("Failed")).is_some());
+        assert!(to_write(Some(&st("Failed")), &st("Running")).is_none());
+        assert!(to_write(Some(&st("Succeeded")), &st("Failed")).is_some());
+    }
+
+    #[test]
+    fn the_patch_carries_the_uid_precondition_and_the_status() {
+        let p = status_patch("u-1", &st("Running"));
+        assert_eq!(p["metadata"]["uid"], "u-1");
+        assert_eq!(p["status"]["phase"], "Running");
+    }
+}

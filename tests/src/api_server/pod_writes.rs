@@ -1,0 +1,213 @@
+//! Writes to pods, as a node agent makes them, with the API's semantics:
+//!
+//! - `PATCH /api/v1/namespaces/{ns}/pods/{name}/status` (merge or strategic merge patch; the
+//!   strategic one merges `conditions` by type, container statuses by name, pod and host IPs by
+//!   IP). A `metadata.uid` in the patch is a precondition: another UID answers 409. Only the
+//!   status changes; the pod gets a new resourceVersion and watches see MODIFIED.
+//! - `DELETE /api/v1/namespaces/{ns}/pods/{name}` with `DeleteOptions`: the grace period is
+//!   `gracePeriodSeconds`, else the pod's `terminationGracePeriodSeconds`, else 30; a pod bound
+//!   to no node or already terminal (Succeeded, Failed) is deleted at once, as is a grace of 0.
+//!   Otherwise the pod gets `deletionTimestamp` (now + grace) and
+//!   `deletionGracePeriodSeconds` and stays (MODIFIED) until its node deletes it with grace 0;
+//!   a later delete only shortens the grace period. `preconditions.uid` that does not match
+//!   answers 409.
+//!
+//! Every write is recorded ([`super::ApiServer::pod_writes`]) with its time, so tests can
+//! count them.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
+
+use super::ApiServer;
+use super::writable::{ApiError, error, merge};
+
+/// One write to a pod: (when, verb `status` or `delete`, namespace/name, the body).
+pub type PodWrite = (std::time::Instant, &'static str, String, Value);
+
+fn not_found(name: &str) -> ApiError {
+    error(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("pods \"{name}\" not found"),
+    )
+}
+
+fn uid_conflict(want: &str, have: &str) -> ApiError {
+    error(
+        StatusCode::CONFLICT,
+        "Conflict",
+        format!("Precondition failed: UID in precondition: {want}, UID in object meta: {have}"),
+    )
+}
+
+impl ApiServer {
+    /// Every pod write answered so far.
+    pub fn pod_writes(&self) -> Vec<PodWrite> {
+        self.lock().pod_writes.clone()
+    }
+
+    /// The UID of pod `ns/name`.
+    fn pod_uid(&self, ns: &str, name: &str) -> Option<String> {
+        self.pod_named(ns, name)?.metadata.uid
+    }
+
+    fn record(&self, verb: &'static str, ns: &str, name: &str, body: &Value) {
+        let entry = (
+            std::time::Instant::now(),
+            verb,
+            format!("{ns}/{name}"),
+            body.clone(),
+        );
+        self.lock().pod_writes.push(entry);
+    }
+
+    fn patch_pod_status(
+        &self,
+        ns: &str,
+        name: &str,
+        content_type: &str,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        self.record("status", ns, name, patch);
+        let strategic = content_type.starts_with("application/strategic-merge-patch+json");
+        if !strategic && !content_type.starts_with("application/merge-patch+json") {
+            return Err(error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                format!("the patch type {content_type:?} is not supported here"),
+            ));
+        }
+        let uid = self.pod_uid(ns, name).ok_or_else(|| not_found(name))?;
+        if let Some(want) = patch["metadata"]["uid"].as_str()
+            && want != uid
+        {
+            return Err(uid_conflict(want, &uid));
+        }
+        let pod = self
+            .lock()
+            .pods
+            .get(&uid)
+            .cloned()
+            .ok_or_else(|| not_found(name))?;
+        let mut status = serde_json::to_value(&pod.status).unwrap_or(Value::Null);
+        merge(&mut status, &patch["status"], strategic, "");
+        let mut pod = pod;
+        pod.status = serde_json::from_value(status).map_err(|e| {
+            error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                format!("the patched status is not a PodStatus: {e}"),
+            )
+        })?;
+        self.put(pod.clone());
+        Ok(serde_json::to_value(self.lock().pods.get(&uid)).unwrap_or(Value::Null))
+    }
+
+    fn delete_pod(&self, ns: &str, name: &str, body: &[u8]) -> Result<Value, ApiError> {
+        let options: Value = if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(body).map_err(|e| {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!("DeleteOptions: {e}"),
+                )
+            })?
+        };
+        self.record("delete", ns, name, &options);
+        let uid = self.pod_uid(ns, name).ok_or_else(|| not_found(name))?;
+        if let Some(want) = options["preconditions"]["uid"].as_str()
+            && want != uid
+        {
+            return Err(uid_conflict(want, &uid));
+        }
+        let mut pod: Pod = self
+            .lock()
+            .pods
+            .get(&uid)
+            .cloned()
+            .ok_or_else(|| not_found(name))?;
+        let spec = pod.spec.clone().unwrap_or_default();
+        let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+        let mut grace = options["gracePeriodSeconds"]
+            .as_i64()
+            .or(spec.termination_grace_period_seconds)
+            .unwrap_or(30);
+        if spec.node_name.as_deref().unwrap_or("").is_empty()
+            || matches!(phase.as_deref(), Some("Succeeded" | "Failed"))
+        {
+            grace = 0;
+        }
+        if grace <= 0 {
+            self.delete(&uid);
+            return Ok(serde_json::to_value(&pod).unwrap_or(Value::Null));
+        }
+        let shorter = pod
+            .metadata
+            .deletion_grace_period_seconds
+            .is_none_or(|g| grace < g);
+        if shorter {
+            let at = k8s_openapi::jiff::Timestamp::now()
+                + k8s_openapi::jiff::SignedDuration::from_secs(grace);
+            pod.metadata.deletion_timestamp = Some(Time(at));
+            pod.metadata.deletion_grace_period_seconds = Some(grace);
+            self.put(pod.clone());
+        }
+        Ok(serde_json::to_value(&pod).unwrap_or(Value::Null))
+    }
+}
+
+type NsName = Path<(String, String, String)>;
+
+/// `PATCH /api/v1/namespaces/{ns}/{resource}/{name}/status` (pods only).
+pub(super) async fn patch_status(
+    State(server): State<ApiServer>,
+    Path((ns, resource, name)): NsName,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if resource != "pods" {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    let content_type = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let patch: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("the body is not JSON: {e}"),
+            )
+            .into_response();
+        }
+    };
+    match server.patch_pod_status(&ns, &name, &content_type, &patch) {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `DELETE /api/v1/namespaces/{ns}/{resource}/{name}` (pods only).
+pub(super) async fn delete(
+    State(server): State<ApiServer>,
+    Path((ns, resource, name)): NsName,
+    body: Bytes,
+) -> Response {
+    if resource != "pods" {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    match server.delete_pod(&ns, &name, &body) {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,241 @@
+//! Pod status write-back against the in-process API server (no kube-apiserver can run here;
+//! the server keeps the API's semantics for status patches and graceful deletes): the status
+//! of a pod from the API reaches the server with its phase, IPs and container states, keeps the
+//! conditions others own, is written only when it changes, reaches a terminal phase, and a pod
+//! deleted through the API (with kubectl) is stopped and then removed by the node.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use swiftlet_tests::api_server::ApiServer;
+use swiftlet_tests::{Agent, AgentOptions, Runtime, busybox_api_pod, pod_cri_objects};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+struct Cluster {
+    _tokio: tokio::runtime::Runtime,
+    server: ApiServer,
+    _kubeconfig: tempfile::TempDir,
+    agent: Agent,
+}
+
+fn start(rt: &Runtime, name: &str) -> Cluster {
+    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = tokio.block_on(ApiServer::start());
+    let mut opts = AgentOptions::new(name);
+    let kubeconfig = server.point_agent(&mut opts);
+    let agent = Agent::start(rt, opts);
+    Cluster {
+        _tokio: tokio,
+        server,
+        _kubeconfig: kubeconfig,
+        agent,
+    }
+}
+
+/// The server's copy of pod `default/name` once `done` holds for it.
+fn server_pod(c: &Cluster, name: &str, what: &str, done: impl Fn(&Pod) -> bool) -> Pod {
+    c.agent.eventually(what, TIMEOUT, || {
+        let pod = c.server.pod_named("default", name).ok_or("no pod")?;
+        if done(&pod) {
+            Ok(pod)
+        } else {
+            Err(format!("status {:?}", pod.status))
+        }
+    })
+}
+
+fn phase(p: &Pod) -> Option<&str> {
+    p.status.as_ref()?.phase.as_deref()
+}
+
+fn status_writes(server: &ApiServer, name: &str) -> usize {
+    let key = format!("default/{name}");
+    server
+        .pod_writes()
+        .iter()
+        .filter(|(_, verb, pod, _)| *verb == "status" && *pod == key)
+        .count()
+}
+
+#[test]
+fn an_api_pods_status_reaches_the_server_once_per_change_and_keeps_others_conditions() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let c = start(rt, "pod-status");
+    let node = c.agent.node_name().to_owned();
+    let mut pod = busybox_api_pod(&node, "web", "", "", "sleep 3600 & wait", "");
+    // A condition another component owns (a readiness gate's): the node must keep it.
+    pod.status = Some(
+        serde_json::from_value(serde_json::json!({
+            "conditions": [{"type": "example.com/gate", "status": "True"}],
+        }))
+        .expect("a status"),
+    );
+    c.server.put(pod);
+    let running = server_pod(&c, "web", "the pod Running and Ready on the server", |p| {
+        phase(p) == Some("Running")
+            && p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|cs| cs.iter().all(|c| c.ready))
+    });
+    let st = running.status.clone().expect("a status");
+    assert!(st.pod_ip.is_some_and(|ip| !ip.is_empty()), "a pod IP");
+    assert!(st.start_time.is_some());
+    let cs = &st.container_statuses.clone().unwrap_or_default()[0];
+    assert_eq!(cs.name, "main");
+    assert!(cs.state.as_ref().and_then(|s| s.running.as_ref()).is_some());
+    assert!(
+        cs.container_id
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("containerd://")
+    );
+    let conditions: Vec<(String, String)> = st
+        .conditions
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.type_, c.status))
+        .collect();
+    for want in [
+        "example.com/gate",
+        "Ready",
+        "ContainersReady",
+        "Initialized",
+    ] {
+        assert!(
+            conditions.iter().any(|(t, s)| t == want && s == "True"),
+            "{want} True in {conditions:?}"
+        );
+    }
+    // Every write carried the pod's UID as a precondition.
+    let uid = format!("web-{node}");
+    assert!(
+        c.server
+            .pod_writes()
+            .iter()
+            .all(|(_, _, _, body)| body["metadata"]["uid"] == uid.as_str()),
+        "UID preconditions"
+    );
+    // Nothing changes now: no write for longer than a reconcile period.
+    std::thread::sleep(Duration::from_secs(2));
+    let before = status_writes(&c.server, "web");
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(
+        status_writes(&c.server, "web"),
+        before,
+        "an unchanged status is not written"
+    );
+    // The agent's own view agrees with the server's.
+    let local = c.agent.pods();
+    assert_eq!(local.phase("web"), Some("Running"));
+}
+
+#[test]
+fn a_finished_pod_reaches_a_terminal_phase_on_the_server() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let c = start(rt, "pod-status-done");
+    let node = c.agent.node_name().to_owned();
+    c.server.put(busybox_api_pod(
+        &node,
+        "job",
+        "",
+        "  restartPolicy: Never\n",
+        "exit 3",
+        "",
+    ));
+    let done = server_pod(&c, "job", "the pod Failed on the server", |p| {
+        phase(p) == Some("Failed")
+    });
+    let cs = done
+        .status
+        .and_then(|s| s.container_statuses)
+        .unwrap_or_default();
+    let terminated = cs[0]
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .expect("terminated");
+    assert_eq!(terminated.exit_code, 3);
+}
+
+#[test]
+fn a_pod_deleted_with_kubectl_is_stopped_then_removed_by_the_node() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let Some(kubectl) = swiftlet_tests::find_tool("kubectl", "apt-get install kubectl") else {
+        return;
+    };
+    let c = start(rt, "pod-delete");
+    let node = c.agent.node_name().to_owned();
+    let uid = format!("web-{node}");
+    c.server.put(busybox_api_pod(
+        &node,
+        "web",
+        "",
+        "",
+        "trap 'exit 0' TERM; sleep 3600 & wait",
+        "",
+    ));
+    server_pod(&c, "web", "the pod Running on the server", |p| {
+        phase(p) == Some("Running")
+    });
+    let (_dir, kubeconfig) = c.server.kubeconfig_file();
+    let asked = Instant::now();
+    let args: Vec<String> = ["delete", "pod", "web", "-n", "default", "--wait=false"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let out = swiftlet_tests::kubectl_output(&kubectl, &kubeconfig, &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The pod's grace period (2 s) and then the node's delete: gone from the server.
+    c.agent
+        .eventually("the pod gone from the server", TIMEOUT, || {
+            match c.server.pod_named("default", "web") {
+                Some(p) => Err(format!(
+                    "still there, deletionTimestamp {:?}",
+                    p.metadata.deletion_timestamp
+                )),
+                None => Ok(()),
+            }
+        });
+    assert!(asked.elapsed() < Duration::from_secs(60));
+    let deletes: Vec<serde_json::Value> = c
+        .server
+        .pod_writes()
+        .into_iter()
+        .filter(|(_, verb, _, _)| *verb == "delete")
+        .map(|(_, _, _, body)| body)
+        .collect();
+    let by_node = deletes
+        .iter()
+        .find(|d| d["gracePeriodSeconds"] == 0)
+        .unwrap_or_else(|| panic!("no delete with grace 0 in {deletes:?}"));
+    assert_eq!(by_node["preconditions"]["uid"], uid.as_str());
+    // Its containers were stopped before it went.
+    let (_, containers) = pod_cri_objects(c.agent.endpoint(), &uid).expect("CRI");
+    assert!(
+        containers
+            .iter()
+            .all(|ct| ct.state != k8s_cri::v1::ContainerState::ContainerRunning as i32),
+        "{containers:?}"
+    );
+    // kubectl agrees.
+    let args: Vec<String> = ["get", "pod", "web", "-n", "default"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let out = swiftlet_tests::kubectl_output(&kubectl, &kubeconfig, &args);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+}
