@@ -274,6 +274,12 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     };
     tracker.spawn(eviction.run(cancel.clone()));
 
+    // The machine's facts, for the Node and for admission.
+    let root = cfg.root_dir.clone();
+    let machine = tokio::task::spawn_blocking(move || crate::node::status::Machine::read(&root))
+        .await
+        .unwrap_or_default();
+    let admission_node = crate::node::admission_node(&cfg.node, &machine);
     // Cluster membership: the Node, its status and its Lease, when there is an API server.
     if let Some(kubeconfig) = cfg.kubeconfig.clone() {
         let inputs = crate::node::Inputs {
@@ -285,6 +291,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         };
         tracker.spawn(crate::node::run(
             cfg.node.clone(),
+            machine,
             kubeconfig,
             inputs,
             cancel.clone(),
@@ -317,6 +324,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         metrics,
         tracer,
         max_pods: cfg.max_pods as usize,
+        node: admission_node,
     };
     tracker.spawn(sync_loop.run(cancel.clone()));
     tracing::info!(node = %cfg.node_name, "swiftlet started");

@@ -68,6 +68,8 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub tracer: crate::trace::Tracer,
     /// `--max-pods`: admission rejects a new pod beyond this many active ones.
     pub max_pods: usize,
+    /// The node as admission sees it (labels, taints, allocatable cpu and memory).
+    pub node: crate::pod::admission::Node,
 }
 
 fn uid_of(pod: &PodRef) -> Option<String> {
@@ -166,7 +168,14 @@ impl<S: PodSyncer> SyncLoop<S> {
                         self.reject_out_of_pods(&uid, pod, used);
                         continue;
                     }
-                    let Some(pod) = whole(pod) else { continue };
+                    let Some(whole_pod) = whole(pod.clone()) else {
+                        continue;
+                    };
+                    if !known && let Err(why) = self.admit(pods, &whole_pod) {
+                        self.reject(&uid, pod, why.reason, &why.message);
+                        continue;
+                    }
+                    let pod = whole_pod;
                     pods.insert(uid.clone(), pod.clone());
                     used += usize::from(!known);
                     self.status.set_pod(&uid, pod.clone());
@@ -232,14 +241,36 @@ impl<S: PodSyncer> SyncLoop<S> {
 
     /// Admission (the kubelet's pod count check): the node runs `max_pods` pods already, so `pod`
     /// fails at once without a worker, as the kubelet rejects it: phase Failed, reason
-    /// OutOfpods. Admission is the one writer of status besides the pod worker: a rejected pod
-    /// never gets one. It is kept as the mux handed it (packed, for a manifest URL's pods) with
-    /// its reason and message, not among the desired pods.
+    /// OutOfpods.
     fn reject_out_of_pods(&mut self, uid: &str, pod: PodRef, used: usize) {
         let message = format!(
             "Node didn't have enough resource: pods, requested: 1, used: {used}, capacity: {}",
             self.max_pods
         );
+        self.reject(uid, pod, "OutOfpods", &message);
+    }
+
+    /// The kubelet's admission predicates (`pod::admission`): resources against allocatable,
+    /// node selector and affinity, node name, host ports, NoExecute taints, beside the pods
+    /// admitted and not finished.
+    fn admit(
+        &self,
+        pods: &HashMap<String, Arc<Pod>>,
+        pod: &Pod,
+    ) -> Result<(), crate::pod::admission::Rejection> {
+        let active = pods
+            .iter()
+            .filter(|(uid, _)| !self.status.is_terminal(uid))
+            .map(|(_, p)| p.as_ref());
+        crate::pod::admission::admit(pod, active, &self.node)
+    }
+
+    /// A pod admission rejects fails at once without a worker, as the kubelet rejects it: phase
+    /// Failed, `reason`, "Pod was rejected: `message`". Admission is the one writer of status
+    /// besides the pod worker: a rejected pod never gets one. It is kept as the mux handed it
+    /// (packed, for a manifest URL's pods) with its reason and message, not among the desired
+    /// pods.
+    fn reject(&mut self, uid: &str, pod: PodRef, reason: &'static str, message: &str) {
         let meta = pod.metadata();
         tracing::warn!(
             pod = %format!(
@@ -247,16 +278,12 @@ impl<S: PodSyncer> SyncLoop<S> {
                 meta.name.as_deref().unwrap_or_default(),
                 meta.namespace.as_deref().unwrap_or_default()
             ),
+            reason,
             %message,
             "pod rejected"
         );
-        self.metrics
-            .admission_rejections_total
-            .get_or_create(&crate::metrics::ReasonLabel {
-                reason: "OutOfpods",
-            })
-            .inc();
-        self.status.reject(uid, pod, "OutOfpods", &message);
+        self.metrics.admission_rejection(reason);
+        self.status.reject(uid, pod, reason, message);
     }
 
     /// A probe result changed: sync the pod (kubelet `handleProbeSync`), so its status shows the
@@ -391,6 +418,7 @@ mod tests {
             tracer: crate::trace::Tracer::new(metrics.clone()),
             metrics,
             max_pods,
+            node: crate::pod::admission::Node::default(),
         };
         tokio::spawn(sync_loop.run(cancel.clone()));
         Running {

@@ -268,7 +268,9 @@ impl Metrics {
         let admission_rejections_total = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "admission_rejections",
-            "Pods rejected at admission, by reason (OutOfpods: over --max-pods)",
+            "Pods rejected at admission, by reason (OutOfpods: over --max-pods; OutOfcpu, \
+             OutOfmemory, NodeAffinity, NodeName, NodePorts, TaintToleration: the kubelet's \
+             predicates)",
             admission_rejections_total.clone(),
         );
         let node_api_requests_total = Family::<NodeApiLabel, Counter>::default();
@@ -383,6 +385,13 @@ impl Metrics {
             ebpf_reader_drains_total,
             ebpf_reader_empty_drains_total,
         }
+    }
+
+    /// Counts one pod rejected at admission.
+    pub fn admission_rejection(&self, reason: &'static str) {
+        self.admission_rejections_total
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// Counts one membership request to the API server.

@@ -38,6 +38,22 @@ use crate::cri::Cri;
 use crate::metrics::Metrics;
 use crate::pleg::RuntimeState;
 
+/// The node as admission checks pods against it: its name, labels (the defaults and
+/// `--node-labels`), `--register-with-taints`, and allocatable cpu and memory (unchecked when
+/// the machine's could not be read).
+pub fn admission_node(cfg: &Config, machine: &status::Machine) -> crate::pod::admission::Node {
+    let mut labels = cfg.labels.clone();
+    labels.extend(status::default_labels(cfg, machine));
+    let (cpu, memory) = status::allocatable_cpu_memory(cfg, machine);
+    crate::pod::admission::Node {
+        name: cfg.node_name.clone(),
+        labels,
+        taints: cfg.taints.clone(),
+        cpu_millis: (machine.cpus > 0).then_some(cpu),
+        memory_bytes: (machine.memory_bytes > 0).then_some(memory),
+    }
+}
+
 /// The settings, kubelet-named.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
@@ -454,10 +470,17 @@ impl NodeStatusLoop {
     }
 }
 
-/// Cluster membership for the API server of `kubeconfig` until `cancel`: builds the client
+/// Cluster membership for the API server of `kubeconfig` until `cancel` (`machine`: the facts
+/// [`status::Machine::read`] found): builds the client
 /// (retrying while the kubeconfig is unusable), then registers the Node, keeps its status and
 /// renews its Lease.
-pub async fn run(cfg: Config, kubeconfig: PathBuf, inputs: Inputs, cancel: CancellationToken) {
+pub async fn run(
+    cfg: Config,
+    machine: status::Machine,
+    kubeconfig: PathBuf,
+    inputs: Inputs,
+    cancel: CancellationToken,
+) {
     let mut backoff = REGISTER_FIRST;
     let client = loop {
         match crate::config::api::client(&kubeconfig).await {
@@ -472,10 +495,6 @@ pub async fn run(cfg: Config, kubeconfig: PathBuf, inputs: Inputs, cancel: Cance
         }
         backoff = (backoff * 2).min(REGISTER_MAX);
     };
-    let root = cfg.root_dir.clone();
-    let machine = tokio::task::spawn_blocking(move || status::Machine::read(&root))
-        .await
-        .unwrap_or_default();
     let (owner_tx, owner_rx) = watch::channel(None);
     let leases = lease::run(
         Api::namespaced(client.clone(), lease::NAMESPACE),

@@ -133,6 +133,28 @@ pub fn cpu_quantity(millis: u64) -> Quantity {
     }
 }
 
+/// The largest hard eviction threshold of `signal` for a resource of `capacity`.
+fn hard_threshold(cfg: &Config, signal: crate::eviction::Signal, capacity: u64) -> u64 {
+    cfg.eviction_hard
+        .iter()
+        .filter(|t| t.signal == signal)
+        .map(|t| t.amount.of(capacity))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Allocatable cpu (millicores) and memory (bytes), as [`resources`] computes them.
+pub fn allocatable_cpu_memory(cfg: &Config, machine: &Machine) -> (u64, u64) {
+    let memory = machine.memory_bytes;
+    let threshold = hard_threshold(cfg, crate::eviction::Signal::MemoryAvailable, memory);
+    (
+        (machine.cpus * 1000).saturating_sub(cfg.reserved.cpu_millis),
+        memory
+            .saturating_sub(cfg.reserved.memory)
+            .saturating_sub(threshold),
+    )
+}
+
 /// Capacity and allocatable: capacity less `--kube-reserved` and `--system-reserved`, and for
 /// memory and ephemeral storage less the hard eviction threshold of `memory.available` and
 /// `nodefs.available` (the kubelet's formula).
@@ -140,18 +162,10 @@ pub fn resources(
     cfg: &Config,
     machine: &Machine,
 ) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
-    use crate::eviction::Signal;
-    let threshold = |signal: Signal, capacity: u64| {
-        cfg.eviction_hard
-            .iter()
-            .filter(|t| t.signal == signal)
-            .map(|t| t.amount.of(capacity))
-            .max()
-            .unwrap_or(0)
-    };
     let cpu_millis = machine.cpus * 1000;
     let memory = machine.memory_bytes;
     let storage = machine.ephemeral_bytes;
+    let (alloc_cpu, alloc_memory) = allocatable_cpu_memory(cfg, machine);
     let pods = Quantity(cfg.max_pods.to_string());
     let capacity = BTreeMap::from([
         ("cpu".to_owned(), cpu_quantity(cpu_millis)),
@@ -160,24 +174,18 @@ pub fn resources(
         ("pods".to_owned(), pods.clone()),
     ]);
     let allocatable = BTreeMap::from([
-        (
-            "cpu".to_owned(),
-            cpu_quantity(cpu_millis.saturating_sub(cfg.reserved.cpu_millis)),
-        ),
-        (
-            "memory".to_owned(),
-            bytes_quantity(
-                memory
-                    .saturating_sub(cfg.reserved.memory)
-                    .saturating_sub(threshold(Signal::MemoryAvailable, memory)),
-            ),
-        ),
+        ("cpu".to_owned(), cpu_quantity(alloc_cpu)),
+        ("memory".to_owned(), bytes_quantity(alloc_memory)),
         (
             "ephemeral-storage".to_owned(),
             bytes_quantity(
                 storage
                     .saturating_sub(cfg.reserved.ephemeral_storage)
-                    .saturating_sub(threshold(Signal::NodeFsAvailable, storage)),
+                    .saturating_sub(hard_threshold(
+                        cfg,
+                        crate::eviction::Signal::NodeFsAvailable,
+                        storage,
+                    )),
             ),
         ),
         ("pods".to_owned(), pods),

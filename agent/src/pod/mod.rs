@@ -9,6 +9,7 @@
 //! runtime ([`probe_results`]) and the active deadline's arithmetic ([`deadline`]).
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+pub mod admission;
 pub mod annotations;
 pub mod api_references;
 pub mod deadline;

@@ -1,0 +1,154 @@
+//! Admission on the real agent: pods the kubelet's predicates refuse fail at once (phase
+//! Failed, the kubelet's reason and message, never a container) while the others run: more
+//! cpu than the node has (OutOfcpu), a node selector the node's labels do not match
+//! (NodeAffinity), a host port another pod holds (NodePorts), and an API pod that does not
+//! tolerate the node's NoExecute taint (TaintToleration, written back to the API server too).
+
+use std::time::Duration;
+
+use swiftlet_tests::api_server::ApiServer;
+use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, busybox_api_pod, pod_cri_objects};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+fn rejected(list: &PodList, name: &str) -> Option<(String, String)> {
+    let st = list.get(name)?.status.as_ref()?;
+    (st.phase.as_deref() == Some("Failed")).then(|| {
+        (
+            st.reason.clone().unwrap_or_default(),
+            st.message.clone().unwrap_or_default(),
+        )
+    })
+}
+
+#[test]
+fn pods_the_predicates_refuse_fail_with_the_kubelets_reasons() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = tokio.block_on(ApiServer::start());
+    let mut opts = AgentOptions::new("admission");
+    let _kubeconfig = server.point_agent(&mut opts);
+    opts.extra_args.extend([
+        "--node-labels".to_owned(),
+        "zone=a".to_owned(),
+        "--register-with-taints".to_owned(),
+        "dedicated=db:NoExecute".to_owned(),
+    ]);
+    let agent = Agent::start(rt, opts);
+    let node = agent.node_name().to_owned();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    let write = |file: &str, name: &str, spec: &str, container: &str| {
+        agent.write_manifest(
+            file,
+            &agent.busybox_pod(name, spec, "sleep 3600 & wait", container),
+        );
+    };
+    write("fits.yaml", "fits", "  nodeSelector: {zone: a}\n", "");
+    write(
+        "greedy.yaml",
+        "greedy",
+        "",
+        &format!("    resources: {{requests: {{cpu: '{}'}}}}\n", cpus + 1),
+    );
+    write(
+        "elsewhere.yaml",
+        "elsewhere",
+        "  nodeSelector: {zone: b}\n",
+        "",
+    );
+    let port = "    ports: [{containerPort: 80, hostPort: 18080}]\n";
+    write("port-a.yaml", "port-a", "", port);
+    let fits = agent.static_pod_name("fits");
+    let greedy = agent.static_pod_name("greedy");
+    let elsewhere = agent.static_pod_name("elsewhere");
+    let port_a = agent.static_pod_name("port-a");
+    let list = agent.wait_for(
+        |l| {
+            l.is_running(&fits)
+                && rejected(l, &greedy).is_some()
+                && rejected(l, &elsewhere).is_some()
+                && l.get(&port_a).is_some()
+        },
+        TIMEOUT,
+    );
+    let (reason, message) = rejected(&list, &greedy).expect("rejected");
+    assert_eq!(reason, "OutOfcpu");
+    assert_eq!(
+        message,
+        format!(
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: {}, used: 0, \
+             capacity: {}",
+            (cpus + 1) * 1000,
+            cpus * 1000
+        )
+    );
+    assert_eq!(
+        rejected(&list, &elsewhere),
+        Some((
+            "NodeAffinity".to_owned(),
+            "Pod was rejected: Predicate NodeAffinity failed".to_owned()
+        ))
+    );
+    // A second pod on the same host port, once the first is admitted.
+    write("port-b.yaml", "port-b", "", port);
+    let port_b = agent.static_pod_name("port-b");
+    let list = agent.wait_for(|l| rejected(l, &port_b).is_some(), TIMEOUT);
+    assert_eq!(
+        rejected(&list, &port_b).map(|r| r.0).as_deref(),
+        Some("NodePorts")
+    );
+    // Rejected pods never reach the runtime.
+    for name in ["greedy", "elsewhere", "port-b"] {
+        let uid = format!("{name}-{node}");
+        let (sandboxes, containers) = pod_cri_objects(agent.endpoint(), &uid).expect("CRI");
+        assert!(sandboxes.is_empty() && containers.is_empty(), "{name} ran");
+    }
+
+    // API pods: the node's NoExecute taint (static pods are exempt) must be tolerated.
+    server.put(busybox_api_pod(
+        &node,
+        "intolerant",
+        "",
+        "",
+        "sleep 3600",
+        "",
+    ));
+    server.put(busybox_api_pod(
+        &node,
+        "tolerant",
+        "",
+        "  tolerations: [{key: dedicated, operator: Equal, value: db, effect: NoExecute}]\n",
+        "sleep 3600",
+        "",
+    ));
+    let list = agent.wait_for(
+        |l| l.is_running("tolerant") && rejected(l, "intolerant").is_some(),
+        TIMEOUT,
+    );
+    assert_eq!(
+        rejected(&list, "intolerant").map(|r| r.0).as_deref(),
+        Some("TaintToleration")
+    );
+    // The rejection is written back to the API server.
+    agent.eventually("the rejection on the server", TIMEOUT, || {
+        let st = server
+            .pod_named("default", "intolerant")
+            .and_then(|p| p.status)
+            .ok_or("no status")?;
+        (st.reason.as_deref() == Some("TaintToleration") && st.phase.as_deref() == Some("Failed"))
+            .then_some(())
+            .ok_or(format!("{st:?}"))
+    });
+    let metrics = agent.get("/metrics").1;
+    for reason in ["OutOfcpu", "NodeAffinity", "NodePorts", "TaintToleration"] {
+        assert!(
+            metrics.contains(&format!(
+                "swiftlet_admission_rejections_total{{reason=\"{reason}\"}} 1"
+            )),
+            "{reason}: {metrics}"
+        );
+    }
+}
