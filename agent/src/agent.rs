@@ -168,7 +168,9 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cancel.clone(),
     );
 
-    // Sources -> mux.
+    // Sources -> mux. The API source keeps the mirror pods it sees apart (never run), for the
+    // node's mirror pod management.
+    let mirrors = config::api::MirrorPods::default();
     let mut mux = Mux::new();
     let rejections = config::file::Rejections::default();
     if let Some(path) = cfg.pod_manifest_path.clone() {
@@ -203,6 +205,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         let api_cfg = config::api::Config {
             kubeconfig,
             node_name: cfg.node_name.clone(),
+            mirrors: mirrors.clone(),
         };
         let errors = config::ErrorCounter::new(metrics.config_errors_total.clone(), config::API);
         tracker.spawn(config::api::watch(api_cfg, tx, errors, cancel.clone()));
@@ -288,6 +291,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             pressure: pressure_rx,
             metrics: metrics.clone(),
             status: status.clone(),
+            mirrors: mirrors.clone(),
         };
         tracker.spawn(crate::node::run(
             cfg.node.clone(),

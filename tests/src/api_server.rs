@@ -245,7 +245,7 @@ impl ApiServer {
             .route("/api/v1/services", axum::routing::get(all_services))
             .route(
                 "/api/v1/namespaces/{ns}/{resource}",
-                axum::routing::get(namespaced_list),
+                axum::routing::get(namespaced_list).post(pod_writes::create),
             )
             .route(
                 "/api/v1/namespaces/{ns}/{resource}/{name}",

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use swiftlet::api_objects::ApiObjects;
-use swiftlet::config::api::{Config, client, run, watch};
+use swiftlet::config::api::{Config, MirrorPods, client, run, watch};
 use swiftlet::config::{API, ErrorCounter, SourceUpdate, StoredPod};
 use swiftlet::runtime::runtime_class::RuntimeClasses;
 use swiftlet_tests::api_server::{
@@ -33,7 +33,7 @@ impl Harness {
         let client = server.client();
         tokio::spawn({
             let (errors, cancel) = (errors.clone(), cancel.clone());
-            async move { run(client, NODE, tx, errors, cancel).await }
+            async move { run(client, NODE, MirrorPods::default(), tx, errors, cancel).await }
         });
         Harness {
             server,
@@ -213,6 +213,7 @@ async fn kubeconfig_is_read_and_a_bad_one_is_counted_not_fatal() {
     let cfg = Config {
         kubeconfig: good,
         node_name: NODE.to_owned(),
+        mirrors: MirrorPods::default(),
     };
     tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
     match tokio::time::timeout(WAIT, rx.recv()).await {
@@ -233,6 +234,7 @@ async fn kubeconfig_is_read_and_a_bad_one_is_counted_not_fatal() {
     let cfg = Config {
         kubeconfig: bad,
         node_name: NODE.to_owned(),
+        mirrors: MirrorPods::default(),
     };
     let task = tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
     let deadline = tokio::time::Instant::now() + WAIT;

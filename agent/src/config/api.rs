@@ -17,8 +17,9 @@
 //! dropped connections). It has not run against a real API server. https:// servers are served
 //! by rustls (the agent's default `api-tls` cargo feature).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -39,6 +40,80 @@ const MAX_CLIENT_RETRY: Duration = Duration::from_secs(30);
 pub struct Config {
     pub kubeconfig: PathBuf,
     pub node_name: String,
+    /// Where the mirror pods the watch sees are kept (they are never sent to the mux).
+    pub mirrors: MirrorPods,
+}
+
+/// A mirror pod on the API server: the API's copy of a static pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mirror {
+    pub uid: String,
+    /// Its `kubernetes.io/config.mirror` annotation: the hash of the static pod it mirrors.
+    pub hash: String,
+    /// It has a deletion timestamp.
+    pub deleting: bool,
+}
+
+/// The mirror pods bound to this node, by (namespace, name), as the pod watch last saw them.
+/// Mirror pods are never run: the watch keeps them here instead of sending them to the mux.
+#[derive(Debug, Clone, Default)]
+pub struct MirrorPods(Arc<Mutex<BTreeMap<(String, String), Mirror>>>);
+
+impl MirrorPods {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Mirror>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The mirror pod `namespace/name`, if the watch has seen one.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Mirror> {
+        self.lock()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Every mirror pod seen: ((namespace, name), mirror).
+    pub fn all(&self) -> Vec<((String, String), Mirror)> {
+        self.lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// The key and the mirror of `pod` when it is a mirror pod.
+    fn of(pod: &Pod) -> Option<((String, String), Mirror)> {
+        let m = &pod.metadata;
+        let hash = m
+            .annotations
+            .as_ref()?
+            .get(crate::pod::annotations::CONFIG_MIRROR)?;
+        let key = (
+            m.namespace.clone().unwrap_or_else(|| "default".to_owned()),
+            m.name.clone().unwrap_or_default(),
+        );
+        let mirror = Mirror {
+            uid: m.uid.clone().unwrap_or_default(),
+            hash: hash.clone(),
+            deleting: m.deletion_timestamp.is_some(),
+        };
+        Some((key, mirror))
+    }
+
+    fn replace(&self, all: BTreeMap<(String, String), Mirror>) {
+        *self.lock() = all;
+    }
+
+    pub fn upsert(&self, key: (String, String), mirror: Mirror) {
+        self.lock().insert(key, mirror);
+    }
+
+    fn remove(&self, key: &(String, String), uid: &str) {
+        let mut map = self.lock();
+        if map.get(key).is_some_and(|m| m.uid == uid) {
+            map.remove(key);
+        }
+    }
 }
 
 /// Why the API client could not be built.
@@ -103,13 +178,14 @@ pub async fn watch(
         }
         delay = (delay * 2).min(MAX_CLIENT_RETRY);
     };
-    run(client, &cfg.node_name, tx, errors, cancel).await;
+    run(client, &cfg.node_name, cfg.mirrors, tx, errors, cancel).await;
 }
 
 /// Watches the pods bound to `node_name` and feeds the mux.
 pub async fn run(
     client: Client,
     node_name: &str,
+    mirrors: MirrorPods,
     tx: mpsc::Sender<SourceUpdate>,
     errors: ErrorCounter,
     cancel: CancellationToken,
@@ -117,7 +193,10 @@ pub async fn run(
     let api: Api<Pod> = Api::all(client);
     let wc = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
     let mut events = std::pin::pin!(watcher::watcher(api, wc).default_backoff());
-    let mut source = Source::default();
+    let mut source = Source {
+        mirrors,
+        ..Source::default()
+    };
     loop {
         let next = tokio::select! {
             biased;
@@ -153,6 +232,9 @@ struct Source {
     pods: HashMap<String, StoredPod>,
     /// A list in progress (between `Init` and `InitDone`), in list order.
     listing: Option<Vec<StoredPod>>,
+    /// The mirror pods of a list in progress.
+    listing_mirrors: BTreeMap<(String, String), Mirror>,
+    mirrors: MirrorPods,
 }
 
 impl Source {
@@ -160,14 +242,21 @@ impl Source {
         match event {
             Event::Init => {
                 self.listing = Some(Vec::new());
+                self.listing_mirrors.clear();
                 None
             }
             Event::InitApply(pod) => {
+                if let Some((key, mirror)) = MirrorPods::of(&pod) {
+                    self.listing_mirrors.insert(key, mirror);
+                    return None;
+                }
                 let pod = self.ingest(pod)?;
                 self.listing.get_or_insert_with(Vec::new).push(pod);
                 None
             }
             Event::InitDone => {
+                self.mirrors
+                    .replace(std::mem::take(&mut self.listing_mirrors));
                 let listed = self.listing.take().unwrap_or_default();
                 self.pods = listed
                     .iter()
@@ -176,11 +265,19 @@ impl Source {
                 Some(SourceUpdate::Set(listed))
             }
             Event::Apply(pod) => {
+                if let Some((key, mirror)) = MirrorPods::of(&pod) {
+                    self.mirrors.upsert(key, mirror);
+                    return None;
+                }
                 let pod = self.ingest(pod)?;
                 self.pods.insert(pod.uid().to_owned(), pod.clone());
                 Some(SourceUpdate::Update(vec![pod]))
             }
             Event::Delete(pod) => {
+                if let Some((key, mirror)) = MirrorPods::of(&pod) {
+                    self.mirrors.remove(&key, &mirror.uid);
+                    return None;
+                }
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
                 let gone = match self.pods.remove(uid) {
                     Some(stored) => stored,
@@ -202,5 +299,89 @@ impl Source {
             Some(old) if old.fingerprints() == new.fingerprints() => Some(old.clone()),
             _ => Some(new),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, name: &str, mirror: Option<&str>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("default".into());
+        if let Some(hash) = mirror {
+            p.metadata.annotations = Some(
+                [(
+                    crate::pod::annotations::CONFIG_MIRROR.to_owned(),
+                    hash.to_owned(),
+                )]
+                .into(),
+            );
+        }
+        p
+    }
+
+    fn uids(update: Option<SourceUpdate>) -> Vec<String> {
+        match update {
+            Some(
+                SourceUpdate::Set(v)
+                | SourceUpdate::Add(v)
+                | SourceUpdate::Update(v)
+                | SourceUpdate::Remove(v)
+                | SourceUpdate::Delete(v),
+            ) => v.iter().map(|p| p.uid().to_owned()).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn mirror_pods_are_kept_apart_and_never_sent_to_the_mux() {
+        let mirrors = MirrorPods::default();
+        let mut source = Source {
+            mirrors: mirrors.clone(),
+            ..Source::default()
+        };
+        assert!(source.handle(Event::Init).is_none());
+        assert!(
+            source
+                .handle(Event::InitApply(pod("u1", "web", None)))
+                .is_none()
+        );
+        assert!(
+            source
+                .handle(Event::InitApply(pod("m1", "s", Some("h1"))))
+                .is_none()
+        );
+        assert_eq!(uids(source.handle(Event::InitDone)), ["u1"]);
+        let m = mirrors.get("default", "s").expect("the mirror");
+        assert_eq!((m.uid.as_str(), m.hash.as_str()), ("m1", "h1"));
+        // A new mirror of the same pod replaces it; the old one's deletion does not remove it.
+        assert!(
+            source
+                .handle(Event::Apply(pod("m2", "s", Some("h2"))))
+                .is_none()
+        );
+        assert!(
+            source
+                .handle(Event::Delete(pod("m1", "s", Some("h1"))))
+                .is_none()
+        );
+        assert_eq!(
+            mirrors.get("default", "s").map(|m| m.uid),
+            Some("m2".into())
+        );
+        assert!(
+            source
+                .handle(Event::Delete(pod("m2", "s", Some("h2"))))
+                .is_none()
+        );
+        assert!(mirrors.all().is_empty());
+        // A relist forgets the mirrors it no longer finds.
+        source.handle(Event::Apply(pod("m3", "t", Some("h3"))));
+        source.handle(Event::Init);
+        assert_eq!(uids(source.handle(Event::InitDone)), Vec::<String>::new());
+        assert!(mirrors.all().is_empty());
     }
 }

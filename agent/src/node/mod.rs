@@ -240,6 +240,8 @@ pub struct Inputs {
     pub metrics: Metrics,
     /// The pods' statuses, written back to the API server ([`pod_status`]).
     pub status: crate::status::StatusManager,
+    /// The mirror pods the API source sees.
+    pub mirrors: crate::config::api::MirrorPods,
 }
 
 /// The runtime's problems as the Ready condition words them (none: ready).
@@ -500,13 +502,15 @@ pub async fn run(
         Api::namespaced(client.clone(), lease::NAMESPACE),
         cfg.node_name.clone(),
         cfg.lease_duration,
-        owner_rx,
+        owner_rx.clone(),
         inputs.metrics.clone(),
         cancel.clone(),
     );
     let pods = pod_status::run(
         client.clone(),
         inputs.status.clone(),
+        inputs.mirrors.clone(),
+        (cfg.node_name.clone(), owner_rx.clone()),
         inputs.metrics.clone(),
         cancel.clone(),
     );

@@ -17,14 +17,21 @@
 //! - `swiftlet_pod_status_write_delay_seconds`: from a pod's change in the status manager to its
 //!   patch answered.
 //!
-//! Static pods have no API object of their own (their status would go to their mirror pod,
-//! which swiftlet does not create yet): they are skipped.
+//! - A static pod's status goes to its mirror pod: the API's copy of it (same name, namespace,
+//!   labels and spec; annotation `kubernetes.io/config.mirror` = the static pod's hash; owned
+//!   by the Node). The mirror pod is created when missing (once the Node is registered),
+//!   replaced when it mirrors another version of the pod or is being deleted, and deleted once
+//!   its static pod is gone (checked every [`RECONCILE`]). The pod watch keeps the mirror pods
+//!   it sees apart (`config::api::MirrorPods`): they are never run.
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+
+use crate::config::api::{Mirror, MirrorPods};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -48,6 +55,8 @@ enum Outcome {
 /// The writer's memory of each pod it wrote.
 #[derive(Default)]
 struct Written {
+    /// The UID of the API object written (the pod's, or its mirror pod's).
+    target: String,
     status: Option<PodStatus>,
     /// Deleted from the API server (or found gone).
     deleted: bool,
@@ -84,29 +93,181 @@ struct Writer {
     status: StatusManager,
     metrics: Metrics,
     written: HashMap<String, Written>,
+    /// The mirror pods the pod watch sees.
+    mirrors: MirrorPods,
+    /// The Node's UID once registered (a mirror pod's owner).
+    node: tokio::sync::watch::Receiver<Option<String>>,
+    node_name: String,
+}
+
+/// The mirror pod of static pod `pod` whose hash (`kubernetes.io/config.hash`) is `hash`: its
+/// name, namespace, labels and spec, the annotations with `kubernetes.io/config.mirror`, owned
+/// by the Node.
+pub fn mirror_pod(pod: &Pod, hash: &str, owner: OwnerReference) -> Pod {
+    let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    annotations.insert(
+        crate::pod::annotations::CONFIG_MIRROR.to_owned(),
+        hash.to_owned(),
+    );
+    Pod {
+        metadata: ObjectMeta {
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            labels: pod.metadata.labels.clone(),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: pod.spec.clone(),
+        status: None,
+    }
+}
+
+/// Delete options with grace 0 and a UID precondition (the node's deletes).
+fn delete_now(uid: &str) -> DeleteParams {
+    DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
 }
 
 impl Writer {
+    /// The UID of static pod `pod`'s mirror pod, made now when it is missing, or replaced when
+    /// it mirrors another version of the pod or is being deleted (the kubelet's rules); `None`
+    /// for a finished static pod without one. `Err`: try again later (a write failed, or the
+    /// Node, the mirror pod's owner, is not registered yet).
+    async fn mirror_for(
+        &mut self,
+        api: &Api<Pod>,
+        pod: &Pod,
+        ns: &str,
+        name: &str,
+        terminated: bool,
+    ) -> Result<Option<String>, ()> {
+        let hash = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::pod::annotations::CONFIG_HASH))
+            .cloned()
+            .or_else(|| pod.metadata.uid.clone())
+            .unwrap_or_default();
+        let key = format!("{ns}/{name}");
+        match self.mirrors.get(ns, name) {
+            Some(m) if m.hash == hash && !m.deleting => return Ok(Some(m.uid)),
+            Some(m) => {
+                tracing::info!(pod = key, "replacing a stale mirror pod");
+                match api.delete(name, &delete_now(&m.uid)).await {
+                    Ok(_) => self.metrics.node_api_request("mirror_delete", "ok"),
+                    Err(e) if super::error_result(&e) == "not_found" => {}
+                    Err(e) => {
+                        self.metrics
+                            .node_api_request("mirror_delete", super::error_result(&e));
+                        tracing::warn!(pod = key, error = %e, "deleting a stale mirror pod failed");
+                        return Err(());
+                    }
+                }
+            }
+            None if terminated => return Ok(None),
+            None => {}
+        }
+        let Some(node_uid) = self.node.borrow().clone() else {
+            return Err(());
+        };
+        let owner = super::lease::node_owner(&self.node_name, &node_uid);
+        let mirror = mirror_pod(pod, &hash, owner);
+        match api.create(&PostParams::default(), &mirror).await {
+            Ok(created) => {
+                self.metrics.node_api_request("mirror_create", "ok");
+                let uid = created.metadata.uid.clone().unwrap_or_default();
+                tracing::info!(pod = key, mirror_uid = uid, "mirror pod created");
+                self.mirrors.upsert(
+                    (ns.to_owned(), name.to_owned()),
+                    Mirror {
+                        uid: uid.clone(),
+                        hash,
+                        deleting: false,
+                    },
+                );
+                Ok(Some(uid))
+            }
+            Err(e) => {
+                self.metrics
+                    .node_api_request("mirror_create", super::error_result(&e));
+                tracing::warn!(pod = key, error = %e, "creating the mirror pod failed");
+                Err(())
+            }
+        }
+    }
+
+    /// Deletes the mirror pods whose static pod is gone.
+    async fn delete_orphaned_mirrors(&mut self) {
+        for ((ns, name), m) in self.mirrors.all() {
+            let has_static = self.status.find(&ns, &name).is_some_and(|(uid, _)| {
+                self.status
+                    .api_view(&uid)
+                    .is_some_and(|(p, _, _)| crate::pod::is_static(&p))
+            });
+            if has_static {
+                continue;
+            }
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+            match api.delete(&name, &delete_now(&m.uid)).await {
+                Ok(_) => {
+                    self.metrics.node_api_request("mirror_delete", "ok");
+                    tracing::info!(pod = %format!("{ns}/{name}"), "orphaned mirror pod deleted");
+                }
+                Err(e) => {
+                    let result = super::error_result(&e);
+                    self.metrics.node_api_request("mirror_delete", result);
+                    if !matches!(result, "not_found" | "conflict") {
+                        tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "deleting an orphaned mirror pod failed");
+                    }
+                }
+            }
+        }
+    }
+
     async fn sync(&mut self, uid: &str) -> Outcome {
         let Some((pod, status, terminated)) = self.status.api_view(uid) else {
             self.written.remove(uid);
             return Outcome::Done;
         };
-        if crate::pod::source(&pod) != Some(crate::config::API) {
-            return Outcome::Done;
-        }
         let (Some(ns), Some(name)) = (pod.metadata.namespace.clone(), pod.metadata.name.clone())
         else {
             return Outcome::Done;
         };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        // The API object the status goes to: the pod itself, or a static pod's mirror pod.
+        let target = if crate::pod::is_static(&pod) {
+            match self.mirror_for(&api, &pod, &ns, &name, terminated).await {
+                Ok(Some(mirror)) => mirror,
+                Ok(None) => return Outcome::Done,
+                Err(()) => return Outcome::Retry,
+            }
+        } else if crate::pod::source(&pod) == Some(crate::config::API) {
+            uid.to_owned()
+        } else {
+            return Outcome::Done;
+        };
         let w = self.written.entry(uid.to_owned()).or_default();
+        if w.target != target {
+            // A new object (a recreated mirror pod): it has none of the status yet.
+            *w = Written {
+                target: target.clone(),
+                ..Written::default()
+            };
+        }
         if w.deleted {
             return Outcome::Done;
         }
         let mut wrote = false;
         if let Some(new) = to_write(w.status.as_ref(), &status) {
-            let patch = status_patch(uid, new);
+            let patch = status_patch(&target, new);
             let sent = api
                 .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
                 .await;
@@ -126,15 +287,7 @@ impl Writer {
                 Outcome::Done
             };
         }
-        let params = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_owned()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&name, &params).await {
+        match api.delete(&name, &delete_now(uid)).await {
             Ok(_) => {
                 self.metrics.node_api_request("pod_delete", "ok");
                 tracing::info!(pod = %format!("{ns}/{name}"), "terminated pod deleted from the API server");
@@ -183,6 +336,8 @@ fn failed(
 pub async fn run(
     client: kube::Client,
     status: StatusManager,
+    mirrors: MirrorPods,
+    node: (String, tokio::sync::watch::Receiver<Option<String>>),
     metrics: Metrics,
     cancel: CancellationToken,
 ) {
@@ -194,6 +349,9 @@ pub async fn run(
         status,
         metrics,
         written: HashMap::new(),
+        mirrors,
+        node_name: node.0,
+        node: node.1,
     };
     let mut retry: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
@@ -205,6 +363,7 @@ pub async fn run(
                 let mut all: BTreeMap<String, Instant> =
                     writer.status.uids().into_iter().map(|u| (u, now)).collect();
                 writer.written.retain(|uid, _| all.contains_key(uid));
+                writer.delete_orphaned_mirrors().await;
                 // A change seen before the tick keeps its own time.
                 all.extend(writer.status.take_changed());
                 all
@@ -246,6 +405,28 @@ mod tests {
         assert!(to_write(Some(&st("Running")), &st("Failed")).is_some());
         assert!(to_write(Some(&st("Failed")), &st("Running")).is_none());
         assert!(to_write(Some(&st("Succeeded")), &st("Failed")).is_some());
+    }
+
+    #[test]
+    fn a_mirror_pod_copies_the_static_pod_with_its_hash_and_owner() {
+        let mut p = Pod::default();
+        p.metadata.name = Some("web-n1".into());
+        p.metadata.namespace = Some("default".into());
+        p.metadata.uid = Some("static-uid".into());
+        p.metadata.resource_version = Some("7".into());
+        p.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+        p.spec = Some(Default::default());
+        let owner = super::super::lease::node_owner("n1", "node-uid");
+        let m = mirror_pod(&p, "hash-1", owner);
+        assert_eq!(m.metadata.name.as_deref(), Some("web-n1"));
+        assert!(m.metadata.uid.is_none() && m.metadata.resource_version.is_none());
+        assert_eq!(m.metadata.labels, p.metadata.labels);
+        assert_eq!(
+            m.metadata.annotations.unwrap()[crate::pod::annotations::CONFIG_MIRROR],
+            "hash-1"
+        );
+        assert_eq!(m.metadata.owner_references.unwrap()[0].uid, "node-uid");
+        assert!(m.spec.is_some() && m.status.is_none());
     }
 
     #[test]

@@ -12,6 +12,10 @@
 //!   a later delete only shortens the grace period. `preconditions.uid` that does not match
 //!   answers 409.
 //!
+//! - `POST /api/v1/namespaces/{ns}/pods` creates a pod (a node creates mirror pods this way):
+//!   the server sets its UID, creationTimestamp and resourceVersion; a taken name answers 409
+//!   `AlreadyExists`.
+//!
 //! Every write is recorded ([`super::ApiServer::pod_writes`]) with its time, so tests can
 //! count them.
 
@@ -26,7 +30,7 @@ use serde_json::Value;
 use super::ApiServer;
 use super::writable::{ApiError, error, merge};
 
-/// One write to a pod: (when, verb `status` or `delete`, namespace/name, the body).
+/// One write to a pod: (when, verb `create`, `status` or `delete`, namespace/name, the body).
 pub type PodWrite = (std::time::Instant, &'static str, String, Value);
 
 fn not_found(name: &str) -> ApiError {
@@ -105,6 +109,40 @@ impl ApiServer {
             )
         })?;
         self.put(pod.clone());
+        Ok(serde_json::to_value(self.lock().pods.get(&uid)).unwrap_or(Value::Null))
+    }
+
+    fn create_pod(&self, ns: &str, body: &[u8]) -> Result<Value, ApiError> {
+        let mut pod: Pod = serde_json::from_slice(body).map_err(|e| {
+            error(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("not a Pod: {e}"),
+            )
+        })?;
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        self.record(
+            "create",
+            ns,
+            &name,
+            &serde_json::to_value(&pod).unwrap_or_default(),
+        );
+        if self.pod_named(ns, &name).is_some() {
+            return Err(error(
+                StatusCode::CONFLICT,
+                "AlreadyExists",
+                format!("pods \"{name}\" already exists"),
+            ));
+        }
+        let uid = {
+            let mut s = self.lock();
+            s.uids += 1;
+            format!("pod-{:08}", s.uids)
+        };
+        pod.metadata.uid = Some(uid.clone());
+        pod.metadata.namespace = Some(ns.to_owned());
+        pod.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        self.put(pod);
         Ok(serde_json::to_value(self.lock().pods.get(&uid)).unwrap_or(Value::Null))
     }
 
@@ -193,6 +231,21 @@ pub(super) async fn patch_status(
     };
     match server.patch_pod_status(&ns, &name, &content_type, &patch) {
         Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `POST /api/v1/namespaces/{ns}/{resource}` (pods only).
+pub(super) async fn create(
+    State(server): State<ApiServer>,
+    Path((ns, resource)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if resource != "pods" {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    match server.create_pod(&ns, &body) {
+        Ok(v) => (StatusCode::CREATED, axum::Json(v)).into_response(),
         Err(e) => e.into_response(),
     }
 }
