@@ -218,6 +218,36 @@ pub struct ObjectReads {
     pub watches: usize,
 }
 
+/// An agent pointed at a new in-process API server, with what keeps them alive (the server's
+/// tokio runtime and the kubeconfig's directory).
+pub struct Cluster {
+    pub tokio: tokio::runtime::Runtime,
+    pub server: ApiServer,
+    _kubeconfig: tempfile::TempDir,
+    pub agent: crate::Agent,
+}
+
+impl Cluster {
+    /// Starts the server, runs `before` on it, then the agent with `opts` and `--kubeconfig`.
+    pub fn start(
+        rt: &crate::Runtime,
+        mut opts: crate::AgentOptions,
+        before: impl FnOnce(&ApiServer),
+    ) -> Cluster {
+        let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
+        let server = tokio.block_on(ApiServer::start());
+        before(&server);
+        let kubeconfig = server.point_agent(&mut opts);
+        let agent = crate::Agent::start(rt, opts);
+        Cluster {
+            tokio,
+            server,
+            _kubeconfig: kubeconfig,
+            agent,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct ApiServer {
     store: Arc<Mutex<Store>>,

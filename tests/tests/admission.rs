@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use swiftlet_tests::api_server::ApiServer;
-use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, busybox_api_pod, pod_cri_objects};
+use swiftlet_tests::api_server::Cluster;
+use swiftlet_tests::{AgentOptions, PodList, Runtime, busybox_api_pod, pod_cri_objects};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -26,17 +26,14 @@ fn pods_the_predicates_refuse_fail_with_the_kubelets_reasons() {
     let Some(rt) = Runtime::shared() else {
         return;
     };
-    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let server = tokio.block_on(ApiServer::start());
     let mut opts = AgentOptions::new("admission");
-    let _kubeconfig = server.point_agent(&mut opts);
     opts.extra_args.extend([
         "--node-labels".to_owned(),
         "zone=a".to_owned(),
         "--register-with-taints".to_owned(),
         "dedicated=db:NoExecute".to_owned(),
     ]);
-    let agent = Agent::start(rt, opts);
+    let Cluster { server, agent, .. } = &Cluster::start(rt, opts, |_| {});
     let node = agent.node_name().to_owned();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
 

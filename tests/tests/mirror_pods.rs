@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use swiftlet_tests::api_server::ApiServer;
-use swiftlet_tests::{Agent, AgentOptions, Runtime, pod_cri_objects};
+use swiftlet_tests::api_server::Cluster;
+use swiftlet_tests::{AgentOptions, Runtime, pod_cri_objects};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -24,11 +24,7 @@ fn a_static_pod_is_mirrored_with_its_status_and_the_mirror_follows_it() {
     let Some(rt) = Runtime::shared() else {
         return;
     };
-    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let server = tokio.block_on(ApiServer::start());
-    let mut opts = AgentOptions::new("mirror");
-    let _kubeconfig = server.point_agent(&mut opts);
-    let agent = Agent::start(rt, opts);
+    let Cluster { server, agent, .. } = &Cluster::start(rt, AgentOptions::new("mirror"), |_| {});
     let node = agent.node_name().to_owned();
     agent.write_manifest(
         "web.yaml",

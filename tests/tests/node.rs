@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
-use swiftlet_tests::api_server::ApiServer;
+use swiftlet_tests::api_server::{ApiServer, Cluster};
 use swiftlet_tests::cri_proxy::{CriProxy, Fault, Share};
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
 
@@ -56,13 +56,6 @@ fn is_ready(node: &Node) -> bool {
     condition(node, "Ready").is_some_and(|c| c.status == "True")
 }
 
-struct Cluster {
-    tokio: tokio::runtime::Runtime,
-    server: ApiServer,
-    _kubeconfig: tempfile::TempDir,
-    agent: Agent,
-}
-
 /// An agent pointed at a new API server with `args`; `before` runs on the server first.
 fn start(
     rt: &Runtime,
@@ -71,20 +64,10 @@ fn start(
     cri: Option<String>,
     before: impl FnOnce(&ApiServer),
 ) -> Cluster {
-    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let server = tokio.block_on(ApiServer::start());
-    before(&server);
     let mut opts = AgentOptions::new(name);
-    let kubeconfig = server.point_agent(&mut opts);
     opts.extra_args.extend(args);
     opts.cri_endpoint = cri;
-    let agent = Agent::start(rt, opts);
-    Cluster {
-        tokio,
-        server,
-        _kubeconfig: kubeconfig,
-        agent,
-    }
+    Cluster::start(rt, opts, before)
 }
 
 /// kubectl, or None when it is not installed (then `SWIFTLET_REQUIRE_RUNTIME=1` fails).

@@ -7,30 +7,13 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use swiftlet_tests::api_server::ApiServer;
-use swiftlet_tests::{Agent, AgentOptions, Runtime, busybox_api_pod, pod_cri_objects};
+use swiftlet_tests::api_server::{ApiServer, Cluster};
+use swiftlet_tests::{AgentOptions, Runtime, busybox_api_pod, pod_cri_objects};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-struct Cluster {
-    _tokio: tokio::runtime::Runtime,
-    server: ApiServer,
-    _kubeconfig: tempfile::TempDir,
-    agent: Agent,
-}
-
 fn start(rt: &Runtime, name: &str) -> Cluster {
-    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let server = tokio.block_on(ApiServer::start());
-    let mut opts = AgentOptions::new(name);
-    let kubeconfig = server.point_agent(&mut opts);
-    let agent = Agent::start(rt, opts);
-    Cluster {
-        _tokio: tokio,
-        server,
-        _kubeconfig: kubeconfig,
-        agent,
-    }
+    Cluster::start(rt, AgentOptions::new(name), |_| {})
 }
 
 /// The server's copy of pod `default/name` once `done` holds for it.
