@@ -282,7 +282,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let machine = tokio::task::spawn_blocking(move || crate::node::status::Machine::read(&root))
         .await
         .unwrap_or_default();
-    let admission_node = crate::node::admission_node(&cfg.node, &machine);
+    let (admission_tx, admission_rx) =
+        tokio::sync::watch::channel(crate::node::admission_node(&cfg.node, &machine));
     // Cluster membership: the Node, its status and its Lease, when there is an API server.
     if let Some(kubeconfig) = cfg.kubeconfig.clone() {
         let inputs = crate::node::Inputs {
@@ -292,6 +293,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             metrics: metrics.clone(),
             status: status.clone(),
             mirrors: mirrors.clone(),
+            admission: admission_tx,
         };
         tracker.spawn(crate::node::run(
             cfg.node.clone(),
@@ -328,7 +330,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         metrics,
         tracer,
         max_pods: cfg.max_pods as usize,
-        node: admission_node,
+        node: admission_rx,
     };
     tracker.spawn(sync_loop.run(cancel.clone()));
     tracing::info!(node = %cfg.node_name, "swiftlet started");

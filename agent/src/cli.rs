@@ -278,6 +278,9 @@ pub struct Flags {
     /// nodeStatusReportFrequency (5m) passed [default: 10s].
     #[arg(long, value_name = "DURATION")]
     pub node_status_update_frequency: Option<String>,
+    /// How many images (the largest first) the node status lists; -1: all [default: 50].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub node_status_max_images: Option<i32>,
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
@@ -339,6 +342,7 @@ pub struct KubeletConfiguration {
     pub register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
     pub node_status_update_frequency: Option<String>,
     pub node_status_report_frequency: Option<String>,
+    pub node_status_max_images: Option<i32>,
     pub node_lease_duration_seconds: Option<u32>,
     pub system_reserved: Option<std::collections::BTreeMap<String, String>>,
     pub kube_reserved: Option<std::collections::BTreeMap<String, String>>,
@@ -733,6 +737,10 @@ impl Flags {
                 "nodeStatusReportFrequency",
                 file.node_status_report_frequency.as_deref().unwrap_or("5m"),
             )?,
+            max_images: self
+                .node_status_max_images
+                .or(file.node_status_max_images)
+                .unwrap_or(50),
             lease_duration: Duration::from_secs(
                 file.node_lease_duration_seconds.unwrap_or(40).max(1).into(),
             ),

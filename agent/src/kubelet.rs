@@ -68,8 +68,9 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub tracer: crate::trace::Tracer,
     /// `--max-pods`: admission rejects a new pod beyond this many active ones.
     pub max_pods: usize,
-    /// The node as admission sees it (labels, taints, allocatable cpu and memory).
-    pub node: crate::pod::admission::Node,
+    /// The node as admission sees it (labels, taints, allocatable cpu and memory); the node
+    /// module keeps its labels and taints those of the Node in the API server.
+    pub node: tokio::sync::watch::Receiver<crate::pod::admission::Node>,
 }
 
 fn uid_of(pod: &PodRef) -> Option<String> {
@@ -262,7 +263,7 @@ impl<S: PodSyncer> SyncLoop<S> {
             .iter()
             .filter(|(uid, _)| !self.status.is_terminal(uid))
             .map(|(_, p)| p.as_ref());
-        crate::pod::admission::admit(pod, active, &self.node)
+        crate::pod::admission::admit(pod, active, &self.node.borrow())
     }
 
     /// A pod admission rejects fails at once without a worker, as the kubelet rejects it: phase
@@ -418,7 +419,7 @@ mod tests {
             tracer: crate::trace::Tracer::new(metrics.clone()),
             metrics,
             max_pods,
-            node: crate::pod::admission::Node::default(),
+            node: tokio::sync::watch::channel(crate::pod::admission::Node::default()).1,
         };
         tokio::spawn(sync_loop.run(cancel.clone()));
         Running {

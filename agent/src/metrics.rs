@@ -20,8 +20,10 @@ pub struct MethodLabel {
 }
 
 /// Labels of `swiftlet_node_api_requests_total`: which membership request (`register`,
-/// `status`, `lease`) and how it ended (`ok`, `conflict`, `unauthorized`, `forbidden`,
-/// `not_found`, `server_error`, `unreachable`, `kubeconfig`, `error`).
+/// `status`, `lease`, `pod_status`, `pod_delete`, `mirror_create`, `mirror_delete`; the Node
+/// watch's failures as `node_watch`) and how it ended (`ok`, `conflict`, `unauthorized`,
+/// `forbidden`, `not_found`, `server_error`, `tls`, `unreachable`, `kubeconfig`, `expired`,
+/// `error`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeApiLabel {
     pub operation: &'static str,

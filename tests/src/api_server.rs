@@ -34,6 +34,9 @@
 //!   module).
 //! - [`ApiServer::set_available`]`(false)` answers every request with 503, an API server that
 //!   is down; every request's method and path is logged ([`ApiServer::request_log`]).
+//! - [`ApiServer::start_tls`] serves HTTPS and authenticates every request (client certificate
+//!   or bearer token, else 401; see the `tls` module); [`ApiServer::forbid`] answers requests to
+//!   matching paths with 403, as RBAC or the node authorizer refuses them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -51,9 +54,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
 
 mod pod_writes;
+mod tls;
 mod writable;
 
 pub use pod_writes::PodWrite;
+pub use tls::{CERT_USER, Credential, Material, TOKEN_USER};
 
 /// A pod named `name` with UID `uid`, bound to `node`, one container running `image`.
 pub fn pod(uid: &str, name: &str, node: &str, image: &str) -> Pod {
@@ -172,10 +177,16 @@ struct Store {
     objects: BTreeMap<(String, String, String), serde_json::Value>,
     /// Nodes and leases, as JSON (see the `writable` module).
     writable: BTreeMap<writable::Key, serde_json::Value>,
+    /// Their changes: (resourceVersion, event type, key, object).
+    writable_history: Vec<(u64, &'static str, writable::Key, serde_json::Value)>,
     /// UIDs given out so far.
     uids: u64,
     /// Answer every request with 503 while set.
     unavailable: bool,
+    /// Requests whose path contains one of these get 403.
+    forbidden: Vec<String>,
+    /// HTTPS only: requests by the user they authenticated as (`""`: refused with 401).
+    users: BTreeMap<String, usize>,
     /// (when, method, path) of every request.
     request_log: Vec<(std::time::Instant, String, String)>,
     /// Every pod status patch and pod delete.
@@ -231,13 +242,27 @@ impl Cluster {
     /// Starts the server, runs `before` on it, then the agent with `opts` and `--kubeconfig`.
     pub fn start(
         rt: &crate::Runtime,
+        opts: crate::AgentOptions,
+        before: impl FnOnce(&ApiServer),
+    ) -> Cluster {
+        Self::start_with(rt, opts, None, before)
+    }
+
+    /// [`Cluster::start`], with an HTTPS server (see [`ApiServer::start_tls`]) and a kubeconfig
+    /// carrying `credential` when `tls` is given.
+    pub fn start_with(
+        rt: &crate::Runtime,
         mut opts: crate::AgentOptions,
+        tls: Option<Credential>,
         before: impl FnOnce(&ApiServer),
     ) -> Cluster {
         let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
-        let server = tokio.block_on(ApiServer::start());
+        let server = match tls {
+            None => tokio.block_on(ApiServer::start()),
+            Some(_) => tokio.block_on(ApiServer::start_tls()),
+        };
         before(&server);
-        let kubeconfig = server.point_agent(&mut opts);
+        let kubeconfig = server.point_agent_as(&mut opts, tls.unwrap_or(Credential::Token));
         let agent = crate::Agent::start(rt, opts);
         Cluster {
             tokio,
@@ -254,10 +279,23 @@ pub struct ApiServer {
     /// Pinged on every change to the store.
     changed: Arc<watch::Sender<u64>>,
     addr: std::net::SocketAddr,
+    /// The certificates of an HTTPS server.
+    tls: Option<Arc<Material>>,
 }
 
 impl ApiServer {
     pub async fn start() -> ApiServer {
+        Self::start_on(None).await
+    }
+
+    /// An HTTPS server with new certificates (see [`Material`]): every request must carry the
+    /// client certificate or the bearer token of [`ApiServer::kubeconfig_as`].
+    pub async fn start_tls() -> ApiServer {
+        let material = Material::make().expect("test certificates (openssl)");
+        Self::start_on(Some(Arc::new(material))).await
+    }
+
+    async fn start_on(tls: Option<Arc<Material>>) -> ApiServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -266,6 +304,7 @@ impl ApiServer {
             store: Arc::default(),
             changed: Arc::new(watch::channel(0).0),
             addr,
+            tls,
         };
         let app = axum::Router::new()
             .route("/api", axum::routing::get(api_versions))
@@ -308,9 +347,14 @@ impl ApiServer {
                 log_and_gate,
             ))
             .with_state(server.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        match &server.tls {
+            Some(material) => material.serve(listener, app),
+            None => {
+                tokio::spawn(async move {
+                    let _ = axum::serve(listener, app).await;
+                });
+            }
+        }
         server
     }
 
@@ -330,29 +374,61 @@ impl ApiServer {
         kube::Client::try_from(kube::Config::new(url)).expect("client")
     }
 
-    /// A kubeconfig naming this server.
+    /// A kubeconfig naming this server (for an HTTPS server: with its bearer token).
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_as(Credential::Token)
+    }
+
+    /// A kubeconfig naming this server; for an HTTPS server, with the CA and `credential`.
+    pub fn kubeconfig_as(&self, credential: Credential) -> String {
+        let (cluster, user) = match &self.tls {
+            None => (format!("server: http://{}", self.addr), "{}".to_owned()),
+            Some(material) => {
+                let (ca, user) = material.kubeconfig_parts(credential);
+                let cluster = format!(
+                    "server: https://{}\n    certificate-authority-data: {ca}",
+                    self.addr
+                );
+                (cluster, user)
+            }
+        };
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: http://{}\n\
-             users:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
-             current-context: test\n",
-            self.addr
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    {cluster}\n\
+             users:\n- name: test\n  user: {user}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
+             current-context: test\n"
         )
     }
 
     /// [`ApiServer::kubeconfig`] written to `kubeconfig` in a new temporary directory (keep it
     /// while the file is used).
     pub fn kubeconfig_file(&self) -> (tempfile::TempDir, std::path::PathBuf) {
+        self.kubeconfig_file_as(Credential::Token)
+    }
+
+    /// [`ApiServer::kubeconfig_as`] written to a file, as [`ApiServer::kubeconfig_file`].
+    pub fn kubeconfig_file_as(
+        &self,
+        credential: Credential,
+    ) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, self.kubeconfig()).expect("write kubeconfig");
+        std::fs::write(&kubeconfig, self.kubeconfig_as(credential)).expect("write kubeconfig");
         (dir, kubeconfig)
     }
 
     /// Points an agent at this server: writes [`ApiServer::kubeconfig`] into a new temporary
     /// directory and adds `--kubeconfig` to `opts`. Keep the directory while the agent runs.
     pub fn point_agent(&self, opts: &mut crate::AgentOptions) -> tempfile::TempDir {
-        let (dir, kubeconfig) = self.kubeconfig_file();
+        self.point_agent_as(opts, Credential::Token)
+    }
+
+    /// [`ApiServer::point_agent`] with a kubeconfig carrying `credential`.
+    pub fn point_agent_as(
+        &self,
+        opts: &mut crate::AgentOptions,
+        credential: Credential,
+    ) -> tempfile::TempDir {
+        let (dir, kubeconfig) = self.kubeconfig_file_as(credential);
         opts.extra_args
             .extend(["--kubeconfig".into(), kubeconfig.display().to_string()]);
         dir
@@ -405,8 +481,12 @@ impl ApiServer {
     pub fn delete_node(&self, name: &str) {
         let mut s = self.lock();
         s.rv += 1;
-        s.writable
-            .remove(&("nodes", String::new(), name.to_owned()));
+        let key = ("nodes", String::new(), name.to_owned());
+        if let Some(mut gone) = s.writable.remove(&key) {
+            let rv = s.rv;
+            gone["metadata"]["resourceVersion"] = rv.to_string().into();
+            s.writable_history.push((rv, "DELETED", key, gone));
+        }
         drop(s);
         self.notify();
     }
@@ -419,6 +499,16 @@ impl ApiServer {
     /// (when, method, path) of every request so far.
     pub fn request_log(&self) -> Vec<(std::time::Instant, String, String)> {
         self.lock().request_log.clone()
+    }
+
+    /// Answers requests whose path contains `fragment` with 403 from now on.
+    pub fn forbid(&self, fragment: &str) {
+        self.lock().forbidden.push(fragment.to_owned());
+    }
+
+    /// HTTPS only: how many requests each user made (`""`: refused with 401).
+    pub fn users(&self) -> BTreeMap<String, usize> {
+        self.lock().users.clone()
     }
 
     /// The address the server listens on.
@@ -567,6 +657,7 @@ impl ApiServer {
         let mut s = self.lock();
         s.history.clear();
         s.object_history.clear();
+        s.writable_history.clear();
         s.compacted = s.rv;
     }
 
@@ -665,18 +756,46 @@ async fn log_and_gate(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let unavailable = {
+    let user = server.tls.as_ref().map(|_| {
+        let authorization = request
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        Material::authenticate(request.extensions().get(), authorization).unwrap_or_default()
+    });
+    let path = request.uri().path().to_owned();
+    let (unavailable, forbidden) = {
         let mut s = server.lock();
         let entry = (
             std::time::Instant::now(),
             request.method().to_string(),
-            request.uri().path().to_owned(),
+            path.clone(),
         );
         s.request_log.push(entry);
-        s.unavailable
+        if let Some(user) = &user {
+            *s.users.entry(user.clone()).or_default() += 1;
+        }
+        let forbidden = s.forbidden.iter().any(|f| path.contains(f.as_str()));
+        (s.unavailable, forbidden)
     };
     if unavailable {
         return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    let user = match user.as_deref() {
+        Some("") => {
+            let code = axum::http::StatusCode::UNAUTHORIZED;
+            return writable::error(code, "Unauthorized", "Unauthorized".into()).into_response();
+        }
+        Some(u) => u,
+        None => "system:anonymous",
+    };
+    if forbidden {
+        let why = format!(
+            "forbidden: User \"{user}\" cannot {} {path}",
+            request.method()
+        );
+        return writable::error(axum::http::StatusCode::FORBIDDEN, "Forbidden", why)
+            .into_response();
     }
     next.run(request).await
 }

@@ -149,3 +149,87 @@ fn pods_the_predicates_refuse_fail_with_the_kubelets_reasons() {
         );
     }
 }
+
+#[test]
+fn labels_and_taints_set_through_the_api_reach_admission() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    // Status writes every minute: a re-registration within seconds comes from the Node watch.
+    let mut opts = AgentOptions::new("admission-api-labels");
+    opts.extra_args
+        .extend(["--node-status-update-frequency".to_owned(), "1m".to_owned()]);
+    let c = Cluster::start(rt, opts, |_| {});
+    let (server, agent) = (&c.server, &c.agent);
+    let node = agent.node_name().to_owned();
+    agent.eventually("the node registered", TIMEOUT, || {
+        server
+            .node(&node)
+            .map(drop)
+            .ok_or_else(|| "not yet".to_owned())
+    });
+    let ssd = "  nodeSelector: {disk: ssd}\n";
+    server.put(busybox_api_pod(&node, "ssd-1", "", ssd, "sleep 3600", ""));
+    let list = agent.wait_for(|l| rejected(l, "ssd-1").is_some(), TIMEOUT);
+    assert_eq!(
+        rejected(&list, "ssd-1").map(|r| r.0).as_deref(),
+        Some("NodeAffinity")
+    );
+
+    // An administrator labels the node (kubectl label node); the next pod fits.
+    let client = c.tokio.block_on(async { server.client() });
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+    let patch = |body: serde_json::Value| {
+        c.tokio
+            .block_on(nodes.patch(
+                &node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&body),
+            ))
+            .expect("patch the node")
+    };
+    patch(serde_json::json!({"metadata": {"labels": {"disk": "ssd"}}}));
+    agent.eventually("admission sees the label", TIMEOUT, || {
+        agent
+            .log()
+            .contains("admission follows the Node's labels and taints")
+            .then_some(())
+            .ok_or_else(|| "not yet".to_owned())
+    });
+    server.put(busybox_api_pod(&node, "ssd-2", "", ssd, "sleep 3600", ""));
+    agent.wait_for(|l| l.is_running("ssd-2"), TIMEOUT);
+
+    // A NoExecute taint set through the API refuses the next pod that does not tolerate it.
+    patch(serde_json::json!({"spec": {"taints": [{"key": "maintenance", "effect": "NoExecute"}]}}));
+    agent.eventually("admission sees the taint", TIMEOUT, || {
+        let n = agent
+            .log()
+            .matches("admission follows the Node's labels and taints")
+            .count();
+        (n >= 2).then_some(()).ok_or_else(|| "not yet".to_owned())
+    });
+    server.put(busybox_api_pod(&node, "plain", "", "", "sleep 3600", ""));
+    let list = agent.wait_for(|l| rejected(l, "plain").is_some(), TIMEOUT);
+    assert_eq!(
+        rejected(&list, "plain").map(|r| r.0).as_deref(),
+        Some("TaintToleration")
+    );
+    assert!(list.is_running("ssd-2"), "admitted pods are not re-judged");
+
+    // The Node deleted: the watch sees it and the agent registers again at once (its status
+    // loop alone would wait a minute).
+    let old_uid = server.node(&node).and_then(|n| n.metadata.uid);
+    server.delete_node(&node);
+    let started = std::time::Instant::now();
+    agent.eventually("the node registered again", TIMEOUT, || {
+        let uid = server.node(&node).and_then(|n| n.metadata.uid);
+        (uid.is_some() && uid != old_uid)
+            .then_some(())
+            .ok_or_else(|| "not yet".to_owned())
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "re-registered after {:?}",
+        started.elapsed()
+    );
+}

@@ -118,10 +118,31 @@ fn the_node_registers_with_its_labels_resources_and_ready_condition() {
     let memory_kib = swiftlet::cm::machine_memory_bytes().expect("MemTotal") / 1024;
     assert_eq!(capacity["memory"].0, format!("{memory_kib}Ki"));
     let allocatable = status.allocatable.expect("allocatable");
+    // Huge pages (none pre-allocated is `hugepages-2Mi: 0`) are capacity, and not memory.
+    let hugepages =
+        swiftlet::node::status::hugepages(std::path::Path::new("/sys/kernel/mm/hugepages"));
+    let mut hugepage_kib = 0;
+    for (resource, bytes) in &hugepages {
+        assert_eq!(capacity[resource].0, format!("{}Ki", bytes / 1024));
+        assert_eq!(allocatable[resource].0, format!("{}Ki", bytes / 1024));
+        hugepage_kib += bytes / 1024;
+    }
     // The default memory.available<100Mi threshold and the 100Mi reservation.
     assert_eq!(
         allocatable["memory"].0,
-        format!("{}Ki", memory_kib - 200 * 1024)
+        format!("{}Ki", memory_kib - 200 * 1024 - hugepage_kib)
+    );
+    // The runtime's images, the largest first, each with its names.
+    let images = status.images.clone().unwrap_or_default();
+    assert!(!images.is_empty(), "the node's images are listed");
+    let sizes: Vec<i64> = images.iter().map(|i| i.size_bytes.unwrap_or(0)).collect();
+    assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{sizes:?}");
+    assert!(
+        images.iter().all(|i| i
+            .names
+            .as_ref()
+            .is_some_and(|n| !n.is_empty() && n.len() <= 5)),
+        "{images:?}"
     );
     assert_eq!(allocatable["cpu"].0, format!("{}m", cpus * 1000 - 100));
     let addresses: Vec<(String, String)> = status

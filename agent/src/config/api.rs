@@ -133,6 +133,42 @@ pub enum Error {
     },
 }
 
+/// The `result` label of a failed API request: the HTTP status's name for the answers an agent
+/// reacts to, `tls` when the TLS handshake failed (the server's certificate is not trusted, or
+/// it refused the client certificate), else `unreachable`.
+pub fn error_result(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::Api(s) => match s.code {
+            401 => "unauthorized",
+            403 => "forbidden",
+            404 => "not_found",
+            409 => "conflict",
+            500..=599 => "server_error",
+            _ => "error",
+        },
+        other if is_tls_failure(other) => "tls",
+        _ => "unreachable",
+    }
+}
+
+/// Whether a rustls error is somewhere in `e`'s chain of causes (an `io::Error` hides the error
+/// it wraps from `source()`, so those are unwrapped instead).
+fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if err.is::<rustls::Error>() {
+            return true;
+        }
+        next = match err.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    false
+}
+
 /// Builds a client from the kubeconfig file.
 pub async fn client(kubeconfig: &std::path::Path) -> Result<Client, Error> {
     let path = || kubeconfig.to_path_buf();
@@ -207,20 +243,45 @@ pub async fn run(
             None => return,
             Some(Ok(event)) => source.handle(event),
             Some(Err(e)) => {
-                let expired = matches!(&e, watcher::Error::WatchError(s) if s.code == 410);
-                if expired {
-                    tracing::info!(error = %e, "API-server watch expired (410 Gone); relisting");
-                    errors.inc("watch_expired");
-                } else {
-                    tracing::warn!(error = %e, "API-server pod watch failed; retrying with backoff");
-                    errors.inc("watch");
-                }
+                watch_failed(&e, &errors);
                 None
             }
         };
         let Some(update) = update else { continue };
         if !super::send(&tx, update, &cancel).await {
             return;
+        }
+    }
+}
+
+/// Logs and counts a failed list or watch: a 410 relists quietly, refused credentials and TLS
+/// failures are errors an operator must fix (counted as `unauthorized`, `forbidden`, `tls`),
+/// anything else a warning (`watch`).
+fn watch_failed(e: &watcher::Error, errors: &ErrorCounter) {
+    let result = match e {
+        watcher::Error::WatchError(s) if s.code == 410 => {
+            tracing::info!(error = %e, "API-server watch expired (410 Gone); relisting");
+            errors.inc("watch_expired");
+            return;
+        }
+        watcher::Error::WatchError(s) => error_result(&kube::Error::Api(s.clone())),
+        watcher::Error::InitialListFailed(k)
+        | watcher::Error::WatchStartFailed(k)
+        | watcher::Error::WatchFailed(k) => error_result(k),
+        _ => "watch",
+    };
+    match result {
+        "unauthorized" | "forbidden" => {
+            tracing::error!(error = %e, result, "API-server pod watch: the API server refused the kubeconfig's credentials; retrying with backoff");
+            errors.inc(result);
+        }
+        "tls" => {
+            tracing::error!(error = %e, "API-server pod watch: TLS with the API server failed (check the kubeconfig's certificate-authority and client certificate); retrying with backoff");
+            errors.inc(result);
+        }
+        _ => {
+            tracing::warn!(error = %e, "API-server pod watch failed; retrying with backoff");
+            errors.inc("watch");
         }
     }
 }
@@ -383,5 +444,35 @@ mod tests {
         source.handle(Event::Init);
         assert_eq!(uids(source.handle(Event::InitDone)), Vec::<String>::new());
         assert!(mirrors.all().is_empty());
+    }
+
+    #[test]
+    fn failed_requests_are_named_by_what_an_operator_must_fix() {
+        let status = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        assert_eq!(error_result(&status(401)), "unauthorized");
+        assert_eq!(error_result(&status(403)), "forbidden");
+        assert_eq!(error_result(&status(409)), "conflict");
+        assert_eq!(error_result(&status(503)), "server_error");
+        // What hyper's connector hands back for an untrusted server certificate: the rustls
+        // error inside two io::Errors.
+        let untrusted = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let wrapped = std::io::Error::other(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            untrusted,
+        ));
+        assert_eq!(
+            error_result(&kube::Error::Service(Box::new(wrapped))),
+            "tls"
+        );
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            error_result(&kube::Error::Service(Box::new(refused))),
+            "unreachable"
+        );
     }
 }

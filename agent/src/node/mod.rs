@@ -18,6 +18,7 @@
 //!
 //! Every request's outcome is counted in `swiftlet_node_api_requests_total{operation,result}`;
 //! 401 and 403 are logged as credential problems.
+pub mod informer;
 pub mod lease;
 pub mod pod_status;
 pub mod status;
@@ -25,15 +26,17 @@ pub mod status;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::config::api::error_result;
 use crate::cri::Cri;
 use crate::metrics::Metrics;
 use crate::pleg::RuntimeState;
@@ -76,6 +79,8 @@ pub struct Config {
     pub status_report_frequency: Duration,
     /// `nodeLeaseDurationSeconds`.
     pub lease_duration: Duration,
+    /// `--node-status-max-images`: the largest images listed in the status; -1: all.
+    pub max_images: i32,
     /// `--system-reserved` + `--kube-reserved`.
     pub reserved: crate::eviction::Reserved,
     /// `--eviction-hard` (allocatable is also less its memory and nodefs thresholds).
@@ -200,21 +205,6 @@ pub fn parse_taints(value: &str) -> Result<Vec<Taint>, Error> {
     Ok(out)
 }
 
-/// The `result` label of a failed API request.
-pub fn error_result(e: &kube::Error) -> &'static str {
-    match e {
-        kube::Error::Api(s) => match s.code {
-            401 => "unauthorized",
-            403 => "forbidden",
-            404 => "not_found",
-            409 => "conflict",
-            500..=599 => "server_error",
-            _ => "error",
-        },
-        _ => "unreachable",
-    }
-}
-
 fn log_failure(what: &'static str, node: &str, e: &kube::Error) {
     let result = error_result(e);
     if matches!(result, "unauthorized" | "forbidden") {
@@ -223,6 +213,13 @@ fn log_failure(what: &'static str, node: &str, e: &kube::Error) {
             error = %e,
             result,
             "{what}: the API server refused the kubeconfig's credentials"
+        );
+    } else if result == "tls" {
+        tracing::error!(
+            node,
+            error = %e,
+            result,
+            "{what}: TLS with the API server failed (check the kubeconfig's certificate-authority and client certificate)"
         );
     } else {
         tracing::warn!(node, error = %e, result, "{what} failed");
@@ -242,6 +239,9 @@ pub struct Inputs {
     pub status: crate::status::StatusManager,
     /// The mirror pods the API source sees.
     pub mirrors: crate::config::api::MirrorPods,
+    /// What admission checks pods against: the Node's labels and taints as the API server has
+    /// them are put here ([`informer`]).
+    pub admission: watch::Sender<crate::pod::admission::Node>,
 }
 
 /// The runtime's problems as the Ready condition words them (none: ready).
@@ -293,6 +293,8 @@ impl Inputs {
             .await
             .ok()
             .map(|v| format!("{}://{}", v.runtime_name, v.runtime_version));
+        // Kept from the last answer when the runtime does not answer.
+        let images = self.cri.list_images().await.ok();
         let addresses = if cfg.node_ips.is_empty() {
             crate::cm::node_ips()
         } else {
@@ -303,6 +305,7 @@ impl Inputs {
             pressure: self.pressure.borrow().clone(),
             runtime_version,
             addresses,
+            images,
         }
     }
 }
@@ -362,6 +365,8 @@ struct NodeStatusLoop {
     owner: watch::Sender<Option<String>>,
     /// The status last written and when.
     last: Option<(NodeStatus, tokio::time::Instant)>,
+    /// Notified when the Node is deleted from the API server.
+    gone: Arc<Notify>,
 }
 
 impl NodeStatusLoop {
@@ -464,8 +469,17 @@ impl NodeStatusLoop {
                     self.last = None;
                     continue 'join;
                 }
-                if !sleep(self.cfg.status_update_frequency, &cancel).await {
-                    return;
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(self.cfg.status_update_frequency) => {}
+                    () = self.gone.notified() => {
+                        tracing::warn!(
+                            node = self.cfg.node_name,
+                            "the Node was deleted: registering it again"
+                        );
+                        self.last = None;
+                        continue 'join;
+                    }
                 }
             }
         }
@@ -514,6 +528,15 @@ pub async fn run(
         inputs.metrics.clone(),
         cancel.clone(),
     );
+    let gone = Arc::new(Notify::new());
+    let informer = informer::run(
+        Api::all(client.clone()),
+        cfg.node_name.clone(),
+        inputs.admission.clone(),
+        gone.clone(),
+        inputs.metrics.clone(),
+        cancel.clone(),
+    );
     let node = NodeStatusLoop {
         api: Api::all(client),
         cfg,
@@ -521,8 +544,9 @@ pub async fn run(
         inputs,
         owner: owner_tx,
         last: None,
+        gone,
     };
-    tokio::join!(leases, pods, node.run(cancel));
+    tokio::join!(leases, pods, informer, node.run(cancel));
 }
 
 #[cfg(test)]

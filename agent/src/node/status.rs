@@ -5,8 +5,8 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
+    NodeSpec, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -28,6 +28,8 @@ pub struct Machine {
     /// The architecture in Go's naming (`amd64`, `arm64`), as node labels and nodeInfo use it.
     pub architecture: String,
     pub hostname: String,
+    /// Pre-allocated huge pages: (resource name such as `hugepages-2Mi`, bytes).
+    pub hugepages: Vec<(String, u64)>,
 }
 
 /// The first line of file `path`, trimmed; empty when it cannot be read.
@@ -76,8 +78,69 @@ impl Machine {
             os_image: os_image(&std::fs::read_to_string("/etc/os-release").unwrap_or_default()),
             architecture: go_arch(std::env::consts::ARCH),
             hostname,
+            hugepages: hugepages(Path::new("/sys/kernel/mm/hugepages")),
         }
     }
+}
+
+/// The huge pages pre-allocated on the machine, from `dir` (`/sys/kernel/mm/hugepages`: one
+/// `hugepages-<size>kB` directory a page size, its `nr_hugepages`), by page size.
+pub fn hugepages(dir: &Path) -> Vec<(String, u64)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, u64)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let kib: u64 = name
+                .to_str()?
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
+            let pages: u64 = first_line(e.path().join("nr_hugepages")).parse().ok()?;
+            Some((hugepage_resource(kib), pages.saturating_mul(kib * 1024)))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The resource name of huge pages of `kib` KiB: `hugepages-2Mi`, `hugepages-1Gi`.
+fn hugepage_resource(kib: u64) -> String {
+    let size = if kib.is_multiple_of(1 << 20) {
+        format!("{}Gi", kib >> 20)
+    } else if kib.is_multiple_of(1024) {
+        format!("{}Mi", kib >> 10)
+    } else {
+        format!("{kib}Ki")
+    };
+    format!("hugepages-{size}")
+}
+
+/// Most names one image carries in the node status (the kubelet's limit).
+const MAX_NAMES_PER_IMAGE: usize = 5;
+
+/// The node status's images: the largest first, at most `max` of them (-1: all), each named by
+/// its digests then its tags (at most five names), as the kubelet lists them.
+pub fn node_images(mut images: Vec<k8s_cri::v1::Image>, max: i32) -> Vec<ContainerImage> {
+    images.sort_by_key(|i| std::cmp::Reverse(i.size));
+    if let Ok(max) = usize::try_from(max) {
+        images.truncate(max);
+    }
+    images
+        .into_iter()
+        .map(|i| {
+            let mut names = i.repo_digests;
+            names.extend(i.repo_tags);
+            names.truncate(MAX_NAMES_PER_IMAGE);
+            ContainerImage {
+                names: Some(names),
+                size_bytes: i64::try_from(i.size).ok(),
+            }
+        })
+        .collect()
 }
 
 /// The labels swiftlet keeps on its Node: hostname, OS and architecture (a registration of an
@@ -143,15 +206,18 @@ fn hard_threshold(cfg: &Config, signal: crate::eviction::Signal, capacity: u64) 
         .unwrap_or(0)
 }
 
-/// Allocatable cpu (millicores) and memory (bytes), as [`resources`] computes them.
+/// Allocatable cpu (millicores) and memory (bytes), as [`resources`] computes them (memory is
+/// also less the pre-allocated huge pages, which pods cannot use as ordinary memory).
 pub fn allocatable_cpu_memory(cfg: &Config, machine: &Machine) -> (u64, u64) {
     let memory = machine.memory_bytes;
     let threshold = hard_threshold(cfg, crate::eviction::Signal::MemoryAvailable, memory);
+    let hugepages: u64 = machine.hugepages.iter().map(|(_, b)| b).sum();
     (
         (machine.cpus * 1000).saturating_sub(cfg.reserved.cpu_millis),
         memory
             .saturating_sub(cfg.reserved.memory)
-            .saturating_sub(threshold),
+            .saturating_sub(threshold)
+            .saturating_sub(hugepages),
     )
 }
 
@@ -167,13 +233,13 @@ pub fn resources(
     let storage = machine.ephemeral_bytes;
     let (alloc_cpu, alloc_memory) = allocatable_cpu_memory(cfg, machine);
     let pods = Quantity(cfg.max_pods.to_string());
-    let capacity = BTreeMap::from([
+    let mut capacity = BTreeMap::from([
         ("cpu".to_owned(), cpu_quantity(cpu_millis)),
         ("memory".to_owned(), bytes_quantity(memory)),
         ("ephemeral-storage".to_owned(), bytes_quantity(storage)),
         ("pods".to_owned(), pods.clone()),
     ]);
-    let allocatable = BTreeMap::from([
+    let mut allocatable = BTreeMap::from([
         ("cpu".to_owned(), cpu_quantity(alloc_cpu)),
         ("memory".to_owned(), bytes_quantity(alloc_memory)),
         (
@@ -190,6 +256,10 @@ pub fn resources(
         ),
         ("pods".to_owned(), pods),
     ]);
+    for (name, bytes) in &machine.hugepages {
+        capacity.insert(name.clone(), bytes_quantity(*bytes));
+        allocatable.insert(name.clone(), bytes_quantity(*bytes));
+    }
     (capacity, allocatable)
 }
 
@@ -204,6 +274,8 @@ pub struct Observed {
     /// `<runtime name>://<version>`, when the runtime answered.
     pub runtime_version: Option<String>,
     pub addresses: Vec<IpAddr>,
+    /// The runtime's images, when it answered.
+    pub images: Option<Vec<k8s_cri::v1::Image>>,
 }
 
 /// The node's addresses: `--node-ip` (or the machine's) as InternalIP, then the Hostname.
@@ -320,8 +392,13 @@ pub fn node_status(
                 .map(|i| i.container_runtime_version.clone())
         })
         .unwrap_or_default();
+    let images = match &observed.images {
+        Some(images) => node_images(images.clone(), cfg.max_images),
+        None => prev.and_then(|p| p.images.clone()).unwrap_or_default(),
+    };
     NodeStatus {
         capacity: Some(capacity),
+        images: Some(images),
         allocatable: Some(allocatable),
         conditions: Some(conditions),
         addresses: Some(addresses(&observed.addresses, &machine.hostname)),
@@ -546,5 +623,83 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("InternalIP", "10.0.0.5"), ("Hostname", "h")]
         );
+    }
+
+    #[test]
+    fn huge_pages_are_capacity_and_come_out_of_allocatable_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        for (size, pages) in [("2048kB", "512"), ("1048576kB", "2"), ("64kB", "junk")] {
+            let d = dir.path().join(format!("hugepages-{size}"));
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("nr_hugepages"), format!("{pages}\n")).unwrap();
+        }
+        std::fs::create_dir(dir.path().join("unrelated")).unwrap();
+        let pages = hugepages(dir.path());
+        assert_eq!(
+            pages,
+            [
+                ("hugepages-1Gi".to_owned(), 2 << 30),
+                ("hugepages-2Mi".to_owned(), 1 << 30)
+            ]
+        );
+        assert_eq!(hugepage_resource(64), "hugepages-64Ki");
+        assert!(hugepages(&dir.path().join("missing")).is_empty());
+        let m = Machine {
+            hugepages: pages,
+            ..machine()
+        };
+        let (capacity, allocatable) = resources(&cfg(), &m);
+        assert_eq!(capacity["hugepages-2Mi"], bytes_quantity(1 << 30));
+        assert_eq!(allocatable["hugepages-1Gi"], bytes_quantity(2 << 30));
+        assert_eq!(capacity["memory"], bytes_quantity(8 << 30));
+        assert_eq!(
+            allocatable["memory"],
+            bytes_quantity(5 << 30),
+            "8Gi less 3Gi of huge pages"
+        );
+        assert_eq!(allocatable_cpu_memory(&cfg(), &m).1, 5 << 30);
+    }
+
+    #[test]
+    fn images_are_listed_largest_first_with_digests_then_tags() {
+        let image = |size: u64, tags: &[&str], digests: &[&str]| k8s_cri::v1::Image {
+            size,
+            repo_tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            repo_digests: digests.iter().map(|d| (*d).to_owned()).collect(),
+            ..Default::default()
+        };
+        let images = vec![
+            image(10, &["small:1"], &[]),
+            image(
+                300,
+                &["big:1", "big:2", "big:3", "big:4"],
+                &["big@sha256:a", "big@sha256:b"],
+            ),
+            image(200, &["mid:1"], &["mid@sha256:c"]),
+        ];
+        let listed = node_images(images.clone(), 50);
+        let names: Vec<Vec<String>> = listed.iter().map(|i| i.names.clone().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                vec!["big@sha256:a", "big@sha256:b", "big:1", "big:2", "big:3"],
+                vec!["mid@sha256:c", "mid:1"],
+                vec!["small:1"],
+            ]
+        );
+        assert_eq!(listed[0].size_bytes, Some(300));
+        assert_eq!(node_images(images.clone(), 2).len(), 2);
+        assert_eq!(node_images(images.clone(), 0).len(), 0);
+        assert_eq!(node_images(images.clone(), -1).len(), 3);
+        // The runtime not answering keeps the images last listed.
+        let mut c = cfg();
+        c.max_images = 50;
+        let observed = Observed {
+            images: Some(images),
+            ..Observed::default()
+        };
+        let first = node_status(&c, &machine(), &observed, None, &at(1));
+        let later = node_status(&c, &machine(), &Observed::default(), Some(&first), &at(2));
+        assert_eq!(later.images.as_ref().map(Vec::len), Some(3));
     }
 }

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -191,7 +191,9 @@ impl ApiServer {
         }
         obj["kind"] = Value::from(kind.kind);
         obj["apiVersion"] = Value::from(kind.api_version);
-        s.writable.insert(k, obj.clone());
+        s.writable.insert(k.clone(), obj.clone());
+        let rv = s.rv;
+        s.writable_history.push((rv, "ADDED", k, obj.clone()));
         drop(s);
         self.notify();
         Ok(obj)
@@ -227,6 +229,8 @@ impl ApiServer {
         merged["kind"] = Value::from(kind.kind);
         merged["apiVersion"] = Value::from(kind.api_version);
         *stored = merged.clone();
+        s.writable_history
+            .push((rv, "MODIFIED", key(kind, ns, name), merged.clone()));
         drop(s);
         self.notify();
         merged
@@ -315,7 +319,10 @@ impl ApiServer {
             }
         }
         s.rv += 1;
-        let gone = s.writable.remove(&k).unwrap_or_default();
+        let mut gone = s.writable.remove(&k).unwrap_or_default();
+        let rv = s.rv;
+        gone["metadata"]["resourceVersion"] = Value::from(rv.to_string());
+        s.writable_history.push((rv, "DELETED", k, gone.clone()));
         drop(s);
         self.notify();
         Ok(gone)
@@ -568,6 +575,51 @@ fn body_json(body: &Bytes) -> Result<Value, ApiError> {
     parse(body)
 }
 
+/// `GET` of a collection: the list (of the one object a `metadata.name=N` field selector names),
+/// a `Table` of nodes for kubectl, or with `watch=true` the changes after `resourceVersion`.
+async fn collection_get(
+    s: ApiServer,
+    kind: Kind,
+    ns: &str,
+    q: HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Response {
+    let name = q
+        .get("fieldSelector")
+        .and_then(|f| f.strip_prefix("metadata.name="))
+        .map(str::to_owned);
+    if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
+        let ns = ns.to_owned();
+        let select = move |st: &super::Store, after: u64| {
+            let events = st
+                .writable_history
+                .iter()
+                .filter(|(rv, _, (r, n, o), _)| {
+                    *rv > after
+                        && *r == kind.resource
+                        && (ns.is_empty() || *n == ns)
+                        && name.as_ref().is_none_or(|x| x == o)
+                })
+                .map(|(_, event, _, v)| super::line(event, v))
+                .collect();
+            let newest = st.writable_history.last().map_or(0, |(rv, ..)| *rv);
+            (events, newest)
+        };
+        return super::watch_response(s, &q, kind.kind, |st| &mut st.open_object_watches, select)
+            .await;
+    }
+    let mut list = s.list(kind, ns);
+    if let (Some(name), Some(items)) = (&name, list["items"].as_array_mut()) {
+        items.retain(|i| i["metadata"]["name"].as_str() == Some(name));
+    }
+    if kind.kind == NODES.kind && wants_table(headers) {
+        let rv = s.lock().rv;
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        return axum::Json(node_table(&items, rv)).into_response();
+    }
+    axum::Json(list).into_response()
+}
+
 /// The handlers of `kind`'s collection and objects (and `/status` when it has one), to be
 /// routed at `collection` (`.../nodes`, `.../namespaces/{ns}/leases`).
 pub(super) fn routes(kind: Kind, collection: &str) -> axum::Router<ApiServer> {
@@ -578,14 +630,11 @@ pub(super) fn routes(kind: Kind, collection: &str) -> axum::Router<ApiServer> {
         .route(
             collection,
             get(
-                move |State(s): State<ApiServer>, Path(p): PathMap, headers: HeaderMap| async move {
-                    let list = s.list(kind, &names(&p).0);
-                    if kind.kind == NODES.kind && wants_table(&headers) {
-                        let rv = s.lock().rv;
-                        let items = list["items"].as_array().cloned().unwrap_or_default();
-                        return axum::Json(node_table(&items, rv)).into_response();
-                    }
-                    axum::Json(list).into_response()
+                move |State(s): State<ApiServer>,
+                      Path(p): PathMap,
+                      Query(q): Query<HashMap<String, String>>,
+                      headers: HeaderMap| async move {
+                    collection_get(s, kind, &names(&p).0, q, &headers).await
                 },
             )
             .merge(post(
