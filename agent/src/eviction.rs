@@ -8,6 +8,7 @@
 //! it. Critical pods (static, mirror, priority >= 2000000000) are never evicted.
 use crate::cm::ContainerManager;
 use crate::pod::quantity::Quantity;
+use crate::pod::{is_critical, priority};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -231,19 +232,10 @@ pub struct Candidate {
     pub memory: u64,
 }
 
-fn priority(pod: &Pod) -> i32 {
-    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
-}
-
 fn memory_request(pod: &Pod) -> u64 {
     crate::pod::resources::pod_resources(pod)
         .map(|r| r.requests.memory_bytes())
         .unwrap_or(0)
-}
-
-/// Whether the kubelet would never evict `pod`: static, mirror, or of system-critical priority.
-pub fn is_critical(pod: &Pod) -> bool {
-    crate::pod::is_static(pod) || crate::pod::is_mirror(pod) || priority(pod) >= 2_000_000_000
 }
 
 /// The kubelet's order under memory pressure: usage above the request first, then lower

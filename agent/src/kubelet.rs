@@ -165,16 +165,17 @@ impl<S: PodSyncer> SyncLoop<S> {
                         continue;
                     }
                     let known = pods.contains_key(&uid);
-                    if !known && used >= self.max_pods {
-                        self.reject_out_of_pods(&uid, pod, used);
-                        continue;
-                    }
                     let Some(whole_pod) = whole(pod.clone()) else {
                         continue;
                     };
-                    if !known && let Err(why) = self.admit(pods, &whole_pod) {
-                        self.reject(&uid, pod, why.reason, &why.message);
-                        continue;
+                    if !known {
+                        match self.admit(pods, &whole_pod, used) {
+                            Ok(preempted) => self.sync_now(pods, preempted),
+                            Err(why) => {
+                                self.reject(&uid, pod, why.reason, &why.message);
+                                continue;
+                            }
+                        }
                     }
                     let pod = whole_pod;
                     pods.insert(uid.clone(), pod.clone());
@@ -240,30 +241,103 @@ impl<S: PodSyncer> SyncLoop<S> {
         Some((uid, pod))
     }
 
-    /// Admission (the kubelet's pod count check): the node runs `max_pods` pods already, so `pod`
-    /// fails at once without a worker, as the kubelet rejects it: phase Failed, reason
-    /// OutOfpods.
-    fn reject_out_of_pods(&mut self, uid: &str, pod: PodRef, used: usize) {
-        let message = format!(
-            "Node didn't have enough resource: pods, requested: 1, used: {used}, capacity: {}",
-            self.max_pods
-        );
-        self.reject(uid, pod, "OutOfpods", &message);
+    /// Syncs the pods of `uids` now (pods admission preempted: their workers stop them).
+    fn sync_now(&mut self, pods: &HashMap<String, Arc<Pod>>, uids: Vec<String>) {
+        for uid in uids {
+            if let Some(pod) = pods.get(&uid) {
+                self.workers
+                    .update_pod(&uid, Work::new(UpdateType::Sync, pod.clone()));
+            }
+        }
     }
 
-    /// The kubelet's admission predicates (`pod::admission`): resources against allocatable,
-    /// node selector and affinity, node name, host ports, NoExecute taints, beside the pods
-    /// admitted and not finished.
+    /// The kubelet's admission (`pod::admission`) of a new pod beside the pods admitted and
+    /// neither finished nor being evicted (`used` of them count against `--max-pods`): the pod
+    /// count (OutOfpods), resources against allocatable, node selector and affinity, node name,
+    /// host ports, NoExecute taints. A critical pod refused only for want of pods, cpu or memory
+    /// is admitted by preempting others ([`SyncLoop::preempt`]); their UIDs are returned.
     fn admit(
         &self,
         pods: &HashMap<String, Arc<Pod>>,
         pod: &Pod,
-    ) -> Result<(), crate::pod::admission::Rejection> {
-        let active = pods
+        used: usize,
+    ) -> Result<Vec<String>, crate::pod::admission::Rejection> {
+        use crate::pod::admission::{Rejection, admit};
+        let active: Vec<(&String, &Pod)> = pods
             .iter()
-            .filter(|(uid, _)| !self.status.is_terminal(uid))
-            .map(|(_, p)| p.as_ref());
-        crate::pod::admission::admit(pod, active, &self.node.borrow())
+            .filter(|(uid, _)| !self.status.is_terminal(uid) && !self.status.is_evicted(uid))
+            .map(|(uid, p)| (uid, p.as_ref()))
+            .collect();
+        let node = self.node.borrow().clone();
+        let refusal = if used >= self.max_pods {
+            Rejection {
+                reason: "OutOfpods",
+                message: format!(
+                    "Node didn't have enough resource: pods, requested: 1, used: {used}, \
+                     capacity: {}",
+                    self.max_pods
+                ),
+            }
+        } else {
+            match admit(pod, active.iter().map(|(_, p)| *p), &node) {
+                Ok(()) => return Ok(Vec::new()),
+                Err(why) => why,
+            }
+        };
+        let for_resources = matches!(refusal.reason, "OutOfpods" | "OutOfcpu" | "OutOfmemory");
+        if !for_resources || !crate::pod::is_critical(pod) {
+            return Err(refusal);
+        }
+        self.preempt(pod, &active, &node)
+    }
+
+    /// Makes room for the critical `pod` as the kubelet's critical pod admission does: a
+    /// predicate other than resources that fails is the rejection; else the pods to preempt are
+    /// picked among `active` (`pod::admission::preemption_victims`) and marked evicted (phase
+    /// Failed, reason `Preempting`), and their UIDs returned. When no set of pods frees enough,
+    /// the rejection is the kubelet's `UnexpectedAdmissionError`, and nothing is preempted.
+    fn preempt(
+        &self,
+        pod: &Pod,
+        active: &[(&String, &Pod)],
+        node: &crate::pod::admission::Node,
+    ) -> Result<Vec<String>, crate::pod::admission::Rejection> {
+        use crate::pod::admission;
+        let others: Vec<&Pod> = active.iter().map(|(_, p)| *p).collect();
+        let unlimited = admission::Node {
+            cpu_millis: None,
+            memory_bytes: None,
+            ..node.clone()
+        };
+        admission::admit(pod, others.iter().copied(), &unlimited)?;
+        let needs = admission::shortfalls(pod, &others, node, self.max_pods);
+        let victims = admission::preemption_victims(pod, &others, &needs).map_err(|e| {
+            admission::Rejection {
+                reason: "UnexpectedAdmissionError",
+                message: format!(
+                    "Unexpected error while attempting to recover from admission failure: \
+                     preemption: error finding a set of pods to preempt: {e}"
+                ),
+            }
+        })?;
+        let is_victim = |p: &Pod| victims.iter().any(|v| std::ptr::eq(*v, p));
+        let mut preempted = Vec::new();
+        for (uid, victim) in active.iter().filter(|(_, p)| is_victim(p)) {
+            tracing::warn!(
+                pod = %crate::pod::full_name(victim),
+                critical_pod = %crate::pod::full_name(pod),
+                "preempting a pod to admit a critical pod"
+            );
+            if self.status.evict_as(
+                uid,
+                crate::status::PREEMPTING,
+                crate::status::PREEMPTED_MESSAGE,
+            ) {
+                self.metrics.admission_rejection(crate::status::PREEMPTING);
+                preempted.push((*uid).clone());
+            }
+        }
+        Ok(preempted)
     }
 
     /// A pod admission rejects fails at once without a worker, as the kubelet rejects it: phase

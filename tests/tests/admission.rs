@@ -71,16 +71,16 @@ fn pods_the_predicates_refuse_fail_with_the_kubelets_reasons() {
         },
         TIMEOUT,
     );
+    // A static pod is critical: refused for cpu, it would preempt others, but even all of
+    // them would not free enough (the kubelet's UnexpectedAdmissionError).
     let (reason, message) = rejected(&list, &greedy).expect("rejected");
-    assert_eq!(reason, "OutOfcpu");
-    assert_eq!(
-        message,
-        format!(
-            "Pod was rejected: Node didn't have enough resource: cpu, requested: {}, used: 0, \
-             capacity: {}",
-            (cpus + 1) * 1000,
-            cpus * 1000
-        )
+    assert_eq!(reason, "UnexpectedAdmissionError");
+    assert!(
+        message.ends_with(
+            "preemption: error finding a set of pods to preempt: no set of running pods found \
+             to reclaim resources: [(res: cpu, q: 1000)]"
+        ),
+        "{message}"
     );
     assert_eq!(
         rejected(&list, &elsewhere),
@@ -121,13 +121,36 @@ fn pods_the_predicates_refuse_fail_with_the_kubelets_reasons() {
         "sleep 3600",
         "",
     ));
+    server.put(busybox_api_pod(
+        &node,
+        "greedy-api",
+        "",
+        "  tolerations: [{key: dedicated, operator: Exists}]\n",
+        "sleep 3600",
+        &format!("    resources: {{requests: {{cpu: '{}'}}}}\n", cpus + 1),
+    ));
     let list = agent.wait_for(
-        |l| l.is_running("tolerant") && rejected(l, "intolerant").is_some(),
+        |l| {
+            l.is_running("tolerant")
+                && rejected(l, "intolerant").is_some()
+                && rejected(l, "greedy-api").is_some()
+        },
         TIMEOUT,
     );
     assert_eq!(
         rejected(&list, "intolerant").map(|r| r.0).as_deref(),
         Some("TaintToleration")
+    );
+    let (reason, message) = rejected(&list, "greedy-api").expect("rejected");
+    assert_eq!(reason, "OutOfcpu");
+    assert_eq!(
+        message,
+        format!(
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: {}, used: 0, \
+             capacity: {}",
+            (cpus + 1) * 1000,
+            cpus * 1000
+        )
     );
     // The rejection is written back to the API server.
     agent.eventually("the rejection on the server", TIMEOUT, || {
@@ -140,7 +163,13 @@ fn pods_the_predicates_refuse_fail_with_the_kubelets_reasons() {
             .ok_or(format!("{st:?}"))
     });
     let metrics = agent.get("/metrics").1;
-    for reason in ["OutOfcpu", "NodeAffinity", "NodePorts", "TaintToleration"] {
+    for reason in [
+        "UnexpectedAdmissionError",
+        "OutOfcpu",
+        "NodeAffinity",
+        "NodePorts",
+        "TaintToleration",
+    ] {
         assert!(
             metrics.contains(&format!(
                 "swiftlet_admission_rejections_total{{reason=\"{reason}\"}} 1"
@@ -232,4 +261,78 @@ fn labels_and_taints_set_through_the_api_reach_admission() {
         "re-registered after {:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn a_static_pod_preempts_an_api_pod_on_a_full_node() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let mut opts = AgentOptions::new("admission-preempt");
+    opts.extra_args
+        .extend(["--max-pods".to_owned(), "2".to_owned()]);
+    let c = Cluster::start(rt, opts, |_| {});
+    let (server, agent) = (&c.server, &c.agent);
+    let node = agent.node_name().to_owned();
+    for name in ["low-a", "low-b"] {
+        server.put(busybox_api_pod(&node, name, "", "", "sleep 3600", ""));
+    }
+    agent.wait_for(|l| l.is_running("low-a") && l.is_running("low-b"), TIMEOUT);
+
+    // The node is full; a static pod is critical: one of the API pods makes room.
+    let manifest = agent.busybox_pod("critical", "", "sleep 3600", "");
+    agent.write_manifest("critical.yaml", &manifest);
+    let critical = agent.static_pod_name("critical");
+    let preempted = |l: &PodList| {
+        ["low-a", "low-b"].into_iter().find(|n| {
+            l.get(n)
+                .and_then(|p| p.status.as_ref())
+                .is_some_and(|s| s.reason.as_deref() == Some("Preempting"))
+        })
+    };
+    let list = agent.wait_for(
+        |l| l.is_running(&critical) && preempted(l).is_some(),
+        TIMEOUT,
+    );
+    let victim = preempted(&list).expect("a preempted pod");
+    let spared = if victim == "low-a" { "low-b" } else { "low-a" };
+    assert!(list.is_running(spared), "one pod is enough");
+    let st = list
+        .get(victim)
+        .and_then(|p| p.status.clone())
+        .expect("status");
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(
+        st.message.as_deref(),
+        Some("Preempted in order to admit critical pod")
+    );
+    // Its containers are stopped, and the server shows why.
+    agent.eventually("the preempted pod's containers gone", TIMEOUT, || {
+        let uid = server
+            .pod_named("default", victim)
+            .and_then(|p| p.metadata.uid)
+            .ok_or("no pod")?;
+        let (_, containers) = pod_cri_objects(agent.endpoint(), &uid).map_err(|e| e.to_string())?;
+        let running = containers.iter().filter(|c| c.state == 1).count();
+        (running == 0)
+            .then_some(())
+            .ok_or(format!("{running} running containers"))
+    });
+    agent.eventually("the preemption on the server", TIMEOUT, || {
+        let st = server
+            .pod_named("default", victim)
+            .and_then(|p| p.status)
+            .ok_or("no status")?;
+        (st.reason.as_deref() == Some("Preempting"))
+            .then_some(())
+            .ok_or(format!("{st:?}"))
+    });
+    // An ordinary pod does not preempt: the node is full for it.
+    server.put(busybox_api_pod(&node, "late", "", "", "sleep 3600", ""));
+    let list = agent.wait_for(|l| rejected(l, "late").is_some(), TIMEOUT);
+    assert_eq!(
+        rejected(&list, "late").map(|r| r.0).as_deref(),
+        Some("OutOfpods")
+    );
+    assert!(list.is_running(spared) && list.is_running(&critical));
 }

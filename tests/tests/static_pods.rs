@@ -280,12 +280,16 @@ fn pods_over_max_pods_are_rejected_and_bad_input_is_not_echoed() {
         .get(&second)
         .and_then(|p| p.status.as_ref())
         .expect("status");
-    assert_eq!(status.reason.as_deref(), Some("OutOfpods"), "{status:?}");
+    // Static pods are critical: the second would preempt a pod that is not, but the first is
+    // critical too, so it is refused as the kubelet refuses it.
+    assert_eq!(
+        status.reason.as_deref(),
+        Some("UnexpectedAdmissionError"),
+        "{status:?}"
+    );
     assert!(
-        status
-            .message
-            .as_deref()
-            .is_some_and(|m| m.contains("used: 1, capacity: 1")),
+        status.message.as_deref().is_some_and(|m| m
+            .contains("no set of running pods found to reclaim resources: [(res: pods, q: 1)]")),
         "{status:?}"
     );
     let uid = list.uid(&second).expect("uid").to_owned();
@@ -323,7 +327,8 @@ fn pods_over_max_pods_are_rejected_and_bad_input_is_not_echoed() {
     assert!(!agent.log().contains("5ecr3t"), "the log echoes the value");
     let (_, metrics) = agent.get("/metrics");
     assert!(
-        metrics.contains("swiftlet_admission_rejections_total{reason=\"OutOfpods\"} 1"),
+        metrics
+            .contains("swiftlet_admission_rejections_total{reason=\"UnexpectedAdmissionError\"} 1"),
         "{metrics}"
     );
     assert!(

@@ -230,6 +230,171 @@ pub fn admit<'a>(
     Ok(())
 }
 
+/// A resource a critical pod lacks, and how much of it: cpu (millicores), memory (bytes) or
+/// pods (count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shortfall {
+    pub resource: &'static str,
+    pub amount: u64,
+}
+
+/// What `pod` lacks to fit beside the `admitted` pods: cpu and memory beyond allocatable, and a
+/// pod slot when `admitted` already holds `max_pods`. Empty: it fits.
+pub fn shortfalls(pod: &Pod, admitted: &[&Pod], node: &Node, max_pods: usize) -> Vec<Shortfall> {
+    let (cpu, memory) = requests(pod);
+    let (mut used_cpu, mut used_memory) = (0u64, 0u64);
+    for p in admitted {
+        let (c, m) = requests(p);
+        used_cpu = used_cpu.saturating_add(c);
+        used_memory = used_memory.saturating_add(m);
+    }
+    let mut out = Vec::new();
+    let mut short = |resource, requested: u64, used: u64, capacity: Option<u64>| {
+        let over = capacity.map_or(0, |c| used.saturating_add(requested).saturating_sub(c));
+        if requested > 0 && over > 0 {
+            out.push(Shortfall {
+                resource,
+                amount: over,
+            });
+        }
+    };
+    short("cpu", cpu, used_cpu, node.cpu_millis);
+    short("memory", memory, used_memory, node.memory_bytes);
+    let max = u64::try_from(max_pods).unwrap_or(u64::MAX);
+    short("pods", 1, admitted.len() as u64, Some(max));
+    out
+}
+
+/// How much of `resource` preempting `pod` frees.
+fn frees(pod: &Pod, resource: &str) -> u64 {
+    let (cpu, memory) = requests(pod);
+    match resource {
+        "cpu" => cpu,
+        "memory" => memory,
+        _ => 1,
+    }
+}
+
+/// What remains of `needs` once `pods` are preempted.
+fn remaining(needs: &[Shortfall], pods: &[&Pod]) -> Vec<Shortfall> {
+    needs
+        .iter()
+        .filter_map(|n| {
+            let freed = pods
+                .iter()
+                .map(|p| frees(p, n.resource))
+                .fold(0, u64::saturating_add);
+            let amount = n.amount.saturating_sub(freed);
+            (amount > 0).then_some(Shortfall { amount, ..*n })
+        })
+        .collect()
+}
+
+/// How far preempting `pod` leaves `needs` from met: the sum over the needs of the squared
+/// fraction still missing (each need weighs the same whatever its unit).
+fn distance(needs: &[Shortfall], pod: &Pod) -> f64 {
+    needs
+        .iter()
+        .map(|n| {
+            let left = n.amount.saturating_sub(frees(pod, n.resource)) as f64;
+            (left / n.amount as f64).powi(2)
+        })
+        .sum()
+}
+
+/// Picks from `pods`, one at a time, the one that leaves `needs` closest to met (on a tie the
+/// one requesting less memory, then less cpu) until nothing is missing; `None` when `pods` run
+/// out first.
+fn closest_first(mut pods: Vec<&Pod>, mut needs: Vec<Shortfall>) -> Option<Vec<&Pod>> {
+    let mut out = Vec::new();
+    while !needs.is_empty() {
+        let best = pods
+            .iter()
+            .enumerate()
+            .min_by(|(_, a), (_, b)| {
+                let (da, db) = (distance(&needs, a), distance(&needs, b));
+                let (ca, ma) = requests(a);
+                let (cb, mb) = requests(b);
+                da.total_cmp(&db).then(ma.cmp(&mb)).then(ca.cmp(&cb))
+            })
+            .map(|(i, _)| i)?;
+        let pod = pods.swap_remove(best);
+        needs = remaining(&needs, &[pod]);
+        out.push(pod);
+    }
+    Some(out)
+}
+
+/// Whether `preemptor` may preempt `preemptee` (the kubelet's rule): a critical pod may preempt
+/// any pod that is not, and otherwise only a higher priority a lower one when both are set.
+fn may_preempt(preemptor: &Pod, preemptee: &Pod) -> bool {
+    if super::is_critical(preemptor) && !super::is_critical(preemptee) {
+        return true;
+    }
+    let prio = |p: &Pod| p.spec.as_ref().and_then(|s| s.priority);
+    matches!((prio(preemptor), prio(preemptee)), (Some(a), Some(b)) if a > b)
+}
+
+/// The kubelet's critical pod admission: the admitted pods to preempt so that `pod` gets what
+/// it lacks (`needs`, from [`shortfalls`]). The candidates are the pods it may preempt, taken
+/// BestEffort first, then Burstable, then Guaranteed, and within each class closest to the need
+/// first, so that as few and as low a class as possible go: the Guaranteed pods needed even if
+/// every other went, then the Burstable ones needed beside those, then the BestEffort ones.
+/// `Err` names what even all of them would not free.
+pub fn preemption_victims<'a>(
+    pod: &Pod,
+    admitted: &[&'a Pod],
+    needs: &[Shortfall],
+) -> Result<Vec<&'a Pod>, String> {
+    use super::qos::{QosClass, pod_qos};
+    let (mut best_effort, mut burstable, mut guaranteed) = (Vec::new(), Vec::new(), Vec::new());
+    for p in admitted.iter().copied().filter(|p| may_preempt(pod, p)) {
+        match pod_qos(p) {
+            Ok(QosClass::BestEffort) => best_effort.push(p),
+            Ok(QosClass::Burstable) => burstable.push(p),
+            Ok(QosClass::Guaranteed) => guaranteed.push(p),
+            Err(_) => {}
+        }
+    }
+    let all: Vec<&Pod> = best_effort
+        .iter()
+        .chain(&burstable)
+        .chain(&guaranteed)
+        .copied()
+        .collect();
+    let unmet = remaining(needs, &all);
+    if !unmet.is_empty() {
+        let what: Vec<String> = unmet
+            .iter()
+            .map(|n| format!("(res: {}, q: {})", n.resource, n.amount))
+            .collect();
+        return Err(format!(
+            "no set of running pods found to reclaim resources: [{}]",
+            what.join(", ")
+        ));
+    }
+    let lower: Vec<&Pod> = best_effort.iter().chain(&burstable).copied().collect();
+    let missing = "every need is met by the candidates together";
+    let from_guaranteed = closest_first(guaranteed, remaining(needs, &lower)).ok_or(missing)?;
+    let beside: Vec<&Pod> = best_effort
+        .iter()
+        .chain(&from_guaranteed)
+        .copied()
+        .collect();
+    let from_burstable = closest_first(burstable, remaining(needs, &beside)).ok_or(missing)?;
+    let beside: Vec<&Pod> = from_burstable
+        .iter()
+        .chain(&from_guaranteed)
+        .copied()
+        .collect();
+    let from_best_effort = closest_first(best_effort, remaining(needs, &beside)).ok_or(missing)?;
+    Ok(from_best_effort
+        .into_iter()
+        .chain(from_burstable)
+        .chain(from_guaranteed)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,5 +516,122 @@ mod tests {
             Ok(()),
             "static pods are exempt from taints"
         );
+    }
+
+    /// A pod named `name` with cpu and memory requests (and the same limits when `guaranteed`;
+    /// none at all for "0"/"0": BestEffort).
+    fn sized(name: &str, cpu: &str, memory: &str, guaranteed: bool) -> Pod {
+        let resources = match (cpu, memory, guaranteed) {
+            ("0", "0", _) => "{}".to_owned(),
+            (c, m, true) => format!(
+                "{{requests: {{cpu: {c}, memory: {m}}}, limits: {{cpu: {c}, memory: {m}}}}}"
+            ),
+            (c, m, false) => format!("{{requests: {{cpu: {c}, memory: {m}}}}}"),
+        };
+        pod(&format!(
+            "metadata: {{name: {name}}}\nspec:\n  containers:\n  - name: c\n    resources: {resources}\n"
+        ))
+    }
+
+    fn critical(cpu: &str, memory: &str) -> Pod {
+        let mut p = sized("critical", cpu, memory, false);
+        p.spec.as_mut().unwrap().priority = Some(crate::pod::SYSTEM_CRITICAL_PRIORITY);
+        p
+    }
+
+    fn names(pods: &[&Pod]) -> Vec<String> {
+        pods.iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn shortfalls_name_what_a_pod_lacks() {
+        let a = sized("a", "1500m", "100Mi", false);
+        let n = node();
+        let want = critical("1", "1Gi");
+        assert_eq!(
+            shortfalls(&want, &[&a], &n, 110),
+            [
+                Shortfall {
+                    resource: "cpu",
+                    amount: 500
+                },
+                Shortfall {
+                    resource: "memory",
+                    amount: 100 << 20
+                },
+            ]
+        );
+        assert_eq!(
+            shortfalls(&critical("0", "0"), &[&a], &n, 1),
+            [Shortfall {
+                resource: "pods",
+                amount: 1
+            }]
+        );
+        assert!(shortfalls(&critical("100m", "1Mi"), &[&a], &n, 110).is_empty());
+    }
+
+    #[test]
+    fn preemption_takes_the_lowest_class_and_the_closest_pods_first() {
+        let best_effort = sized("best-effort", "0", "0", false);
+        let small = sized("small-burstable", "100m", "64Mi", false);
+        let big = sized("big-burstable", "1", "256Mi", false);
+        let guaranteed = sized("guaranteed", "500m", "128Mi", true);
+        let admitted = [&guaranteed, &big, &small, &best_effort];
+        let want = critical("900m", "0");
+        // 2000m allocatable, 1600m used: 500m short. The big burstable pod alone meets it; the
+        // BestEffort pod frees no cpu and is spared; the Guaranteed one is not needed.
+        let needs = shortfalls(&want, &admitted, &node(), 110);
+        assert_eq!(
+            needs,
+            [Shortfall {
+                resource: "cpu",
+                amount: 500
+            }]
+        );
+        let victims = preemption_victims(&want, &admitted, &needs).unwrap();
+        assert_eq!(names(&victims), ["big-burstable"]);
+        // A pod slot: the BestEffort pod goes first.
+        let needs = [Shortfall {
+            resource: "pods",
+            amount: 1,
+        }];
+        let victims = preemption_victims(&want, &admitted, &needs).unwrap();
+        assert_eq!(names(&victims), ["best-effort"]);
+        // More than every Burstable pod frees: a Guaranteed pod goes, and only the Burstable
+        // ones still needed beside it.
+        let needs = [Shortfall {
+            resource: "cpu",
+            amount: 1200,
+        }];
+        let victims = preemption_victims(&want, &admitted, &needs).unwrap();
+        assert_eq!(names(&victims), ["big-burstable", "guaranteed"]);
+        // More than all of them hold: an error naming what is missing, and nobody preempted.
+        let needs = [Shortfall {
+            resource: "cpu",
+            amount: 5000,
+        }];
+        assert_eq!(
+            preemption_victims(&want, &admitted, &needs).unwrap_err(),
+            "no set of running pods found to reclaim resources: [(res: cpu, q: 3400)]"
+        );
+    }
+
+    #[test]
+    fn only_critical_or_higher_priority_pods_preempt_and_critical_pods_are_never_victims() {
+        let other_critical = critical("1", "0");
+        let plain = sized("plain", "1", "0", false);
+        let needs = [Shortfall {
+            resource: "cpu",
+            amount: 500,
+        }];
+        let want = critical("1", "0");
+        let victims = preemption_victims(&want, &[&other_critical, &plain], &needs).unwrap();
+        assert_eq!(names(&victims), ["plain"]);
+        assert!(preemption_victims(&want, &[&other_critical], &needs).is_err());
+        // Without priorities a pod that is not critical preempts nobody.
+        assert!(preemption_victims(&plain, &[&sized("x", "1", "0", false)], &needs).is_err());
     }
 }

@@ -68,6 +68,21 @@ pub fn is_static(pod: &Pod) -> bool {
     source(pod).is_some_and(|s| s != annotations::API_SOURCE)
 }
 
+/// The pod's priority (`spec.priority`, set by the API server from its priority class); 0
+/// when unset.
+pub fn priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+/// The lowest priority of a system-critical pod (`system-cluster-critical`).
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// A critical pod, as the kubelet defines it: static, mirror, or of system-critical priority.
+/// Eviction never picks one, and admission makes room for one by preempting others.
+pub fn is_critical(pod: &Pod) -> bool {
+    is_static(pod) || is_mirror(pod) || priority(pod) >= SYSTEM_CRITICAL_PRIORITY
+}
+
 /// A mirror pod: the API server's copy of a static pod.
 pub fn is_mirror(pod: &Pod) -> bool {
     pod.metadata

@@ -28,8 +28,9 @@ struct Entry {
     running_observed: bool,
     /// The pod's worker is killing it: nothing of it is Ready any more.
     terminating: bool,
-    /// The eviction manager evicted it, with this message: it fails with reason `Evicted`.
-    evicted: Option<String>,
+    /// The eviction manager evicted it (reason `Evicted`) or admission preempted it (reason
+    /// `Preempting`), with this message: it fails so.
+    evicted: Option<(&'static str, String)>,
     /// Its worker finished it: containers stopped, cgroup and directories removed.
     terminated: bool,
 }
@@ -46,6 +47,10 @@ impl Entry {
         }
     }
 }
+
+/// The reason and message of a pod preempted to admit a critical pod (the kubelet's words).
+pub const PREEMPTING: &str = "Preempting";
+pub const PREEMPTED_MESSAGE: &str = "Preempted in order to admit critical pod";
 
 /// The reason of an evicted pod's status.
 pub const EVICTED: &str = "Evicted";
@@ -311,9 +316,9 @@ impl StatusManager {
         if entry.terminating {
             generate::not_ready(&mut status, Some(&entry.status));
         }
-        if let Some(message) = &entry.evicted {
+        if let Some((reason, message)) = &entry.evicted {
             status.phase = Some(crate::pod::Phase::Failed.as_str().to_owned());
-            status.reason = Some(EVICTED.to_owned());
+            status.reason = Some((*reason).to_owned());
             status.message = Some(message.clone());
         }
         if Phase::of(status.phase.as_deref()) == Some(Phase::Running) && !entry.running_observed {
@@ -437,12 +442,18 @@ impl StatusManager {
     /// Marks the pod evicted (the eviction manager): its next status update, and every one
     /// after, shows phase Failed, reason `Evicted` and `message`. False for an unknown pod.
     pub fn evict(&self, uid: &str, message: &str) -> bool {
+        self.evict_as(uid, EVICTED, message)
+    }
+
+    /// [`StatusManager::evict`] with another reason (admission's `Preempting`).
+    pub fn evict_as(&self, uid: &str, reason: &'static str, message: &str) -> bool {
         let Some(mut map) = self.write() else {
             return false;
         };
         match map.pods.get_mut(uid) {
             Some(e) => {
-                e.evicted.get_or_insert_with(|| message.to_owned());
+                e.evicted
+                    .get_or_insert_with(|| (reason, message.to_owned()));
                 true
             }
             None => false,
