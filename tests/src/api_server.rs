@@ -216,6 +216,8 @@ struct Store {
     open_watches: usize,
     /// Open watches of namespaced objects (configMaps, secrets ...), apart from pod watches.
     open_object_watches: usize,
+    /// Open watches of Nodes and Leases.
+    open_writable_watches: usize,
     /// Reads of namespaced objects, by plural resource name.
     object_reads: BTreeMap<String, ObjectReads>,
     requests: Vec<String>,

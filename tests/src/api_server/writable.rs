@@ -605,7 +605,7 @@ async fn collection_get(
             let newest = st.writable_history.last().map_or(0, |(rv, ..)| *rv);
             (events, newest)
         };
-        return super::watch_response(s, &q, kind.kind, |st| &mut st.open_object_watches, select)
+        return super::watch_response(s, &q, kind.kind, |st| &mut st.open_writable_watches, select)
             .await;
     }
     let mut list = s.list(kind, ns);
