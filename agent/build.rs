@@ -1,7 +1,7 @@
 //! Builds the eBPF probes (`agent-ebpf`, crate `swiftlet-ebpf`) for `bpf{el,eb}-unknown-none` with
 //! the nightly toolchain through aya-build, into `$OUT_DIR/swiftlet-ebpf`, which
-//! `swiftlet::ebpf` embeds. The agent is never built without its probes: a missing prerequisite
-//! fails the build and names the fix.
+//! `swiftlet::ebpf` embeds. With the `ebpf` feature (the default) a missing prerequisite fails
+//! the build and names the fix; without it nothing is built (the agent then has no probes).
 
 use std::{
     env,
@@ -25,6 +25,9 @@ fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-changed={}", common_dir.display());
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=PATH");
+    if env::var_os("CARGO_FEATURE_EBPF").is_none() {
+        return Ok(());
+    }
 
     check_prerequisites()?;
 

@@ -334,8 +334,10 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     };
     tracker.spawn(sync_loop.run(cancel.clone()));
     tracing::info!(node = %cfg.node_name, "swiftlet started");
+    crate::systemd::notify("READY=1");
 
     cancel.cancelled().await;
+    crate::systemd::notify("STOPPING=1");
     tracker.close();
     if tokio::time::timeout(Duration::from_secs(10), tracker.wait())
         .await

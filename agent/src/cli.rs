@@ -28,6 +28,8 @@ pub enum Error {
     CgroupDriver(String),
     #[error("--ebpf {0:?}: expected auto, on or off")]
     Ebpf(String),
+    #[error("--ebpf on: {}", crate::ebpf::Error::NotBuilt)]
+    EbpfNotBuilt,
     #[error("--manifest-url-header {0:?}: expected comma-separated 'Name:Value' pairs")]
     Header(String),
     #[error("determining the node name: {0}")]
@@ -553,10 +555,13 @@ impl Flags {
                 manifest_url_headers.extend(values.into_iter().map(|v| (name.clone(), v)));
             }
         }
-        let ebpf = self
+        let ebpf: crate::ebpf::Mode = self
             .ebpf
             .parse()
             .map_err(|_| Error::Ebpf(self.ebpf.clone()))?;
+        if ebpf == crate::ebpf::Mode::On && !crate::ebpf::BUILT_IN {
+            return Err(Error::EbpfNotBuilt);
+        }
         let relist = self.pleg_relist_period.as_deref().unwrap_or("1s");
         let pleg_relist_period = parse_duration("--pleg-relist-period", relist)
             .ok()
@@ -883,6 +888,32 @@ mod tests {
         assert_eq!(cfg.cgroup_root, "/");
         assert!(cfg.cgroups_per_qos);
         assert_eq!(cfg.container_runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+    }
+
+    #[test]
+    fn the_example_configuration_in_deploy_loads() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/kubelet-config.yaml");
+        let cfg = resolve(&["--config", path]).unwrap();
+        assert_eq!(
+            cfg.container_runtime_endpoint,
+            "unix:///run/containerd/containerd.sock"
+        );
+        assert_eq!(
+            cfg.pod_manifest_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(cfg.read_only_port, 0);
+        assert_eq!(cfg.max_pods, 110);
+        assert_eq!(cfg.node.reserved.cpu_millis, 200);
+        assert_eq!(cfg.node.reserved.memory, 512 << 20);
+        assert_eq!(cfg.node.labels["node.kubernetes.io/pool"], "general");
+        assert_eq!(cfg.node.max_images, 50);
+        let api = cfg.kubelet_api.expect("the kubelet API");
+        assert!(!api.anonymous);
+        assert_eq!(
+            api.tls.client_ca,
+            Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod runtime;
 pub mod server;
 pub mod stats;
 pub mod status;
+pub mod systemd;
 pub mod trace;
 pub mod volume;
 pub mod work_queue;

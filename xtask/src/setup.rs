@@ -19,6 +19,8 @@ pub const APT_PACKAGES: &[&str] = &[
     "skopeo",
     "apache2-utils",
     "openssl",
+    // `systemd-analyze verify` of the unit file in deploy/ (tests/deploy.rs).
+    "systemd",
 ];
 /// The bpf-linker version that links through the nightly's LLVM (see docs/machine.md).
 pub const BPF_LINKER_VERSION: &str = "0.10.0";

@@ -1,5 +1,5 @@
 //! `cargo xtask test`: runtime up, images, `cargo test --workspace` (less the probe crate),
-//! runtime down (always).
+//! runtime down (always), then the agent built without its eBPF feature.
 
 use std::process::{Command, Stdio};
 
@@ -80,12 +80,42 @@ pub fn run(extra_args: &[String]) -> Result<i32, Error> {
         });
     }
     let status = status.map_err(Error::Cargo)?;
+    let mut code = status.code().unwrap_or(1);
+    let mut progress = Progress::new(1);
+    if let Err(e) = progress.step("build without eBPF", without_ebpf) {
+        eprintln!("{e}");
+        code = code.max(1);
+    }
     // The closing line: the whole workspace's count, after the tear-down output.
     println!(
         "summary: {} passed, {} failed, {} skipped",
         totals.passed, totals.failed, totals.ignored
     );
-    Ok(status.code().unwrap_or(1))
+    Ok(code)
+}
+
+/// The agent without its `ebpf` feature (no nightly toolchain, no bpf-linker needed): it must
+/// build, and `--ebpf on` must refuse to start, saying why.
+fn without_ebpf() -> Result<(), String> {
+    let out = Command::new(crate::cargo_bin())
+        .current_dir(crate::workspace_root())
+        .args(["run", "-q", "-p", "swiftlet", "--bin", "swiftlet"])
+        .args(["--no-default-features", "--features", "api-tls", "--"])
+        .args(["--ebpf", "on"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running cargo run: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let refused = out.status.code() == Some(2)
+        && stderr.contains("built without its eBPF probes (cargo feature `ebpf` off)");
+    if refused {
+        Ok(())
+    } else {
+        Err(format!(
+            "the agent without eBPF: expected --ebpf on to be refused (exit 2), got {}:\n{stderr}",
+            out.status
+        ))
+    }
 }
 
 /// Test counts summed over cargo's `test result: ok. 3 passed; 0 failed; 1 ignored; ...` lines.

@@ -60,10 +60,23 @@ pub const BROADCAST_CAPACITY: usize = 1024;
 /// and an idle agent is never woken.
 pub const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// The probe object built by `build.rs` (aya-build), aligned for the ELF parser.
-fn probe_object() -> &'static [u8] {
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/swiftlet-ebpf"))
+/// The probe object built by `build.rs` (aya-build), aligned for the ELF parser; `None` in a
+/// build without the `ebpf` feature.
+#[cfg(feature = "ebpf")]
+fn probe_object() -> Option<&'static [u8]> {
+    Some(aya::include_bytes_aligned!(concat!(
+        env!("OUT_DIR"),
+        "/swiftlet-ebpf"
+    )))
 }
+
+#[cfg(not(feature = "ebpf"))]
+fn probe_object() -> Option<&'static [u8]> {
+    None
+}
+
+/// Whether this binary carries the eBPF probes (the `ebpf` cargo feature).
+pub const BUILT_IN: bool = cfg!(feature = "ebpf");
 
 /// The tracepoints the probes attach to; the program names equal the tracepoint names.
 const CGROUP_TRACEPOINTS: [&str; 2] = ["cgroup_mkdir", "cgroup_rmdir"];
@@ -261,6 +274,11 @@ pub struct CgroupEvent {
 pub enum Error {
     #[error("the eBPF monitor must be started inside a tokio runtime")]
     NoRuntime,
+    #[error(
+        "this swiftlet was built without its eBPF probes (cargo feature `ebpf` off); rebuild \
+         with the default features, or run with --ebpf auto or off"
+    )]
+    NotBuilt,
     #[error("tracefs: {0}")]
     Tracefs(#[from] tracefs::Error),
     #[error("cgroup_mkdir and cgroup_rmdir have different record layouts ({mkdir:?} vs {rmdir:?})")]
@@ -490,6 +508,7 @@ impl Monitor {
     }
 
     fn load(config: Config, cancel: CancellationToken) -> Result<Monitor, Error> {
+        let object = probe_object().ok_or(Error::NotBuilt)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         raise_memlock_rlimit();
 
@@ -547,7 +566,7 @@ impl Monitor {
                 &exit_code_offset,
                 true,
             )
-            .load(probe_object())
+            .load(object)
             .map_err(Error::Load)?;
         if raw_offsets.is_some() {
             for (name, tracepoint) in CGROUP_RAW_TRACEPOINTS {
