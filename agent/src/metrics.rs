@@ -102,6 +102,7 @@ pub struct Metrics {
     pub pleg_discard_events_total: Counter,
     pub stale_sandbox_objects_removed_total: Counter,
     pub pleg_last_seen_seconds: Gauge,
+    pub runtime_ready: Gauge,
     pub pleg_fast_path_relists_total: Family<ResultLabel, Counter>,
     pub prober_probe_total: Family<ProbeLabel, Counter>,
     pub ebpf_exits_total: Counter,
@@ -252,6 +253,12 @@ impl Metrics {
             "Unix time of the last successful PLEG relist",
             pleg_last_seen_seconds.clone(),
         );
+        let runtime_ready = Gauge::default();
+        registry.register(
+            "runtime_ready",
+            "1 while the container runtime answers (the last PLEG relist succeeded), else 0",
+            runtime_ready.clone(),
+        );
         let pleg_fast_path_relists_total = Family::<ResultLabel, Counter>::default();
         registry.register(
             "pleg_fast_path_relists",
@@ -365,6 +372,7 @@ impl Metrics {
             pleg_discard_events_total,
             stale_sandbox_objects_removed_total,
             pleg_last_seen_seconds,
+            runtime_ready,
             pleg_fast_path_relists_total,
             prober_probe_total,
             ebpf_exits_total,

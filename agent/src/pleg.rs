@@ -561,10 +561,12 @@ impl Relister {
                 // Keep every snapshot: the events are generated on the next good relist.
                 tracing::warn!(error = %e, "relist failed");
                 self.p.health.set(Some(e.to_string()));
+                self.p.metrics.runtime_ready.set(0);
                 return;
             }
         };
         self.p.health.set(None);
+        self.p.metrics.runtime_ready.set(1);
         self.last_relist = Some(start);
         let unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -309,9 +309,29 @@ fn a_runtime_that_stops_answering_turns_the_node_not_ready_and_back() {
         "{message}"
     );
     assert_ne!(cond.last_transition_time, ready_since, "a new transition");
+    // The PLEG's relists fail too: the runtime is not ready in /metrics.
+    proxy.inject(
+        "ListPodSandbox",
+        Fault::Fail(tonic::Code::Unavailable),
+        Share::ALL,
+    );
+    eventually(&c.agent, "swiftlet_runtime_ready 0", || {
+        c.agent
+            .get("/metrics")
+            .1
+            .contains("\nswiftlet_runtime_ready 0\n")
+            .then_some(())
+    });
     proxy.clear();
     eventually(&c.agent, "the node to be Ready again", || {
         c.server.node(&name).filter(is_ready)
+    });
+    eventually(&c.agent, "swiftlet_runtime_ready 1", || {
+        c.agent
+            .get("/metrics")
+            .1
+            .contains("\nswiftlet_runtime_ready 1\n")
+            .then_some(())
     });
     let metrics = c.agent.get("/metrics").1;
     assert!(
