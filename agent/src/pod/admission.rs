@@ -44,6 +44,14 @@ fn requests(pod: &Pod) -> (u64, u64) {
     })
 }
 
+/// The summed cpu (millicores) and memory (bytes) requests of `pods`, each pod's resources read
+/// once.
+fn used_requests<'a>(pods: impl Iterator<Item = &'a Pod>) -> (u64, u64) {
+    pods.map(requests).fold((0, 0), |(c, m), (pc, pm)| {
+        (c.saturating_add(pc), m.saturating_add(pm))
+    })
+}
+
 /// `(protocol, hostIP, hostPort)` of every container port with a host port.
 fn host_ports(pod: &Pod) -> Vec<(String, String, i32)> {
     let Some(spec) = pod.spec.as_ref() else {
@@ -176,22 +184,24 @@ pub fn admit<'a>(
     node: &Node,
 ) -> Result<(), Rejection> {
     let (cpu, memory) = requests(pod);
+    // The admitted pods' requests are read once, and only when the pod requests something.
+    let used = (cpu > 0 || memory > 0).then(|| used_requests(admitted.clone()));
+    let (used_cpu, used_memory) = used.unwrap_or_default();
     let checks = [
-        ("cpu", "OutOfcpu", cpu, node.cpu_millis, 0),
-        ("memory", "OutOfmemory", memory, node.memory_bytes, 1),
+        ("cpu", "OutOfcpu", cpu, node.cpu_millis, used_cpu),
+        (
+            "memory",
+            "OutOfmemory",
+            memory,
+            node.memory_bytes,
+            used_memory,
+        ),
     ];
-    for (resource, reason, requested, capacity, i) in checks {
+    for (resource, reason, requested, capacity, used) in checks {
         let Some(capacity) = capacity else { continue };
         if requested == 0 {
             continue;
         }
-        let used: u64 = admitted
-            .clone()
-            .map(|p| {
-                let (c, m) = requests(p);
-                if i == 0 { c } else { m }
-            })
-            .fold(0, u64::saturating_add);
         if used.saturating_add(requested) > capacity {
             return Err(Rejection {
                 reason,
@@ -242,12 +252,7 @@ pub struct Shortfall {
 /// pod slot when `admitted` already holds `max_pods`. Empty: it fits.
 pub fn shortfalls(pod: &Pod, admitted: &[&Pod], node: &Node, max_pods: usize) -> Vec<Shortfall> {
     let (cpu, memory) = requests(pod);
-    let (mut used_cpu, mut used_memory) = (0u64, 0u64);
-    for p in admitted {
-        let (c, m) = requests(p);
-        used_cpu = used_cpu.saturating_add(c);
-        used_memory = used_memory.saturating_add(m);
-    }
+    let (used_cpu, used_memory) = used_requests(admitted.iter().copied());
     let mut out = Vec::new();
     let mut short = |resource, requested: u64, used: u64, capacity: Option<u64>| {
         let over = capacity.map_or(0, |c| used.saturating_add(requested).saturating_sub(c));
