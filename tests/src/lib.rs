@@ -626,6 +626,15 @@ pub struct AgentOptions {
     pub kubelet_port: Option<u16>,
 }
 
+/// `--eviction-hard` of every test agent whose test does not pass its own: the kubelet's memory
+/// threshold, and disk thresholds of 1%. The tests' root dirs live on the disk that also holds
+/// the build's target dirs (tens of GB while CI runs), where the kubelet's `nodefs.available<10%`
+/// can be crossed by the build rather than by anything a test does; a node under DiskPressure
+/// then reports it and evicts pods, which tests of other things must not depend on. The eviction
+/// tests pass their own thresholds.
+pub const TEST_EVICTION_HARD: &str =
+    "memory.available<100Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%";
+
 /// The inodes of each tmpfs of [`AgentOptions::tmpfs_kib`].
 pub const TMPFS_INODES: u64 = 512;
 
@@ -827,6 +836,13 @@ impl Agent {
         std::fs::create_dir_all(&log_dir)
             .unwrap_or_else(|e| panic!("creating {}: {e}", log_dir.display()));
         let mut extra_args = vec!["-v".to_owned(), opts.verbosity.to_string()];
+        if !opts
+            .extra_args
+            .iter()
+            .any(|a| a.starts_with("--eviction-hard"))
+        {
+            extra_args.extend(["--eviction-hard".to_owned(), TEST_EVICTION_HARD.to_owned()]);
+        }
         extra_args.extend(opts.extra_args);
         let spec = xtask::agent::Spec {
             binary: opts.binary.unwrap_or_else(|| agent_binary().to_path_buf()),
