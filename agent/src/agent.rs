@@ -8,6 +8,7 @@ use crate::runtime::Manager;
 use crate::status::StatusManager;
 use crate::{cm, credentials, ebpf, kubelet, pleg, prober, runtime, server, trace};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -152,10 +153,12 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         )
         .run(cancel.clone()),
     );
-    // Image garbage collection: a task of its own too.
+    // Image garbage collection: a task of its own too; the eviction manager asks it to delete
+    // the unused images under disk pressure.
+    let (image_requests, image_requests_rx) = crate::image_gc::Requests::channel();
     tracker.spawn(
         crate::image_gc::ImageGc::new(runtime.cri().clone(), cfg.image_gc, metrics.clone())
-            .run(cancel.clone()),
+            .run(image_requests_rx, cancel.clone()),
     );
     let status = StatusManager::new(metrics.clone()).with_probe_results(probe_results.clone());
     let probes = prober::Manager::new(
@@ -268,8 +271,33 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // The eviction manager: an evicted pod is synced at once through the same channel as a
     // changed configMap's pods.
     let (pressure_tx, pressure_rx) = tokio::sync::watch::channel(Vec::new());
+    let reclaim = {
+        let gc = runtime.clone();
+        let containers: crate::eviction::ReclaimFn = Arc::new(move || {
+            let gc = gc.clone();
+            Box::pin(async move {
+                match gc.collect_stale_sandboxes().await {
+                    Ok(c) => format!(
+                        "{} dead container(s) and {} sandbox(es) removed",
+                        c.containers, c.sandboxes
+                    ),
+                    Err(e) => format!("container collection failed: {e}"),
+                }
+            })
+        });
+        let images: crate::eviction::ReclaimFn = Arc::new(move || {
+            let r = image_requests.clone();
+            Box::pin(async move { r.delete_unused().await })
+        });
+        crate::eviction::Reclaim {
+            containers: Some(containers),
+            images: Some(images),
+        }
+    };
     let eviction = crate::eviction::Manager {
         cm: runtime.cm().clone(),
+        cri: runtime.cri().clone(),
+        reclaim,
         status: status.clone(),
         cfg: cfg.eviction.clone(),
         sync_now: objects_tx,

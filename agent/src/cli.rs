@@ -214,6 +214,22 @@ pub struct Flags {
     /// nodefs.inodesFree<5%,imagefs.available<15%].
     #[arg(long, value_name = "THRESHOLDS")]
     pub eviction_hard: Option<String>,
+    /// Soft eviction thresholds, as --eviction-hard; each acted on only once met for its grace
+    /// period in --eviction-soft-grace-period [default: none].
+    #[arg(long, value_name = "THRESHOLDS")]
+    pub eviction_soft: Option<String>,
+    /// Grace periods of the soft thresholds: comma-separated <signal>=<duration>
+    /// (memory.available=1m30s).
+    #[arg(long, value_name = "GRACE_PERIODS")]
+    pub eviction_soft_grace_period: Option<String>,
+    /// Most seconds of grace a pod evicted for a soft threshold gets (less when its own is less;
+    /// negative: its own) [default: 0].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub eviction_max_pod_grace_period: Option<i64>,
+    /// Once a threshold is acted on, how much more than it must be available before it is no
+    /// longer met: comma-separated <signal>=<quantity or percent> [default: none].
+    #[arg(long, value_name = "AMOUNTS")]
+    pub eviction_minimum_reclaim: Option<String>,
     /// How often the eviction manager observes the signals (swiftlet's own; the kubelet's is
     /// fixed at 10s) [default: 10s].
     #[arg(long, value_name = "DURATION")]
@@ -348,6 +364,14 @@ pub struct KubeletConfiguration {
     pub node_lease_duration_seconds: Option<u32>,
     pub system_reserved: Option<std::collections::BTreeMap<String, String>>,
     pub kube_reserved: Option<std::collections::BTreeMap<String, String>>,
+    /// Signal -> quantity or percent.
+    pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    pub eviction_soft: Option<std::collections::BTreeMap<String, String>>,
+    /// Signal -> duration.
+    pub eviction_soft_grace_period: Option<std::collections::BTreeMap<String, String>>,
+    pub eviction_max_pod_grace_period: Option<i64>,
+    pub eviction_minimum_reclaim: Option<std::collections::BTreeMap<String, String>>,
+    pub eviction_pressure_transition_period: Option<String>,
 }
 
 /// `authentication` of a KubeletConfiguration: `x509.clientCAFile`, `anonymous.enabled`.
@@ -679,12 +703,55 @@ impl Flags {
         };
         let reserved = reserved(self.system_reserved.or(joined(file.system_reserved)))?
             .plus(reserved(self.kube_reserved.or(joined(file.kube_reserved)))?);
+        let pod_logs_dir = self
+            .pod_logs_dir
+            .or(file.pod_logs_dir)
+            .unwrap_or_else(|| PathBuf::from("/var/log/pods"));
+        // The config file's maps as the flags' comma-separated lists.
+        let listed = |m: Option<std::collections::BTreeMap<String, String>>, sep: &str| {
+            m.map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}{sep}{v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+        };
+        let mut thresholds = crate::eviction::parse_thresholds(
+            &self
+                .eviction_hard
+                .or(listed(file.eviction_hard, "<"))
+                .unwrap_or_else(|| crate::eviction::DEFAULT_HARD.to_owned()),
+        )?;
+        let grace_periods = self
+            .eviction_soft_grace_period
+            .or(listed(file.eviction_soft_grace_period, "="))
+            .unwrap_or_default();
+        let grace_periods =
+            crate::eviction::parse_pairs("--eviction-soft-grace-period", &grace_periods)?
+                .into_iter()
+                .map(|(signal, v)| Ok((signal, parse_duration("--eviction-soft-grace-period", v)?)))
+                .collect::<Result<Vec<_>, Error>>()?;
+        thresholds.extend(crate::eviction::parse_soft(
+            &self
+                .eviction_soft
+                .or(listed(file.eviction_soft, "<"))
+                .unwrap_or_default(),
+            &grace_periods,
+        )?);
+        crate::eviction::apply_min_reclaim(
+            &mut thresholds,
+            &self
+                .eviction_minimum_reclaim
+                .or(listed(file.eviction_minimum_reclaim, "="))
+                .unwrap_or_default(),
+        )?;
         let eviction = crate::eviction::Config {
-            hard: crate::eviction::parse_thresholds(
-                self.eviction_hard
-                    .as_deref()
-                    .unwrap_or(crate::eviction::DEFAULT_HARD),
-            )?,
+            thresholds,
+            max_pod_grace_period: self
+                .eviction_max_pod_grace_period
+                .or(file.eviction_max_pod_grace_period)
+                .unwrap_or(0),
+            pod_logs_dir: pod_logs_dir.clone(),
             interval: {
                 let v = self
                     .eviction_monitoring_interval
@@ -702,6 +769,7 @@ impl Flags {
             pressure_transition: parse_duration(
                 "--eviction-pressure-transition-period",
                 self.eviction_pressure_transition_period
+                    .or(file.eviction_pressure_transition_period)
                     .as_deref()
                     .unwrap_or("5m"),
             )?,
@@ -750,7 +818,7 @@ impl Flags {
                 file.node_lease_duration_seconds.unwrap_or(40).max(1).into(),
             ),
             reserved,
-            eviction_hard: eviction.hard.clone(),
+            eviction_hard: eviction.hard(),
         };
         let kubelet_api = (port != 0).then(|| KubeletApi {
             addr: std::net::SocketAddr::new(
@@ -783,10 +851,7 @@ impl Flags {
                 .unwrap_or_else(|| DEFAULT_RUNTIME_ENDPOINT.to_owned()),
             runtime_request_timeout,
             root_dir,
-            pod_logs_dir: self
-                .pod_logs_dir
-                .or(file.pod_logs_dir)
-                .unwrap_or_else(|| PathBuf::from("/var/log/pods")),
+            pod_logs_dir,
             node_name,
             cgroup_root: self
                 .cgroup_root
@@ -891,6 +956,40 @@ mod tests {
     }
 
     #[test]
+    fn eviction_flags_override_the_file_and_soft_thresholds_need_grace() {
+        let cfg = resolve(&[
+            "--eviction-hard",
+            "memory.available<1Gi",
+            "--eviction-soft",
+            "pid.available<10%",
+            "--eviction-soft-grace-period",
+            "pid.available=30s",
+            "--eviction-max-pod-grace-period",
+            "-1",
+        ])
+        .unwrap();
+        let t = &cfg.eviction.thresholds;
+        assert_eq!(t.len(), 2);
+        assert!(t[0].is_hard() && !t[1].is_hard());
+        assert_eq!(t[1].grace_period, Duration::from_secs(30));
+        assert_eq!(cfg.eviction.max_pod_grace_period, -1);
+        assert_eq!(cfg.node.eviction_hard.len(), 1);
+        let err = resolve(&["--eviction-soft", "pid.available<10%"]).unwrap_err();
+        assert!(err.to_string().contains("grace period"), "{err}");
+        let err = resolve(&[
+            "--eviction-soft",
+            "pid.available<10%",
+            "--eviction-soft-grace-period",
+            "pid.available=soon",
+        ])
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("--eviction-soft-grace-period"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn the_example_configuration_in_deploy_loads() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/kubelet-config.yaml");
         let cfg = resolve(&["--config", path]).unwrap();
@@ -908,6 +1007,23 @@ mod tests {
         assert_eq!(cfg.node.reserved.memory, 512 << 20);
         assert_eq!(cfg.node.labels["node.kubernetes.io/pool"], "general");
         assert_eq!(cfg.node.max_images, 50);
+        let ev = &cfg.eviction;
+        assert_eq!(ev.hard().len(), 4);
+        assert_eq!(cfg.node.eviction_hard.len(), 4);
+        let soft: Vec<_> = ev.thresholds.iter().filter(|t| !t.is_hard()).collect();
+        assert_eq!(soft.len(), 2);
+        let memory = soft
+            .iter()
+            .find(|t| t.signal == crate::eviction::Signal::MemoryAvailable)
+            .unwrap();
+        assert_eq!(memory.grace_period, Duration::from_secs(90));
+        assert_eq!(memory.amount, crate::eviction::Amount::Absolute(300 << 20));
+        assert_eq!(
+            memory.min_reclaim,
+            Some(crate::eviction::Amount::Absolute(100 << 20))
+        );
+        assert_eq!(ev.max_pod_grace_period, 60);
+        assert_eq!(ev.pressure_transition, Duration::from_secs(300));
         let api = cfg.kubelet_api.expect("the kubelet API");
         assert!(!api.anonymous);
         assert_eq!(

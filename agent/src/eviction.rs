@@ -62,8 +62,16 @@ impl Signal {
         }
     }
 
-    /// The resource the eviction message names.
-    fn resource(self) -> &'static str {
+    /// A disk signal: node-level resources (containers, images) are reclaimed before a pod goes.
+    pub fn is_disk(self) -> bool {
+        matches!(
+            self,
+            Self::NodeFsAvailable | Self::NodeFsInodesFree | Self::ImageFsAvailable
+        )
+    }
+
+    /// The resource the eviction message names (and pods are ranked on).
+    pub fn resource(self) -> &'static str {
         match self {
             Self::MemoryAvailable | Self::AllocatableMemoryAvailable => "memory",
             Self::NodeFsAvailable | Self::ImageFsAvailable => "ephemeral-storage",
@@ -90,23 +98,49 @@ impl Amount {
     }
 }
 
-/// `signal < amount`.
+/// `signal < amount`: hard when `grace_period` is zero (acted on at once), soft otherwise (acted
+/// on once met for that long).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Threshold {
     pub signal: Signal,
     pub amount: Amount,
+    pub grace_period: Duration,
+    /// `--eviction-minimum-reclaim`: once acted on, the threshold stays met until this much more
+    /// than its amount is available.
+    pub min_reclaim: Option<Amount>,
+}
+
+impl Threshold {
+    pub fn is_hard(&self) -> bool {
+        self.grace_period.is_zero()
+    }
+
+    /// Met by `o`: available below the amount, plus the minimum reclaim when `reclaiming`.
+    fn met_by(&self, o: &Observation, reclaiming: bool) -> bool {
+        let extra = match (reclaiming, self.min_reclaim) {
+            (true, Some(m)) => m.of(o.capacity),
+            _ => 0,
+        };
+        o.available < self.amount.of(o.capacity).saturating_add(extra)
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Error {
+    #[error("{0} {1:?}: expected <signal><<quantity or percent>, e.g. memory.available<100Mi")]
+    Syntax(&'static str, String),
+    #[error("{0} {1:?}: expected <signal>=<value>[,...]")]
+    Pair(&'static str, String),
+    #[error("{0} {1:?}: unknown signal")]
+    Signal(&'static str, String),
+    #[error("{0} {1:?}: {2}")]
+    Amount(&'static str, String, String),
     #[error(
-        "--eviction-hard {0:?}: expected <signal><<quantity or percent>, e.g. memory.available<100Mi"
+        "--eviction-soft {0:?}: a soft threshold needs a grace period > 0 in --eviction-soft-grace-period"
     )]
-    Syntax(String),
-    #[error("--eviction-hard {0:?}: unknown signal")]
-    Signal(String),
-    #[error("--eviction-hard {0:?}: {1}")]
-    Amount(String, String),
+    NoGracePeriod(String),
+    #[error("{0}: {1} is listed twice")]
+    Twice(&'static str, &'static str),
     #[error(
         "--system-reserved/--kube-reserved {0:?}: expected <resource>=<quantity>[,...] with \
          resources cpu, memory, ephemeral-storage"
@@ -120,32 +154,94 @@ pub const DEFAULT_HARD: &str =
 
 /// Parses `--eviction-hard`: comma-separated `<signal><<amount>`; an empty value means none.
 pub fn parse_thresholds(value: &str) -> Result<Vec<Threshold>, Error> {
-    let mut out = Vec::new();
+    parse_list("--eviction-hard", value)
+}
+
+/// Parses `--eviction-soft` with its `--eviction-soft-grace-period` (`<signal>=<duration>`,
+/// read by the caller): every soft threshold needs a grace period above zero, as the kubelet
+/// requires.
+pub fn parse_soft(value: &str, grace: &[(Signal, Duration)]) -> Result<Vec<Threshold>, Error> {
+    let mut out = parse_list("--eviction-soft", value)?;
+    for t in &mut out {
+        t.grace_period = grace
+            .iter()
+            .find(|(s, _)| *s == t.signal)
+            .map(|(_, d)| *d)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| Error::NoGracePeriod(t.signal.as_str().to_owned()))?;
+    }
+    Ok(out)
+}
+
+/// Applies `--eviction-minimum-reclaim` (`<signal>=<quantity or percent>,...`) to every
+/// threshold of its signals.
+pub fn apply_min_reclaim(thresholds: &mut [Threshold], value: &str) -> Result<(), Error> {
+    const FLAG: &str = "--eviction-minimum-reclaim";
+    for (signal, amount) in parse_pairs(FLAG, value)? {
+        let amount = parse_amount(FLAG, &format!("{}={amount}", signal.as_str()), amount)?;
+        for t in thresholds.iter_mut().filter(|t| t.signal == signal) {
+            t.min_reclaim = Some(amount);
+        }
+    }
+    Ok(())
+}
+
+/// `<signal>=<value>` pairs, comma-separated; a signal listed twice is refused.
+pub fn parse_pairs<'a>(
+    flag: &'static str,
+    value: &'a str,
+) -> Result<Vec<(Signal, &'a str)>, Error> {
+    let mut out: Vec<(Signal, &str)> = Vec::new();
+    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, v) = part
+            .split_once('=')
+            .ok_or_else(|| Error::Pair(flag, part.to_owned()))?;
+        let signal =
+            Signal::parse(name.trim()).ok_or_else(|| Error::Signal(flag, part.to_owned()))?;
+        if out.iter().any(|(s, _)| *s == signal) {
+            return Err(Error::Twice(flag, signal.as_str()));
+        }
+        out.push((signal, v.trim()));
+    }
+    Ok(out)
+}
+
+fn parse_list(flag: &'static str, value: &str) -> Result<Vec<Threshold>, Error> {
+    let mut out: Vec<Threshold> = Vec::new();
     for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (name, amount) = part
             .split_once('<')
-            .ok_or_else(|| Error::Syntax(part.to_owned()))?;
-        let signal = Signal::parse(name.trim()).ok_or_else(|| Error::Signal(part.to_owned()))?;
-        let amount = amount.trim();
-        let amount = if let Some(p) = amount.strip_suffix('%') {
-            let p: f64 = p
-                .parse()
-                .map_err(|_| Error::Amount(part.to_owned(), "not a percentage".into()))?;
-            if !(0.0..=100.0).contains(&p) {
-                return Err(Error::Amount(part.to_owned(), "must be 0% to 100%".into()));
-            }
-            Amount::Percent(p)
-        } else {
-            let q = Quantity::parse(amount)
-                .map_err(|e| Error::Amount(part.to_owned(), e.to_string()))?;
-            Amount::Absolute(
-                u64::try_from(q.value())
-                    .map_err(|_| Error::Amount(part.to_owned(), "must not be negative".into()))?,
-            )
-        };
-        out.push(Threshold { signal, amount });
+            .ok_or_else(|| Error::Syntax(flag, part.to_owned()))?;
+        let signal =
+            Signal::parse(name.trim()).ok_or_else(|| Error::Signal(flag, part.to_owned()))?;
+        if out.iter().any(|t| t.signal == signal) {
+            return Err(Error::Twice(flag, signal.as_str()));
+        }
+        let amount = parse_amount(flag, part, amount.trim())?;
+        out.push(Threshold {
+            signal,
+            amount,
+            grace_period: Duration::ZERO,
+            min_reclaim: None,
+        });
     }
     Ok(out)
+}
+
+/// A quantity or a percentage in 0..=100 (`part` names the whole entry in errors).
+fn parse_amount(flag: &'static str, part: &str, amount: &str) -> Result<Amount, Error> {
+    let bad = |why: &str| Error::Amount(flag, part.to_owned(), why.to_owned());
+    if let Some(p) = amount.strip_suffix('%') {
+        let p: f64 = p.trim().parse().map_err(|_| bad("not a percentage"))?;
+        if !(0.0..=100.0).contains(&p) {
+            return Err(bad("must be 0% to 100%"));
+        }
+        return Ok(Amount::Percent(p));
+    }
+    let q = Quantity::parse(amount).map_err(|e| bad(&e.to_string()))?;
+    Ok(Amount::Absolute(
+        u64::try_from(q.value()).map_err(|_| bad("must not be negative"))?,
+    ))
 }
 
 /// `--system-reserved` / `--kube-reserved` (`cpu=500m,memory=1Gi,ephemeral-storage=10Gi`):
@@ -197,24 +293,117 @@ pub struct Observation {
     pub capacity: u64,
 }
 
-/// The thresholds met by `observed`, each with its observation.
+/// The thresholds met by `observed`, each with its observation; `reclaiming`: with their
+/// minimum reclaim added (a threshold acted on stays met until that much more is available).
 pub fn met(
     thresholds: &[Threshold],
     observed: &HashMap<Signal, Observation>,
+    reclaiming: bool,
 ) -> Vec<(Threshold, Observation)> {
     thresholds
         .iter()
         .filter_map(|t| {
             let o = observed.get(&t.signal)?;
-            (o.available < t.amount.of(o.capacity)).then_some((*t, *o))
+            t.met_by(o, reclaiming).then_some((*t, *o))
         })
         .collect()
 }
 
+/// Which thresholds are met and which are acted on, round after round (the kubelet's
+/// `thresholdsFirstObservedAt` / `thresholdsMet` bookkeeping). A threshold is met when its
+/// signal is below it, or when it was acted on last round and its minimum reclaim is not
+/// available yet; it is acted on once met for its grace period (at once for a hard one).
+#[derive(Debug, Default)]
+pub struct Tracker {
+    first_met: HashMap<usize, std::time::Instant>,
+    acting: Vec<usize>,
+}
+
+/// One round of a [`Tracker`]: indices into the thresholds.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    /// Met now (their node conditions are raised whatever the grace period).
+    pub met: Vec<usize>,
+    /// Met for at least their grace period: eviction follows.
+    pub acting: Vec<usize>,
+}
+
+impl Tracker {
+    pub fn step(
+        &mut self,
+        thresholds: &[Threshold],
+        observed: &HashMap<Signal, Observation>,
+        now: std::time::Instant,
+    ) -> Round {
+        let met: Vec<usize> = thresholds
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| {
+                observed
+                    .get(&t.signal)
+                    .is_some_and(|o| t.met_by(o, self.acting.contains(i)))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        self.first_met.retain(|i, _| met.contains(i));
+        for &i in &met {
+            self.first_met.entry(i).or_insert(now);
+        }
+        let acting: Vec<usize> = met
+            .iter()
+            .copied()
+            .filter(|i| now.duration_since(self.first_met[i]) >= thresholds[*i].grace_period)
+            .collect();
+        self.acting.clone_from(&acting);
+        Round { met, acting }
+    }
+}
+
+/// The threshold to act on first: memory before the others (the kubelet's eviction priority),
+/// then in the configured order.
+pub fn to_reclaim(thresholds: &[Threshold], acting: &[usize]) -> Option<usize> {
+    acting.iter().copied().min_by_key(|&i| {
+        let memory = matches!(
+            thresholds[i].signal,
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable
+        );
+        (!memory, i)
+    })
+}
+
+/// The grace period an evicted pod is stopped with: 1 s for a hard threshold (the kubelet's
+/// immediate eviction); for a soft one the smaller of `--eviction-max-pod-grace-period` and the
+/// pod's own, or the pod's own when that flag is negative.
+pub fn eviction_grace(t: &Threshold, max_pod_grace: i64, pod: &Pod) -> Option<i64> {
+    if t.is_hard() {
+        return Some(IMMEDIATE_GRACE_SECS);
+    }
+    if max_pod_grace < 0 {
+        return None;
+    }
+    let own = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    Some(max_pod_grace.min(own))
+}
+
+/// How long the manager waits for an evicted pod to be cleaned up before it observes again, and
+/// how often it looks (the kubelet's 30 s and 1 s).
+pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+const CLEANUP_POLL: Duration = Duration::from_secs(1);
+
+/// The kubelet's grace period for a hard eviction.
+pub const IMMEDIATE_GRACE_SECS: i64 = 1;
+
 /// The settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub hard: Vec<Threshold>,
+    /// `--eviction-hard` then `--eviction-soft`.
+    pub thresholds: Vec<Threshold>,
+    /// `--eviction-max-pod-grace-period` (seconds; negative: the pod's own).
+    pub max_pod_grace_period: i64,
     pub interval: Duration,
     /// How long a node condition stays after its threshold is no longer met.
     pub pressure_transition: Duration,
@@ -222,52 +411,114 @@ pub struct Config {
     pub reserved_memory: u64,
     /// `--root-dir`: the node file system.
     pub root_dir: PathBuf,
+    /// `--pod-logs-dir` (the pods' logs count in their disk use).
+    pub pod_logs_dir: PathBuf,
+}
+
+impl Config {
+    /// The hard thresholds (node allocatable is less those of memory and nodefs).
+    pub fn hard(&self) -> Vec<Threshold> {
+        self.thresholds
+            .iter()
+            .filter(|t| t.is_hard())
+            .copied()
+            .collect()
+    }
 }
 
 /// A pod the manager may rank.
 pub struct Candidate {
     pub uid: String,
     pub pod: Arc<Pod>,
-    /// Working set of its cgroup.
-    pub memory: u64,
+    /// The use of the resource ranked on: the working set of its cgroup (memory), its bytes or
+    /// inodes on the disk under pressure (disk), its processes (pids).
+    pub usage: u64,
 }
 
-fn memory_request(pod: &Pod) -> u64 {
-    crate::pod::resources::pod_resources(pod)
-        .map(|r| r.requests.memory_bytes())
-        .unwrap_or(0)
+/// The pod's request of `resource` (memory or ephemeral-storage; 0 for others).
+fn request(pod: &Pod, resource: &str) -> u64 {
+    match resource {
+        "memory" => crate::pod::resources::pod_resources(pod)
+            .map(|r| r.requests.memory_bytes())
+            .unwrap_or(0),
+        "ephemeral-storage" => ephemeral_storage_request(pod),
+        _ => 0,
+    }
 }
 
-/// The kubelet's order under memory pressure: usage above the request first, then lower
-/// priority, then the larger usage above the request. Critical pods are left out.
-pub fn rank_for_memory(mut pods: Vec<Candidate>) -> Vec<Candidate> {
+/// The pod's ephemeral-storage request: its app containers' requests added up, or the largest
+/// init container's when that is more (a value that does not parse counts as none).
+fn ephemeral_storage_request(pod: &Pod) -> u64 {
+    let of = |c: &k8s_openapi::api::core::v1::Container| -> u64 {
+        c.resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("ephemeral-storage"))
+            .and_then(|q| Quantity::parse(&q.0).ok())
+            .and_then(|q| u64::try_from(q.value()).ok())
+            .unwrap_or(0)
+    };
+    let Some(spec) = pod.spec.as_ref() else {
+        return 0;
+    };
+    let apps: u64 = spec.containers.iter().map(of).sum();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(of)
+        .max()
+        .unwrap_or(0);
+    apps.max(init)
+}
+
+/// The kubelet's order under memory or disk pressure: usage above the request first, then lower
+/// priority, then the larger usage above the request (`resource`: `memory`,
+/// `ephemeral-storage`, or `inodes`, which has no request). Under pid pressure: lower priority
+/// first, then more processes. Critical pods are left out.
+pub fn rank(mut pods: Vec<Candidate>, resource: &str) -> Vec<Candidate> {
     pods.retain(|c| !is_critical(&c.pod));
+    if resource == "pids" {
+        pods.sort_by(|a, b| {
+            priority(&a.pod)
+                .cmp(&priority(&b.pod))
+                .then(b.usage.cmp(&a.usage))
+        });
+        return pods;
+    }
     pods.sort_by(|a, b| {
-        let (ra, rb) = (memory_request(&a.pod), memory_request(&b.pod));
-        let (ea, eb) = (a.memory > ra, b.memory > rb);
+        let (ra, rb) = (request(&a.pod, resource), request(&b.pod, resource));
+        let (ea, eb) = (a.usage > ra, b.usage > rb);
         eb.cmp(&ea)
             .then(priority(&a.pod).cmp(&priority(&b.pod)))
-            .then((b.memory as i128 - rb as i128).cmp(&(a.memory as i128 - ra as i128)))
+            .then((b.usage as i128 - rb as i128).cmp(&(a.usage as i128 - ra as i128)))
     });
     pods
 }
 
 /// The kubelet's eviction message.
 pub fn message(t: &Threshold, o: &Observation, pod: &Candidate) -> String {
+    let resource = t.signal.resource();
+    let amount = |v: u64| {
+        if resource == "inodes" || resource == "pids" {
+            v.to_string()
+        } else {
+            bytes(v)
+        }
+    };
     let threshold = match t.amount {
-        Amount::Absolute(v) => bytes(v),
+        Amount::Absolute(v) => amount(v),
         Amount::Percent(p) => format!("{p}%"),
     };
     let mut m = format!(
-        "The node was low on resource: {}. Threshold quantity: {threshold}, available: {}. ",
-        t.signal.resource(),
-        bytes(o.available),
+        "The node was low on resource: {resource}. Threshold quantity: {threshold}, available: {}. ",
+        amount(o.available),
     );
-    if t.signal.resource() == "memory" {
+    if resource == "memory" || resource == "ephemeral-storage" {
         m.push_str(&format!(
             "Pod was using {}, request is {}. ",
-            bytes(pod.memory),
-            bytes(memory_request(&pod.pod))
+            bytes(pod.usage),
+            bytes(request(&pod.pod, resource))
         ));
     }
     m
@@ -281,12 +532,29 @@ fn bytes(v: u64) -> String {
     }
 }
 
-/// The manager's task: observes every interval, logs thresholds crossing, and evicts one pod
-/// per interval while a memory or pid threshold is met.
+/// A node-level clean-up run before pods are evicted for disk pressure (container and image
+/// garbage collection, wired by the agent); it answers a line for the log.
+pub type ReclaimFn = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>> + Send + Sync,
+>;
+
+/// What can be reclaimed before evicting.
+#[derive(Clone, Default)]
+pub struct Reclaim {
+    /// Dead containers and sandboxes.
+    pub containers: Option<ReclaimFn>,
+    /// Images no container uses.
+    pub images: Option<ReclaimFn>,
+}
+
+/// The manager's task: observes every interval, reports node conditions, reclaims node-level
+/// resources under disk pressure, and evicts one pod per interval while a threshold is acted on.
 pub struct Manager {
     pub cm: ContainerManager,
+    pub cri: crate::cri::Cri,
     pub status: crate::status::StatusManager,
     pub cfg: Config,
+    pub reclaim: Reclaim,
     /// Where an evicted pod's UID goes for an immediate sync (the sync loop's "sync now").
     pub sync_now: tokio::sync::mpsc::UnboundedSender<String>,
     /// The node conditions under pressure, sorted (read by the node status).
@@ -298,21 +566,29 @@ impl Manager {
         let mut tick = tokio::time::interval(self.cfg.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut pressure: HashMap<&'static str, tokio::time::Instant> = HashMap::new();
+        let mut tracker = Tracker::default();
+        let mut image_fs: Option<PathBuf> = None;
+        let thresholds = &self.cfg.thresholds;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let observed = observe(&self.cm, &self.cfg);
+            if image_fs.is_none() {
+                image_fs = image_fs_mount(&self.cri).await;
+            }
+            let observed = observe(&self.cm, &self.cfg, image_fs.as_deref());
             let now = tokio::time::Instant::now();
-            let met = met(&self.cfg.hard, &observed);
-            for (t, o) in &met {
+            let round = tracker.step(thresholds, &observed, now.into_std());
+            for &i in &round.met {
+                let t = &thresholds[i];
                 let condition = t.signal.condition();
                 if pressure.insert(condition, now).is_none() {
                     tracing::warn!(
                         condition,
                         signal = t.signal.as_str(),
-                        available = o.available,
+                        available = observed.get(&t.signal).map_or(0, |o| o.available),
+                        hard = t.is_hard(),
                         "eviction threshold met"
                     );
                 }
@@ -333,51 +609,289 @@ impl Manager {
                 }
                 changed
             });
-            let Some((t, o)) = met.iter().find(|(t, _)| {
-                matches!(
-                    t.signal,
-                    Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable
-                )
-            }) else {
+            let Some(i) = to_reclaim(thresholds, &round.acting) else {
                 continue;
             };
-            let candidates = self
-                .status
-                .pods_started()
-                .into_iter()
-                .filter(|(uid, _, _)| !self.status.is_evicted(uid) && !self.status.is_terminal(uid))
-                .map(|(uid, pod, _)| {
-                    let memory = crate::pod::qos::pod_qos(&pod)
-                        .ok()
-                        .and_then(|q| self.cm.pod_usage(&uid, q).ok())
-                        .and_then(|u| u.memory)
-                        .map_or(0, |m| m.working_set_bytes);
-                    Candidate { uid, pod, memory }
-                })
-                .collect();
-            let Some(victim) = rank_for_memory(candidates).into_iter().next() else {
-                tracing::warn!(
-                    signal = t.signal.as_str(),
-                    "eviction threshold met, but no pod can be evicted"
-                );
+            let t = thresholds[i];
+            let Some(o) = observed.get(&t.signal).copied() else {
                 continue;
             };
-            let msg = message(t, o, &victim);
-            tracing::warn!(
-                pod = %crate::pod::full_name(&victim.pod),
-                signal = t.signal.as_str(),
-                message = %msg,
-                "evicting pod"
-            );
-            if self.status.evict(&victim.uid, &msg) {
-                let _ = self.sync_now.send(victim.uid);
+            if t.signal.is_disk() && self.reclaim_node_level(t.signal, image_fs.as_deref()).await {
+                continue;
+            }
+            if let Some(uid) = self.evict_one(&t, &o, image_fs.as_deref()).await {
+                self.wait_for_cleanup(&uid, &cancel).await;
             }
         }
     }
+
+    /// Waits until the evicted pod's worker has stopped it and removed what it held (its
+    /// volumes free their disk, its cgroup its memory), at most [`CLEANUP_TIMEOUT`]: the next
+    /// observation must see what the eviction freed, or it would evict a second pod for the
+    /// same shortage (the kubelet waits the same way).
+    async fn wait_for_cleanup(&self, uid: &str, cancel: &tokio_util::sync::CancellationToken) {
+        let deadline = tokio::time::Instant::now() + CLEANUP_TIMEOUT;
+        loop {
+            if self.status.api_view(uid).is_none_or(|(_, _, done)| done) {
+                tracing::info!(uid, "eviction manager: evicted pod cleaned up");
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    uid,
+                    "eviction manager: timed out waiting for the evicted pod to be cleaned up"
+                );
+                return;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(CLEANUP_POLL) => {}
+            }
+        }
+    }
+
+    /// Runs the node-level clean-ups for a disk signal and observes again: true when no
+    /// threshold (with its minimum reclaim) is met any more, so no pod needs to go. As on the
+    /// kubelet: with the images on a file system of their own, pressure on the node file system
+    /// only collects containers; otherwise containers and images are both collected.
+    async fn reclaim_node_level(&self, signal: Signal, image_fs: Option<&std::path::Path>) -> bool {
+        let dedicated = image_fs.is_some_and(|m| !same_filesystem(m, &self.cfg.root_dir));
+        let images =
+            !(dedicated && matches!(signal, Signal::NodeFsAvailable | Signal::NodeFsInodesFree));
+        let mut ran = false;
+        for (what, f) in [
+            ("containers", self.reclaim.containers.as_ref()),
+            ("images", self.reclaim.images.as_ref().filter(|_| images)),
+        ] {
+            if let Some(f) = f {
+                let done = f().await;
+                tracing::info!(signal = signal.as_str(), what, %done, "eviction manager: reclaimed node-level resources");
+                ran = true;
+            }
+        }
+        if !ran {
+            return false;
+        }
+        let observed = observe(&self.cm, &self.cfg, image_fs);
+        let left = met(&self.cfg.thresholds, &observed, true);
+        if left.is_empty() {
+            tracing::info!(
+                signal = signal.as_str(),
+                "eviction manager: able to reduce resource pressure without evicting pods"
+            );
+        }
+        left.is_empty()
+    }
+
+    /// Ranks the running pods for `t`'s resource and evicts the first; answers its UID.
+    async fn evict_one(
+        &self,
+        t: &Threshold,
+        o: &Observation,
+        image_fs: Option<&std::path::Path>,
+    ) -> Option<String> {
+        let pods: Vec<(String, Arc<Pod>)> = self
+            .status
+            .pods_started()
+            .into_iter()
+            .filter(|(uid, _, _)| !self.status.is_evicted(uid) && !self.status.is_terminal(uid))
+            .map(|(uid, pod, _)| (uid, pod))
+            .collect();
+        let usage = self.usage_of(t.signal, &pods, image_fs).await;
+        let candidates = pods
+            .into_iter()
+            .map(|(uid, pod)| {
+                let usage = usage.get(&uid).copied().unwrap_or(0);
+                Candidate { uid, pod, usage }
+            })
+            .collect();
+        let Some(victim) = rank(candidates, t.signal.resource()).into_iter().next() else {
+            tracing::warn!(
+                signal = t.signal.as_str(),
+                "eviction threshold met, but no pod can be evicted"
+            );
+            return None;
+        };
+        let msg = message(t, o, &victim);
+        let grace = eviction_grace(t, self.cfg.max_pod_grace_period, &victim.pod);
+        tracing::warn!(
+            pod = %crate::pod::full_name(&victim.pod),
+            signal = t.signal.as_str(),
+            hard = t.is_hard(),
+            grace_seconds = ?grace,
+            message = %msg,
+            "evicting pod"
+        );
+        if !self.status.evict_with_grace(&victim.uid, &msg, grace) {
+            return None;
+        }
+        let _ = self.sync_now.send(victim.uid.clone());
+        Some(victim.uid)
+    }
+
+    /// Each pod's use of what `signal` measures.
+    async fn usage_of(
+        &self,
+        signal: Signal,
+        pods: &[(String, Arc<Pod>)],
+        image_fs: Option<&std::path::Path>,
+    ) -> HashMap<String, u64> {
+        let mut out = HashMap::new();
+        match signal {
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable => {
+                for (uid, pod) in pods {
+                    let usage = crate::pod::qos::pod_qos(pod)
+                        .ok()
+                        .and_then(|q| self.cm.pod_usage(uid, q).ok());
+                    let v = if signal == Signal::PidAvailable {
+                        usage.and_then(|u| u.processes)
+                    } else {
+                        usage.and_then(|u| u.memory).map(|m| m.working_set_bytes)
+                    };
+                    out.insert(uid.clone(), v.unwrap_or(0));
+                }
+            }
+            Signal::NodeFsAvailable | Signal::NodeFsInodesFree | Signal::ImageFsAvailable => {
+                let inodes = signal == Signal::NodeFsInodesFree;
+                let dedicated = image_fs.is_some_and(|m| !same_filesystem(m, &self.cfg.root_dir));
+                // With the images apart, the node file system holds the pods' volumes and logs
+                // and the image file system their writable layers; otherwise one holds all.
+                let (local, layers) = match (dedicated, signal) {
+                    (true, Signal::ImageFsAvailable) => (false, true),
+                    (true, _) => (true, false),
+                    (false, _) => (true, true),
+                };
+                let writable = if layers {
+                    writable_layers(&self.cri, inodes).await
+                } else {
+                    HashMap::new()
+                };
+                let cfg = self.cfg.clone();
+                let pods: Vec<(String, Arc<Pod>)> = pods.to_vec();
+                let local_use = if local {
+                    tokio::task::spawn_blocking(move || {
+                        pods.iter()
+                            .map(|(uid, pod)| (uid.clone(), local_disk_use(&cfg, uid, pod, inodes)))
+                            .collect::<HashMap<_, _>>()
+                    })
+                    .await
+                    .unwrap_or_default()
+                } else {
+                    HashMap::new()
+                };
+                for (uid, v) in local_use {
+                    *out.entry(uid).or_insert(0) += v;
+                }
+                for (uid, v) in writable {
+                    *out.entry(uid).or_insert(0) += v;
+                }
+            }
+        }
+        out
+    }
 }
 
-/// Reads the signals now.
-pub fn observe(cm: &ContainerManager, cfg: &Config) -> HashMap<Signal, Observation> {
+/// Whether two paths are on one file system (one device).
+fn same_filesystem(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev(),
+        _ => true,
+    }
+}
+
+/// The mount point of the runtime's image file system (CRI `ImageFsInfo`).
+async fn image_fs_mount(cri: &crate::cri::Cri) -> Option<PathBuf> {
+    let fs = cri.image_fs_info().await.ok()?;
+    fs.image_filesystems
+        .iter()
+        .find_map(|f| f.fs_id.as_ref().map(|id| PathBuf::from(&id.mountpoint)))
+        .filter(|p| !p.as_os_str().is_empty())
+}
+
+/// The bytes (or inodes) of each pod's containers' writable layers, by pod UID (CRI
+/// `ListContainerStats`).
+async fn writable_layers(cri: &crate::cri::Cri, inodes: bool) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    let Ok(stats) = cri.list_container_stats(None).await else {
+        return out;
+    };
+    for s in stats {
+        let Some(uid) = s
+            .attributes
+            .as_ref()
+            .and_then(|a| a.labels.get(crate::pod::labels::POD_UID))
+        else {
+            continue;
+        };
+        let used = s.writable_layer.as_ref().and_then(|w| {
+            if inodes {
+                w.inodes_used.as_ref().map(|v| v.value)
+            } else {
+                w.used_bytes.as_ref().map(|v| v.value)
+            }
+        });
+        *out.entry(uid.clone()).or_insert(0) += used.unwrap_or(0);
+    }
+    out
+}
+
+/// A pod's bytes (or inodes) on the node file system: its volumes directory (emptyDirs on disk;
+/// volumes mounted from other file systems, as memory emptyDirs and secrets are, are not
+/// counted) and its log directory.
+fn local_disk_use(cfg: &Config, uid: &str, pod: &Pod, inodes: bool) -> u64 {
+    let volumes = cfg.root_dir.join("pods").join(uid).join("volumes");
+    let meta = &pod.metadata;
+    let logs = crate::pod::log_paths::pod_log_dir(
+        &cfg.pod_logs_dir,
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+        uid,
+    );
+    [volumes, logs]
+        .iter()
+        .map(|d| {
+            let (b, i) = disk_use(d);
+            if inodes { i } else { b }
+        })
+        .sum()
+}
+
+/// Bytes (allocated blocks) and inodes under `dir`, not crossing into other file systems and
+/// not following symbolic links; what cannot be read counts as nothing.
+pub fn disk_use(dir: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(top) = std::fs::symlink_metadata(dir) else {
+        return (0, 0);
+    };
+    let dev = top.dev();
+    let (mut bytes, mut inodes) = (top.blocks() * 512, 1);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.dev() != dev {
+                continue;
+            }
+            bytes += m.blocks() * 512;
+            inodes += 1;
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    (bytes, inodes)
+}
+
+/// Reads the signals now (`image_fs`: the runtime's image file system, when known).
+pub fn observe(
+    cm: &ContainerManager,
+    cfg: &Config,
+    image_fs: Option<&std::path::Path>,
+) -> HashMap<Signal, Observation> {
     let mut out = HashMap::new();
     if let Some(capacity) = crate::cm::machine_memory_bytes() {
         if let Some(m) = cm.cgroup_usage("/").memory {
@@ -417,6 +931,15 @@ pub fn observe(cm: &ContainerManager, cfg: &Config) -> HashMap<Signal, Observati
             },
         );
     }
+    if let Some(fs) = image_fs.and_then(|p| crate::cm::filesystem_stats(p).ok()) {
+        out.insert(
+            Signal::ImageFsAvailable,
+            Observation {
+                available: fs.available_bytes,
+                capacity: fs.capacity_bytes,
+            },
+        );
+    }
     let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok());
@@ -439,6 +962,7 @@ pub fn observe(cm: &ContainerManager, cfg: &Config) -> HashMap<Signal, Observati
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn thresholds_parse_as_the_kubelets_flag() {
@@ -448,18 +972,21 @@ mod tests {
             t[0],
             Threshold {
                 signal: Signal::MemoryAvailable,
-                amount: Amount::Absolute(100 << 20)
+                amount: Amount::Absolute(100 << 20),
+                grace_period: Duration::ZERO,
+                min_reclaim: None,
             }
         );
+        assert!(t.iter().all(Threshold::is_hard));
         assert_eq!(t[1].amount, Amount::Percent(10.0));
         assert!(parse_thresholds("").unwrap().is_empty());
         assert!(matches!(
             parse_thresholds("memory.available>1Gi"),
-            Err(Error::Syntax(_))
+            Err(Error::Syntax("--eviction-hard", _))
         ));
         assert!(matches!(
             parse_thresholds("swap.available<1Gi"),
-            Err(Error::Signal(_))
+            Err(Error::Signal(..))
         ));
         assert!(matches!(
             parse_thresholds("nodefs.available<200%"),
@@ -469,6 +996,10 @@ mod tests {
             parse_thresholds("memory.available<lots"),
             Err(Error::Amount(..))
         ));
+        assert_eq!(
+            parse_thresholds("memory.available<1Gi,memory.available<2Gi"),
+            Err(Error::Twice("--eviction-hard", "memory.available"))
+        );
         assert_eq!(
             Reserved::parse("cpu=1500m,memory=1Gi,ephemeral-storage=1G").unwrap(),
             Reserved {
@@ -486,21 +1017,136 @@ mod tests {
     }
 
     #[test]
+    fn soft_thresholds_need_a_grace_period_and_take_a_minimum_reclaim() {
+        let grace = [(Signal::MemoryAvailable, Duration::from_secs(90))];
+        let mut t = parse_soft("memory.available<1Gi", &grace).unwrap();
+        assert_eq!(t[0].grace_period, Duration::from_secs(90));
+        assert!(!t[0].is_hard());
+        assert_eq!(
+            parse_soft("nodefs.available<20%", &grace),
+            Err(Error::NoGracePeriod("nodefs.available".into()))
+        );
+        assert_eq!(
+            parse_soft(
+                "memory.available<1Gi",
+                &[(Signal::MemoryAvailable, Duration::ZERO)]
+            ),
+            Err(Error::NoGracePeriod("memory.available".into()))
+        );
+        apply_min_reclaim(&mut t, "memory.available=500Mi,nodefs.available=5%").unwrap();
+        assert_eq!(t[0].min_reclaim, Some(Amount::Absolute(500 << 20)));
+        assert!(matches!(
+            apply_min_reclaim(&mut t, "memory.available"),
+            Err(Error::Pair(..))
+        ));
+        assert!(matches!(
+            apply_min_reclaim(&mut t, "memory.available=-1Gi"),
+            Err(Error::Amount(..))
+        ));
+        assert_eq!(
+            parse_pairs(
+                "--eviction-soft-grace-period",
+                "memory.available=1m, pid.available=5s"
+            )
+            .unwrap(),
+            [
+                (Signal::MemoryAvailable, "1m"),
+                (Signal::PidAvailable, "5s")
+            ]
+        );
+    }
+
+    fn obs(available: u64, capacity: u64) -> Observation {
+        Observation {
+            available,
+            capacity,
+        }
+    }
+
+    #[test]
     fn a_threshold_is_met_below_its_amount_of_the_capacity() {
         let t = parse_thresholds("memory.available<100Mi,nodefs.available<10%").unwrap();
-        let obs = |a, c| Observation {
-            available: a,
-            capacity: c,
-        };
         let observed = HashMap::from([
             (Signal::MemoryAvailable, obs(99 << 20, 1 << 30)),
             (Signal::NodeFsAvailable, obs(11, 100)),
         ]);
-        let m = met(&t, &observed);
+        let m = met(&t, &observed, false);
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].0.signal, Signal::MemoryAvailable);
         let observed = HashMap::from([(Signal::NodeFsAvailable, obs(9, 100))]);
-        assert_eq!(met(&t, &observed)[0].0.signal, Signal::NodeFsAvailable);
+        assert_eq!(
+            met(&t, &observed, false)[0].0.signal,
+            Signal::NodeFsAvailable
+        );
+    }
+
+    #[test]
+    fn a_soft_threshold_acts_after_its_grace_period_and_a_met_one_stays_until_reclaimed() {
+        let mut t = parse_thresholds("memory.available<100Mi").unwrap();
+        t.extend(
+            parse_soft(
+                "nodefs.available<20%",
+                &[(Signal::NodeFsAvailable, Duration::from_secs(60))],
+            )
+            .unwrap(),
+        );
+        apply_min_reclaim(&mut t, "memory.available=50Mi").unwrap();
+        let mut tracker = Tracker::default();
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let low_disk = HashMap::from([
+            (Signal::MemoryAvailable, obs(1 << 30, 2 << 30)),
+            (Signal::NodeFsAvailable, obs(10, 100)),
+        ]);
+        // The soft threshold is met (its condition raised) but not acted on for 60 s.
+        let r = tracker.step(&t, &low_disk, at(0));
+        assert_eq!((r.met, r.acting), (vec![1], vec![]));
+        assert!(tracker.step(&t, &low_disk, at(59)).acting.is_empty());
+        assert_eq!(tracker.step(&t, &low_disk, at(60)).acting, [1]);
+        // Recovered for one round: the clock starts again.
+        let fine = HashMap::from([
+            (Signal::MemoryAvailable, obs(1 << 30, 2 << 30)),
+            (Signal::NodeFsAvailable, obs(50, 100)),
+        ]);
+        assert_eq!(tracker.step(&t, &fine, at(61)), Round::default());
+        assert!(tracker.step(&t, &low_disk, at(62)).acting.is_empty());
+        // A hard threshold acts at once; then, with 120 Mi available (above 100 Mi but not
+        // above 100 + 50 Mi), it stays met; at 160 Mi it is resolved.
+        let memory = |mib: u64| HashMap::from([(Signal::MemoryAvailable, obs(mib << 20, 2 << 30))]);
+        assert_eq!(tracker.step(&t, &memory(90), at(70)).acting, [0]);
+        assert_eq!(tracker.step(&t, &memory(120), at(71)).acting, [0]);
+        assert_eq!(tracker.step(&t, &memory(160), at(72)), Round::default());
+        // Not acted on last round: 120 Mi is not below the threshold itself.
+        assert_eq!(tracker.step(&t, &memory(120), at(73)), Round::default());
+    }
+
+    #[test]
+    fn memory_is_reclaimed_first_and_hard_evictions_get_one_second() {
+        let mut t = parse_thresholds("nodefs.available<10%,memory.available<100Mi").unwrap();
+        t.extend(
+            parse_soft(
+                "pid.available<10%",
+                &[(Signal::PidAvailable, Duration::from_secs(5))],
+            )
+            .unwrap(),
+        );
+        assert_eq!(to_reclaim(&t, &[0, 1, 2]), Some(1));
+        assert_eq!(to_reclaim(&t, &[2, 0]), Some(0));
+        assert_eq!(to_reclaim(&t, &[]), None);
+        let p = pod("p", None, None);
+        assert_eq!(eviction_grace(&t[0], 0, &p), Some(IMMEDIATE_GRACE_SECS));
+        assert_eq!(eviction_grace(&t[2], 0, &p), Some(0));
+        assert_eq!(eviction_grace(&t[2], 10, &p), Some(10));
+        assert_eq!(
+            eviction_grace(&t[2], 600, &p),
+            Some(30),
+            "the pod's own is less"
+        );
+        assert_eq!(
+            eviction_grace(&t[2], -1, &p),
+            None,
+            "negative: the pod's own"
+        );
     }
 
     fn pod(name: &str, request: Option<&str>, priority: Option<i32>) -> Arc<Pod> {
@@ -511,48 +1157,77 @@ mod tests {
         .unwrap();
         if let Some(r) = request {
             p.spec.as_mut().unwrap().containers[0].resources = Some(
-                serde_json::from_value(serde_json::json!({"requests": {"memory": r}})).unwrap(),
+                serde_json::from_value(
+                    serde_json::json!({"requests": {"memory": r, "ephemeral-storage": r}}),
+                )
+                .unwrap(),
             );
         }
         p.spec.as_mut().unwrap().priority = priority;
         Arc::new(p)
     }
 
+    fn names(ranked: &[Candidate]) -> Vec<&str> {
+        ranked.iter().map(|c| c.uid.as_str()).collect()
+    }
+
     #[test]
     fn pods_rank_over_request_then_priority_then_excess() {
-        let c = |name, request, prio, memory| Candidate {
+        let c = |name, request, prio, usage| Candidate {
             uid: String::from(name),
             pod: pod(name, request, prio),
-            memory,
+            usage,
         };
-        let mut critical = c("critical", None, Some(2_000_000_000), 900 << 20);
-        critical.uid = "critical".into();
-        let ranked = rank_for_memory(vec![
-            c("within-request", Some("500Mi"), None, 400 << 20),
-            c("small-excess", None, None, 50 << 20),
-            c("big-excess", None, None, 300 << 20),
-            c("high-priority-excess", None, Some(1000), 800 << 20),
-            critical,
-        ]);
-        let names: Vec<&str> = ranked.iter().map(|c| c.uid.as_str()).collect();
+        let pods = || {
+            vec![
+                c("within-request", Some("500Mi"), None, 400 << 20),
+                c("small-excess", None, None, 50 << 20),
+                c("big-excess", None, None, 300 << 20),
+                c("high-priority-excess", None, Some(1000), 800 << 20),
+                c("critical", None, Some(2_000_000_000), 900 << 20),
+            ]
+        };
+        let expected = [
+            "big-excess",
+            "small-excess",
+            "high-priority-excess",
+            "within-request",
+        ];
+        let ranked = rank(pods(), "memory");
+        assert_eq!(names(&ranked), expected);
+        // The disk ranks the same way against the ephemeral-storage request.
+        assert_eq!(names(&rank(pods(), "ephemeral-storage")), expected);
+        // Under pid pressure: priority first, then the most processes.
         assert_eq!(
-            names,
+            names(&rank(pods(), "pids")),
             [
+                "within-request",
                 "big-excess",
                 "small-excess",
-                "high-priority-excess",
-                "within-request"
+                "high-priority-excess"
             ]
         );
         let t = parse_thresholds("memory.available<100Mi").unwrap()[0];
-        let m = message(
-            &t,
-            &Observation {
-                available: 80 << 20,
-                capacity: 1 << 30,
-            },
-            &ranked[0],
+        let m = message(&t, &obs(80 << 20, 1 << 30), &ranked[0]);
+        assert!(m.starts_with("The node was low on resource: memory. Threshold quantity: 102400Ki, available: 81920Ki. Pod was using 307200Ki, request is 0."), "{m}");
+        let t = parse_thresholds("nodefs.inodesFree<5%").unwrap()[0];
+        let m = message(&t, &obs(40, 1000), &ranked[0]);
+        assert_eq!(
+            m,
+            "The node was low on resource: inodes. Threshold quantity: 5%, available: 40. "
         );
-        assert!(m.starts_with("The node was low on resource: memory. Threshold quantity: 102400Ki, available: 81920Ki."), "{m}");
+    }
+
+    #[test]
+    fn disk_use_counts_blocks_and_inodes_below_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(sub.join("f"), vec![7u8; 64 << 10]).unwrap();
+        std::fs::write(dir.path().join("g"), b"x").unwrap();
+        let (bytes, inodes) = disk_use(dir.path());
+        assert_eq!(inodes, 5, "the directory, a, b, f and g");
+        assert!(bytes >= 64 << 10, "{bytes}");
+        assert_eq!(disk_use(&dir.path().join("missing")), (0, 0));
     }
 }

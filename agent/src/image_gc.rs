@@ -145,6 +145,38 @@ pub struct Pass {
     pub removed: Vec<String>,
 }
 
+/// A request to [`ImageGc::delete_unused`], answered on the channel it carries.
+pub type Request = tokio::sync::oneshot::Sender<Result<Pass, PassError>>;
+pub type RequestRx = tokio::sync::mpsc::Receiver<Request>;
+
+/// The handle that sends [`Request`]s to the running collector.
+#[derive(Debug, Clone)]
+pub struct Requests(tokio::sync::mpsc::Sender<Request>);
+
+impl Requests {
+    pub fn channel() -> (Self, RequestRx) {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        (Self(tx), rx)
+    }
+
+    /// Deletes every unused image now and answers what was freed (a line for the log).
+    pub async fn delete_unused(&self) -> String {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.0.send(tx).await.is_err() {
+            return "the image collector has stopped".to_owned();
+        }
+        match rx.await {
+            Ok(Ok(p)) => format!(
+                "{} image(s) removed, {} bytes freed",
+                p.removed.len(),
+                p.freed
+            ),
+            Ok(Err(e)) => format!("image collection failed: {e}"),
+            Err(_) => "the image collector has stopped".to_owned(),
+        }
+    }
+}
+
 pub struct ImageGc {
     cri: Cri,
     policy: Policy,
@@ -165,13 +197,19 @@ impl ImageGc {
         }
     }
 
-    /// Collects every `--image-gc-period`, the first time at once, until `cancel`.
-    pub async fn run(mut self, cancel: CancellationToken) {
+    /// Collects every `--image-gc-period`, the first time at once, until `cancel`; between
+    /// passes it answers the eviction manager's requests to delete every unused image
+    /// ([`Requests`]).
+    pub async fn run(mut self, mut requests: RequestRx, cancel: CancellationToken) {
         let mut every = tokio::time::interval(self.policy.period);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
+                Some(reply) = requests.recv() => {
+                    let _ = reply.send(self.delete_unused(Instant::now()).await);
+                    continue;
+                }
                 _ = every.tick() => {}
             }
             match self.pass(Instant::now()).await {
@@ -278,6 +316,19 @@ impl ImageGc {
         self.metrics
             .image_gc_pass_duration_seconds
             .observe(started.elapsed().as_secs_f64());
+        Ok(pass)
+    }
+
+    /// Removes every image no container uses that is older than `--image-minimum-gc-age`,
+    /// whatever the disk use (the kubelet's `DeleteUnusedImages`, run under disk pressure
+    /// before pods are evicted).
+    pub async fn delete_unused(&mut self, now: Instant) -> Result<Pass, PassError> {
+        let in_use = self.detect(now).await?;
+        let mut pass = Pass {
+            wanted: u64::MAX,
+            ..Pass::default()
+        };
+        self.free(&mut pass, now, &in_use).await;
         Ok(pass)
     }
 

@@ -193,6 +193,8 @@ pub struct Synced {
     /// The pod's `activeDeadlineSeconds` passes this soon: it is synced again then at the
     /// latest, whatever `requeue_after` or the periodic resync say.
     pub deadline_in: Option<Duration>,
+    /// A terminal pod is stopped with this grace period rather than its own (an eviction's).
+    pub grace_override: Option<i64>,
 }
 
 /// The runtime calls a worker makes. [`WorkerContext`] is the real one; tests use a fake.
@@ -315,6 +317,7 @@ impl PodSyncer for WorkerContext {
                 Deadline::In(left) => Some(left),
                 _ => None,
             },
+            grace_override: None,
         })
     }
 
@@ -424,6 +427,7 @@ impl WorkerContext {
         self.status.update(uid, &state, &HashMap::new());
         Ok(Synced {
             terminal: self.status.is_terminal(uid),
+            grace_override: self.status.eviction_grace(uid),
             ..Default::default()
         })
     }
@@ -1180,7 +1184,7 @@ impl<S: PodSyncer> Worker<S> {
                     st.grace = st
                         .active
                         .as_ref()
-                        .map_or(MIN_GRACE, |p| effective_grace(0, p, None).0);
+                        .map_or(MIN_GRACE, |p| effective_grace(0, p, s.grace_override).0);
                 }
                 st.requeue_last();
                 None

@@ -4,6 +4,12 @@
 //! the agent evict once the pods' working set passes 200 MiB: a pod filling a memory-backed
 //! emptyDir to 300 MiB is evicted (phase Failed, reason Evicted, the kubelet's message) and
 //! stopped, while a quiet pod that stays within its request keeps running.
+//!
+//! Under real disk pressure: the agent's root dir is a 64 MiB tmpfs and `--eviction-hard
+//! nodefs.available<24Mi`; a pod filling an emptyDir on it is evicted for ephemeral-storage
+//! after the node-level clean-up ran, and stopped with the hard eviction's 1 s grace although it
+//! ignores SIGTERM and asks for 120 s; its emptyDir goes, the pressure ends and the quiet pod
+//! keeps running.
 
 use std::time::Duration;
 
@@ -85,4 +91,88 @@ fn the_pod_over_its_request_is_evicted_under_memory_pressure() {
     assert_eq!(list.phase("hog"), Some("Failed"));
     assert!(list.is_running("quiet"), "{}", list.summary());
     assert!(agent.log().contains("evicting pod"));
+}
+
+#[test]
+fn the_pod_filling_the_disk_is_evicted_at_once_under_disk_pressure() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = tokio.block_on(ApiServer::start());
+    let mut opts = AgentOptions::new("eviction-disk");
+    opts.tmpfs_kib = Some(64 << 10);
+    let _dir = server.point_agent(&mut opts);
+    opts.extra_args.extend([
+        "--eviction-hard".to_owned(),
+        "nodefs.available<24Mi".to_owned(),
+        "--eviction-monitoring-interval".to_owned(),
+        "1s".to_owned(),
+        "--eviction-pressure-transition-period".to_owned(),
+        "2s".to_owned(),
+    ]);
+    let agent = Agent::start(rt, opts);
+    let node = agent.node_name().to_owned();
+    server.put(api_pod(&node, "quiet", "", "sleep 3600 & wait", ""));
+    // 48 MiB in 4 MiB steps: the disk passes the threshold half-way; SIGTERM is ignored.
+    server.put(api_pod(
+        &node,
+        "filler",
+        "  terminationGracePeriodSeconds: 120\n  volumes:\n  - name: scratch\n    emptyDir: {}\n",
+        "trap '' TERM; i=0; while [ $i -lt 12 ]; do \
+         dd if=/dev/zero of=/scratch/f$i bs=1M count=4 2>/dev/null; i=$((i+1)); sleep 0.2; done; \
+         sleep 3600 & wait",
+        "    volumeMounts:\n    - {name: scratch, mountPath: /scratch}\n",
+    ));
+    let list = agent.wait_for(
+        |l| {
+            l.get("filler")
+                .and_then(|p| p.status.as_ref())
+                .is_some_and(|s| s.reason.as_deref() == Some("Evicted"))
+        },
+        TIMEOUT,
+    );
+    let filler = list
+        .get("filler")
+        .and_then(|p| p.status.clone())
+        .unwrap_or_default();
+    assert_eq!(filler.phase.as_deref(), Some("Failed"));
+    let message = filler.message.unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "The node was low on resource: ephemeral-storage. Threshold quantity: 24576Ki"
+        ) && message.contains("Pod was using"),
+        "{message}"
+    );
+    assert!(list.is_running("quiet"), "{}", list.summary());
+    // Stopped with the hard eviction's grace (SIGKILL after the runtime's 2 s minimum), not the
+    // pod's 120 s.
+    agent.wait_for(
+        |l| {
+            l.container("filler", "main")
+                .is_some_and(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+        },
+        Duration::from_secs(30),
+    );
+    // The emptyDir is gone with the pod's volumes, so the pressure ends and nothing else goes.
+    std::thread::sleep(Duration::from_secs(5));
+    let list = agent.pods();
+    assert_eq!(list.phase("filler"), Some("Failed"));
+    assert!(list.is_running("quiet"), "{}", list.summary());
+    let log = agent.log();
+    let reclaimed = log
+        .find("eviction manager: reclaimed node-level resources")
+        .expect("the node-level clean-up ran");
+    let evicted = log.find("evicting pod").expect("an eviction");
+    assert!(reclaimed < evicted, "the clean-up comes first");
+    assert!(
+        !log[reclaimed..evicted].contains("what=\"images\"")
+            && !log[reclaimed..evicted].contains("what=images"),
+        "the images are on a file system of their own: pressure on the node's does not collect them"
+    );
+    assert_eq!(
+        log.matches("evicting pod").count(),
+        1,
+        "one eviction ended the pressure"
+    );
 }

@@ -444,7 +444,6 @@ pub fn changed(old: &NodeStatus, new: &NodeStatus) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eviction::{Amount, Signal, Threshold};
 
     fn cfg() -> Config {
         Config {
@@ -485,16 +484,9 @@ mod tests {
             cpu_millis: 500,
             ephemeral_storage: 0,
         };
-        c.eviction_hard = vec![
-            Threshold {
-                signal: Signal::MemoryAvailable,
-                amount: Amount::Absolute(100 << 20),
-            },
-            Threshold {
-                signal: Signal::NodeFsAvailable,
-                amount: Amount::Percent(10.0),
-            },
-        ];
+        c.eviction_hard =
+            crate::eviction::parse_thresholds("memory.available<100Mi,nodefs.available<10%")
+                .unwrap();
         let (cap, alloc) = resources(&c, &machine());
         assert_eq!(cap["cpu"].0, "4");
         assert_eq!(cap["memory"].0, "8388608Ki");

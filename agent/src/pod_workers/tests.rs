@@ -91,6 +91,7 @@ impl PodSyncer for Fake {
             terminal: self.0.terminal.lock().unwrap().contains(uid),
             requeue_after: self.0.requeue_after,
             deadline_in: self.0.deadline_in,
+            grace_override: None,
         })
     }
 

@@ -31,6 +31,8 @@ struct Entry {
     /// The eviction manager evicted it (reason `Evicted`) or admission preempted it (reason
     /// `Preempting`), with this message: it fails so.
     evicted: Option<(&'static str, String)>,
+    /// The grace period its containers are stopped with when it was evicted (`None`: its own).
+    eviction_grace: Option<i64>,
     /// Its worker finished it: containers stopped, cgroup and directories removed.
     terminated: bool,
 }
@@ -43,6 +45,7 @@ impl Entry {
             running_observed: false,
             terminating: false,
             evicted: None,
+            eviction_grace: None,
             terminated: false,
         }
     }
@@ -447,17 +450,43 @@ impl StatusManager {
 
     /// [`StatusManager::evict`] with another reason (admission's `Preempting`).
     pub fn evict_as(&self, uid: &str, reason: &'static str, message: &str) -> bool {
+        self.mark_evicted(uid, reason, message, None)
+    }
+
+    /// [`StatusManager::evict`] whose containers are stopped with `grace` seconds (the
+    /// eviction manager's override), `None`: the pod's own.
+    pub fn evict_with_grace(&self, uid: &str, message: &str, grace: Option<i64>) -> bool {
+        self.mark_evicted(uid, EVICTED, message, grace)
+    }
+
+    fn mark_evicted(
+        &self,
+        uid: &str,
+        reason: &'static str,
+        message: &str,
+        grace: Option<i64>,
+    ) -> bool {
         let Some(mut map) = self.write() else {
             return false;
         };
         match map.pods.get_mut(uid) {
             Some(e) => {
-                e.evicted
-                    .get_or_insert_with(|| (reason, message.to_owned()));
+                if e.evicted.is_none() {
+                    e.evicted = Some((reason, message.to_owned()));
+                    e.eviction_grace = grace;
+                }
                 true
             }
             None => false,
         }
+    }
+
+    /// The grace period an evicted pod is stopped with, when the eviction set one.
+    pub fn eviction_grace(&self, uid: &str) -> Option<i64> {
+        self.inner
+            .read()
+            .ok()
+            .and_then(|m| m.pods.get(uid).and_then(|e| e.eviction_grace))
     }
 
     /// Whether the eviction manager evicted the pod.
