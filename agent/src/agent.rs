@@ -64,6 +64,17 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         pod_pids_limit: cfg.pod_pids_limit,
     });
     cm.start()?;
+    // Node allocatable on kubepods: capacity less the reservations, or capacity when not
+    // enforced (the kubelet writes both cases).
+    let (mut cpu_millis, mut memory) = (
+        cm::machine_cpus() * 1000,
+        cm::machine_memory_bytes().unwrap_or(u64::MAX),
+    );
+    if cfg.enforce_node_allocatable {
+        cpu_millis = cpu_millis.saturating_sub(cfg.node.reserved.cpu_millis);
+        memory = memory.saturating_sub(cfg.node.reserved.memory);
+    }
+    cm.enforce_node_allocatable(cpu_millis, memory)?;
 
     // Pod startup timelines: agent marks + CRI uprobes + kernel events on one clock.
     let tracer = trace::Tracer::new(metrics.clone());

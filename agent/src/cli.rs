@@ -53,6 +53,11 @@ pub enum Error {
     TlsPair,
     #[error(transparent)]
     Eviction(#[from] crate::eviction::Error),
+    #[error(
+        "--enforce-node-allocatable {0:?}: only \"pods\" and \"none\" are implemented \
+         (system-reserved and kube-reserved need cgroups of their own, which swiftlet does not manage)"
+    )]
+    EnforceNodeAllocatable(String),
     #[error(transparent)]
     Node(#[from] crate::node::Error),
 }
@@ -241,6 +246,11 @@ pub struct Flags {
     /// allocatableMemory.available signal counts from capacity minus both reservations.
     #[arg(long, value_name = "RESOURCES")]
     pub system_reserved: Option<String>,
+    /// Where node allocatable is enforced: "pods" (the kubepods cgroup gets cpu shares and a
+    /// memory limit of capacity less --system-reserved and --kube-reserved) or "none";
+    /// system-reserved and kube-reserved (their own cgroups) are not implemented [default: pods].
+    #[arg(long, value_name = "LEVELS")]
+    pub enforce_node_allocatable: Option<String>,
     /// Resources reserved for the node's Kubernetes daemons (memory=<quantity>,...).
     #[arg(long, value_name = "RESOURCES")]
     pub kube_reserved: Option<String>,
@@ -372,6 +382,7 @@ pub struct KubeletConfiguration {
     pub eviction_max_pod_grace_period: Option<i64>,
     pub eviction_minimum_reclaim: Option<std::collections::BTreeMap<String, String>>,
     pub eviction_pressure_transition_period: Option<String>,
+    pub enforce_node_allocatable: Option<Vec<String>>,
 }
 
 /// `authentication` of a KubeletConfiguration: `x509.clientCAFile`, `anonymous.enabled`.
@@ -445,6 +456,8 @@ pub struct AgentConfig {
     pub image_gc: crate::image_gc::Policy,
     /// `--address`, `--port` (`None`: off), TLS files, `--anonymous-auth`.
     pub kubelet_api: Option<KubeletApi>,
+    /// `--enforce-node-allocatable` names `pods`.
+    pub enforce_node_allocatable: bool,
     /// `--eviction-hard` and the rest of the eviction manager's settings.
     pub eviction: crate::eviction::Config,
     /// Cluster membership (used when `kubeconfig` is set).
@@ -745,6 +758,18 @@ impl Flags {
                 .or(listed(file.eviction_minimum_reclaim, "="))
                 .unwrap_or_default(),
         )?;
+        let enforce = self
+            .enforce_node_allocatable
+            .or(file.enforce_node_allocatable.map(|l| l.join(",")))
+            .unwrap_or_else(|| "pods".to_owned());
+        let mut enforce_node_allocatable = false;
+        for level in enforce.split(',').map(str::trim).filter(|l| !l.is_empty()) {
+            match level {
+                "pods" => enforce_node_allocatable = true,
+                "none" => {}
+                other => return Err(Error::EnforceNodeAllocatable(other.to_owned())),
+            }
+        }
         let eviction = crate::eviction::Config {
             thresholds,
             max_pod_grace_period: self
@@ -841,6 +866,7 @@ impl Flags {
         });
         Ok(AgentConfig {
             node,
+            enforce_node_allocatable,
             eviction,
             kubelet_api,
             image_gc,
@@ -987,6 +1013,11 @@ mod tests {
             err.to_string().contains("--eviction-soft-grace-period"),
             "{err}"
         );
+        assert!(resolve(&[]).unwrap().enforce_node_allocatable);
+        let off = resolve(&["--enforce-node-allocatable", "none"]).unwrap();
+        assert!(!off.enforce_node_allocatable);
+        let err = resolve(&["--enforce-node-allocatable", "pods,system-reserved"]).unwrap_err();
+        assert!(err.to_string().contains("not manage"), "{err}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! 400 MiB of allocatable memory and `--eviction-hard allocatableMemory.available<200Mi` makes
 //! the agent evict once the pods' working set passes 200 MiB: a pod filling a memory-backed
 //! emptyDir to 300 MiB is evicted (phase Failed, reason Evicted, the kubelet's message) and
-//! stopped, while a quiet pod that stays within its request keeps running.
+//! stopped, while a quiet pod that stays within its request keeps running. The kubepods cgroup
+//! carries the 400 MiB as its memory limit (node allocatable enforced).
 //!
 //! Under real disk pressure: the agent's root dir is a 64 MiB tmpfs and `--eviction-hard
 //! nodefs.available<24Mi`; a pod filling an emptyDir on it is evicted for ephemeral-storage
@@ -44,6 +45,17 @@ fn the_pod_over_its_request_is_evicted_under_memory_pressure() {
     ]);
     let agent = Agent::start(rt, opts);
     let node = agent.node_name().to_owned();
+    // Node allocatable is enforced on kubepods (the kernel rounds the limit to pages).
+    let limit = std::fs::read_to_string(format!(
+        "/sys/fs/cgroup/memory/swiftlet-test-{node}/kubepods/memory.limit_in_bytes"
+    ))
+    .expect("the kubepods memory limit");
+    let limit: u64 = limit.trim().parse().expect("a number");
+    let allocatable = capacity - (reserved_mib << 20);
+    assert!(
+        limit <= allocatable && allocatable - limit < 4096,
+        "kubepods limit {limit}, allocatable {allocatable}"
+    );
     server.put(api_pod(
         &node,
         "quiet",

@@ -221,6 +221,29 @@ impl ContainerManager {
         self.update_qos_cgroups()
     }
 
+    /// Node allocatable on the `kubepods` cgroup (the kubelet's `enforceNodeAllocatableCgroups`):
+    /// cpu shares of `cpu_millis` and a memory limit of `memory_bytes`, so that pods together
+    /// never take what `--system-reserved` and `--kube-reserved` keep back. The caller passes the
+    /// machine's capacity when enforcement is off, as the kubelet does (its shares still weigh
+    /// the pods against the rest of the machine). A limit below what the pods use now fails
+    /// with the kernel's error.
+    pub fn enforce_node_allocatable(&self, cpu_millis: u64, memory_bytes: u64) -> Result<()> {
+        if !self.cfg.cgroups_per_qos {
+            return Ok(());
+        }
+        let name = self.qos_cgroup_name(QosClass::Guaranteed);
+        self.set_shares(&name, milli_cpu_to_shares(cpu_millis))?;
+        let dir = self.driver.dir(Controller::Memory, &name)?;
+        let limit = saturating_i64(memory_bytes);
+        if self.memory_limit_at(&dir) != Some(limit) {
+            MemController::new(dir.clone(), PathBuf::new(), self.v2())
+                .set_limit(limit)
+                .map_err(cg_err("writing memory limit of", &dir))?;
+            self.wrote();
+        }
+        Ok(())
+    }
+
     /// The kubelet's `UpdateCgroups` for cpu: besteffort gets 2 shares, burstable the shares of
     /// the summed cpu requests of the Burstable pods (2 when there are none).
     fn update_qos_cgroups(&self) -> Result<()> {

@@ -211,6 +211,22 @@ fn v1_fixture(cgroup_root: &str) -> (tempfile::TempDir, ContainerManager) {
 }
 
 #[test]
+fn node_allocatable_is_written_on_kubepods() {
+    let (tmp, cm) = v1_fixture("/test");
+    cm.enforce_node_allocatable(3800, 7 << 30).unwrap();
+    let read = |f: &str| fs::read_to_string(tmp.path().join(f)).unwrap();
+    assert_eq!(read("cpu/test/kubepods/cpu.shares"), "3891");
+    assert_eq!(
+        read("memory/test/kubepods/memory.limit_in_bytes"),
+        (7u64 << 30).to_string()
+    );
+    // Written again only when it differs.
+    let before = cm.writes();
+    cm.enforce_node_allocatable(3800, 7 << 30).unwrap();
+    assert_eq!(cm.writes(), before);
+}
+
+#[test]
 fn cgroup_names_and_files_v1_fixture() {
     let (tmp, cm) = v1_fixture("/test");
     assert_eq!(
