@@ -27,6 +27,8 @@ pub enum Error {
     KubeletApi(#[from] server::kubelet_api::Error),
     #[error(transparent)]
     Trace(#[from] trace::server::Error),
+    #[error("the kubelet API's token and access reviews need a client of --kubeconfig: {0}")]
+    Webhook(#[source] config::api::Error),
     #[error("creating {path}: {source}")]
     Dir {
         path: std::path::PathBuf,
@@ -263,11 +265,24 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         tracer: tracer.clone(),
     };
     if let Some(api) = &cfg.kubelet_api {
+        // Token and access reviews go to the API server of --kubeconfig (the flags refuse them
+        // without one).
+        let webhook = match (&cfg.kubeconfig, api.webhook.any()) {
+            (Some(kubeconfig), true) => Some(server::webhook::Webhook::new(
+                config::api::client(kubeconfig)
+                    .await
+                    .map_err(Error::Webhook)?,
+                cfg.node_name.clone(),
+                api.webhook,
+            )),
+            _ => None,
+        };
         let settings = server::kubelet_api::Settings {
             addr: api.addr,
             tls: api.tls.clone(),
             anonymous: api.anonymous,
             names: serving_names(&cfg.node_name),
+            webhook,
         };
         server::kubelet_api::start(
             settings,

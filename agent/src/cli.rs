@@ -44,11 +44,10 @@ pub enum Error {
     ContainerLogs(#[from] crate::logs::Error),
     #[error(transparent)]
     ImageGc(#[from] crate::image_gc::Error),
-    #[error(
-        "--authorization-mode {0:?}: only AlwaysAllow is implemented (Webhook needs the API \
-         server's SubjectAccessReview, which swiftlet does not call yet)"
-    )]
+    #[error("--authorization-mode {0:?}: expected AlwaysAllow or Webhook")]
     AuthorizationMode(String),
+    #[error("{0} asks the API server, which needs --kubeconfig")]
+    WebhookWithoutApi(&'static str),
     #[error("--tls-cert-file and --tls-private-key-file go together: give both or neither")]
     TlsPair,
     #[error(transparent)]
@@ -282,9 +281,23 @@ pub struct Flags {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub anonymous_auth: Option<bool>,
     /// Authorization of kubelet API requests: AlwaysAllow (every authenticated caller may do
-    /// everything). Webhook is not implemented yet and is refused [default: AlwaysAllow].
+    /// everything) or Webhook (a SubjectAccessReview to the API server of --kubeconfig on
+    /// nodes/<subresource> per request) [default: AlwaysAllow].
     #[arg(long, value_name = "MODE")]
     pub authorization_mode: Option<String>,
+    /// How long an allowed Webhook decision is cached [default: 5m].
+    #[arg(long, value_name = "DURATION")]
+    pub authorization_webhook_cache_authorized_ttl: Option<String>,
+    /// How long a denied Webhook decision is cached [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    pub authorization_webhook_cache_unauthorized_ttl: Option<String>,
+    /// Authenticate kubelet API bearer tokens with a TokenReview to the API server of
+    /// --kubeconfig [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub authentication_token_webhook: Option<bool>,
+    /// How long a TokenReview's answer is cached [default: 2m].
+    #[arg(long, value_name = "DURATION")]
+    pub authentication_token_webhook_cache_ttl: Option<String>,
     /// Register this node with the API server of --kubeconfig (create its Node object); off:
     /// only an existing Node's status is kept [default: true].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -391,6 +404,24 @@ pub struct KubeletConfiguration {
 pub struct Authentication {
     pub x509: Option<X509Authentication>,
     pub anonymous: Option<AnonymousAuthentication>,
+    pub webhook: Option<WebhookAuthentication>,
+}
+
+/// `authentication.webhook`: `enabled`, `cacheTTL`.
+#[derive(Debug, Default, Deserialize)]
+pub struct WebhookAuthentication {
+    pub enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    pub cache_ttl: Option<String>,
+}
+
+/// `authorization.webhook`: `cacheAuthorizedTTL`, `cacheUnauthorizedTTL`.
+#[derive(Debug, Default, Deserialize)]
+pub struct WebhookAuthorization {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    pub cache_authorized_ttl: Option<String>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    pub cache_unauthorized_ttl: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -405,10 +436,11 @@ pub struct AnonymousAuthentication {
     pub enabled: Option<bool>,
 }
 
-/// `authorization` of a KubeletConfiguration: `mode`.
+/// `authorization` of a KubeletConfiguration: `mode`, `webhook`.
 #[derive(Debug, Default, Deserialize)]
 pub struct Authorization {
     pub mode: Option<String>,
+    pub webhook: Option<WebhookAuthorization>,
 }
 
 /// Everything the agent needs, defaults applied.
@@ -470,6 +502,8 @@ pub struct KubeletApi {
     pub addr: std::net::SocketAddr,
     pub tls: crate::server::tls::Files,
     pub anonymous: bool,
+    /// Token and access reviews (they need `--kubeconfig`).
+    pub webhook: crate::server::webhook::Settings,
 }
 
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -689,9 +723,50 @@ impl Flags {
             .authorization_mode
             .or(authorization.mode)
             .unwrap_or_else(|| "AlwaysAllow".to_owned());
-        if mode != "AlwaysAllow" {
-            return Err(Error::AuthorizationMode(mode));
-        }
+        let access_ttls = match mode.as_str() {
+            "AlwaysAllow" => None,
+            "Webhook" => {
+                let hook = authorization.webhook.unwrap_or_default();
+                let ttl = |flag: Option<String>, file: Option<String>, what, default: &str| {
+                    parse_duration(what, flag.or(file).as_deref().unwrap_or(default))
+                };
+                Some((
+                    ttl(
+                        self.authorization_webhook_cache_authorized_ttl,
+                        hook.cache_authorized_ttl,
+                        "--authorization-webhook-cache-authorized-ttl",
+                        "5m",
+                    )?,
+                    ttl(
+                        self.authorization_webhook_cache_unauthorized_ttl,
+                        hook.cache_unauthorized_ttl,
+                        "--authorization-webhook-cache-unauthorized-ttl",
+                        "30s",
+                    )?,
+                ))
+            }
+            _ => return Err(Error::AuthorizationMode(mode)),
+        };
+        let token_hook = authentication.webhook.unwrap_or_default();
+        let token_ttl = if self
+            .authentication_token_webhook
+            .or(token_hook.enabled)
+            .unwrap_or(false)
+        {
+            Some(parse_duration(
+                "--authentication-token-webhook-cache-ttl",
+                self.authentication_token_webhook_cache_ttl
+                    .or(token_hook.cache_ttl)
+                    .as_deref()
+                    .unwrap_or("2m"),
+            )?)
+        } else {
+            None
+        };
+        let webhook = crate::server::webhook::Settings {
+            token_ttl,
+            access_ttls,
+        };
         let cert_and_key = match (
             self.tls_cert_file.or(file.tls_cert_file),
             self.tls_private_key_file.or(file.tls_private_key_file),
@@ -845,6 +920,14 @@ impl Flags {
             reserved,
             eviction_hard: eviction.hard(),
         };
+        if self.kubeconfig.is_none() {
+            if webhook.access_ttls.is_some() {
+                return Err(Error::WebhookWithoutApi("--authorization-mode=Webhook"));
+            }
+            if webhook.token_ttl.is_some() {
+                return Err(Error::WebhookWithoutApi("--authentication-token-webhook"));
+            }
+        }
         let kubelet_api = (port != 0).then(|| KubeletApi {
             addr: std::net::SocketAddr::new(
                 self.address
@@ -863,6 +946,7 @@ impl Flags {
                 .anonymous_auth
                 .or(authentication.anonymous.and_then(|a| a.enabled))
                 .unwrap_or(false),
+            webhook,
         });
         Ok(AgentConfig {
             node,
@@ -1023,7 +1107,8 @@ mod tests {
     #[test]
     fn the_example_configuration_in_deploy_loads() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/kubelet-config.yaml");
-        let cfg = resolve(&["--config", path]).unwrap();
+        // The unit in deploy/ passes --kubeconfig too (the webhooks need it).
+        let cfg = resolve(&["--config", path, "--kubeconfig", "/etc/swiftlet/kubeconfig"]).unwrap();
         assert_eq!(
             cfg.container_runtime_endpoint,
             "unix:///run/containerd/containerd.sock"
@@ -1058,6 +1143,11 @@ mod tests {
         let api = cfg.kubelet_api.expect("the kubelet API");
         assert!(!api.anonymous);
         assert_eq!(
+            api.webhook.access_ttls,
+            Some((Duration::from_secs(300), Duration::from_secs(30)))
+        );
+        assert_eq!(api.webhook.token_ttl, Some(Duration::from_secs(120)));
+        assert_eq!(
             api.tls.client_ca,
             Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
         );
@@ -1090,7 +1180,27 @@ mod tests {
         assert_eq!(api.tls.client_ca, Some(PathBuf::from("/ca")));
         assert!(!api.anonymous, "the flag wins over the file");
         let e = resolve(&["--authorization-mode", "Webhook"]).unwrap_err();
-        assert!(e.to_string().contains("only AlwaysAllow"), "{e}");
+        assert!(e.to_string().contains("needs --kubeconfig"), "{e}");
+        let e = resolve(&["--authentication-token-webhook"]).unwrap_err();
+        assert!(e.to_string().contains("needs --kubeconfig"), "{e}");
+        let e = resolve(&["--authorization-mode", "RBAC"]).unwrap_err();
+        assert!(e.to_string().contains("AlwaysAllow or Webhook"), "{e}");
+        let cfg = resolve(&[
+            "--kubeconfig",
+            "/k",
+            "--authorization-mode",
+            "Webhook",
+            "--authorization-webhook-cache-unauthorized-ttl",
+            "10s",
+            "--authentication-token-webhook",
+        ])
+        .unwrap();
+        let hook = cfg.kubelet_api.unwrap().webhook;
+        assert_eq!(
+            hook.access_ttls,
+            Some((Duration::from_secs(300), Duration::from_secs(10)))
+        );
+        assert_eq!(hook.token_ttl, Some(Duration::from_secs(120)));
         assert!(matches!(
             resolve(&["--tls-cert-file", "/c"]),
             Err(Error::TlsPair)

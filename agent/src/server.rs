@@ -5,6 +5,7 @@ pub mod container_logs;
 pub mod kubelet_api;
 pub mod streaming;
 pub mod tls;
+pub mod webhook;
 
 use crate::config::file::Rejections;
 use crate::ebpf::Monitor;

@@ -37,6 +37,8 @@
 //! - [`ApiServer::start_tls`] serves HTTPS and authenticates every request (client certificate
 //!   or bearer token, else 401; see the `tls` module); [`ApiServer::forbid`] answers requests to
 //!   matching paths with 403, as RBAC or the node authorizer refuses them.
+//! - TokenReviews and SubjectAccessReviews answer a kubelet API's webhooks from what a test set
+//!   (see the `reviews` module).
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -54,6 +56,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
 
 mod pod_writes;
+mod reviews;
 mod tls;
 mod writable;
 
@@ -221,6 +224,7 @@ struct Store {
     /// Reads of namespaced objects, by plural resource name.
     object_reads: BTreeMap<String, ObjectReads>,
     requests: Vec<String>,
+    reviews: reviews::Reviews,
 }
 
 /// How often objects of one resource were read: GETs of one object, lists, watch requests.
@@ -329,6 +333,14 @@ impl ApiServer {
             .route(
                 "/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
                 axum::routing::post(create_token),
+            )
+            .route(
+                "/apis/authentication.k8s.io/v1/tokenreviews",
+                axum::routing::post(reviews::token_review),
+            )
+            .route(
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                axum::routing::post(reviews::access_review),
             )
             .route("/apis/node.k8s.io/v1", axum::routing::get(node_resources))
             .route(

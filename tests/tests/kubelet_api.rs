@@ -6,6 +6,12 @@
 //! `/containerLogs` serves the CRI log as the container wrote it, with `tailLines`,
 //! `limitBytes`, `timestamps`, `previous` (a crash-looping container's last instance) and
 //! `follow` (ends when the container exits). `/run` answers a command's output.
+//!
+//! With the webhooks (`--authentication-token-webhook`, `--authorization-mode=Webhook`) against
+//! the in-process HTTPS API server: a bearer token is reviewed there (an unknown one is 401),
+//! and every request is allowed or refused (403, the kubelet's message) by a
+//! SubjectAccessReview on `nodes/<subresource>` of the node; answers are cached, a denial only
+//! for its shorter TTL.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -70,6 +76,17 @@ async fn request(
     method: &str,
     path: &str,
 ) -> Result<(u16, String), String> {
+    request_as(tls, addr, method, path, None).await
+}
+
+/// [`request`] with `Authorization: Bearer <token>` when a token is given.
+async fn request_as(
+    tls: &tokio_rustls::TlsConnector,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
     let stream = connect(tls, addr).await?;
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
@@ -79,7 +96,12 @@ async fn request(
     let req = hyper::Request::builder()
         .method(method)
         .uri(path)
-        .header("host", addr.to_string())
+        .header("host", addr.to_string());
+    let req = match token {
+        Some(t) => req.header("authorization", format!("Bearer {t}")),
+        None => req,
+    };
+    let req = req
         .body(http_body_util::Empty::<bytes::Bytes>::new())
         .map_err(|e| e.to_string())?;
     let resp = sender
@@ -203,18 +225,15 @@ fn pod_running(agent: &Agent, pod: &str) {
     agent.wait_for(|p| p.is_running(pod), TIMEOUT);
 }
 
-#[test]
-fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
-    let Some(rt) = Runtime::shared() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    make_ca(d, "ca", "/CN=swiftlet test CA").unwrap();
-    make_leaf(d, "ca", "server", "/CN=127.0.0.1", Usage::Server).unwrap();
-    make_leaf(d, "ca", "alice", "/O=ops/CN=alice", Usage::Client).unwrap();
-    make_ca(d, "rogue", "/CN=another CA").unwrap();
-    make_leaf(d, "rogue", "mallory", "/CN=mallory", Usage::Client).unwrap();
-    let port = xtask::free_loopback_port().unwrap();
-    let mut opts = AgentOptions::new("kubelet-api");
+/// Certificates in `d` (the CA `ca`, the server's for 127.0.0.1, a client certificate for
+/// `alice` in group `ops`) and options for an agent serving the kubelet API with them on a free
+/// port (also returned).
+fn kubelet_api_options(d: &Path, name: &str) -> (AgentOptions, u16) {
+    make_ca(d, "ca", "/CN=swiftlet test CA").expect("a test CA");
+    make_leaf(d, "ca", "server", "/CN=127.0.0.1", Usage::Server).expect("a server certificate");
+    make_leaf(d, "ca", "alice", "/O=ops/CN=alice", Usage::Client).expect("a client certificate");
+    let port = xtask::free_loopback_port().expect("a free port");
+    let mut opts = AgentOptions::new(name);
     opts.kubelet_port = Some(port);
     for (flag, file) in [
         ("--tls-cert-file", "server.pem"),
@@ -224,6 +243,17 @@ fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
         opts.extra_args.push(flag.into());
         opts.extra_args.push(d.join(file).display().to_string());
     }
+    (opts, port)
+}
+
+#[test]
+fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
+    let Some(rt) = Runtime::shared() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (opts, port) = kubelet_api_options(d, "kubelet-api");
+    make_ca(d, "rogue", "/CN=another CA").unwrap();
+    make_leaf(d, "rogue", "mallory", "/CN=mallory", Usage::Client).unwrap();
     let agent = Agent::start(rt, opts);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let node = agent.node_name().to_owned();
@@ -534,4 +564,88 @@ fn the_stats_summary_reports_the_node_its_pods_and_their_containers() {
             .is_some_and(|i| !i.is_empty()),
         "{n}"
     );
+}
+
+/// The webhooks: who may use the kubelet API is the API server's decision.
+#[test]
+fn the_api_server_decides_who_may_use_the_kubelet_api() {
+    use swiftlet_tests::api_server::{ApiServer, Credential};
+    let Some(rt) = Runtime::shared() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = tokio.block_on(ApiServer::start_tls());
+    server.add_review_token("bob-token", "bob", &["devs"]);
+    server.allow("bob", "proxy");
+    server.allow("alice", "stats");
+    let (mut opts, port) = kubelet_api_options(d, "kubelet-api-webhook");
+    let _kubeconfig = server.point_agent_as(&mut opts, Credential::ClientCertificate);
+    opts.extra_args.extend(
+        [
+            "--authentication-token-webhook",
+            "--authorization-mode",
+            "Webhook",
+            "--authorization-webhook-cache-unauthorized-ttl",
+            "1s",
+        ]
+        .map(String::from),
+    );
+    let agent = Agent::start(rt, opts);
+    let node = agent.node_name().to_owned();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let (anyone, alice) = (client(d, None), client(d, Some("alice")));
+    let call = |tls: &tokio_rustls::TlsConnector, path: &str, token: Option<&str>| {
+        tokio
+            .block_on(request_as(tls, addr, "GET", path, token))
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    };
+    // A reviewed token: bob may use the proxy subresource (/pods), not stats.
+    let (status, body) = call(&anyone, "/pods", Some("bob-token"));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(&anyone, "/stats/summary", Some("bob-token"));
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        body.trim(),
+        "Forbidden (user=bob, verb=get, resource=nodes, subresource=stats)"
+    );
+    // Unknown tokens and no credential at all: 401.
+    assert_eq!(call(&anyone, "/pods", Some("not-a-token")).0, 401);
+    assert_eq!(call(&anyone, "/pods", None).0, 401);
+    // A client certificate's user is reviewed too.
+    assert_eq!(call(&alice, "/stats/summary", None).0, 200);
+    assert_eq!(call(&alice, "/pods", None).0, 403);
+    // What the API server was asked.
+    let reviews = server.access_reviews();
+    let bob_proxy = reviews
+        .iter()
+        .find(|r| r["user"] == "bob" && r["resourceAttributes"]["subresource"] == "proxy")
+        .unwrap_or_else(|| panic!("bob's review: {reviews:?}"));
+    assert_eq!(bob_proxy["groups"], serde_json::json!(["devs"]));
+    let attrs = &bob_proxy["resourceAttributes"];
+    assert_eq!(
+        (&attrs["verb"], &attrs["resource"], &attrs["name"]),
+        (
+            &serde_json::json!("get"),
+            &serde_json::json!("nodes"),
+            &serde_json::json!(node)
+        )
+    );
+    let alice_review = reviews
+        .iter()
+        .find(|r| r["user"] == "alice")
+        .expect("alice's review");
+    assert_eq!(
+        alice_review["groups"],
+        serde_json::json!(["system:authenticated", "ops"])
+    );
+    // Answers are cached: the same token and request again ask nothing more.
+    let (tokens, access) = (server.token_reviews(), server.access_reviews().len());
+    assert_eq!(call(&anyone, "/pods", Some("bob-token")).0, 200);
+    assert_eq!(server.token_reviews(), tokens);
+    assert_eq!(server.access_reviews().len(), access);
+    // A denial is cached for its TTL only (1 s here): granted later, the request goes through.
+    server.allow("bob", "stats");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, body) = call(&anyone, "/stats/summary", Some("bob-token"));
+    assert_eq!(status, 200, "{body}");
 }

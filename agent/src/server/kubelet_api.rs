@@ -1,6 +1,9 @@
 //! The kubelet API (`--port`, 10250): HTTPS; callers authenticate with a client certificate
-//! signed by `--client-ca-file` (or are anonymous with `--anonymous-auth`); every authenticated
-//! caller is allowed (`--authorization-mode=AlwaysAllow`). Serves `/containerLogs`, `/exec`,
+//! signed by `--client-ca-file`, else with a bearer token the API server vouches for
+//! (`--authentication-token-webhook`), else are anonymous with `--anonymous-auth`; an invalid
+//! token is refused even then. Every authenticated caller is allowed
+//! (`--authorization-mode=AlwaysAllow`), or the API server decides each request
+//! (`--authorization-mode=Webhook`; see `webhook`). Serves `/containerLogs`, `/exec`,
 //! `/attach`, `/portForward` (proxied to the runtime's streaming server), `/run`, and the
 //! read-only port's `/pods`, `/metrics` and `/healthz`.
 use super::AppState;
@@ -44,6 +47,8 @@ pub struct Settings {
     pub anonymous: bool,
     /// The names (host names, IP addresses) a self-signed serving certificate is made for.
     pub names: Vec<String>,
+    /// Token and access reviews through the API server, when asked for.
+    pub webhook: Option<super::webhook::Webhook>,
 }
 
 #[derive(Clone)]
@@ -51,6 +56,7 @@ struct ApiState {
     app: AppState,
     cri: Cri,
     anonymous: bool,
+    webhook: Option<super::webhook::Webhook>,
 }
 
 impl FromRef<ApiState> for AppState {
@@ -102,6 +108,7 @@ pub async fn start(
         app,
         cri,
         anonymous: settings.anonymous,
+        webhook: settings.webhook,
     };
     let router = routes(state);
     if settings.anonymous {
@@ -208,18 +215,60 @@ fn routes(state: ApiState) -> axum::Router {
         .with_state(state)
 }
 
-/// A client certificate's user, else the anonymous user when allowed, else 401.
+/// The bearer token of an `Authorization: Bearer <token>` header.
+fn bearer_token(headers: &axum::http::HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())
+}
+
+/// A client certificate's user, else a reviewed bearer token's, else the anonymous user when
+/// allowed, else 401; then, with the access webhook, the API server's decision (403 when
+/// denied, 500 when it cannot be asked).
 async fn authenticate(
     State(s): State<ApiState>,
     mut req: Request<Body>,
     next: Next,
 ) -> Response<Body> {
-    let user = req.extensions().get::<Peer>().and_then(|p| p.0.clone());
-    let user = match user {
-        Some(u) => u,
-        None if s.anonymous => User::anonymous(),
-        None => return text(StatusCode::UNAUTHORIZED, "Unauthorized\n"),
+    let unauthorized = || text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+    let certified = req.extensions().get::<Peer>().and_then(|p| p.0.clone());
+    let token = bearer_token(req.headers());
+    let reviewer = s.webhook.as_ref().filter(|w| w.reviews_tokens());
+    let user = match (certified, token, reviewer) {
+        (Some(u), _, _) => u,
+        (None, Some(token), Some(w)) => match w.review_token(&token).await {
+            Ok(Some(u)) => u,
+            Ok(None) => return unauthorized(),
+            Err(e) => {
+                tracing::warn!(error = %e, "kubelet API: reviewing a bearer token failed");
+                return unauthorized();
+            }
+        },
+        (None, _, _) if s.anonymous => User::anonymous(),
+        (None, _, _) => return unauthorized(),
     };
+    if let Some(w) = s.webhook.as_ref().filter(|w| w.reviews_access()) {
+        let attrs = super::webhook::attributes(req.method(), req.uri().path());
+        let named = format!(
+            "(user={}, verb={}, resource=nodes, subresource={})",
+            user.name, attrs.verb, attrs.subresource
+        );
+        match w.review_access(&user, &attrs).await {
+            Ok(super::webhook::Decision::Allowed) => {}
+            Ok(super::webhook::Decision::Denied(reason)) => {
+                tracing::debug!(user = %user.name, path = %req.uri().path(), %reason, "kubelet API request denied");
+                return text(StatusCode::FORBIDDEN, format!("Forbidden {named}\n"));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "kubelet API: reviewing a request's access failed");
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("Authorization error {named}\n"),
+                );
+            }
+        }
+    }
     tracing::debug!(user = %user.name, method = %req.method(), path = %req.uri().path(), "kubelet API request");
     req.extensions_mut().insert(user);
     next.run(req).await
