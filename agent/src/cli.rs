@@ -208,6 +208,16 @@ pub struct Flags {
     /// it off. Must exceed --image-minimum-gc-age [default: 0].
     #[arg(long, value_name = "DURATION")]
     pub image_maximum_gc_age: Option<String>,
+    /// Dead instances kept per container of a pod, the newest; negative: no limit [default: 1].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub maximum_dead_containers_per_container: Option<i64>,
+    /// Dead containers kept on the node in all (each pod's container keeps an even share, at
+    /// least one, then the oldest go); negative: no limit [default: -1].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub maximum_dead_containers: Option<i64>,
+    /// A dead container younger than this is never garbage collected [default: 0].
+    #[arg(long, value_name = "DURATION")]
+    pub minimum_container_ttl_duration: Option<String>,
     /// How often image garbage collection looks (swiftlet's own flag; the kubelet's period is
     /// fixed at 5m) [default: 5m].
     #[arg(long, value_name = "DURATION")]
@@ -486,6 +496,9 @@ pub struct AgentConfig {
     /// `--image-gc-high-threshold`, `--image-gc-low-threshold`, `--image-minimum-gc-age`,
     /// `--image-gc-period`.
     pub image_gc: crate::image_gc::Policy,
+    /// `--maximum-dead-containers-per-container`, `--maximum-dead-containers`,
+    /// `--minimum-container-ttl-duration`.
+    pub container_gc: crate::runtime::gc::Policy,
     /// `--address`, `--port` (`None`: off), TLS files, `--anonymous-auth`.
     pub kubelet_api: Option<KubeletApi>,
     /// `--enforce-node-allocatable` names `pods`.
@@ -688,6 +701,23 @@ impl Flags {
                 .or(file.container_log_max_workers)
                 .unwrap_or(crate::logs::DEFAULT_MAX_WORKERS),
         )?;
+        let limit = |v: Option<i64>, default: Option<usize>| match v {
+            None => default,
+            Some(n) => usize::try_from(n).ok(),
+        };
+        let container_gc = crate::runtime::gc::Policy {
+            min_age: self
+                .minimum_container_ttl_duration
+                .as_deref()
+                .map(|v| parse_duration("--minimum-container-ttl-duration", v))
+                .transpose()?
+                .unwrap_or_default(),
+            max_per_container: limit(
+                self.maximum_dead_containers_per_container,
+                Some(crate::runtime::gc::MAX_DEAD_PER_CONTAINER),
+            ),
+            max_containers: limit(self.maximum_dead_containers, None),
+        };
         let image_gc = crate::image_gc::Policy::new(
             self.image_gc_high_threshold
                 .or(file.image_gc_high_threshold_percent)
@@ -954,6 +984,7 @@ impl Flags {
             eviction,
             kubelet_api,
             image_gc,
+            container_gc,
             pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),
             container_runtime_endpoint: self
                 .container_runtime_endpoint
@@ -1098,6 +1129,23 @@ mod tests {
             "{err}"
         );
         assert!(resolve(&[]).unwrap().enforce_node_allocatable);
+        let gc = resolve(&[]).unwrap().container_gc;
+        assert_eq!(gc, crate::runtime::gc::Policy::default());
+        assert_eq!((gc.max_per_container, gc.max_containers), (Some(1), None));
+        let gc = resolve(&[
+            "--maximum-dead-containers",
+            "100",
+            "--maximum-dead-containers-per-container",
+            "-1",
+            "--minimum-container-ttl-duration",
+            "1m",
+        ])
+        .unwrap()
+        .container_gc;
+        assert_eq!(
+            (gc.max_containers, gc.max_per_container, gc.min_age),
+            (Some(100), None, Duration::from_secs(60))
+        );
         let off = resolve(&["--enforce-node-allocatable", "none"]).unwrap();
         assert!(!off.enforce_node_allocatable);
         let err = resolve(&["--enforce-node-allocatable", "pods,system-reserved"]).unwrap_err();

@@ -19,21 +19,12 @@ use swiftlet_tests::api_server::ApiServer;
 use swiftlet_tests::{Agent, AgentOptions, Runtime, busybox_api_pod};
 
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
     let (mut pods, mut idle_secs) = (100usize, 60usize);
-    while let Some(a) = args.next() {
-        let target = match a.as_str() {
-            "--pods" => &mut pods,
-            "--idle-secs" => &mut idle_secs,
-            _ => continue,
-        };
-        match args.next().and_then(|v| v.parse().ok()) {
-            Some(n) if n > 0 => *target = n,
-            _ => {
-                eprintln!("api_status: {a} needs a positive number");
-                return ExitCode::from(2);
-            }
-        }
+    if let Err(code) = swiftlet_benches::count_args(
+        "api_status",
+        &mut [("pods", &mut pods), ("idle-secs", &mut idle_secs)],
+    ) {
+        return code;
     }
     let Some(rt) = Runtime::shared() else {
         eprintln!("api_status: skipped (needs root and containerd; see the SKIPPED line above)");

@@ -6,54 +6,23 @@
 //! `cargo bench -p swiftlet-benches --bench stats_summary [-- --pods N --requests M]`.
 //! Builds and runs the release agent.
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use swiftlet_benches::{cpu_ticks, ticks_per_sec};
-use swiftlet_tests::{Agent, AgentOptions, Runtime, busybox_pod_manifest};
+use swiftlet_tests::Runtime;
 
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
     let (mut pods, mut requests) = (100usize, 300usize);
-    while let Some(a) = args.next() {
-        let target = match a.as_str() {
-            "--pods" => &mut pods,
-            "--requests" => &mut requests,
-            _ => continue,
-        };
-        match args.next().and_then(|v| v.parse().ok()) {
-            Some(n) if n > 0 => *target = n,
-            _ => {
-                eprintln!("stats_summary: {a} needs a positive number");
-                return ExitCode::from(2);
-            }
-        }
+    if let Err(code) = swiftlet_benches::count_args(
+        "stats_summary",
+        &mut [("pods", &mut pods), ("requests", &mut requests)],
+    ) {
+        return code;
     }
     let Some(rt) = Runtime::shared() else {
         eprintln!("stats_summary: skipped (needs root and containerd; see the SKIPPED line above)");
         return ExitCode::SUCCESS;
     };
-    let mut opts = AgentOptions::new("bench-stats");
-    opts.verbosity = 0;
-    opts.binary = Some(swiftlet_tests::release_agent_binary());
-    let agent = Agent::start(rt, opts);
-    println!("starting {pods} pods ...");
-    for i in 0..pods {
-        agent.write_manifest(
-            &format!("p{i}.yaml"),
-            &busybox_pod_manifest(
-                &format!("name: p{i}, namespace: default"),
-                "",
-                "sleep 3600 & wait",
-                "",
-            ),
-        );
-    }
-    let running = |l: &swiftlet_tests::PodList| {
-        l.items
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count()
-    };
-    agent.wait_for(|l| running(l) == pods, Duration::from_secs(600));
+    let (agent, _) = swiftlet_tests::release_agent_with_pods(rt, "bench-stats", pods, "");
     // Warm: the sandbox pids are looked up once, the cpu rates need a first read.
     for _ in 0..3 {
         let (code, body) = agent.get("/stats/summary");
@@ -85,9 +54,6 @@ fn main() -> ExitCode {
         pct(1.0),
         cpu_ms / requests as f64
     );
-    for i in 0..pods {
-        agent.remove_manifest(&format!("p{i}.yaml"));
-    }
-    agent.wait_for(|l| l.items.is_empty(), Duration::from_secs(600));
+    swiftlet_tests::remove_bench_pods(&agent, pods);
     ExitCode::SUCCESS
 }

@@ -139,6 +139,33 @@ pub fn bucket_quantile(buckets: &[(f64, u64)], count: u64, q: f64) -> Option<f64
     buckets.iter().find(|(_, n)| *n >= rank).map(|(le, _)| *le)
 }
 
+/// Reads `--<name> N` options (positive counts) from the bench's arguments into `counts`,
+/// leaving the defaults for the ones not given and ignoring other arguments (cargo's own).
+/// `Err` with the exit code to end with (after saying why on stderr) for a value that is not a
+/// positive number.
+pub fn count_args(
+    bench: &str,
+    counts: &mut [(&str, &mut usize)],
+) -> Result<(), std::process::ExitCode> {
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let Some((_, target)) = counts
+            .iter_mut()
+            .find(|(flag, _)| a.strip_prefix("--") == Some(*flag))
+        else {
+            continue;
+        };
+        match args.next().and_then(|v| v.parse().ok()) {
+            Some(n) if n > 0 => **target = n,
+            _ => {
+                eprintln!("{bench}: {a} needs a positive number");
+                return Err(std::process::ExitCode::from(2));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1285,6 +1285,49 @@ spec:
     )
 }
 
+/// For benches: the release agent (quiet) as test `name`, running `pods` busybox pods
+/// `p0`..`p<pods-1>` that sleep (`spec_extra` is added to each spec), once every one runs (up
+/// to 15 minutes); with the pod list that showed them running.
+pub fn release_agent_with_pods(
+    rt: &Runtime,
+    name: &str,
+    pods: usize,
+    spec_extra: &str,
+) -> (Agent, PodList) {
+    let mut opts = AgentOptions::new(name);
+    opts.verbosity = 0;
+    opts.binary = Some(release_agent_binary());
+    let agent = Agent::start(rt, opts);
+    println!("starting {pods} pods ...");
+    for i in 0..pods {
+        agent.write_manifest(
+            &format!("p{i}.yaml"),
+            &busybox_pod_manifest(
+                &format!("name: p{i}, namespace: default"),
+                spec_extra,
+                "sleep 3600 & wait",
+                "",
+            ),
+        );
+    }
+    let running = |l: &PodList| {
+        l.items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count()
+    };
+    let list = agent.wait_for(|l| running(l) == pods, Duration::from_secs(900));
+    (agent, list)
+}
+
+/// Removes the pods of [`release_agent_with_pods`] and waits until they are gone.
+pub fn remove_bench_pods(agent: &Agent, pods: usize) {
+    for i in 0..pods {
+        agent.remove_manifest(&format!("p{i}.yaml"));
+    }
+    agent.wait_for(|l| l.items.is_empty(), Duration::from_secs(600));
+}
+
 /// Whether a container's status says Running.
 pub fn is_running(c: &ContainerStatus) -> bool {
     c.state.as_ref().is_some_and(|s| s.running.is_some())

@@ -32,9 +32,33 @@ pub const GC_PERIOD: Duration = Duration::from_secs(10);
 /// default `--maximum-dead-containers-per-container`).
 pub const MAX_DEAD_PER_CONTAINER: usize = 1;
 
+/// The kubelet's container garbage collection policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// `--minimum-container-ttl-duration`: a dead container younger than this is never removed
+    /// nor counted.
+    pub min_age: Duration,
+    /// `--maximum-dead-containers-per-container`: dead instances kept per container name of a
+    /// pod (`None`: no limit).
+    pub max_per_container: Option<usize>,
+    /// `--maximum-dead-containers`: dead containers kept on the node in all (`None`: no limit).
+    pub max_containers: Option<usize>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            min_age: Duration::ZERO,
+            max_per_container: Some(MAX_DEAD_PER_CONTAINER),
+            max_containers: None,
+        }
+    }
+}
+
 /// The collector's own state, shared by the manager's clones.
 #[derive(Debug, Default)]
 pub(super) struct GcState {
+    policy: Policy,
     /// A collection is running (housekeeping never starts a second one).
     running: bool,
     last: Option<Instant>,
@@ -62,8 +86,25 @@ pub struct Collected {
     pub stopped: usize,
 }
 
-/// The collection plan for one pod from its listed sandboxes and containers.
+/// The collection plan for one pod from its listed sandboxes and containers, with the default
+/// policy.
 pub fn plan(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> Plan {
+    plan_with(sandboxes, containers, &Policy::default(), i64::MAX)
+}
+
+/// A container's creation time (CRI nanoseconds) is at most `newest` when `min_age` allows it to
+/// go at `now_ns`.
+fn newest_evictable(policy: &Policy, now_ns: i64) -> i64 {
+    now_ns.saturating_sub(i64::try_from(policy.min_age.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// [`plan`] under `policy` at `now_ns` (CRI nanoseconds).
+pub fn plan_with(
+    sandboxes: &[api::PodSandbox],
+    containers: &[api::Container],
+    policy: &Policy,
+    now_ns: i64,
+) -> Plan {
     let mut plan = Plan::default();
     let Some(newest) = sandboxes
         .iter()
@@ -87,13 +128,15 @@ pub fn plan(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> Pla
         let name = c.metadata.as_ref().map_or("", |m| m.name.as_str());
         newest_of.get(name).is_some_and(|n| n.id == c.id)
     };
+    let newest_ok = newest_evictable(policy, now_ns);
+    let old_enough = |c: &api::Container| c.created_at <= newest_ok;
     for s in sandboxes {
         if s.id == newest.id || s.state == ready {
             continue;
         }
         let mut kept = 0;
         for c in containers.iter().filter(|c| c.pod_sandbox_id == s.id) {
-            if (c.state == exited || c.state == created) && !is_newest(c) {
+            if (c.state == exited || c.state == created) && !is_newest(c) && old_enough(c) {
                 plan.remove_containers.push(c.id.clone());
             } else {
                 kept += 1;
@@ -115,16 +158,20 @@ pub fn plan(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> Pla
     };
     let running = api::ContainerState::ContainerRunning as i32;
     let mut dead: HashMap<&str, Vec<&api::Container>> = HashMap::new();
-    for c in containers.iter().filter(|c| c.state != running) {
+    for c in containers
+        .iter()
+        .filter(|c| c.state != running && old_enough(c))
+    {
         let name = c.metadata.as_ref().map_or("", |m| m.name.as_str());
         dead.entry(name).or_default().push(c);
     }
+    let keep = policy.max_per_container.unwrap_or(usize::MAX);
     let mut surplus: Vec<&api::Container> = dead
         .into_values()
         .flat_map(|mut of_name| {
             of_name
                 .sort_by(|a, b| (b.created_at, b.id.as_str()).cmp(&(a.created_at, a.id.as_str())));
-            of_name.into_iter().skip(MAX_DEAD_PER_CONTAINER)
+            of_name.into_iter().skip(keep)
         })
         .filter(|c| in_use(&c.pod_sandbox_id))
         .collect();
@@ -134,7 +181,63 @@ pub fn plan(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> Pla
     plan
 }
 
+/// One pod's dead instances of one container name (the kubelet's evict unit): (created at,
+/// container ID), any order.
+pub type Unit = Vec<(i64, String)>;
+
+/// The kubelet's `--maximum-dead-containers`: when the units hold more than `max` dead
+/// containers, each keeps its `max / units` newest (at least one), then the oldest of the rest
+/// go until `max` are left. Answers the IDs to remove.
+pub fn over_node_cap(units: Vec<Unit>, max: usize) -> Vec<String> {
+    let total: usize = units.iter().map(Vec::len).sum();
+    if total <= max {
+        return Vec::new();
+    }
+    let per_unit = (max / units.len().max(1)).max(1);
+    let (mut out, mut kept) = (Vec::new(), Vec::new());
+    for mut unit in units {
+        unit.sort_by(|a, b| b.cmp(a));
+        let rest = unit.split_off(per_unit.min(unit.len()));
+        out.extend(rest.into_iter().map(|(_, id)| id));
+        kept.extend(unit);
+    }
+    if kept.len() > max {
+        kept.sort();
+        let excess = kept.len() - max;
+        out.extend(kept.into_iter().take(excess).map(|(_, id)| id));
+    }
+    out
+}
+
+/// The dead containers a pod holds after `plan`, by container name, old enough for `policy`.
+fn remaining_units(
+    containers: &[api::Container],
+    plan: &Plan,
+    policy: &Policy,
+    now_ns: i64,
+) -> Vec<Unit> {
+    let running = api::ContainerState::ContainerRunning as i32;
+    let newest_ok = newest_evictable(policy, now_ns);
+    let mut units: HashMap<&str, Unit> = HashMap::new();
+    for c in containers.iter().filter(|c| {
+        c.state != running && c.created_at <= newest_ok && !plan.remove_containers.contains(&c.id)
+    }) {
+        let name = c.metadata.as_ref().map_or("", |m| m.name.as_str());
+        units
+            .entry(name)
+            .or_default()
+            .push((c.created_at, c.id.clone()));
+    }
+    units.into_values().collect()
+}
+
 impl Manager {
+    /// Sets the container garbage collection policy (the default is the kubelet's).
+    pub fn with_gc_policy(self, policy: Policy) -> Self {
+        self.gc.lock().unwrap_or_else(|p| p.into_inner()).policy = policy;
+        self
+    }
+
     /// Starts a collection off the caller's task when [`GC_PERIOD`] has passed since the last
     /// one and none is running; what it collected is logged and counted.
     pub fn collect_stale_sandboxes_in_background(
@@ -177,9 +280,42 @@ impl Manager {
             .unwrap_or_else(|p| p.into_inner())
             .stopped
             .retain(|id| live.contains(id));
-        let mut done = Collected::default();
+        let policy = self.gc.lock().unwrap_or_else(|p| p.into_inner()).policy;
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        let mut plans: Vec<(String, Vec<api::PodSandbox>, Plan)> = Vec::with_capacity(pods.len());
+        let mut units: Vec<Unit> = Vec::new();
+        // Container ID -> the index of its pod's plan.
+        let mut owner: HashMap<String, usize> = HashMap::new();
         for (uid, (sandboxes, containers)) in pods {
-            let plan = plan(&sandboxes, &containers);
+            let plan = plan_with(&sandboxes, &containers, &policy, now_ns);
+            if policy.max_containers.is_some() {
+                for unit in remaining_units(&containers, &plan, &policy, now_ns) {
+                    owner.extend(unit.iter().map(|(_, id)| (id.clone(), plans.len())));
+                    units.push(unit);
+                }
+            }
+            plans.push((uid, sandboxes, plan));
+        }
+        // The node-wide cap takes from every pod's remaining dead containers.
+        if let Some(max) = policy.max_containers {
+            let over = over_node_cap(units, max);
+            if !over.is_empty() {
+                tracing::info!(
+                    removing = over.len(),
+                    max,
+                    "more dead containers than --maximum-dead-containers"
+                );
+            }
+            for id in over {
+                if let Some(&i) = owner.get(&id) {
+                    plans[i].2.remove_containers.push(id);
+                }
+            }
+        }
+        let mut done = Collected::default();
+        for (uid, sandboxes, plan) in plans {
             if plan == Plan::default() || self.fresh().is_mutating(&uid) {
                 continue;
             }
@@ -411,5 +547,59 @@ mod tests {
             container("d1", "s", "app", 2, true),
         ];
         assert_eq!(plan(&sandboxes, &containers), Plan::default());
+    }
+
+    #[test]
+    fn the_policy_sets_how_many_dead_instances_stay_and_how_young_ones_are_spared() {
+        let sandboxes = [sandbox("s", 1, true)];
+        let containers = [
+            container("c0", "s", "app", 10, false),
+            container("c1", "s", "app", 20, false),
+            container("c2", "s", "app", 30, false),
+            container("c3", "s", "app", 40, false),
+        ];
+        let policy = |min_age_ns: u64, keep: Option<usize>| Policy {
+            min_age: Duration::from_nanos(min_age_ns),
+            max_per_container: keep,
+            max_containers: None,
+        };
+        // Two kept: the two oldest go.
+        assert_eq!(
+            plan_with(&sandboxes, &containers, &policy(0, Some(2)), 100).remove_containers,
+            ["c0", "c1"]
+        );
+        // No limit: nothing goes.
+        assert_eq!(
+            plan_with(&sandboxes, &containers, &policy(0, None), 100),
+            Plan::default()
+        );
+        // At 45 with a minimum age of 20, only c0 and c1 (created at or before 25) count: of
+        // those the newest stays.
+        assert_eq!(
+            plan_with(&sandboxes, &containers, &policy(20, Some(1)), 45).remove_containers,
+            ["c0"]
+        );
+    }
+
+    #[test]
+    fn the_node_cap_evens_out_the_units_then_takes_the_oldest() {
+        let unit = |name: &str, times: &[i64]| -> Unit {
+            times.iter().map(|t| (*t, format!("{name}{t}"))).collect()
+        };
+        let mut out = over_node_cap(vec![unit("a", &[1, 2, 3]), unit("b", &[4, 5])], 5);
+        assert!(out.is_empty(), "at the cap: {out:?}");
+        // Cap 2 over two units: each keeps its newest (a3, b5).
+        out = over_node_cap(vec![unit("a", &[1, 2, 3]), unit("b", &[4, 5])], 2);
+        out.sort();
+        assert_eq!(out, ["a1", "a2", "b4"]);
+        // Cap 1 over three units: each keeps one, then the oldest of those go (a3, b5).
+        out = over_node_cap(
+            vec![unit("a", &[1, 2, 3]), unit("b", &[4, 5]), unit("c", &[6])],
+            1,
+        );
+        out.sort();
+        assert_eq!(out, ["a1", "a2", "a3", "b4", "b5"]);
+        // Cap 0: everything goes.
+        assert_eq!(over_node_cap(vec![unit("a", &[1])], 0), ["a1"]);
     }
 }
