@@ -219,8 +219,17 @@ pub async fn start(
             .await
             .map_err(|source| Error { addr, source })
     };
-    if let Some(addr) = healthz_addr {
-        let listener = bind(addr).await?;
+    // Both ports listen before either serves: a client that saw /healthz answer can reach the
+    // read-only port at once (its connections wait in the backlog until it serves).
+    let healthz_listener = match healthz_addr {
+        Some(addr) => Some((addr, bind(addr).await?)),
+        None => None,
+    };
+    let read_only_listener = match read_only_addr {
+        Some(addr) => Some((addr, bind(addr).await?)),
+        None => None,
+    };
+    if let Some((addr, listener)) = healthz_listener {
         let app = Router::new()
             .route("/healthz", get(healthz))
             .with_state(state.clone());
@@ -235,8 +244,7 @@ pub async fn start(
         });
         tracing::info!(%addr, "healthz server listening");
     }
-    if let Some(addr) = read_only_addr {
-        let listener = bind(addr).await?;
+    if let Some((addr, listener)) = read_only_listener {
         tracing::warn!(%addr, "the read-only port is on: it serves pod specs (env values included) without authentication to every local user");
         let app = Router::new()
             .route("/healthz", get(healthz))

@@ -5,7 +5,8 @@
 //! included), and a certificate of another CA does not get through the handshake.
 //! `/containerLogs` serves the CRI log as the container wrote it, with `tailLines`,
 //! `limitBytes`, `timestamps`, `previous` (a crash-looping container's last instance) and
-//! `follow` (ends when the container exits). `/run` answers a command's output.
+//! `follow` (ends when the container exits). `/run` answers a command's output. A connection
+//! that sends no request is closed after the header-read timeout.
 //!
 //! With the webhooks (`--authentication-token-webhook`, `--authorization-mode=Webhook`) against
 //! the in-process HTTPS API server: a bearer token is reviewed there (an unknown one is 401),
@@ -297,6 +298,11 @@ fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
         .enable_all()
         .build()
         .unwrap();
+    // A connection that sends no request after its handshake, checked at the end.
+    let idle_since = std::time::Instant::now();
+    let mut idle = rt
+        .block_on(connect(&alice, addr))
+        .expect("an idle connection");
 
     rt.block_on(async {
         // Exec with a certificate: echo's output and a Success status.
@@ -452,6 +458,23 @@ fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
         assert_eq!(
             followed,
             (200, "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\n".to_owned())
+        );
+    });
+
+    // The idle connection is closed once the header-read timeout has passed.
+    let limit = swiftlet::server::kubelet_api::HEADER_READ_TIMEOUT + Duration::from_secs(3);
+    if let Some(left) = limit.checked_sub(idle_since.elapsed()) {
+        std::thread::sleep(left);
+    }
+    rt.block_on(async {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf))
+            .await
+            .expect("the server closed the idle connection rather than leaving it open");
+        assert!(
+            matches!(read, Ok(0) | Err(_)),
+            "an idle connection got {read:?}"
         );
     });
 }

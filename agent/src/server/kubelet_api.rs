@@ -90,6 +90,11 @@ struct Peer(Option<User>);
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a connection may go without sending a whole request head: the first one after the
+/// handshake, and each next one on a kept-alive connection (an idle client's connection and its
+/// task end then).
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Binds the port and serves until `cancel` (open streams are dropped then).
 pub async fn start(
     settings: Settings,
@@ -175,6 +180,8 @@ async fn serve_connection(
         });
     let svc = hyper_util::service::TowerToHyperService::new(svc);
     if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
         .serve_connection(TokioIo::new(tls), svc)
         .with_upgrades()
         .await
