@@ -577,6 +577,15 @@ impl Manager {
             if image_fs.is_none() {
                 image_fs = image_fs_mount(&self.cri).await;
             }
+            // Pods over their own local-storage limits go first, whatever the node's signals
+            // (the kubelet's local-storage evictions); the round ends with them.
+            let over = self.local_storage_evictions().await;
+            if !over.is_empty() {
+                for uid in over {
+                    self.wait_for_cleanup(&uid, &cancel).await;
+                }
+                continue;
+            }
             let observed = observe(&self.cm, &self.cfg, image_fs.as_deref());
             let now = tokio::time::Instant::now();
             let round = tracker.step(thresholds, &observed, now.into_std());
@@ -623,6 +632,59 @@ impl Manager {
                 self.wait_for_cleanup(&uid, &cancel).await;
             }
         }
+    }
+
+    /// Evicts (1 s of grace) every running pod whose emptyDir on disk holds more than its
+    /// `sizeLimit`, or whose volumes, logs and writable layers hold more than the sum of its
+    /// containers' ephemeral-storage limits, with the kubelet's messages. Only pods that set
+    /// such a limit are measured. Answers the evicted pods' UIDs.
+    async fn local_storage_evictions(&self) -> Vec<String> {
+        let pods: Vec<(String, Arc<Pod>)> = self
+            .status
+            .pods_started()
+            .into_iter()
+            .filter(|(uid, pod, _)| {
+                !self.status.is_evicted(uid)
+                    && !self.status.is_terminal(uid)
+                    && !is_critical(pod)
+                    && has_local_storage_limit(pod)
+            })
+            .map(|(uid, pod, _)| (uid, pod))
+            .collect();
+        if pods.is_empty() {
+            return Vec::new();
+        }
+        let writable = if pods
+            .iter()
+            .any(|(_, p)| ephemeral_storage_limit(p).is_some())
+        {
+            writable_layers(&self.cri, false).await
+        } else {
+            HashMap::new()
+        };
+        let cfg = self.cfg.clone();
+        let verdicts = tokio::task::spawn_blocking(move || {
+            pods.into_iter()
+                .filter_map(|(uid, pod)| {
+                    let layers = writable.get(&uid).copied().unwrap_or(0);
+                    local_storage_verdict(&cfg, &uid, &pod, layers).map(|m| (uid, pod, m))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut evicted = Vec::new();
+        for (uid, pod, msg) in verdicts {
+            tracing::warn!(pod = %crate::pod::full_name(&pod), message = %msg, "evicting pod over its local storage limit");
+            if self
+                .status
+                .evict_with_grace(&uid, &msg, Some(IMMEDIATE_GRACE_SECS))
+            {
+                let _ = self.sync_now.send(uid.clone());
+                evicted.push(uid);
+            }
+        }
+        evicted
     }
 
     /// Waits until the evicted pod's worker has stopped it and removed what it held (its
@@ -789,6 +851,73 @@ impl Manager {
         }
         out
     }
+}
+
+/// The sum of the ephemeral-storage limits of the pod's containers that set one (`None`: none
+/// does), as the kubelet's `PodLimits`.
+fn ephemeral_storage_limit(pod: &Pod) -> Option<u64> {
+    let limits: Vec<u64> = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .filter_map(|c| {
+            let q = c
+                .resources
+                .as_ref()?
+                .limits
+                .as_ref()?
+                .get("ephemeral-storage")?;
+            u64::try_from(Quantity::parse(&q.0).ok()?.value()).ok()
+        })
+        .collect();
+    (!limits.is_empty()).then(|| limits.iter().sum())
+}
+
+/// Whether the pod sets a local-storage limit the manager enforces.
+fn has_local_storage_limit(pod: &Pod) -> bool {
+    ephemeral_storage_limit(pod).is_some()
+        || pod.spec.as_ref().is_some_and(|s| {
+            s.volumes.iter().flatten().any(|v| {
+                v.empty_dir.as_ref().is_some_and(|e| {
+                    e.size_limit.is_some() && e.medium.as_deref().unwrap_or("").is_empty()
+                })
+            })
+        })
+}
+
+/// The kubelet's message when the pod is over one of its local-storage limits, else `None`
+/// (`layers`: its containers' writable layers in bytes).
+fn local_storage_verdict(cfg: &Config, uid: &str, pod: &Pod, layers: u64) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let pods_dir = cfg.root_dir.join("pods");
+    for (name, limit, dir) in crate::volume::disk_size_limits(&pods_dir, uid, spec) {
+        if disk_use(&dir).0 > limit {
+            return Some(format!(
+                "Usage of EmptyDir volume \"{name}\" exceeds the limit \"{}\". ",
+                quantity(limit)
+            ));
+        }
+    }
+    let limit = ephemeral_storage_limit(pod)?;
+    let used = local_disk_use(cfg, uid, pod, false).saturating_add(layers);
+    (used > limit).then(|| {
+        format!(
+            "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+            quantity(limit)
+        )
+    })
+}
+
+/// Bytes as the API prints a binary quantity (`64Mi`), or plain bytes.
+fn quantity(v: u64) -> String {
+    const UNITS: [(&str, u32); 4] = [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
+    UNITS
+        .iter()
+        .find(|(_, shift)| v >= 1 << shift && v.is_multiple_of(1 << shift))
+        .map_or_else(
+            || v.to_string(),
+            |(unit, shift)| format!("{}{unit}", v >> shift),
+        )
 }
 
 /// Whether two paths are on one file system (one device).
@@ -1216,6 +1345,61 @@ mod tests {
             m,
             "The node was low on resource: inodes. Threshold quantity: 5%, available: 40. "
         );
+    }
+
+    #[test]
+    fn local_storage_limits_are_read_and_judged_as_the_kubelet_does() {
+        let root = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            thresholds: Vec::new(),
+            max_pod_grace_period: 0,
+            interval: Duration::from_secs(10),
+            pressure_transition: Duration::from_secs(300),
+            reserved_memory: 0,
+            root_dir: root.path().to_owned(),
+            pod_logs_dir: root.path().join("logs"),
+        };
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {
+                "containers": [
+                    {"name": "a", "image": "i", "resources": {"limits": {"ephemeral-storage": "1Mi"}}},
+                    {"name": "b", "image": "i", "resources": {"limits": {"ephemeral-storage": "1Mi"}}},
+                    {"name": "c", "image": "i"}
+                ],
+                "volumes": [
+                    {"name": "small", "emptyDir": {"sizeLimit": "64Ki"}},
+                    {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Ki"}}
+                ]
+            }
+        }))
+        .unwrap();
+        assert!(has_local_storage_limit(&p));
+        assert_eq!(ephemeral_storage_limit(&p), Some(2 << 20));
+        assert_eq!(
+            local_storage_verdict(&cfg, "u", &p, 0),
+            None,
+            "nothing written"
+        );
+        let dir = root
+            .path()
+            .join("pods/u/volumes/kubernetes.io~empty-dir/small");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), vec![1u8; 128 << 10]).unwrap();
+        assert_eq!(
+            local_storage_verdict(&cfg, "u", &p, 0).as_deref(),
+            Some("Usage of EmptyDir volume \"small\" exceeds the limit \"64Ki\". ")
+        );
+        std::fs::remove_file(dir.join("f")).unwrap();
+        // 3 MiB of writable layers is over the containers' 2 MiB together.
+        assert_eq!(
+            local_storage_verdict(&cfg, "u", &p, 3 << 20).as_deref(),
+            Some("Pod ephemeral local storage usage exceeds the total limit of containers 2Mi. ")
+        );
+        let plain = pod("q", None, None);
+        assert!(!has_local_storage_limit(&plain));
+        assert_eq!(quantity(1536), "1536");
+        assert_eq!(quantity(3 << 30), "3Gi");
     }
 
     #[test]

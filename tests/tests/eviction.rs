@@ -11,6 +11,9 @@
 //! after the node-level clean-up ran, and stopped with the hard eviction's 1 s grace although it
 //! ignores SIGTERM and asks for 120 s; its emptyDir goes, the pressure ends and the quiet pod
 //! keeps running.
+//!
+//! A pod over its own local-storage limit (an emptyDir on disk past its `sizeLimit`) is evicted
+//! whatever the node's signals, with the kubelet's message; a pod within its limit stays.
 
 use std::time::Duration;
 
@@ -187,4 +190,55 @@ fn the_pod_filling_the_disk_is_evicted_at_once_under_disk_pressure() {
         1,
         "one eviction ended the pressure"
     );
+}
+
+#[test]
+fn a_pod_over_its_emptydir_size_limit_is_evicted() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = tokio.block_on(ApiServer::start());
+    let mut opts = AgentOptions::new("eviction-local");
+    let _dir = server.point_agent(&mut opts);
+    opts.extra_args
+        .extend(["--eviction-monitoring-interval".to_owned(), "1s".to_owned()]);
+    let agent = Agent::start(rt, opts);
+    let node = agent.node_name().to_owned();
+    let volume = "  volumes:\n  - name: scratch\n    emptyDir: {sizeLimit: 4Mi}\n";
+    let mount = "    volumeMounts:\n    - {name: scratch, mountPath: /scratch}\n";
+    server.put(api_pod(
+        &node,
+        "within",
+        volume,
+        "dd if=/dev/zero of=/scratch/f bs=1M count=2 2>/dev/null; sleep 3600 & wait",
+        mount,
+    ));
+    server.put(api_pod(
+        &node,
+        "over",
+        volume,
+        "dd if=/dev/zero of=/scratch/f bs=1M count=8 2>/dev/null; sleep 3600 & wait",
+        mount,
+    ));
+    let list = agent.wait_for(
+        |l| {
+            l.get("over")
+                .and_then(|p| p.status.as_ref())
+                .is_some_and(|s| s.reason.as_deref() == Some("Evicted"))
+        },
+        TIMEOUT,
+    );
+    let over = list
+        .get("over")
+        .and_then(|p| p.status.clone())
+        .unwrap_or_default();
+    assert_eq!(over.phase.as_deref(), Some("Failed"));
+    assert_eq!(
+        over.message.as_deref(),
+        Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"4Mi\". ")
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let list = agent.pods();
+    assert!(list.is_running("within"), "{}", list.summary());
 }

@@ -490,10 +490,6 @@ mod tests {
                 "emptyDir medium \"HugePages\"",
                 json!({"emptyDir": {"medium": "HugePages"}}),
             ),
-            (
-                "emptyDir.sizeLimit on disk",
-                json!({"emptyDir": {"sizeLimit": "1Gi"}}),
-            ),
         ];
         for (what, source) in cases {
             let mut v = json!({"name": "v"});

@@ -210,12 +210,31 @@ fn unsupported_source(v: &ApiVolume) -> Option<String> {
     }
     let e = v.empty_dir.as_ref()?;
     match e.medium.as_deref().unwrap_or("") {
-        "" if e.size_limit.is_some() => {
-            Some("emptyDir.sizeLimit on disk (enforcing it needs the eviction manager)".to_owned())
-        }
         "" | "Memory" => None,
         other => Some(format!("emptyDir medium {other:?}")),
     }
+}
+
+/// The pod's emptyDir volumes on disk that set `sizeLimit`: (name, limit in bytes, directory).
+/// The eviction manager enforces the limits (a limit that does not parse is left out: the
+/// volume's set-up refuses it).
+pub fn disk_size_limits(pods_dir: &Path, uid: &str, spec: &PodSpec) -> Vec<(String, u64, PathBuf)> {
+    spec.volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| {
+            let e = v.empty_dir.as_ref()?;
+            if !e.medium.as_deref().unwrap_or("").is_empty() {
+                return None;
+            }
+            let q = crate::pod::quantity::Quantity::parse(&e.size_limit.as_ref()?.0).ok()?;
+            let limit = u64::try_from(q.value()).ok()?;
+            let dir = volumes_dir(pods_dir, uid)
+                .join(EMPTY_DIR_PLUGIN)
+                .join(&v.name);
+            Some((v.name.clone(), limit, dir))
+        })
+        .collect()
 }
 
 /// A DNS-1123 label: what the API allows as a volume name (so a name is one path component).
