@@ -59,6 +59,8 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    // The CRI client's channel spawns its connection task on the runtime it is made in.
+    let _entered = tokio.enter();
     let metrics = swiftlet::metrics::Metrics::new();
     let cri = swiftlet::cri::Cri::new(&rt.endpoint, metrics).expect("a CRI client");
     let cm = swiftlet::cm::ContainerManager::new(swiftlet::cm::Config {
