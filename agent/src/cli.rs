@@ -806,10 +806,11 @@ impl Flags {
             _ => return Err(Error::TlsPair),
         };
         // A config file's map form (`systemReserved: {memory: 1Gi}`) reads as the flag's.
-        let joined = |m: Option<std::collections::BTreeMap<String, String>>| {
+        // The config file's maps as the flags' comma-separated lists (`k=v` or `k<v`).
+        let listed = |m: Option<std::collections::BTreeMap<String, String>>, sep: &str| {
             m.map(|m| {
                 m.iter()
-                    .map(|(k, v)| format!("{k}={v}"))
+                    .map(|(k, v)| format!("{k}{sep}{v}"))
                     .collect::<Vec<_>>()
                     .join(",")
             })
@@ -819,21 +820,13 @@ impl Flags {
                 .transpose()?
                 .unwrap_or_default())
         };
-        let reserved = reserved(self.system_reserved.or(joined(file.system_reserved)))?
-            .plus(reserved(self.kube_reserved.or(joined(file.kube_reserved)))?);
+        let reserved = reserved(self.system_reserved.or(listed(file.system_reserved, "=")))?.plus(
+            reserved(self.kube_reserved.or(listed(file.kube_reserved, "=")))?,
+        );
         let pod_logs_dir = self
             .pod_logs_dir
             .or(file.pod_logs_dir)
             .unwrap_or_else(|| PathBuf::from("/var/log/pods"));
-        // The config file's maps as the flags' comma-separated lists.
-        let listed = |m: Option<std::collections::BTreeMap<String, String>>, sep: &str| {
-            m.map(|m| {
-                m.iter()
-                    .map(|(k, v)| format!("{k}{sep}{v}"))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
-        };
         let mut thresholds = crate::eviction::parse_thresholds(
             &self
                 .eviction_hard
