@@ -300,10 +300,15 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let (pressure_tx, pressure_rx) = tokio::sync::watch::channel(Vec::new());
     let reclaim = {
         let gc = runtime.clone();
+        let finished = status.clone();
         let containers: crate::eviction::ReclaimFn = Arc::new(move || {
-            let gc = gc.clone();
+            let (gc, finished) = (gc.clone(), finished.clone());
             Box::pin(async move {
-                match gc.collect_stale_sandboxes().await {
+                // Finished pods that are still wanted lose their containers too.
+                match gc
+                    .collect_containers(&|uid| finished.is_terminal(uid))
+                    .await
+                {
                     Ok(c) => format!(
                         "{} dead container(s) and {} sandbox(es) removed",
                         c.containers, c.sandboxes

@@ -660,14 +660,14 @@ impl Manager {
         {
             writable_layers(&self.cri, false).await
         } else {
-            HashMap::new()
+            LayerUse::new()
         };
         let cfg = self.cfg.clone();
         let verdicts = tokio::task::spawn_blocking(move || {
             pods.into_iter()
                 .filter_map(|(uid, pod)| {
-                    let layers = writable.get(&uid).copied().unwrap_or(0);
-                    local_storage_verdict(&cfg, &uid, &pod, layers).map(|m| (uid, pod, m))
+                    let layers = writable.get(&uid).cloned().unwrap_or_default();
+                    local_storage_verdict(&cfg, &uid, &pod, &layers).map(|m| (uid, pod, m))
                 })
                 .collect::<Vec<_>>()
         })
@@ -845,7 +845,7 @@ impl Manager {
                     *out.entry(uid).or_insert(0) += v;
                 }
                 for (uid, v) in writable {
-                    *out.entry(uid).or_insert(0) += v;
+                    *out.entry(uid).or_insert(0) += v.values().sum::<u64>();
                 }
             }
         }
@@ -860,17 +860,20 @@ fn ephemeral_storage_limit(pod: &Pod) -> Option<u64> {
         .spec
         .iter()
         .flat_map(|s| &s.containers)
-        .filter_map(|c| {
-            let q = c
-                .resources
-                .as_ref()?
-                .limits
-                .as_ref()?
-                .get("ephemeral-storage")?;
-            u64::try_from(Quantity::parse(&q.0).ok()?.value()).ok()
-        })
+        .filter_map(container_ephemeral_storage_limit)
         .collect();
     (!limits.is_empty()).then(|| limits.iter().sum())
+}
+
+/// A container's ephemeral-storage limit, if it sets one.
+fn container_ephemeral_storage_limit(c: &k8s_openapi::api::core::v1::Container) -> Option<u64> {
+    let q = c
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("ephemeral-storage")?;
+    u64::try_from(Quantity::parse(&q.0).ok()?.value()).ok()
 }
 
 /// Whether the pod sets a local-storage limit the manager enforces.
@@ -885,9 +888,16 @@ fn has_local_storage_limit(pod: &Pod) -> bool {
         })
 }
 
-/// The kubelet's message when the pod is over one of its local-storage limits, else `None`
-/// (`layers`: its containers' writable layers in bytes).
-fn local_storage_verdict(cfg: &Config, uid: &str, pod: &Pod, layers: u64) -> Option<String> {
+/// The kubelet's message when the pod is over one of its local-storage limits, else `None`:
+/// an emptyDir on disk past its `sizeLimit`, the pod past its containers' limits together, or a
+/// container past its own (its writable layer and its logs), checked in that order.
+/// `layers`: the writable layers' bytes by container name.
+fn local_storage_verdict(
+    cfg: &Config,
+    uid: &str,
+    pod: &Pod,
+    layers: &HashMap<String, u64>,
+) -> Option<String> {
     let spec = pod.spec.as_ref()?;
     let pods_dir = cfg.root_dir.join("pods");
     for (name, limit, dir) in crate::volume::disk_size_limits(&pods_dir, uid, spec) {
@@ -899,12 +909,28 @@ fn local_storage_verdict(cfg: &Config, uid: &str, pod: &Pod, layers: u64) -> Opt
         }
     }
     let limit = ephemeral_storage_limit(pod)?;
-    let used = local_disk_use(cfg, uid, pod, false).saturating_add(layers);
-    (used > limit).then(|| {
-        format!(
+    let used = local_disk_use(cfg, uid, pod, false).saturating_add(layers.values().sum());
+    if used > limit {
+        return Some(format!(
             "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
             quantity(limit)
-        )
+        ));
+    }
+    let logs = pod_log_dir(cfg, uid, pod);
+    spec.containers.iter().find_map(|c| {
+        let limit = container_ephemeral_storage_limit(c)?;
+        let used = layers
+            .get(&c.name)
+            .copied()
+            .unwrap_or(0)
+            .saturating_add(disk_use(&logs.join(&c.name)).0);
+        (used > limit).then(|| {
+            format!(
+                "Container {} exceeded its local ephemeral storage limit \"{}\". ",
+                c.name,
+                quantity(limit)
+            )
+        })
     })
 }
 
@@ -938,19 +964,18 @@ async fn image_fs_mount(cri: &crate::cri::Cri) -> Option<PathBuf> {
         .filter(|p| !p.as_os_str().is_empty())
 }
 
-/// The bytes (or inodes) of each pod's containers' writable layers, by pod UID (CRI
-/// `ListContainerStats`).
-async fn writable_layers(cri: &crate::cri::Cri, inodes: bool) -> HashMap<String, u64> {
-    let mut out = HashMap::new();
+/// The bytes (or inodes) of each container's writable layer, by pod UID and container name (CRI
+/// `ListContainerStats`; a container's instances add up).
+async fn writable_layers(cri: &crate::cri::Cri, inodes: bool) -> LayerUse {
+    let mut out = LayerUse::new();
     let Ok(stats) = cri.list_container_stats(None).await else {
         return out;
     };
     for s in stats {
-        let Some(uid) = s
-            .attributes
-            .as_ref()
-            .and_then(|a| a.labels.get(crate::pod::labels::POD_UID))
-        else {
+        let Some((uid, name)) = s.attributes.as_ref().and_then(|a| {
+            let uid = a.labels.get(crate::pod::labels::POD_UID)?;
+            Some((uid.clone(), a.metadata.as_ref()?.name.clone()))
+        }) else {
             continue;
         };
         let used = s.writable_layer.as_ref().and_then(|w| {
@@ -960,30 +985,37 @@ async fn writable_layers(cri: &crate::cri::Cri, inodes: bool) -> HashMap<String,
                 w.used_bytes.as_ref().map(|v| v.value)
             }
         });
-        *out.entry(uid.clone()).or_insert(0) += used.unwrap_or(0);
+        *out.entry(uid).or_default().entry(name).or_insert(0) += used.unwrap_or(0);
     }
     out
 }
+
+/// Writable-layer use: pod UID -> container name -> bytes (or inodes).
+type LayerUse = HashMap<String, HashMap<String, u64>>;
 
 /// A pod's bytes (or inodes) on the node file system: its volumes directory (emptyDirs on disk;
 /// volumes mounted from other file systems, as memory emptyDirs and secrets are, are not
 /// counted) and its log directory.
 fn local_disk_use(cfg: &Config, uid: &str, pod: &Pod, inodes: bool) -> u64 {
     let volumes = cfg.root_dir.join("pods").join(uid).join("volumes");
-    let meta = &pod.metadata;
-    let logs = crate::pod::log_paths::pod_log_dir(
-        &cfg.pod_logs_dir,
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default(),
-        uid,
-    );
-    [volumes, logs]
+    [volumes, pod_log_dir(cfg, uid, pod)]
         .iter()
         .map(|d| {
             let (b, i) = disk_use(d);
             if inodes { i } else { b }
         })
         .sum()
+}
+
+/// The pod's log directory (its containers' logs are in `<container name>/` below it).
+fn pod_log_dir(cfg: &Config, uid: &str, pod: &Pod) -> PathBuf {
+    let meta = &pod.metadata;
+    crate::pod::log_paths::pod_log_dir(
+        &cfg.pod_logs_dir,
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+        uid,
+    )
 }
 
 /// Bytes (allocated blocks) and inodes under `dir`, not crossing into other file systems and
@@ -1377,7 +1409,7 @@ mod tests {
         assert!(has_local_storage_limit(&p));
         assert_eq!(ephemeral_storage_limit(&p), Some(2 << 20));
         assert_eq!(
-            local_storage_verdict(&cfg, "u", &p, 0),
+            local_storage_verdict(&cfg, "u", &p, &HashMap::new()),
             None,
             "nothing written"
         );
@@ -1387,14 +1419,28 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("f"), vec![1u8; 128 << 10]).unwrap();
         assert_eq!(
-            local_storage_verdict(&cfg, "u", &p, 0).as_deref(),
+            local_storage_verdict(&cfg, "u", &p, &HashMap::new()).as_deref(),
             Some("Usage of EmptyDir volume \"small\" exceeds the limit \"64Ki\". ")
         );
         std::fs::remove_file(dir.join("f")).unwrap();
         // 3 MiB of writable layers is over the containers' 2 MiB together.
+        let layers = |a: u64, b: u64| HashMap::from([("a".to_owned(), a), ("b".to_owned(), b)]);
         assert_eq!(
-            local_storage_verdict(&cfg, "u", &p, 3 << 20).as_deref(),
+            local_storage_verdict(&cfg, "u", &p, &layers(2 << 20, 1 << 20)).as_deref(),
             Some("Pod ephemeral local storage usage exceeds the total limit of containers 2Mi. ")
+        );
+        // Within the pod's 2 MiB, but container b's layer and logs are over its own 1 MiB.
+        let logs = root.path().join("logs/default_p_u/b");
+        std::fs::create_dir_all(&logs).unwrap();
+        std::fs::write(logs.join("0.log"), vec![1u8; 512 << 10]).unwrap();
+        assert_eq!(
+            local_storage_verdict(&cfg, "u", &p, &layers(0, 768 << 10)).as_deref(),
+            Some("Container b exceeded its local ephemeral storage limit \"1Mi\". ")
+        );
+        assert_eq!(
+            local_storage_verdict(&cfg, "u", &p, &layers(0, 256 << 10)),
+            None,
+            "b's layer and logs together are within 1 MiB"
         );
         let plain = pod("q", None, None);
         assert!(!has_local_storage_limit(&plain));

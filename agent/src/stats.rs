@@ -6,7 +6,7 @@
 //!
 //! Cpu rates (`usageNanoCores`) need two reads: the provider keeps each cgroup's last cpu time
 //! and reports the rate since it (the first read of a pod reports none, as the kubelet's).
-use crate::cm::{CgroupUsage, ContainerManager, MemoryUsage};
+use crate::cm::{CgroupDirs, CgroupUsage, ContainerManager, MemoryUsage};
 use crate::cri::Cri;
 use crate::pod::labels;
 use k8s_cri::v1 as cri;
@@ -280,6 +280,9 @@ struct Cache {
     /// When that list was read, and whether a read is under way.
     writable_read: Option<Instant>,
     writable_reading: bool,
+    /// Each pod cgroup's directories, opened at its first read and kept while the pod is
+    /// summarised: reopening them walked the deep cgroup paths again on every request.
+    dirs: HashMap<String, Arc<CgroupDirs>>,
 }
 
 /// How old the writable layers' usage may get before it is read again. The runtime itself
@@ -409,9 +412,17 @@ impl Provider {
         let Some(cgroup) = &plan.cgroup else {
             return Reads::default();
         };
-        let dirs = self.cm.open_cgroup(cgroup);
+        let (mut dirs, fresh) = self.cgroup_dirs(cgroup, false);
+        let mut pod = dirs.usage(None, true);
+        // A directory kept open outlives its cgroup when the pod's cgroup was removed and made
+        // again between two requests (a static pod deleted and added back keeps its UID): its
+        // files read nothing, so the cgroup is opened afresh.
+        if !fresh && pod == CgroupUsage::default() {
+            dirs = self.cgroup_dirs(cgroup, true).0;
+            pod = dirs.usage(None, true);
+        }
         Reads {
-            pod: dirs.usage(None, true),
+            pod,
             // A container's cgroup is its ID under the pod's (where the runtime places it); its
             // process count is not reported.
             containers: plan
@@ -423,6 +434,17 @@ impl Provider {
                 .pid
                 .and_then(|pid| network(time, Some(pid), Some("eth0"))),
         }
+    }
+
+    /// The open directories of pod cgroup `cgroup`: those kept from an earlier request unless
+    /// `reopen`, else opened now (`true` with them).
+    fn cgroup_dirs(&self, cgroup: &str, reopen: bool) -> (Arc<CgroupDirs>, bool) {
+        if !reopen && let Some(dirs) = self.cache().dirs.get(cgroup) {
+            return (dirs.clone(), false);
+        }
+        let dirs = Arc::new(self.cm.open_cgroup(cgroup));
+        self.cache().dirs.insert(cgroup.to_owned(), dirs.clone());
+        (dirs, true)
     }
 
     /// Starts a read of the runtime's container stats (for the writable layers) when the last
@@ -605,6 +627,11 @@ impl Provider {
             cache
                 .sandbox_pids
                 .retain(|id, _| sandboxes.iter().any(|s| &s.id == id));
+            let cgroups: std::collections::HashSet<&str> =
+                plans.iter().filter_map(|p| p.cgroup.as_deref()).collect();
+            cache
+                .dirs
+                .retain(|cgroup, _| cgroups.contains(cgroup.as_str()));
         }
         let node = self.node(&time, now, image_fs.ok());
         Summary {

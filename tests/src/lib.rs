@@ -735,11 +735,15 @@ pub fn kubectl_output(kubectl: &Path, kubeconfig: &Path, args: &[String]) -> std
 }
 
 /// The release build of the swiftlet binary, for benches (built on every call; cargo makes that
-/// quick when it is fresh).
+/// quick when it is fresh). `SWIFTLET_BENCH_AGENT` names a prebuilt agent to use instead (to
+/// compare two builds in one session of a noisy machine, each measured in turn).
 ///
 /// # Panics
 /// When the build fails.
 pub fn release_agent_binary() -> PathBuf {
+    if let Some(prebuilt) = std::env::var_os("SWIFTLET_BENCH_AGENT") {
+        return PathBuf::from(prebuilt);
+    }
     xtask::agent::build_agent(true).unwrap_or_else(|e| panic!("{e}"))
 }
 

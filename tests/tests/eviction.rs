@@ -10,10 +10,13 @@
 //! nodefs.available<24Mi`; a pod filling an emptyDir on it is evicted for ephemeral-storage
 //! after the node-level clean-up ran, and stopped with the hard eviction's 1 s grace although it
 //! ignores SIGTERM and asks for 120 s; its emptyDir goes, the pressure ends and the quiet pod
-//! keeps running.
+//! keeps running. A pod that finished before the pressure and was not deleted loses its
+//! container and sandbox to the reclaim, and keeps its status.
 //!
-//! A pod over its own local-storage limit (an emptyDir on disk past its `sizeLimit`) is evicted
-//! whatever the node's signals, with the kubelet's message; a pod within its limit stays.
+//! A pod over its own local-storage limit is evicted whatever the node's signals, with the
+//! kubelet's message: an emptyDir on disk past its `sizeLimit`, and a container whose writable
+//! layer (measured by the runtime) passes its own ephemeral-storage limit while the pod stays
+//! within its containers' limits together; a pod within its limits stays.
 
 use std::time::Duration;
 
@@ -129,6 +132,19 @@ fn the_pod_filling_the_disk_is_evicted_at_once_under_disk_pressure() {
     let agent = Agent::start(rt, opts);
     let node = agent.node_name().to_owned();
     server.put(api_pod(&node, "quiet", "", "sleep 3600 & wait", ""));
+    // A pod that finished and was not deleted: the reclaim takes its containers.
+    server.put(api_pod(
+        &node,
+        "done",
+        "  restartPolicy: Never\n",
+        "true",
+        "",
+    ));
+    let list = agent.wait_for(|l| l.phase("done") == Some("Succeeded"), TIMEOUT);
+    let done_uid = list.uid("done").expect("its uid").to_owned();
+    let (_, done_containers) =
+        swiftlet_tests::pod_cri_objects(agent.endpoint(), &done_uid).expect("CRI answers");
+    assert_eq!(done_containers.len(), 1, "kept for its status and logs");
     // 48 MiB in 4 MiB steps: the disk passes the threshold half-way; SIGTERM is ignored.
     server.put(api_pod(
         &node,
@@ -190,6 +206,17 @@ fn the_pod_filling_the_disk_is_evicted_at_once_under_disk_pressure() {
         1,
         "one eviction ended the pressure"
     );
+    let (sandboxes, containers) =
+        swiftlet_tests::pod_cri_objects(agent.endpoint(), &done_uid).expect("CRI answers");
+    assert!(
+        sandboxes.is_empty() && containers.is_empty(),
+        "the finished pod's sandbox and container were reclaimed: {sandboxes:?} {containers:?}"
+    );
+    assert_eq!(
+        agent.pods().phase("done"),
+        Some("Succeeded"),
+        "its status stays"
+    );
 }
 
 #[test]
@@ -221,13 +248,35 @@ fn a_pod_over_its_emptydir_size_limit_is_evicted() {
         "dd if=/dev/zero of=/scratch/f bs=1M count=8 2>/dev/null; sleep 3600 & wait",
         mount,
     ));
-    let list = agent.wait_for(
-        |l| {
-            l.get("over")
-                .and_then(|p| p.status.as_ref())
-                .is_some_and(|s| s.reason.as_deref() == Some("Evicted"))
-        },
-        TIMEOUT,
+    // `main` writes 8 MiB into its root file system (its writable layer), over its own 4 MiB
+    // though far within the pod's 104 MiB.
+    server.put(api_pod(
+        &node,
+        "layer",
+        "",
+        "dd if=/dev/zero of=/tmp/f bs=1M count=8 2>/dev/null; sleep 3600 & wait",
+        &format!(
+            "    resources: {{limits: {{ephemeral-storage: 4Mi}}}}\n  \
+             - name: roomy\n    image: {}\n    imagePullPolicy: Never\n    \
+             command: [sleep, \"3600\"]\n    \
+             resources: {{limits: {{ephemeral-storage: 100Mi}}}}\n",
+            swiftlet_tests::BUSYBOX_IMAGE
+        ),
+    ));
+    let evicted = |l: &swiftlet_tests::PodList, name: &str| {
+        l.get(name)
+            .and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s.reason.as_deref() == Some("Evicted"))
+    };
+    let list = agent.wait_for(|l| evicted(l, "over") && evicted(l, "layer"), TIMEOUT);
+    let layer = list
+        .get("layer")
+        .and_then(|p| p.status.clone())
+        .unwrap_or_default();
+    assert_eq!(layer.phase.as_deref(), Some("Failed"));
+    assert_eq!(
+        layer.message.as_deref(),
+        Some("Container main exceeded its local ephemeral storage limit \"4Mi\". ")
     );
     let over = list
         .get("over")

@@ -26,7 +26,7 @@ pub use resources::{
     ResourceConfig, container_resources, machine_memory_bytes, milli_cpu_to_quota,
     milli_cpu_to_shares, resource_config_for_pod, resources_label,
 };
-pub use usage::{CgroupUsage, MemoryUsage};
+pub use usage::{CgroupDirs, CgroupUsage, MemoryUsage};
 
 use crate::pod::qos::{QosClass, pod_qos};
 use crate::pod::resources::pod_resources;

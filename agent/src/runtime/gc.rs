@@ -181,6 +181,39 @@ pub fn plan_with(
     plan
 }
 
+/// The plan for a pod that has finished (phase Succeeded or Failed) but is still wanted, when
+/// disk pressure asks for everything that can go: every dead container old enough for `policy`,
+/// none kept for status or logs, and then its sandboxes (the kubelet's reclaim removes a
+/// terminated pod's containers whether or not the pod was deleted). Its final status stays with
+/// the status manager.
+pub fn plan_finished(
+    sandboxes: &[api::PodSandbox],
+    containers: &[api::Container],
+    policy: &Policy,
+    now_ns: i64,
+) -> Plan {
+    let running = api::ContainerState::ContainerRunning as i32;
+    let ready = api::PodSandboxState::SandboxReady as i32;
+    let newest_ok = newest_evictable(policy, now_ns);
+    let mut plan = Plan::default();
+    let mut kept: HashSet<&str> = HashSet::new();
+    for c in containers {
+        if c.state != running && c.created_at <= newest_ok {
+            plan.remove_containers.push(c.id.clone());
+        } else {
+            kept.insert(&c.pod_sandbox_id);
+        }
+    }
+    for s in sandboxes.iter().filter(|s| s.state != ready) {
+        if kept.contains(s.id.as_str()) {
+            plan.stop_sandboxes.push(s.id.clone());
+        } else {
+            plan.remove_sandboxes.push(s.id.clone());
+        }
+    }
+    plan
+}
+
 /// One pod's dead instances of one container name (the kubelet's evict unit): (created at,
 /// container ID), any order.
 pub type Unit = Vec<(i64, String)>;
@@ -269,6 +302,15 @@ impl Manager {
     /// One collection over every pod of this agent that is not being changed right now. Pods no
     /// source wants are left to `kill_pod`, which removes all of their sandboxes.
     pub async fn collect_stale_sandboxes(&self) -> cri::Result<Collected> {
+        self.collect_containers(&|_| false).await
+    }
+
+    /// A collection that also removes everything of the pods `finished` answers true for
+    /// ([`plan_finished`]): disk pressure's reclaim, which cannot wait for those pods' deletion.
+    pub async fn collect_containers(
+        &self,
+        finished: &(dyn Fn(&str) -> bool + Sync),
+    ) -> cri::Result<Collected> {
         let (sandboxes, containers) = self.list(None).await?;
         let pods = super::reading::by_pod(sandboxes, containers);
         let live: HashSet<String> = pods
@@ -289,7 +331,11 @@ impl Manager {
         // Container ID -> the index of its pod's plan.
         let mut owner: HashMap<String, usize> = HashMap::new();
         for (uid, (sandboxes, containers)) in pods {
-            let plan = plan_with(&sandboxes, &containers, &policy, now_ns);
+            let plan = if finished(&uid) {
+                plan_finished(&sandboxes, &containers, &policy, now_ns)
+            } else {
+                plan_with(&sandboxes, &containers, &policy, now_ns)
+            };
             if policy.max_containers.is_some() {
                 for unit in remaining_units(&containers, &plan, &policy, now_ns) {
                     owner.extend(unit.iter().map(|(_, id)| (id.clone(), plans.len())));
@@ -449,6 +495,33 @@ mod tests {
         assert_eq!(p.remove_containers, ["c0"]);
         assert_eq!(p.remove_sandboxes, ["old"]);
         assert!(p.stop_sandboxes.is_empty());
+    }
+
+    #[test]
+    fn a_finished_pod_under_disk_pressure_loses_every_dead_container_and_sandbox() {
+        let sandboxes = [sandbox("s1", 1, false), sandbox("s2", 2, false)];
+        let containers = [
+            container("init", "s2", "init", 2, false),
+            container("app", "s2", "app", 3, false),
+            container("old", "s1", "app", 1, false),
+        ];
+        // The usual plan keeps the newest instances and the newest sandbox.
+        let usual = plan(&sandboxes, &containers);
+        assert_eq!(usual.remove_containers, ["old"]);
+        assert_eq!(usual.remove_sandboxes, ["s1"]);
+        let p = plan_finished(&sandboxes, &containers, &Policy::default(), i64::MAX);
+        assert_eq!(p.remove_containers, ["init", "app", "old"]);
+        assert_eq!(p.remove_sandboxes, ["s1", "s2"]);
+        assert!(p.stop_sandboxes.is_empty());
+        // Too young for the minimum age: kept, and its sandbox only stopped.
+        let policy = Policy {
+            min_age: Duration::from_nanos(2),
+            ..Policy::default()
+        };
+        let p = plan_finished(&sandboxes, &containers, &policy, 4);
+        assert_eq!(p.remove_containers, ["init", "old"]);
+        assert_eq!(p.remove_sandboxes, ["s1"]);
+        assert_eq!(p.stop_sandboxes, ["s2"]);
     }
 
     #[test]
