@@ -155,7 +155,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     .with_probe_results(probe_results.clone())
     .with_api_objects(api_objects)
     .with_node_credentials(credentials::NodeFiles::kubelet_search(&cfg.root_dir))
-    .with_gc_policy(cfg.container_gc);
+    .with_gc_policy(cfg.container_gc)
+    .with_max_parallel_image_pulls(cfg.max_parallel_image_pulls);
     // Container log rotation: a task of its own, beside the pods' syncs.
     tracker.spawn(
         crate::logs::LogManager::new(

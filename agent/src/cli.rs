@@ -40,6 +40,13 @@ pub enum Error {
     RequestTimeout(String),
     #[error("--cluster-dns {0:?}: not an IP address")]
     ClusterDns(String),
+    #[error("--max-parallel-image-pulls {0}: must be at least 1")]
+    MaxParallelImagePulls(i64),
+    #[error(
+        "--max-parallel-image-pulls {0} needs --serialize-image-pulls=false (serialized pulls run \
+         one at a time)"
+    )]
+    SerializedParallelPulls(i64),
     #[error(transparent)]
     ContainerLogs(#[from] crate::logs::Error),
     #[error(transparent)]
@@ -218,6 +225,15 @@ pub struct Flags {
     /// A dead container younger than this is never garbage collected [default: 0].
     #[arg(long, value_name = "DURATION")]
     pub minimum_container_ttl_duration: Option<String>,
+    /// Pull one image at a time (the kubelet's default is true; swiftlet's is false: distinct
+    /// images pull in parallel, and pods asking for one image wait for one pull of it)
+    /// [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub serialize_image_pulls: Option<bool>,
+    /// At most this many image pulls at once; at least 1, and only with
+    /// --serialize-image-pulls=false [default: no limit].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_parallel_image_pulls: Option<i64>,
     /// How often image garbage collection looks (swiftlet's own flag; the kubelet's period is
     /// fixed at 5m) [default: 5m].
     #[arg(long, value_name = "DURATION")]
@@ -380,6 +396,8 @@ pub struct KubeletConfiguration {
     pub image_gc_low_threshold_percent: Option<i64>,
     #[serde(rename = "imageMinimumGCAge")]
     pub image_minimum_gc_age: Option<String>,
+    pub serialize_image_pulls: Option<bool>,
+    pub max_parallel_image_pulls: Option<i64>,
     #[serde(rename = "imageMaximumGCAge")]
     pub image_maximum_gc_age: Option<String>,
     pub port: Option<u16>,
@@ -499,6 +517,9 @@ pub struct AgentConfig {
     /// `--maximum-dead-containers-per-container`, `--maximum-dead-containers`,
     /// `--minimum-container-ttl-duration`.
     pub container_gc: crate::runtime::gc::Policy,
+    /// `--serialize-image-pulls`, `--max-parallel-image-pulls`: pulls at once (`None`: no
+    /// limit).
+    pub max_parallel_image_pulls: Option<usize>,
     /// `--address`, `--port` (`None`: off), TLS files, `--anonymous-auth`.
     pub kubelet_api: Option<KubeletApi>,
     /// `--enforce-node-allocatable` names `pods`.
@@ -540,6 +561,17 @@ impl KubeletConfiguration {
             });
         }
         Ok(cfg)
+    }
+}
+
+/// How many image pulls may run at once (`None`: no limit), from `--serialize-image-pulls` and
+/// `--max-parallel-image-pulls`, with the kubelet's validation.
+fn image_pull_limit(serialize: bool, max: Option<i64>) -> Result<Option<usize>, Error> {
+    match max {
+        Some(n) if n < 1 => Err(Error::MaxParallelImagePulls(n)),
+        Some(n) if serialize && n > 1 => Err(Error::SerializedParallelPulls(n)),
+        Some(n) => Ok(usize::try_from(n).ok()),
+        None => Ok(serialize.then_some(1)),
     }
 }
 
@@ -718,6 +750,13 @@ impl Flags {
             ),
             max_containers: limit(self.maximum_dead_containers, None),
         };
+        let max_parallel_image_pulls = image_pull_limit(
+            self.serialize_image_pulls
+                .or(file.serialize_image_pulls)
+                .unwrap_or(false),
+            self.max_parallel_image_pulls
+                .or(file.max_parallel_image_pulls),
+        )?;
         let image_gc = crate::image_gc::Policy::new(
             self.image_gc_high_threshold
                 .or(file.image_gc_high_threshold_percent)
@@ -978,6 +1017,7 @@ impl Flags {
             kubelet_api,
             image_gc,
             container_gc,
+            max_parallel_image_pulls,
             pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),
             container_runtime_endpoint: self
                 .container_runtime_endpoint
@@ -1056,6 +1096,70 @@ mod tests {
         for bad in ["", "s", "10", "10x", "-1s", "1m-"] {
             assert!(parse_duration("x", bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn image_pull_flags_follow_the_kubelets_rules() {
+        let limit = |args: &[&str], file: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("k.yaml");
+            std::fs::write(
+                &path,
+                format!(
+                    "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n{file}"
+                ),
+            )
+            .unwrap();
+            let mut all = vec!["swiftlet", "--config", path.to_str().unwrap()];
+            all.extend_from_slice(args);
+            Flags::parse_from(all)
+                .resolve()
+                .map(|c| c.max_parallel_image_pulls)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(limit(&[], ""), Ok(None), "parallel, no limit");
+        assert_eq!(limit(&["--serialize-image-pulls"], ""), Ok(Some(1)));
+        assert_eq!(limit(&[], "serializeImagePulls: true\n"), Ok(Some(1)));
+        assert_eq!(limit(&["--max-parallel-image-pulls", "3"], ""), Ok(Some(3)));
+        assert_eq!(limit(&[], "maxParallelImagePulls: 2\n"), Ok(Some(2)));
+        assert_eq!(
+            limit(
+                &["--serialize-image-pulls=false"],
+                "serializeImagePulls: true\n"
+            ),
+            Ok(None),
+            "the flag wins"
+        );
+        assert!(
+            limit(&["--max-parallel-image-pulls", "0"], "")
+                .unwrap_err()
+                .contains("at least 1")
+        );
+        assert!(
+            limit(
+                &[
+                    "--serialize-image-pulls",
+                    "true",
+                    "--max-parallel-image-pulls",
+                    "2"
+                ],
+                ""
+            )
+            .unwrap_err()
+            .contains("--serialize-image-pulls=false")
+        );
+        assert_eq!(
+            limit(
+                &[
+                    "--serialize-image-pulls",
+                    "true",
+                    "--max-parallel-image-pulls",
+                    "1"
+                ],
+                ""
+            ),
+            Ok(Some(1))
+        );
     }
 
     #[test]

@@ -581,7 +581,10 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(r.fake.syncs_of("u3").is_empty());
         let about_u3 = |c: &Call| match c {
-            Call::Sync(u, _) | Call::Terminating(u, _) | Call::Terminated(u) => u == "u3",
+            Call::Sync(u, _)
+            | Call::Superseded(u, _)
+            | Call::Terminating(u, _)
+            | Call::Terminated(u) => u == "u3",
         };
         assert!(!r.fake.calls().iter().any(about_u3), "{:?}", r.fake.calls());
         r.config_tx.send(u3(Op::Remove)).await.unwrap();
@@ -679,7 +682,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(r.status.status("u0").is_none());
         assert!(r.fake.calls().iter().all(|c| match c {
-            Call::Sync(u, _) | Call::Terminating(u, _) | Call::Terminated(u) => oldest.contains(u),
+            Call::Sync(u, _)
+            | Call::Superseded(u, _)
+            | Call::Terminating(u, _)
+            | Call::Terminated(u) => oldest.contains(u),
         }));
     }
 }

@@ -205,11 +205,15 @@ pub trait PodSyncer: Send + Sync + 'static {
     /// RunPodSandbox cut off mid-way leaves runc's cgroups behind. Each call still ends by its
     /// deadline (`--runtime-request-timeout`, see `cri`), so a runtime that never answers fails
     /// the sync instead of holding the worker.
+    ///
+    /// `superseded` fires when an update with another spec is waiting: the sync should not
+    /// create or start containers for the spec it was given (the next sync has the newer one).
     fn sync_pod(
         &self,
         uid: &str,
         pod: &Pod,
         cancel: &CancellationToken,
+        superseded: &CancellationToken,
     ) -> impl Future<Output = Result<Synced, runtime::Error>> + Send;
     /// Stops everything the pod runs within `grace` seconds.
     fn sync_terminating_pod(
@@ -252,9 +256,11 @@ impl PodSyncer for WorkerContext {
         uid: &str,
         pod: &Pod,
         cancel: &CancellationToken,
+        superseded: &CancellationToken,
     ) -> Result<Synced, runtime::Error> {
-        // `Manager::sync_pod` has one safe point: a postStart hook still running is abandoned
-        // when the pod starts terminating. Everything else runs to its end (see the trait).
+        // `Manager::sync_pod`'s safe points: a postStart hook still running is abandoned when
+        // the pod starts terminating, and no container is created or started once a newer spec
+        // waits. Everything else runs to its end (see the trait).
         let name = crate::pod::full_name(pod);
         if self.status.active_deadline(uid, pod) == Deadline::Exceeded
             || self.status.is_evicted(uid)
@@ -266,7 +272,7 @@ impl PodSyncer for WorkerContext {
         // The pod's timeline: only the first sync counts.
         self.tracer.worker_started(uid);
         self.probes.add_pod(uid, pod);
-        let mut result = self.runtime.sync_pod(pod, cancel).await;
+        let mut result = self.runtime.sync_pod(pod, cancel, superseded).await;
         if let Some(at) = result.as_ref().ok().and_then(|o| o.volumes_set_up) {
             // An Instant is CLOCK_MONOTONIC too: the mark is that long before now.
             let ago = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -454,6 +460,8 @@ struct PodStatus {
     runtime_only: bool,
     /// Cancels the work in progress.
     cancel: Option<CancellationToken>,
+    /// Tells the sync in progress that an update with another spec is waiting.
+    superseded: Option<CancellationToken>,
     marks: Marks,
     warned: Warned,
 }
@@ -814,6 +822,12 @@ impl<S: PodSyncer> PodWorkers<S> {
             }
             if cancel && let Some(t) = &st.cancel {
                 t.cancel();
+            } else if let Some(t) = &st.superseded
+                && !st.terminating
+                && st.pending.as_ref().map(|w| &w.pod.spec) != st.active.as_ref().map(|p| &p.spec)
+            {
+                // A sync runs for an older spec: it stops before starting anything for it.
+                t.cancel();
             }
             drop(st);
             slot.notify.notify_one();
@@ -1047,6 +1061,7 @@ struct Step {
     grace: i64,
     received: u64,
     token: CancellationToken,
+    superseded: CancellationToken,
 }
 
 enum Outcome {
@@ -1070,6 +1085,8 @@ impl<S: PodSyncer> Worker<S> {
         st.started = true;
         let token = self.cancel.child_token();
         st.cancel = Some(token.clone());
+        let superseded = CancellationToken::new();
+        st.superseded = Some(superseded.clone());
         st.marks.sync_started(monotonic_ns());
         Some(Step {
             work_type: st.work_type(),
@@ -1078,6 +1095,7 @@ impl<S: PodSyncer> Worker<S> {
             grace: st.grace.max(MIN_GRACE),
             received: work.received,
             token,
+            superseded,
         })
     }
 
@@ -1105,7 +1123,10 @@ impl<S: PodSyncer> Worker<S> {
         let pod = step.pod.as_ref();
         let result = match step.work_type {
             WorkType::Sync => {
-                let r = self.syncer.sync_pod(uid, pod, &step.token).await;
+                let r = self
+                    .syncer
+                    .sync_pod(uid, pod, &step.token, &step.superseded)
+                    .await;
                 if step.token.is_cancelled() {
                     return Outcome::Cancelled;
                 }

@@ -58,6 +58,7 @@ impl PodSyncer for Idle {
         _uid: &str,
         _pod: &Pod,
         _cancel: &CancellationToken,
+        _superseded: &CancellationToken,
     ) -> Result<Synced, runtime::Error> {
         Ok(Synced::default())
     }

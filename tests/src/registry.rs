@@ -223,6 +223,34 @@ impl Registry {
         Ok(())
     }
 
+    /// `repository` pushed ([`Self::push`]) and absent from the runtime at `endpoint`, so that
+    /// a start pulls it.
+    ///
+    /// # Panics
+    /// When the push or the removal fails.
+    pub fn fresh_image(&self, endpoint: &str, repository: &str) -> String {
+        let image = self.push(repository);
+        crate::remove_image(endpoint, &image).expect("RemoveImage");
+        assert!(!crate::image_present(endpoint, &image).expect("ImageStatus"));
+        image
+    }
+
+    /// The registry's login in `config.json` in `root_dir` (an agent's `--root-dir`, where it
+    /// looks for the node's credentials); returns its `auth` value.
+    ///
+    /// # Panics
+    /// When the file cannot be written.
+    pub fn write_node_config(&self, root_dir: &Path) -> String {
+        use base64::Engine;
+        let auth = base64::engine::general_purpose::STANDARD
+            .encode(format!("{}:{}", self.username, self.password));
+        let config =
+            serde_json::json!({"auths": {format!("https://{}", self.host): {"auth": auth}}});
+        std::fs::write(root_dir.join("config.json"), config.to_string())
+            .expect("write config.json");
+        auth
+    }
+
     /// `<host>/<repository>:v1`, the busybox test image pushed there (once per repository).
     ///
     /// # Panics

@@ -12,7 +12,7 @@ use base64::Engine;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, Secret};
 use swiftlet_tests::api_server::ApiServer;
 use swiftlet_tests::registry::Registry;
-use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, image_present, remove_image};
+use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, image_present};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -64,21 +64,13 @@ impl Setup {
     /// Pod `pod` running `repository` (pushed, absent from containerd) with one pull secret,
     /// `<pod>-login`, for the registry's user with `password`; returns the image.
     fn pod_with_login_secret(&self, pod: &str, repository: &str, password: &str) -> String {
-        let image = fresh_image(&self.agent, self.registry, repository);
+        let image = self.registry.fresh_image(self.agent.endpoint(), repository);
         let secret = format!("{pod}-login");
         self.put_login_secret(&secret, password);
         self.server
             .put(api_pod(&self.agent, pod, &image, &[&secret]));
         image
     }
-}
-
-/// `repository` pushed, and absent from containerd.
-fn fresh_image(agent: &Agent, registry: &Registry, repository: &str) -> String {
-    let image = registry.push(repository);
-    remove_image(agent.endpoint(), &image).expect("RemoveImage");
-    assert!(!image_present(agent.endpoint(), &image).expect("ImageStatus"));
-    image
 }
 
 fn b64(s: &str) -> String {
@@ -114,15 +106,6 @@ fn secret(name: &str, type_: &str, key: &str, body: &serde_json::Value) -> Secre
         "data": {key: b64(&body.to_string())},
     }))
     .expect("secret")
-}
-
-/// The registry's login in `config.json` in the agent's `--root-dir`; returns its `auth` value.
-fn write_node_config(agent: &Agent, reg: &Registry) -> String {
-    let auth = b64(&format!("{}:{}", reg.username, reg.password));
-    let config = serde_json::json!({"auths": {format!("https://{}", reg.host): {"auth": auth}}});
-    std::fs::write(agent.root_dir().join("config.json"), config.to_string())
-        .expect("write config.json");
-    auth
 }
 
 fn main_status<'a>(l: &'a PodList, pod: &str) -> Option<&'a ContainerStatus> {
@@ -178,8 +161,8 @@ fn a_private_image_is_pulled_with_the_pods_pull_secrets_of_either_format() {
         return;
     };
     let reg = s.registry;
-    let json_image = fresh_image(&s.agent, reg, "private/secret-json");
-    let cfg_image = fresh_image(&s.agent, reg, "private/secret-cfg");
+    let json_image = reg.fresh_image(s.agent.endpoint(), "private/secret-json");
+    let cfg_image = reg.fresh_image(s.agent.endpoint(), "private/secret-cfg");
     s.put_login_secret("regcred", &reg.password);
     // The older format, with the scheme and username/password fields.
     let cfg = serde_json::json!({format!("https://{}", reg.host):
@@ -221,7 +204,9 @@ fn without_a_pull_secret_the_registry_refuses_the_pull() {
     let Some(s) = setup("no-pull-secret") else {
         return;
     };
-    let image = fresh_image(&s.agent, s.registry, "private/no-secret");
+    let image = s
+        .registry
+        .fresh_image(s.agent.endpoint(), "private/no-secret");
     s.server.put(api_pod(&s.agent, "anon", &image, &[]));
     assert_refused_unauthorized(&s.agent, "anon", &image);
 }
@@ -246,8 +231,8 @@ fn a_config_json_in_the_root_dir_lets_a_pod_without_secrets_pull() {
         return;
     };
     let agent = Agent::start(runtime, AgentOptions::new("node-config-json"));
-    let image = fresh_image(&agent, reg, "private/node-config");
-    let auth = write_node_config(&agent, reg);
+    let image = reg.fresh_image(agent.endpoint(), "private/node-config");
+    let auth = reg.write_node_config(agent.root_dir());
     let manifest = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: nodecfg, namespace: default}}\nspec:\n  \
          terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {image}\n    \
@@ -266,7 +251,7 @@ fn a_pull_secret_the_registry_refuses_is_followed_by_the_nodes_credentials() {
     let Some(s) = setup("secret-then-node") else {
         return;
     };
-    let auth = write_node_config(&s.agent, s.registry);
+    let auth = s.registry.write_node_config(s.agent.root_dir());
     let stale = "a-stale-password-1234";
     let image = s.pod_with_login_secret("fallthrough", "private/secret-then-node", stale);
     s.agent.wait_for(|l| l.is_running("fallthrough"), TIMEOUT);

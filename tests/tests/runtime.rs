@@ -131,6 +131,91 @@ fn restart_policies_follow_exit_codes() {
     assert_eq!(last.map(|t| t.exit_code), Some(1), "{restarted:?}");
 }
 
+/// `--maximum-dead-containers` and `--minimum-container-ttl-duration`: two finished pods hold
+/// six dead containers (two init containers and the app container each, one instance per name,
+/// which the per-container rule keeps); none goes while younger than the minimum age, then the
+/// two oldest go so that four are left on the node, and the collection stops there.
+#[test]
+fn the_node_wide_dead_container_cap_takes_the_oldest_once_they_are_old_enough() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    const MIN_AGE: Duration = Duration::from_secs(20);
+    let mut opts = AgentOptions::new("dead-cap");
+    opts.extra_args.extend([
+        "--maximum-dead-containers".to_owned(),
+        "4".to_owned(),
+        "--minimum-container-ttl-duration".to_owned(),
+        format!("{}s", MIN_AGE.as_secs()),
+    ]);
+    let agent = Agent::start(rt, opts);
+    let init = |name: &str| {
+        format!(
+            "  - name: {name}\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    \
+             command: [\"true\"]\n"
+        )
+    };
+    let inits = format!("  initContainers:\n{}{}", init("first"), init("second"));
+    for name in ["done-a", "done-b"] {
+        agent.write_manifest(
+            &format!("{name}.yaml"),
+            &manifest(&agent, name, "Never", "true", &inits),
+        );
+    }
+    let pod = |n: &str| agent.static_pod_name(n);
+    let list = agent.wait_for(
+        |l| {
+            l.phase(&pod("done-a")) == Some("Succeeded")
+                && l.phase(&pod("done-b")) == Some("Succeeded")
+        },
+        TIMEOUT,
+    );
+    let uids: Vec<String> = ["done-a", "done-b"]
+        .iter()
+        .map(|n| list.uid(&pod(n)).expect("uid").to_owned())
+        .collect();
+    let dead = || -> Vec<cri::Container> {
+        let mut all: Vec<cri::Container> = uids
+            .iter()
+            .flat_map(|uid| {
+                pod_cri_objects(agent.endpoint(), uid)
+                    .expect("CRI answers")
+                    .1
+            })
+            .collect();
+        all.sort_by_key(|c| (c.created_at, c.id.clone()));
+        all
+    };
+    let before = dead();
+    assert_eq!(before.len(), 6, "{before:?}");
+    // Until the youngest is MIN_AGE old less a margin, nothing may go (the collection runs
+    // every 10 s; the oldest two become old enough first).
+    let oldest = before[0].created_at;
+    let until = oldest + i64::try_from(MIN_AGE.as_nanos()).unwrap_or(i64::MAX) - 2_000_000_000;
+    while swiftlet_tests::unix_nanos() < until {
+        assert_eq!(dead().len(), 6, "removed before the minimum age");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut now = dead();
+    while now.len() > 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        now = dead();
+    }
+    let ids = |cs: &[cri::Container]| cs.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&now),
+        ids(&before[2..]),
+        "the two oldest went, the node keeps four"
+    );
+    // The cap is reached: two more collections remove nothing.
+    std::thread::sleep(Duration::from_secs(21));
+    assert_eq!(ids(&dead()), ids(&before[2..]));
+    let list = agent.pods();
+    assert_eq!(list.phase(&pod("done-a")), Some("Succeeded"));
+    assert_eq!(list.phase(&pod("done-b")), Some("Succeeded"));
+}
+
 #[test]
 fn crash_loop_back_off_grows() {
     let Some(agent) = start("crash-loop") else {

@@ -1,4 +1,5 @@
-//! Pod workers against a real containerd: coalescing of rapid edits and clean bursts.
+//! Pod workers against a real containerd: coalescing of rapid edits, a superseded spec never
+//! started, and clean bursts.
 //! Each test runs its own agent (own node name, ports, manifest dir and cgroup root).
 
 use std::time::Duration;
@@ -6,7 +7,8 @@ use std::time::Duration;
 use k8s_cri::v1 as cri;
 use swiftlet_tests::{
     Agent, NODE_NAME_LABEL, POD_NAME_LABEL, POD_UID_LABEL, block_on, containers_with_labels,
-    looping_pod_manifest, pod_cgroup_uids, runtime_client, sandboxes_with_labels, start_agent,
+    looping_pod_manifest, pod_cgroup_uids, runtime_client, sandboxes_with_labels,
+    script_pod_manifest, start_agent,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -96,6 +98,78 @@ fn rapid_edits_of_one_manifest_end_with_one_sandbox_running_the_newest_spec() {
     });
     let now = agent.pods();
     assert_eq!(now.items.len(), 1, "{}", now.summary());
+}
+
+/// Edits of a pod that keeps its UID (the manifest names it) whose container ignores SIGTERM:
+/// the sync for the first edit kills the old container (its whole 5 s grace); the edits that
+/// arrive meanwhile replace that sync's spec, so it starts nothing, and the next sync starts
+/// the newest spec. Each version appends its name to a file in the pod's emptyDir, which
+/// outlives the containers: only the first and the newest version ever ran.
+#[test]
+fn a_spec_replaced_while_its_sync_kills_the_old_container_is_never_started() {
+    let Some(agent) = start_agent("superseded") else {
+        return;
+    };
+    let version = |v: usize| {
+        format!(
+            "{}    volumeMounts:\n    - {{name: data, mountPath: /data}}\n",
+            script_pod_manifest(
+                agent.node_name(),
+                "edited",
+                "Always",
+                &format!("echo v{v} >> /data/started; trap '' TERM; sleep 3600 & wait"),
+                "  volumes:\n  - {name: data, emptyDir: {}}\n",
+            )
+        )
+    };
+    let pod = agent.static_pod_name("edited");
+    let started = || {
+        let uid = format!("edited-{}", agent.node_name());
+        let file = agent
+            .root_dir()
+            .join("pods")
+            .join(uid)
+            .join("volumes/kubernetes.io~empty-dir/data/started");
+        std::fs::read_to_string(file).unwrap_or_default()
+    };
+    agent.write_manifest("edited.yaml", &version(1));
+    agent.wait_for(|l| l.is_running(&pod), TIMEOUT);
+    assert_eq!(started(), "v1\n");
+    agent.write_manifest("edited.yaml", &version(2));
+    agent.eventually("the sync for v2 kills v1's container", TIMEOUT, || {
+        if agent.log().contains("killing container") {
+            Ok(())
+        } else {
+            Err("no kill yet".to_owned())
+        }
+    });
+    // v1 ignores SIGTERM: its kill takes the 5 s grace, while these arrive.
+    for v in 3..=6 {
+        agent.write_manifest("edited.yaml", &version(v));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    agent.eventually("v6 runs", TIMEOUT, || {
+        let s = started();
+        if s.ends_with("v6\n") {
+            Ok(())
+        } else {
+            Err(format!("started: {s:?}"))
+        }
+    });
+    assert_eq!(started(), "v1\nv6\n", "no intermediate version ever ran");
+    assert!(
+        agent
+            .log()
+            .contains("a newer spec is waiting: nothing started for this one"),
+        "the sync for v2 stopped at its safe point"
+    );
+    let list = agent.wait_for(|l| l.is_running(&pod), TIMEOUT);
+    let (_, containers) = node_objects(&agent);
+    let running: Vec<_> = containers
+        .iter()
+        .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+        .collect();
+    assert_eq!(running.len(), 1, "{}", list.summary());
 }
 
 fn burst(agent: &Agent, n: usize, wait_running: bool) {

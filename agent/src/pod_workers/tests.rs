@@ -7,6 +7,8 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Call {
     Sync(String, String),
+    /// The sync of this pod (name) ended with a newer spec waiting.
+    Superseded(String, String),
     Terminating(String, i64),
     Terminated(String),
 }
@@ -75,6 +77,7 @@ impl PodSyncer for Fake {
         uid: &str,
         pod: &Pod,
         cancel: &CancellationToken,
+        superseded: &CancellationToken,
     ) -> Result<Synced, runtime::Error> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         self.record(Call::Sync(uid.to_owned(), name.clone()));
@@ -82,6 +85,9 @@ impl PodSyncer for Fake {
         tokio::select! {
             _ = cancel.cancelled() => return Ok(Synced::default()),
             _ = tokio::time::sleep(self.0.sync_time) => {}
+        }
+        if superseded.is_cancelled() {
+            self.record(Call::Superseded(uid.to_owned(), name.clone()));
         }
         self.0.syncs_finished.lock().unwrap().push(uid.to_owned());
         if self.0.failing.lock().unwrap().contains(uid) {
@@ -217,8 +223,9 @@ fn renamed(p: &Arc<Pod>, label: &str) -> Arc<Pod> {
     Arc::new(p)
 }
 
-#[tokio::test(start_paused = true)]
-async fn coalescing_newest_wins_with_bounded_syncs() {
+/// A harness whose pod "u1" (named v0, syncs take 1 s) was created 10 ms ago: its first sync
+/// runs.
+async fn syncing() -> (Harness, Arc<Pod>) {
     let mut h = harness(Inner {
         sync_time: secs(1),
         ..Default::default()
@@ -226,6 +233,12 @@ async fn coalescing_newest_wins_with_bounded_syncs() {
     let base = pod("u1", "v0");
     h.update(UpdateType::Create, &base);
     h.run_for(Duration::from_millis(10)).await;
+    (h, base)
+}
+
+#[tokio::test(start_paused = true)]
+async fn coalescing_newest_wins_with_bounded_syncs() {
+    let (mut h, base) = syncing().await;
     for i in 1..=100 {
         h.update(UpdateType::Update, &renamed(&base, &format!("v{i}")));
     }
@@ -234,6 +247,39 @@ async fn coalescing_newest_wins_with_bounded_syncs() {
     let marks = h.workers.timelines().get("u1").unwrap();
     assert_eq!(marks.updates, 101);
     assert_eq!(marks.syncs, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sync_learns_that_a_newer_spec_waits_but_not_of_a_resync_of_its_own() {
+    let (mut h, base) = syncing().await;
+    // The same spec again (a resync, a PLEG event): the sync goes on unwarned.
+    h.update(UpdateType::Sync, &base);
+    h.run_for(secs(2)).await;
+    let superseded = |h: &Harness| {
+        h.fake
+            .calls()
+            .into_iter()
+            .filter(|c| matches!(c, Call::Superseded(..)))
+            .count()
+    };
+    assert_eq!(superseded(&h), 0);
+    // Another spec while a sync runs: that sync is told.
+    let mut newer = (*base).clone();
+    if let Some(spec) = newer.spec.as_mut() {
+        spec.termination_grace_period_seconds = Some(5);
+    }
+    h.update(UpdateType::Update, &base);
+    h.run_for(Duration::from_millis(10)).await;
+    h.update(UpdateType::Update, &Arc::new(newer));
+    h.run_for(secs(3)).await;
+    assert!(
+        h.fake
+            .calls()
+            .contains(&Call::Superseded("u1".into(), "v0".into())),
+        "{:?}",
+        h.fake.calls()
+    );
+    assert_eq!(superseded(&h), 1, "the newer spec's own sync is not");
 }
 
 #[tokio::test(start_paused = true)]

@@ -10,6 +10,7 @@ mod hooks;
 mod kill;
 mod orphans;
 pub mod pull;
+pub mod pulls;
 mod reading;
 mod resize;
 pub mod runtime_class;
@@ -195,6 +196,8 @@ struct StartTarget<'a> {
     pod_ips: &'a [String],
     /// Fires when the pod starts terminating: a postStart hook still running is abandoned.
     cancel: &'a CancellationToken,
+    /// The pulls begun while the sandbox was being created, by image.
+    prefetched: &'a pull::Prefetched,
 }
 
 /// Crash-loop and image-pull back-offs, per pod and container (or image).
@@ -312,6 +315,8 @@ pub struct Manager {
     tokens: crate::volume::token::Tokens,
     /// The node's docker config files (pull credentials for every pod).
     node_credentials: crate::credentials::NodeFiles,
+    /// The image pulls under way, shared by every pod (one pull per image at a time).
+    pulls: Arc<pulls::Pulls>,
 }
 
 /// Marks a mutation of one pod (or the stop of one container) for as long as it lives.

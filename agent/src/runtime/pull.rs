@@ -5,6 +5,38 @@ use super::*;
 use crate::credentials::{self, Auth, Keyring};
 use k8s_openapi::api::core::v1::Secret;
 
+/// Pulls begun before the sandbox existed ([`Manager::prefetch_images`]), by image: each is
+/// awaited by the first container that pulls its image.
+#[derive(Debug, Default)]
+pub(super) struct Prefetched(Mutex<HashMap<String, PrefetchHandle>>);
+
+/// A prefetch's task: `None` when it could not tell (the container's start looks itself).
+type PrefetchHandle = tokio::task::JoinHandle<Option<Prefetch>>;
+
+/// What a prefetch found.
+#[derive(Debug)]
+pub(super) enum Prefetch {
+    /// The image is present (a policy other than `Always`): its status.
+    Present(api::Image),
+    /// It pulled the image: the reference, or why not.
+    Pulled(Result<String, PullError>),
+}
+
+impl Prefetched {
+    /// The pull of `image` begun for this sync, if one was (taken: awaited once).
+    pub(super) fn take(&self, image: &str) -> Option<PrefetchHandle> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(image)
+    }
+}
+
+/// A container's image pull policy (default `IfNotPresent`).
+pub(super) fn image_pull_policy(c: &Container) -> &str {
+    c.image_pull_policy.as_deref().unwrap_or("IfNotPresent")
+}
+
 /// Why a pull failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {
@@ -17,6 +49,9 @@ pub enum PullError {
     /// A pull secret could not be read as a docker config.
     #[error(transparent)]
     Secret(#[from] credentials::Error),
+    /// The pull of the same image another pod started, which this one waited for, failed.
+    #[error("{0}")]
+    Joined(String),
 }
 
 fn each_credential(errors: &[cri::Error]) -> String {
@@ -74,8 +109,71 @@ impl Manager {
         Ok(found)
     }
 
+    /// Begins, each on a task of its own, the pulls the pod's containers (`containers`, in start
+    /// order) will need, so that they run while the sandbox is created (the kubelet pulls only
+    /// after the sandbox, one container at a time). A container's own start awaits its image's
+    /// pull (or the image status it read) instead of pulling ([`Self::ensure_image`]), so the
+    /// pull policy and the back-off are applied there exactly as without this. An image is begun here only when the container
+    /// would pull it: not for `Never`, not when present (unless `Always`), not while its pull
+    /// backs off.
+    pub(super) fn prefetch_images(
+        &self,
+        pod: &Pod,
+        name: &str,
+        uid: &str,
+        containers: &[&Container],
+    ) -> Prefetched {
+        let mut handles = HashMap::new();
+        let mut shared_pod: Option<Arc<Pod>> = None;
+        for c in containers {
+            let image = c.image.clone().unwrap_or_default();
+            let policy = image_pull_policy(c);
+            if image.is_empty() || policy == "Never" || handles.contains_key(&image) {
+                continue;
+            }
+            if self.pull_backoff_left(uid, &image).is_some() {
+                continue;
+            }
+            let pod = shared_pod
+                .get_or_insert_with(|| Arc::new(pod.clone()))
+                .clone();
+            let (this, name, always) = (self.clone(), name.to_owned(), policy == "Always");
+            let img = image.clone();
+            let handle = tokio::spawn(async move {
+                if !always {
+                    match this.cri.image_status(&img).await {
+                        Ok(Some(found)) => return Some(Prefetch::Present(found)),
+                        Ok(None) => {}
+                        // Left to the container's own start, which reports it.
+                        Err(_) => return None,
+                    }
+                }
+                Some(Prefetch::Pulled(this.pull(&pod, &name, &img).await))
+            });
+            handles.insert(image, handle);
+        }
+        Prefetched(Mutex::new(handles))
+    }
+
+    /// What is left of the pull back-off of pod `uid`'s `image`, if it backs off.
+    pub(super) fn pull_backoff_left(&self, uid: &str, image: &str) -> Option<Duration> {
+        self.backoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .image
+            .remaining_since_update(&format!("{uid}_{image}"), now_nanos())
+    }
+
+    /// Limits the pulls of distinct images at once (`None`: no limit; the default).
+    pub fn with_max_parallel_image_pulls(mut self, max: Option<usize>) -> Self {
+        self.pulls = Arc::new(super::pulls::Pulls::new(max));
+        self
+    }
+
     /// Pulls `image` for pod `pod` (`name`): with each matching credential in turn until one
-    /// succeeds, or anonymously when none matches. Returns the image's reference.
+    /// succeeds, or anonymously when none matches. Returns the image's reference. While a pull of
+    /// the same image with the same credentials is under way (another pod's), waits for that
+    /// one instead ([`super::pulls`]).
     pub(super) async fn pull(
         &self,
         pod: &Pod,
@@ -83,27 +181,44 @@ impl Manager {
         image: &str,
     ) -> Result<String, PullError> {
         let creds = self.pull_credentials(pod, name, image).await?;
-        if creds.is_empty() {
-            return self
-                .cri
-                .pull_image(image, None)
-                .await
-                .map_err(PullError::Cri);
-        }
-        tracing::debug!(pod = %name, image = %image, credentials = creds.len(), "pulling with credentials");
-        let mut errors = Vec::with_capacity(creds.len());
-        for auth in creds {
-            let auth = api::AuthConfig {
-                username: auth.username,
-                password: auth.password,
-                ..Default::default()
-            };
-            match self.cri.pull_image(image, Some(auth)).await {
-                Ok(image_ref) => return Ok(image_ref),
-                Err(e) => errors.push(e),
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for c in &creds {
+                (&c.username, &c.password).hash(&mut h);
+            }
+            format!("{image} {:x}", h.finish())
+        };
+        let pull = async {
+            if creds.is_empty() {
+                return self
+                    .cri
+                    .pull_image(image, None)
+                    .await
+                    .map_err(PullError::Cri);
+            }
+            tracing::debug!(pod = %name, image = %image, credentials = creds.len(), "pulling with credentials");
+            let mut errors = Vec::with_capacity(creds.len());
+            for auth in &creds {
+                let auth = api::AuthConfig {
+                    username: auth.username.clone(),
+                    password: auth.password.clone(),
+                    ..Default::default()
+                };
+                match self.cri.pull_image(image, Some(auth)).await {
+                    Ok(image_ref) => return Ok(image_ref),
+                    Err(e) => errors.push(e),
+                }
+            }
+            Err(PullError::EachCredential(errors))
+        };
+        match self.pulls.run(&key, pull).await {
+            super::pulls::Outcome::Pulled(result) => result,
+            super::pulls::Outcome::Joined(result) => {
+                tracing::debug!(pod = %name, image = %image, "waited for another pod's pull of the image");
+                result.map_err(PullError::Joined)
             }
         }
-        Err(PullError::EachCredential(errors))
     }
 }
 

@@ -20,6 +20,7 @@ impl Manager {
             tokens: Default::default(),
             services: Default::default(),
             node_credentials: Default::default(),
+            pulls: Arc::default(),
         }
     }
 

@@ -163,11 +163,20 @@ impl Manager {
         image: &str,
     ) -> Result<(String, ImageUser)> {
         let (pod, uid) = (t.name, t.uid);
-        let policy = container
-            .image_pull_policy
-            .as_deref()
-            .unwrap_or("IfNotPresent");
-        let found = if policy == "Always" {
+        let policy = pull::image_pull_policy(container);
+        // What a pull begun with the sandbox found or pulled.
+        let prefetched = match t.prefetched.take(image) {
+            Some(handle) => handle.await.ok().flatten(),
+            None => None,
+        };
+        let pulled = match prefetched {
+            Some(pull::Prefetch::Present(found)) => {
+                return Ok((found.id.clone(), ImageUser::of(&found)));
+            }
+            Some(pull::Prefetch::Pulled(res)) => Some(res),
+            None => None,
+        };
+        let found = if policy == "Always" || pulled.is_some() {
             None
         } else {
             self.cri
@@ -182,13 +191,9 @@ impl Manager {
         if policy != "Never" {
             let key = format!("{uid}_{image}");
             let now = now_nanos();
-            let left = self
-                .backoff
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .image
-                .remaining_since_update(&key, now);
-            if let Some(left) = left {
+            if pulled.is_none()
+                && let Some(left) = self.pull_backoff_left(uid, image)
+            {
                 return Err(Error::ImagePullBackOff {
                     pod: pod.to_owned(),
                     container: container.name.clone(),
@@ -196,7 +201,11 @@ impl Manager {
                     left,
                 });
             }
-            let res = self.pull(t.pod, pod, image).await;
+            // The pull begun while the sandbox was created, else one now.
+            let res = match pulled {
+                Some(res) => res,
+                None => self.pull(t.pod, pod, image).await,
+            };
             let image_ref = {
                 let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
                 match res {

@@ -6,9 +6,18 @@ impl Manager {
     /// kills, the sandbox, init containers and app containers (the kubelet's `SyncPod`).
     /// `cancel` fires when the pod starts terminating: a postStart hook still running is
     /// abandoned then (its ExecSync or HTTP request dropped); every other CRI call is let finish.
-    pub async fn sync_pod(&self, pod: &Pod, cancel: &CancellationToken) -> Result<SyncOutcome> {
+    /// `superseded` fires when a newer spec of the pod is waiting: after its kills, the sync
+    /// creates and starts nothing more for this spec (a container that the newer spec would kill
+    /// again is never started; the next sync starts the newer one).
+    pub async fn sync_pod(
+        &self,
+        pod: &Pod,
+        cancel: &CancellationToken,
+        superseded: &CancellationToken,
+    ) -> Result<SyncOutcome> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let outcome = cri::with_pod(&uid, self.sync_pod_traced(pod, &uid, cancel)).await;
+        let outcome =
+            cri::with_pod(&uid, self.sync_pod_traced(pod, &uid, cancel, superseded)).await;
         if let Ok(o) = &outcome
             && o.from_nothing
             && let Some(state) = &o.state
@@ -28,6 +37,7 @@ impl Manager {
         pod: &Pod,
         uid: &str,
         cancel: &CancellationToken,
+        superseded: &CancellationToken,
     ) -> Result<SyncOutcome> {
         let name = full_name(pod);
         let spec = pod
@@ -116,10 +126,16 @@ impl Manager {
             self.resize_in_place(pod, uid, &name, &state, &actions.containers_to_resize)
                 .await;
         }
-        if !actions.create_sandbox
-            && actions.init_to_start.is_empty()
-            && actions.containers_to_start.is_empty()
-        {
+        let starts = actions.create_sandbox
+            || !actions.init_to_start.is_empty()
+            || !actions.containers_to_start.is_empty();
+        if starts && superseded.is_cancelled() {
+            // A safe point: the kills are done, nothing is created for a spec already replaced.
+            tracing::info!(pod = %name, "a newer spec is waiting: nothing started for this one");
+            outcome.actions = actions;
+            return Ok(outcome);
+        }
+        if !starts {
             if !actions.terminal && !actions.kill_pod {
                 // As the kubelet remounts them at each sync: changed configMaps, secrets and
                 // tokens reach the running pod's volumes.
@@ -132,6 +148,24 @@ impl Manager {
             return Ok(outcome);
         }
 
+        // A new sandbox: the images its containers need are pulled while it is made.
+        let prefetched = if actions.create_sandbox {
+            let inits = spec.init_containers.as_deref().unwrap_or_default();
+            let wanted: Vec<&Container> = actions
+                .init_to_start
+                .iter()
+                .filter_map(|&i| inits.get(i))
+                .chain(
+                    actions
+                        .containers_to_start
+                        .iter()
+                        .filter_map(|&i| spec.containers.get(i)),
+                )
+                .collect();
+            self.prefetch_images(pod, &name, uid, &wanted)
+        } else {
+            pull::Prefetched::default()
+        };
         // Before the sandbox, as the kubelet waits for a pod's volumes before creating it.
         self.set_up_volumes(pod, uid, &name).await?;
         outcome.volumes_set_up = Some(Instant::now());
@@ -214,12 +248,16 @@ impl Manager {
             sandbox_config: &sandbox_config,
             pod_ips: &pod_ips,
             cancel,
+            prefetched: &prefetched,
         };
 
         let inits = spec.init_containers.as_deref().unwrap_or_default();
         let mut sidecar_started = false;
         for &i in &actions.init_to_start {
             let Some(c) = inits.get(i) else { continue };
+            if superseded.is_cancelled() {
+                break;
+            }
             let kind = if crate::pod::is_sidecar(c) {
                 ContainerKind::Sidecar
             } else {
@@ -240,6 +278,10 @@ impl Manager {
             outcome.requeue(Duration::ZERO);
         }
         for &i in &actions.containers_to_start {
+            if superseded.is_cancelled() {
+                tracing::info!(pod = %name, "a newer spec is waiting: the remaining containers are left to its sync");
+                break;
+            }
             if let Some(c) = spec.containers.get(i) {
                 // Failures are recorded in the outcome; the other containers still start.
                 let _ = self
