@@ -22,6 +22,11 @@ pub enum Error {
     },
     #[error("config file {path}: kind {kind:?} is not KubeletConfiguration")]
     Kind { path: PathBuf, kind: String },
+    #[error(
+        "config file {path}: apiVersion {version:?} is not kubelet.config.k8s.io/v1beta1 \
+         (or kubelet.config.k8s.io/v1)"
+    )]
+    ApiVersion { path: PathBuf, version: String },
     #[error("{what}: invalid duration {value:?} (use Go-style durations like 20s, 1m, 1m30s)")]
     Duration { what: &'static str, value: String },
     #[error("--cgroup-driver {0:?} is not supported yet (only cgroupfs)")]
@@ -351,14 +356,23 @@ pub struct Flags {
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
+    /// Log format: text, or json (one JSON object a line: timestamp, level, target, message
+    /// and the event's fields). Text has colours only when stderr is a terminal [default: text].
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub logging_format: String,
 }
 
-/// The subset of KubeletConfiguration swiftlet reads. Unknown fields are ignored, as a kubelet
-/// config written for the Go kubelet carries many fields swiftlet does not implement.
+/// The subset of KubeletConfiguration swiftlet reads. Other fields are not refused, as a kubelet
+/// config written for the Go kubelet carries many fields swiftlet does not implement, but
+/// [`KubeletConfiguration::load`] names them in a warning.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeletConfiguration {
+    pub api_version: Option<String>,
     pub kind: Option<String>,
+    /// The fields swiftlet does not read, by name.
+    #[serde(flatten)]
+    pub unknown: std::collections::BTreeMap<String, serde_yaml_ng::Value>,
     pub static_pod_path: Option<PathBuf>,
     pub container_runtime_endpoint: Option<String>,
     pub runtime_request_timeout: Option<String>,
@@ -540,6 +554,10 @@ pub struct KubeletApi {
     pub webhook: crate::server::webhook::Settings,
 }
 
+/// The KubeletConfiguration versions whose fields swiftlet reads.
+const KUBELET_CONFIG_VERSIONS: [&str; 2] =
+    ["kubelet.config.k8s.io/v1beta1", "kubelet.config.k8s.io/v1"];
+
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 
 impl KubeletConfiguration {
@@ -552,13 +570,26 @@ impl KubeletConfiguration {
             path: path.to_owned(),
             source,
         })?;
-        if let Some(kind) = &cfg.kind
-            && kind != "KubeletConfiguration"
-        {
+        if cfg.kind.as_deref() != Some("KubeletConfiguration") {
             return Err(Error::Kind {
                 path: path.to_owned(),
-                kind: kind.clone(),
+                kind: cfg.kind.clone().unwrap_or_default(),
             });
+        }
+        let version = cfg.api_version.as_deref().unwrap_or_default();
+        if !KUBELET_CONFIG_VERSIONS.contains(&version) {
+            return Err(Error::ApiVersion {
+                path: path.to_owned(),
+                version: version.to_owned(),
+            });
+        }
+        if !cfg.unknown.is_empty() {
+            let names: Vec<&str> = cfg.unknown.keys().map(String::as_str).collect();
+            tracing::warn!(
+                path = %path.display(),
+                fields = %names.join(", "),
+                "config file: fields swiftlet does not implement are ignored"
+            );
         }
         Ok(cfg)
     }
@@ -1310,7 +1341,8 @@ mod tests {
         let path = dir.path().join("k.yaml");
         std::fs::write(
             &path,
-            "port: 11250\naddress: 127.0.0.1\ntlsCertFile: /c\ntlsPrivateKeyFile: /k\n\
+            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n\
+             port: 11250\naddress: 127.0.0.1\ntlsCertFile: /c\ntlsPrivateKeyFile: /k\n\
              authentication:\n  x509:\n    clientCAFile: /ca\n  anonymous:\n    enabled: true\n\
              authorization:\n  mode: AlwaysAllow\n",
         )
@@ -1410,13 +1442,46 @@ mod tests {
             KubeletConfiguration::load(&path),
             Err(Error::Kind { .. })
         ));
+        std::fs::write(&path, "staticPodPath: /p\n").unwrap();
+        assert!(
+            matches!(KubeletConfiguration::load(&path), Err(Error::Kind { .. })),
+            "no kind"
+        );
+        for version in [
+            "",
+            "apiVersion: v1\n",
+            "apiVersion: kubelet.config.k8s.io/v2\n",
+        ] {
+            std::fs::write(&path, format!("kind: KubeletConfiguration\n{version}")).unwrap();
+            let err = KubeletConfiguration::load(&path).unwrap_err();
+            assert!(matches!(err, Error::ApiVersion { .. }), "{version:?}");
+            assert!(err.to_string().contains("kubelet.config.k8s.io/v1beta1"));
+        }
+        // Fields swiftlet does not read are kept by name (and warned about), not refused.
+        std::fs::write(
+            &path,
+            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n\
+             staticPodPath: /p\nfeatureGates: {A: true}\nmaxOpenFiles: 100\n",
+        )
+        .unwrap();
+        let cfg = KubeletConfiguration::load(&path).unwrap();
+        assert_eq!(cfg.static_pod_path, Some(PathBuf::from("/p")));
+        assert_eq!(
+            cfg.unknown.keys().collect::<Vec<_>>(),
+            ["featureGates", "maxOpenFiles"]
+        );
     }
 
     #[test]
     fn runtime_request_timeout() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.yaml");
-        std::fs::write(&path, "runtimeRequestTimeout: 30s\n").unwrap();
+        std::fs::write(
+            &path,
+            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1\n\
+             runtimeRequestTimeout: 30s\n",
+        )
+        .unwrap();
         assert_eq!(
             resolve(&[]).unwrap().runtime_request_timeout,
             crate::cri::DEFAULT_REQUEST_TIMEOUT
@@ -1484,7 +1549,8 @@ mod tests {
         let path = dir.path().join("k.yaml");
         std::fs::write(
             &path,
-            "clusterDNS: [10.0.0.10]\nclusterDomain: k8s.test\nresolvConf: /run/r.conf\n",
+            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n\
+             clusterDNS: [10.0.0.10]\nclusterDomain: k8s.test\nresolvConf: /run/r.conf\n",
         )
         .unwrap();
         let d = resolve(&["--config", path.to_str().unwrap()]).unwrap().dns;
@@ -1521,7 +1587,8 @@ mod tests {
         let path = dir.path().join("k.yaml");
         std::fs::write(
             &path,
-            "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 2\n\
+            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n\
+             containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 2\n\
              containerLogMonitorInterval: 30s\ncontainerLogMaxWorkers: 4\n",
         )
         .unwrap();

@@ -3,17 +3,22 @@ use swiftlet::cli::Flags;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
-fn init_logging(verbosity: u8) {
+fn init_logging(verbosity: u8, format: &str) {
+    use std::io::IsTerminal;
     let default = match verbosity {
         0..=2 => "info",
         3..=4 => "swiftlet=debug,info",
         _ => "swiftlet=trace,debug",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        logs.json().flatten_event(true).init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -24,7 +29,7 @@ fn main() -> std::process::ExitCode {
         return swiftlet::trace::cli::main(args);
     }
     let flags = Flags::parse();
-    init_logging(flags.verbosity);
+    init_logging(flags.verbosity, &flags.logging_format);
     let cfg = match flags.resolve() {
         Ok(c) => c,
         Err(e) => {

@@ -22,7 +22,8 @@ fn fast_config(dir: &std::path::Path, report: &str) -> Vec<String> {
     std::fs::write(
         &path,
         format!(
-            "kind: KubeletConfiguration\nnodeLeaseDurationSeconds: 4\n\
+            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n\
+             nodeLeaseDurationSeconds: 4\n\
              nodeStatusReportFrequency: {report}\n"
         ),
     )
