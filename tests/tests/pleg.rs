@@ -1,6 +1,7 @@
 //! PLEG and pod status against a real containerd: a container's exit reaches `/pods` through the
 //! eBPF fast path (and with `--ebpf off` through the periodic relist alone), and a pod with an
-//! init container and an app that exits walks every condition's transitions.
+//! init container and an app that exits walks every condition's transitions. With the periodic
+//! relist an hour apart, the kernel's events alone carry a crash-looping container's exits.
 //! The exit latency (CRI's finishedAt to `/pods`) is printed, not asserted: speed belongs to the
 //! `pod_exit` bench.
 
@@ -131,6 +132,48 @@ fn without_ebpf_the_relist_alone_reports_the_exit() {
         "no fast path without eBPF"
     );
     assert!(metric(&body, "swiftlet_pleg_relist_duration_seconds_count") >= 1.0);
+}
+
+/// With the periodic relist an hour apart, the kernel's exit events are the only prompt: a
+/// crash-looping container's every exit still reaches the status and each restart happens (the
+/// back-off's timer, not a relist, wakes the restart). The relist period can be set that far
+/// out (`--pleg-relist-period`) without losing a container's change.
+#[test]
+fn with_the_relist_an_hour_apart_kernel_events_alone_carry_every_exit() {
+    let args = ["--ebpf", "on", "--pleg-relist-period", "1h"];
+    let Some(agent) = start("pleg-events-only", &args) else {
+        return;
+    };
+    let manifest = script_pod_manifest(
+        agent.node_name(),
+        "crashing",
+        "Always",
+        "sleep 1; exit 3",
+        "",
+    );
+    agent.write_manifest("crashing.yaml", &manifest);
+    let pod = agent.static_pod_name("crashing");
+    let list = agent.wait_for(
+        |l| main_status(l, &pod).is_some_and(|c| c.restart_count >= 2),
+        Duration::from_secs(120),
+    );
+    let main = main_status(&list, &pod).expect("status");
+    let last = main
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .map(|t| t.exit_code);
+    assert_eq!(last, Some(3), "the previous run's exit is in the status");
+    let body = agent.get("/metrics").1;
+    assert_eq!(
+        metric(&body, "swiftlet_pleg_relist_duration_seconds_count"),
+        1.0,
+        "only the relist at start ran"
+    );
+    assert!(
+        metric(&body, FAST_PATH_CHANGED) >= 2.0,
+        "the exits came through the kernel's events"
+    );
 }
 
 /// A new pod starts without a read of its runtime state: the agent knows from its last relist
