@@ -406,6 +406,27 @@ fn read_exit_code() -> u32 {
     }
 }
 
+/// Programs that do nothing, never loaded by the agent: the eBPF bench attaches them where the
+/// probes above attach, so that the kernel's run-time counters show what running any program
+/// costs at that point on the machine (the dispatch and the counting itself), beside what the
+/// probes cost.
+#[tracepoint]
+pub fn noop_tp(_ctx: TracePointContext) -> u32 {
+    0
+}
+
+/// See [`noop_tp`].
+#[raw_tracepoint]
+pub fn noop_raw(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+
+/// See [`noop_tp`].
+#[uprobe]
+pub fn noop_uprobe(_ctx: ProbeContext) -> u32 {
+    0
+}
+
 /// `swiftlet_cri_call_begin(method: u32, uid_ptr: *const u8, uid_len: usize)`.
 #[uprobe]
 pub fn cri_begin(ctx: ProbeContext) -> u32 {

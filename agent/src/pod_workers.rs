@@ -824,7 +824,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                 t.cancel();
             } else if let Some(t) = &st.superseded
                 && !st.terminating
-                && st.pending.as_ref().map(|w| &w.pod.spec) != st.active.as_ref().map(|p| &p.spec)
+                && spec_differs(st.pending.as_ref().map(|w| &w.pod), st.active.as_ref())
             {
                 // A sync runs for an older spec: it stops before starting anything for it.
                 t.cancel();
@@ -1223,6 +1223,15 @@ impl<S: PodSyncer> Worker<S> {
             self.queue.enqueue(&self.uid, d);
         }
         false
+    }
+}
+
+/// Whether a waiting update's pod has another spec than the one its running sync was given
+/// (the same `Arc`, as for a resync or a runtime event, is the same spec without a look).
+fn spec_differs(pending: Option<&Arc<Pod>>, active: Option<&Arc<Pod>>) -> bool {
+    match (pending, active) {
+        (Some(p), Some(a)) => !Arc::ptr_eq(p, a) && p.spec != a.spec,
+        (p, a) => p.is_some() != a.is_some(),
     }
 }
 

@@ -9,6 +9,10 @@
 //! - `process/spawn_in_pod`: the same inside a cgroup below the pod root: exec + exit reported.
 //! - `cri/marker_pair`: `swiftlet_cri_call_begin` + `swiftlet_cri_call_end` (two uprobes).
 //!
+//! Between "off" and "on", a `baseline` round: the same work with programs that do nothing
+//! attached at the same points, so that the kernel's per-program run time of an empty program
+//! (the machine's floor for any program there) is printed beside the probes' own.
+//!
 //! `cargo bench -p swiftlet-benches --bench ebpf -- --warm-up-time 1 --measurement-time 5`
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::os::unix::process::CommandExt as _;
@@ -83,6 +87,7 @@ fn bench(c: &mut Criterion) {
     };
 
     run(c, "off");
+    baseline(c, &run);
 
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -158,6 +163,93 @@ fn bench(c: &mut Criterion) {
     ] {
         let _ = std::fs::remove_dir(dir);
     }
+}
+
+/// The same work with programs that do nothing (`noop_*` in the probe object) attached where the
+/// probes attach, one loaded copy of the object per attach point so that each program's
+/// counters are one point's: what the kernel charges for running any program there, the floor
+/// under the probes' own time.
+fn baseline(c: &mut Criterion, run: &dyn Fn(&mut Criterion, &str)) {
+    use aya::programs::{RawTracePoint, TracePoint, UProbe, uprobe::UProbeScope};
+    let Some(object) = swiftlet::ebpf::probe_object() else {
+        eprintln!("SKIPPED the baseline: this build carries no probe object");
+        return;
+    };
+    let load = || aya::EbpfLoader::new().load(object);
+    let attached = (|| -> Result<Vec<(&str, aya::Ebpf)>, Box<dyn std::error::Error>> {
+        let mut out = Vec::new();
+        for (label, category, points) in [
+            (
+                "cgroup (classic)",
+                "cgroup",
+                ["cgroup_mkdir", "cgroup_rmdir"],
+            ),
+            (
+                "exec/exit",
+                "sched",
+                ["sched_process_exec", "sched_process_exit"],
+            ),
+        ] {
+            let mut ebpf = load()?;
+            let p: &mut TracePoint = ebpf
+                .program_mut("noop_tp")
+                .ok_or("no noop_tp")?
+                .try_into()?;
+            p.load()?;
+            for point in points {
+                p.attach(category, point)?;
+            }
+            out.push((label, ebpf));
+        }
+        let mut ebpf = load()?;
+        let p: &mut RawTracePoint = ebpf
+            .program_mut("noop_raw")
+            .ok_or("no noop_raw")?
+            .try_into()?;
+        p.load()?;
+        for point in ["cgroup_mkdir", "cgroup_rmdir"] {
+            p.attach(point)?;
+        }
+        out.push(("cgroup (raw)", ebpf));
+        let mut ebpf = load()?;
+        let p: &mut UProbe = ebpf
+            .program_mut("noop_uprobe")
+            .ok_or("no noop_uprobe")?
+            .try_into()?;
+        p.load()?;
+        for symbol in ["swiftlet_cri_call_begin", "swiftlet_cri_call_end"] {
+            p.attach(symbol, "/proc/self/exe", UProbeScope::CallingProcess)?;
+        }
+        out.push(("CRI markers (uprobe)", ebpf));
+        Ok(out)
+    })();
+    let attached = match attached {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("SKIPPED the baseline: attaching the no-op programs: {e}");
+            return;
+        }
+    };
+    let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime);
+    run(c, "baseline");
+    if stats.is_ok() {
+        for (label, ebpf) in &attached {
+            for (name, program) in ebpf.programs() {
+                let Ok(info) = program.info() else {
+                    continue;
+                };
+                if info.run_count() == 0 {
+                    continue;
+                }
+                eprintln!(
+                    "ebpf bench (baseline): {name:<12} on {label:<21} {:>9} runs, {:>6} ns a run in the kernel",
+                    info.run_count(),
+                    info.run_time().as_nanos() / u128::from(info.run_count())
+                );
+            }
+        }
+    }
+    drop(stats);
 }
 
 criterion_group!(benches, bench);

@@ -36,20 +36,34 @@
 //! own, without volumes and with an emptyDir, a configMap and a secret volume each: the
 //! `volumes` phase of the timelines is what setting up the three volumes added to each start.
 //!
+//! With `--cold` (instead of all of the above), every run pulls its images: `--images` (default
+//! 10) generated images of 19-37 MB in four layers, some layers shared
+//! (`xtask::images::cold_start_set`), pushed with `skopeo` to the test registry (Debian's
+//! `docker-registry` on loopback, TLS and basic auth), pod i running image i mod the count, and
+//! every image removed from containerd before each run. The floor is then the kubelet's order
+//! sent straight to CRI: per pod the sandbox, the image's status, its pull queued behind every
+//! other pull (the kubelet's default `serializeImagePulls: true`), create and start. podman pulls
+//! from the same registry, its own copies removed first. N defaults to 1 and 20. With `--link
+//! RTT_MS,CONNECTION_MBIT,TOTAL_MBIT` every pull goes through a relay that behaves like a network
+//! link to a remote registry (`swiftlet_benches::link`): on loopback a pull costs only CPU, and
+//! on 2 cores the CPU is what every order runs out of.
+//!
 //! Options (after `--`): `--pods 1,10,50`, `--reps 3`, `--no-cost`, `--cost-secs 60`,
-//! `--cost-pods 100`, `--reserved-core`, `--volumes`. Without root or containerd it says so and exits 0, unless
-//! `SWIFTLET_REQUIRE_RUNTIME=1`, where it fails.
+//! `--cost-pods 100`, `--reserved-core`, `--volumes`, `--cold`, `--images 10`, `--link`. Without root or
+//! containerd it says so and exits 0, unless `SWIFTLET_REQUIRE_RUNTIME=1`, where it fails.
 use hdrhistogram::Histogram;
 use k8s_cri::v1 as api;
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use swiftlet::cri::Cri;
 use swiftlet::metrics::Metrics;
 use swiftlet_benches::{cpu_ticks, rss_kib, run_queue_wait_ns, system_busy_ticks, ticks_per_sec};
 use swiftlet_tests::api_server::{ApiServer, config_map};
+use swiftlet_tests::registry::Registry;
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
 
 const IMAGE: &str = "localhost/swiftlet/busybox:v1";
@@ -69,6 +83,9 @@ struct Opts {
     cost_pods: usize,
     reserved_core: bool,
     volumes: bool,
+    cold: bool,
+    images: usize,
+    link: Option<swiftlet_benches::link::Shape>,
 }
 
 fn parse_opts() -> Result<Opts, String> {
@@ -80,20 +97,18 @@ fn parse_opts() -> Result<Opts, String> {
         cost_pods: 100,
         reserved_core: false,
         volumes: false,
+        cold: false,
+        images: 10,
+        link: None,
     };
+    let mut pods_given = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
         match a.as_str() {
             "--pods" => {
-                o.pods = value("--pods")?
-                    .split(',')
-                    .map(|n| {
-                        n.trim()
-                            .parse()
-                            .map_err(|_| format!("--pods: bad number {n:?}"))
-                    })
-                    .collect::<Result<_, _>>()?;
+                pods_given = true;
+                o.pods = swiftlet_benches::number_list("--pods", &value("--pods")?)?;
             }
             "--reps" => o.reps = value("--reps")?.parse().map_err(|_| "--reps: bad number")?,
             "--cost-secs" => {
@@ -109,12 +124,22 @@ fn parse_opts() -> Result<Opts, String> {
             "--no-cost" => o.cost = false,
             "--reserved-core" => o.reserved_core = true,
             "--volumes" => o.volumes = true,
+            "--cold" => o.cold = true,
+            "--link" => o.link = Some(swiftlet_benches::link::Shape::parse(&value("--link")?)?),
+            "--images" => {
+                o.images = value("--images")?
+                    .parse()
+                    .map_err(|_| "--images: bad number")?
+            }
             // cargo bench passes --bench; criterion-style filters are ignored too.
             _ => {}
         }
     }
-    if o.pods.is_empty() || o.reps == 0 {
-        return Err("--pods and --reps must be non-empty / positive".into());
+    if o.cold && !pods_given {
+        o.pods = vec![1, 20];
+    }
+    if o.pods.is_empty() || o.reps == 0 || o.images == 0 {
+        return Err("--pods, --reps and --images must be non-empty / positive".into());
     }
     Ok(o)
 }
@@ -215,9 +240,9 @@ struct FloorPod {
     container: api::ContainerConfig,
 }
 
-fn floor_pod(builder: &swiftlet::runtime::Manager, name: &str) -> FloorPod {
+fn floor_pod(builder: &swiftlet::runtime::Manager, name: &str, manifest: &str) -> FloorPod {
     let path = PathBuf::from(format!("{name}.yaml"));
-    let pod = swiftlet::config::manifest::parse(&path, manifest(name).as_bytes(), FLOOR_NODE)
+    let pod = swiftlet::config::manifest::parse(&path, manifest.as_bytes(), FLOOR_NODE)
         .unwrap_or_else(|e| panic!("the floor's manifest: {e}"));
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let (sandbox, containers) = builder
@@ -257,13 +282,30 @@ async fn floor(
 ) -> Result<Sample, swiftlet::cri::Error> {
     let builder = floor_builder(cri);
     let pods: Vec<FloorPod> = (0..n)
-        .map(|i| floor_pod(&builder, &format!("floor{run}-{i}")))
+        .map(|i| {
+            let name = format!("floor{run}-{i}");
+            floor_pod(&builder, &name, &manifest(&name))
+        })
         .collect();
+    floor_batch(pods, pids, |pod| floor_one(cri.clone(), pod)).await
+}
+
+/// Starts every pod of `pods` at once with `start_one`; each pod's time is what it returns.
+async fn floor_batch<F, Fut>(
+    pods: Vec<FloorPod>,
+    pids: Pids,
+    start_one: F,
+) -> Result<Sample, swiftlet::cri::Error>
+where
+    F: Fn(FloorPod) -> Fut,
+    Fut: std::future::Future<Output = Result<Duration, swiftlet::cri::Error>> + Send + 'static,
+{
+    let n = pods.len();
     let cpu = CpuUse::now(pids);
     let start = Instant::now();
     let mut set = tokio::task::JoinSet::new();
     for pod in pods {
-        set.spawn(floor_one(cri.clone(), pod));
+        set.spawn(start_one(pod));
     }
     let mut per_pod = Vec::with_capacity(n);
     while let Some(r) = set.join_next().await {
@@ -300,9 +342,14 @@ async fn floor_cleanup(cri: &Cri) -> Result<(), swiftlet::cri::Error> {
 // 2. swiftlet.
 
 fn manifest(name: &str) -> String {
+    manifest_with(name, IMAGE)
+}
+
+/// [`manifest`]'s pod running `image` (pulled when absent).
+fn manifest_with(name: &str, image: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
-         terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {IMAGE}\n    \
+         terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {image}\n    \
          imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"{COMMAND}\"]\n"
     )
 }
@@ -343,6 +390,8 @@ fn phases(poller: &xtask::http::Client) -> PhaseList {
 enum Source<'a> {
     /// Manifest files in the agent's manifest directory (static pods).
     Files,
+    /// Manifest files whose pod `<prefix><i>` runs `images[i % images.len()]`.
+    Cold { images: &'a [String] },
     /// The in-process API server the agent watches; with `volumes`, each pod mounts an emptyDir,
     /// a configMap and a secret volume.
     Api {
@@ -356,6 +405,7 @@ impl Source<'_> {
     fn prefix(self, run: usize) -> String {
         match self {
             Source::Files => format!("s{run}-"),
+            Source::Cold { .. } => format!("c{run}-"),
             Source::Api { volumes: true, .. } => format!("v{run}-"),
             Source::Api { volumes: false, .. } => format!("a{run}-"),
         }
@@ -365,6 +415,9 @@ impl Source<'_> {
     fn add(self, agent: &Agent, name: &str) {
         match self {
             Source::Files => agent.write_manifest(&format!("{name}.yaml"), &manifest(name)),
+            Source::Cold { images } => {
+                agent.write_manifest(&format!("{name}.yaml"), &cold_manifest(name, images));
+            }
             Source::Api { server, volumes } => server.put(api_pod(agent, name, volumes)),
         }
     }
@@ -372,7 +425,9 @@ impl Source<'_> {
     /// Takes pod `name` away again.
     fn remove(self, agent: &Agent, name: &str) {
         match self {
-            Source::Files => agent.remove_manifest(&format!("{name}.yaml")),
+            Source::Files | Source::Cold { .. } => {
+                agent.remove_manifest(&format!("{name}.yaml"));
+            }
             Source::Api { server, .. } => server.delete(&api_uid(name)),
         }
     }
@@ -380,7 +435,7 @@ impl Source<'_> {
     /// The pod's name on `/pods`.
     fn pod_name(self, agent: &Agent, name: &str) -> String {
         match self {
-            Source::Files => agent.static_pod_name(name),
+            Source::Files | Source::Cold { .. } => agent.static_pod_name(name),
             Source::Api { .. } => name.to_owned(),
         }
     }
@@ -552,14 +607,272 @@ impl Podman {
     /// `podman kube play` of n pods: the wall time until it returns (every container started).
     fn play(&self, n: usize, run: usize) -> Result<Duration, String> {
         let docs: Vec<String> = (0..n).map(|i| manifest(&format!("p{run}-{i}"))).collect();
+        self.play_docs(&docs, run, &[])
+    }
+
+    /// `podman kube play` (with `extra` arguments) of the pods in `docs`, then `kube down`.
+    fn play_docs(&self, docs: &[String], run: usize, extra: &[&str]) -> Result<Duration, String> {
         let file = self.dir.path().join(format!("play-{run}.yaml"));
         std::fs::write(&file, docs.join("---\n")).map_err(|e| e.to_string())?;
         let file = file.to_string_lossy().into_owned();
+        let mut args = vec!["kube", "play"];
+        args.extend_from_slice(extra);
+        args.push(&file);
         let start = Instant::now();
-        let played = self.run(&["kube", "play", &file]);
+        let played = self.run(&args);
         let wall = start.elapsed();
         self.run(&["kube", "down", &file])?;
         played.map(|()| wall)
+    }
+
+    /// Cold: n pods over `images`, each pulled from the test registry with its login.
+    fn play_cold(
+        &self,
+        n: usize,
+        run: usize,
+        images: &[String],
+        registry: &Registry,
+    ) -> Result<Duration, String> {
+        for image in images {
+            // Absent already is fine: only what is present must go.
+            let _ = self.run(&["rmi", "-f", image]);
+        }
+        let docs: Vec<String> = (0..n)
+            .map(|i| cold_manifest(&format!("pc{run}-{i}"), images))
+            .collect();
+        let creds = format!("--creds={}:{}", registry.username, registry.password);
+        let certs = format!("--cert-dir={}", registry.dir().join("certs").display());
+        self.play_docs(&docs, run, &[&creds, &certs])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Cold starts (`--cold`): every image pulled from the test registry in every run.
+
+/// Pod `<prefix><i>` of a cold run: [`manifest_with`] the image `images[i % images.len()]`.
+fn cold_manifest(name: &str, images: &[String]) -> String {
+    let i: usize = name
+        .rsplit('-')
+        .next()
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(0);
+    manifest_with(name, &images[i % images.len()])
+}
+
+/// The cold-start images (`xtask::images::cold_start_set`), generated and pushed to the test
+/// registry, and the agent given the registry's login; `None` when the registry cannot run here.
+fn cold_images(
+    rt: &Runtime,
+    agent: &Agent,
+    count: usize,
+) -> Option<(&'static Registry, Vec<String>)> {
+    let registry = Registry::shared(rt)?;
+    registry.write_node_config(agent.root_dir());
+    let set = xtask::images::cold_start_set(count);
+    let dir = registry.dir().join("cold");
+    let mut images = Vec::with_capacity(count);
+    for (k, image) in set.iter().enumerate() {
+        progress(&format!(
+            "\rgenerating and pushing the cold-start images: {}/{count}",
+            k + 1
+        ));
+        let reference = format!(
+            "{}/{}:{}",
+            registry.host,
+            image.repository,
+            swiftlet_tests::registry::TAG
+        );
+        let archive = xtask::images::write_generated_archive(
+            image,
+            &reference,
+            Path::new(xtask::images::BUSYBOX_PATH),
+            &dir,
+        )
+        .unwrap_or_else(|e| panic!("generating {reference}: {e}"));
+        images.push(registry.push_archive(&image.repository, &archive));
+        let _ = std::fs::remove_file(&archive);
+    }
+    eprintln!(" done");
+    let mut distinct: HashMap<&str, usize> = HashMap::new();
+    for image in &set {
+        for (label, size) in &image.layers {
+            distinct.insert(label, *size);
+        }
+    }
+    let sizes: Vec<usize> = set
+        .iter()
+        .map(|i| i.generated_bytes() / 1_000_000)
+        .collect();
+    println!(
+        "cold-start images: {count} on {} (TLS, basic auth), 4 layers each (busybox and 3 generated), \
+         {}-{} MB each plus busybox, {} MB of distinct generated layers",
+        registry.host,
+        sizes.iter().min().unwrap_or(&0),
+        sizes.iter().max().unwrap_or(&0),
+        distinct.values().sum::<usize>() / 1_000_000
+    );
+    Some((registry, images))
+}
+
+/// Removes every image of `images` from the runtime (containerd drops their content and
+/// unpacked snapshots with the last reference) and checks that none is left.
+async fn remove_images(cri: &Cri, images: &[String]) -> Result<(), swiftlet::cri::Error> {
+    for image in images {
+        if cri.image_status(image).await?.is_some() {
+            cri.remove_image(image).await?;
+        }
+        assert!(
+            cri.image_status(image).await?.is_none(),
+            "{image} is still present after RemoveImage"
+        );
+    }
+    Ok(())
+}
+
+/// One pod in the kubelet's order, straight to CRI: the sandbox; then the image's status and,
+/// when absent, its pull, queued behind every other pull (`serializeImagePulls: true`, the
+/// kubelet's default; a pod whose image another pod is pulling queues a pull of its own, as the
+/// kubelet's does); then create and start.
+async fn kubelet_order_one(
+    cri: Cri,
+    pod: FloorPod,
+    pulls: Arc<tokio::sync::Mutex<()>>,
+    auth: api::AuthConfig,
+) -> Result<Duration, swiftlet::cri::Error> {
+    let _ = std::fs::create_dir_all(&pod.sandbox.log_directory);
+    let start = Instant::now();
+    let sandbox = cri
+        .run_pod_sandbox(pod.sandbox.clone(), String::new())
+        .await?;
+    if cri.image_status(&pod.image).await?.is_none() {
+        let _one_at_a_time = pulls.lock().await;
+        cri.pull_image(&pod.image, Some(auth)).await?;
+    }
+    let id = cri
+        .create_container(&sandbox, pod.container, pod.sandbox)
+        .await?;
+    cri.start_container(&id).await?;
+    Ok(start.elapsed())
+}
+
+/// The kubelet-order floor of a cold run: n pods over `images`, all at once.
+async fn kubelet_order(
+    cri: &Cri,
+    n: usize,
+    run: usize,
+    pids: Pids,
+    images: &[String],
+    auth: &api::AuthConfig,
+) -> Result<Sample, swiftlet::cri::Error> {
+    let builder = floor_builder(cri);
+    let pods: Vec<FloorPod> = (0..n)
+        .map(|i| {
+            let name = format!("kfloor{run}-{i}");
+            floor_pod(&builder, &name, &cold_manifest(&name, images))
+        })
+        .collect();
+    let pulls = Arc::new(tokio::sync::Mutex::new(()));
+    floor_batch(pods, pids, |pod| {
+        kubelet_order_one(cri.clone(), pod, pulls.clone(), auth.clone())
+    })
+    .await
+}
+
+/// The cold mode: for each N and repetition, the images removed, then the kubelet-order floor;
+/// removed again, then swiftlet; removed from podman's store, then podman.
+fn cold(
+    rt: &Runtime,
+    agent: &Agent,
+    tokio: &tokio::runtime::Runtime,
+    cri: &Cri,
+    podman: Option<&Podman>,
+    opts: &Opts,
+    pids: Pids,
+) {
+    let Some((registry, mut images)) = cold_images(rt, agent, opts.images) else {
+        println!("cold: the test registry cannot run here (see the SKIPPED line above): skipped");
+        return;
+    };
+    // Kept until the end: the relay runs on a thread of its own.
+    let _link = opts.link.map(|shape| {
+        let target = registry.host.parse().expect("the registry's address");
+        let link = swiftlet_benches::link::Link::start(target, shape).expect("the link relay");
+        let alias = format!("127.0.0.1:{}", link.addr.port());
+        registry
+            .add_alias(rt, &alias)
+            .unwrap_or_else(|e| panic!("{e}"));
+        registry.write_node_config(agent.root_dir());
+        for image in &mut images {
+            *image = image.replacen(&registry.host, &alias, 1);
+        }
+        println!("pulls go through a link emulator at {alias}: {shape}");
+        link
+    });
+    let auth = api::AuthConfig {
+        username: registry.username.clone(),
+        password: registry.password.clone(),
+        ..Default::default()
+    };
+    println!(
+        "cold starts: pod i runs image i mod {}; every image removed before each run; \
+         kubelet = the kubelet's order sent straight to CRI (sandbox, image status, pulls one at a \
+         time, create, start)",
+        images.len()
+    );
+    let mut ratios = Vec::new();
+    for &n in &opts.pods {
+        let (mut floors, mut swift, mut plays) = (Vec::new(), Vec::new(), Vec::new());
+        let calls_before = cri_calls(agent);
+        for rep in 0..opts.reps {
+            let run = n * 1000 + rep;
+            progress(&format!(
+                "N={n} rep {}/{}: kubelet order",
+                rep + 1,
+                opts.reps
+            ));
+            tokio
+                .block_on(remove_images(cri, &images))
+                .expect("removing the images");
+            floors.push(
+                tokio
+                    .block_on(kubelet_order(cri, n, run, pids, &images, &auth))
+                    .expect("kubelet-order run"),
+            );
+            tokio
+                .block_on(floor_cleanup(cri))
+                .expect("cleaning up the floor pods");
+            progress(", swiftlet");
+            tokio
+                .block_on(remove_images(cri, &images))
+                .expect("removing the images");
+            let source = Source::Cold { images: &images };
+            swift.push(swiftlet_run_from(agent, source, n, run, pids));
+            if let Some(p) = podman {
+                progress(", podman");
+                match p.play_cold(n, run, &images, registry) {
+                    Ok(w) => plays.push(w),
+                    Err(e) => eprintln!("\n  podman kube play failed: {e}"),
+                }
+            }
+            eprintln!(" done");
+        }
+        let prefixes: Vec<String> = (0..opts.reps)
+            .map(|rep| format!("c{}-", n * 1000 + rep))
+            .collect();
+        let batch = Batch {
+            floor_label: "kubelet",
+            floors,
+            swift,
+            plays,
+        };
+        ratios.push((
+            n,
+            report_batch(agent, n, opts.reps, &batch, &prefixes, &calls_before),
+        ));
+    }
+    println!("\nsummary, cold (swiftlet wall / kubelet-order floor wall):");
+    for (n, r) in &ratios {
+        println!("  N={n:<4} {r:.2}x");
     }
 }
 
@@ -988,6 +1301,66 @@ fn reserved_core(agent: &Agent, n: usize, reps: usize, pids: Pids) {
     phase_summary(agent, n, &runs);
 }
 
+/// The runs of one N: the floor's, swiftlet's and podman's.
+struct Batch {
+    floor_label: &'static str,
+    floors: Vec<Sample>,
+    swift: Vec<Sample>,
+    plays: Vec<Duration>,
+}
+
+/// Prints the runs of one N (latencies, wall times, CPU, the phase table of the swiftlet pods
+/// whose names start with one of `prefixes`, the agent's CRI calls since `calls_before`);
+/// returns swiftlet's mean wall time over the floor's.
+fn report_batch(
+    agent: &Agent,
+    n: usize,
+    reps: usize,
+    batch: &Batch,
+    prefixes: &[String],
+    calls_before: &Calls,
+) -> f64 {
+    let (hf, hs) = (histogram(&batch.floors), histogram(&batch.swift));
+    let (wf, ws) = (mean_wall(&batch.floors), mean_wall(&batch.swift));
+    println!("\nN = {n}: per-pod latency (ms) and batch wall time (ms, mean of {reps} runs)");
+    header();
+    row(batch.floor_label, &hf, wf);
+    row("swiftlet", &hs, ws);
+    if !batch.plays.is_empty() {
+        let wall: Duration = batch.plays.iter().sum::<Duration>() / batch.plays.len() as u32;
+        println!(
+            "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10.1}   (kube play returns once, for the batch)",
+            "podman",
+            "-",
+            "-",
+            "-",
+            "-",
+            wall.as_secs_f64() * 1000.0
+        );
+    }
+    println!(
+        "  CPU during the batch (ms, mean of {reps} runs; clock ticks of {:.0} ms):",
+        1000.0 / ticks_per_sec()
+    );
+    println!(
+        "  {:<10} {:>12} {:>12} {:>12} {:>16} {:>8}",
+        "", "machine", "containerd", "agent", "agent runq wait", "bench"
+    );
+    cpu_row(batch.floor_label, &batch.floors);
+    cpu_row("swiftlet", &batch.swift);
+    phase_summary_of(agent, n, prefixes);
+    print_cri_calls(calls_before, &cri_calls(agent), n * reps);
+    let ratio = ws.as_secs_f64() / wf.as_secs_f64().max(1e-9);
+    println!(
+        "  swiftlet / {} (wall): {ratio:.2}x; per-pod latency swiftlet - {}: p50 {:+.1} ms, p99 {:+.1} ms",
+        batch.floor_label,
+        batch.floor_label,
+        ms(hs.value_at_quantile(0.5)) - ms(hf.value_at_quantile(0.5)),
+        ms(hs.value_at_quantile(0.99)) - ms(hf.value_at_quantile(0.99)),
+    );
+    ratio
+}
+
 fn release_agent() -> PathBuf {
     progress("building the agent (release) ...");
     let path = swiftlet_tests::release_agent_binary();
@@ -1045,6 +1418,10 @@ fn main() -> ExitCode {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         rt.endpoint
     );
+    if opts.cold {
+        cold(rt, &agent, &tokio, &cri, podman.as_ref(), &opts, pids);
+        return ExitCode::SUCCESS;
+    }
     let mut ratios = Vec::new();
     for &n in &opts.pods {
         let (mut floors, mut swift, mut pods_play) = (Vec::new(), Vec::new(), Vec::new());
@@ -1070,48 +1447,17 @@ fn main() -> ExitCode {
             }
             eprintln!(" done");
         }
-        let (hf, hs) = (histogram(&floors), histogram(&swift));
-        let (wf, ws) = (mean_wall(&floors), mean_wall(&swift));
-        println!(
-            "\nN = {n}: per-pod latency (ms) and batch wall time (ms, mean of {} runs)",
-            opts.reps
-        );
-        header();
-        row("CRI floor", &hf, wf);
-        row("swiftlet", &hs, ws);
-        if !pods_play.is_empty() {
-            let wall: Duration = pods_play.iter().sum::<Duration>() / pods_play.len() as u32;
-            println!(
-                "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>10.1}   (kube play returns once, for the batch)",
-                "podman",
-                "-",
-                "-",
-                "-",
-                "-",
-                wall.as_secs_f64() * 1000.0
-            );
-        }
-        println!(
-            "  CPU during the batch (ms, mean of {} runs; clock ticks of {:.0} ms):",
-            opts.reps,
-            1000.0 / ticks_per_sec()
-        );
-        println!(
-            "  {:<10} {:>12} {:>12} {:>12} {:>16} {:>8}",
-            "", "machine", "containerd", "agent", "agent runq wait", "bench"
-        );
-        cpu_row("CRI floor", &floors);
-        cpu_row("swiftlet", &swift);
-        let runs: Vec<usize> = (0..opts.reps).map(|rep| n * 1000 + rep).collect();
-        phase_summary(&agent, n, &runs);
-        print_cri_calls(&calls_before, &cri_calls(&agent), n * opts.reps);
-        let ratio = ws.as_secs_f64() / wf.as_secs_f64().max(1e-9);
+        let prefixes: Vec<String> = (0..opts.reps)
+            .map(|rep| format!("s{}-", n * 1000 + rep))
+            .collect();
+        let batch = Batch {
+            floor_label: "CRI floor",
+            floors,
+            swift,
+            plays: pods_play,
+        };
+        let ratio = report_batch(&agent, n, opts.reps, &batch, &prefixes, &calls_before);
         ratios.push((n, ratio));
-        println!(
-            "  swiftlet / floor (wall): {ratio:.2}x; per-pod latency swiftlet - floor: p50 {:+.1} ms, p99 {:+.1} ms",
-            ms(hs.value_at_quantile(0.5)) - ms(hf.value_at_quantile(0.5)),
-            ms(hs.value_at_quantile(0.99)) - ms(hf.value_at_quantile(0.99)),
-        );
     }
     if opts.reserved_core
         && let Some(&n) = opts.pods.iter().max()

@@ -1,5 +1,7 @@
 //! Benches live in `benches/`. This library holds what several of them measure the same way.
 
+pub mod link;
+
 /// A process's resident set size in KiB (`VmRSS` of `/proc/<pid>/status`).
 pub fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -137,6 +139,18 @@ pub fn bucket_quantile(buckets: &[(f64, u64)], count: u64, q: f64) -> Option<f64
     }
     let rank = (count as f64 * q).ceil() as u64;
     buckets.iter().find(|(_, n)| *n >= rank).map(|(le, _)| *le)
+}
+
+/// The comma-separated numbers `value` of option `flag` (e.g. `--pods 1,10,50`).
+pub fn number_list(flag: &str, value: &str) -> Result<Vec<usize>, String> {
+    value
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse()
+                .map_err(|_| format!("{flag}: bad number {n:?}"))
+        })
+        .collect()
 }
 
 /// Reads `--<name> N` options (positive counts) from the bench's arguments into `counts`,

@@ -907,6 +907,20 @@ impl Agent {
         self.launch(true);
     }
 
+    /// Stops the agent with SIGTERM (its pods keep running) and starts it again with `flag`
+    /// set to `value` (replacing the value it had, or added), with the same node name,
+    /// directories and ports, appending to the same log; waits for `/healthz`.
+    pub fn restart_with_flag(&mut self, flag: &str, value: &str) {
+        self.stop(Duration::from_secs(30));
+        let args = &mut self.spec.extra_args;
+        match args.iter().position(|a| a == flag) {
+            Some(i) if i + 1 < args.len() => args[i + 1] = value.to_owned(),
+            _ => args.extend([flag.to_owned(), value.to_owned()]),
+        }
+        self.http = xtask::http::Client::new(self.spec.read_only_addr(), Duration::from_secs(10));
+        self.launch(true);
+    }
+
     /// Whether its `/healthz` answers `ok` now.
     pub fn healthy(&self) -> bool {
         xtask::agent::healthy(self.spec.healthz_addr())

@@ -33,12 +33,14 @@ pub struct Registry {
     dir: PathBuf,
     /// The repositories pushed so far.
     pushed: Mutex<HashSet<String>>,
+    /// Other `host:port`s it is reached at ([`Registry::add_alias`]).
+    aliases: Mutex<Vec<String>>,
 }
 
 /// What the exit handler cleans up.
 struct Cleanup {
     pid: i32,
-    dirs: Vec<PathBuf>,
+    dirs: Mutex<Vec<PathBuf>>,
 }
 
 static CLEANUP: OnceLock<Cleanup> = OnceLock::new();
@@ -49,7 +51,11 @@ extern "C" fn clean_up_at_exit() {
         unsafe {
             libc::kill(c.pid, libc::SIGTERM);
         }
-        for d in &c.dirs {
+        let dirs = c
+            .dirs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for d in dirs.iter() {
             let _ = std::fs::remove_dir_all(d);
         }
     }
@@ -89,6 +95,23 @@ fn make_certificates(dir: &Path) -> Result<(), String> {
     std::fs::copy(dir.join("ca.pem"), certs.join("ca.crt"))
         .map_err(|e| format!("copying the CA: {e}"))?;
     Ok(())
+}
+
+/// A host config for `host` in the runtime's registry config directory that trusts the test CA
+/// in `dir`; returns its directory.
+fn trust(runtime: &Runtime, host: &str, dir: &Path) -> Result<PathBuf, String> {
+    let hosts_dir = runtime.layout.registry_hosts_dir.join(host);
+    std::fs::create_dir_all(&hosts_dir)
+        .map_err(|e| format!("creating {}: {e}", hosts_dir.display()))?;
+    let d = dir.display();
+    write(
+        &hosts_dir.join("hosts.toml"),
+        format!(
+            "server = \"https://{host}\"\n\n[host.\"https://{host}\"]\n  \
+             capabilities = [\"pull\", \"resolve\"]\n  ca = \"{d}/ca.pem\"\n"
+        ),
+    )?;
+    Ok(hosts_dir)
 }
 
 /// Starts the registry from a thread that lives as long as the process, so that the child's
@@ -178,20 +201,11 @@ impl Registry {
                  auth:\n  htpasswd:\n    realm: swiftlet-test\n    path: {d}/htpasswd\n"
             ),
         )?;
-        let hosts_dir = runtime.layout.registry_hosts_dir.join(&host);
-        std::fs::create_dir_all(&hosts_dir)
-            .map_err(|e| format!("creating {}: {e}", hosts_dir.display()))?;
-        write(
-            &hosts_dir.join("hosts.toml"),
-            format!(
-                "server = \"https://{host}\"\n\n[host.\"https://{host}\"]\n  \
-                 capabilities = [\"pull\", \"resolve\"]\n  ca = \"{d}/ca.pem\"\n"
-            ),
-        )?;
+        let hosts_dir = trust(runtime, &host, &dir)?;
         let pid = spawn_registry(dir.join("config.yml"), dir.join("registry.log"))?;
         let _ = CLEANUP.set(Cleanup {
             pid,
-            dirs: vec![dir.clone(), hosts_dir],
+            dirs: Mutex::new(vec![dir.clone(), hosts_dir]),
         });
         // SAFETY: registers a plain `extern "C"` function that only reads a static.
         unsafe {
@@ -203,6 +217,7 @@ impl Registry {
             password,
             dir,
             pushed: Mutex::default(),
+            aliases: Mutex::default(),
         };
         registry.wait_listening(Duration::from_secs(15))?;
         Ok(registry)
@@ -235,8 +250,30 @@ impl Registry {
         image
     }
 
-    /// The registry's login in `config.json` in `root_dir` (an agent's `--root-dir`, where it
-    /// looks for the node's credentials); returns its `auth` value.
+    /// Lets the runtime reach the registry also at `alias` (the `127.0.0.1:<port>` of a relay
+    /// in front of it; the certificate names 127.0.0.1 only): a host config trusting the test CA,
+    /// and the login for it in every later [`Self::write_node_config`].
+    ///
+    /// # Errors
+    /// When the host config cannot be written.
+    pub fn add_alias(&self, runtime: &Runtime, alias: &str) -> Result<(), String> {
+        let hosts_dir = trust(runtime, alias, &self.dir)?;
+        if let Some(c) = CLEANUP.get() {
+            c.dirs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(hosts_dir);
+        }
+        self.aliases
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(alias.to_owned());
+        Ok(())
+    }
+
+    /// The registry's login (for its own address and every alias) in `config.json` in
+    /// `root_dir` (an agent's `--root-dir`, where it looks for the node's credentials); returns
+    /// its `auth` value.
     ///
     /// # Panics
     /// When the file cannot be written.
@@ -244,8 +281,23 @@ impl Registry {
         use base64::Engine;
         let auth = base64::engine::general_purpose::STANDARD
             .encode(format!("{}:{}", self.username, self.password));
-        let config =
-            serde_json::json!({"auths": {format!("https://{}", self.host): {"auth": auth}}});
+        let mut auths = serde_json::Map::new();
+        auths.insert(
+            format!("https://{}", self.host),
+            serde_json::json!({"auth": auth}),
+        );
+        for alias in self
+            .aliases
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
+            auths.insert(
+                format!("https://{alias}"),
+                serde_json::json!({"auth": auth}),
+            );
+        }
+        let config = serde_json::json!({ "auths": auths });
         std::fs::write(root_dir.join("config.json"), config.to_string())
             .expect("write config.json");
         auth
@@ -256,14 +308,6 @@ impl Registry {
     /// # Panics
     /// When the push fails.
     pub fn push(&self, repository: &str) -> String {
-        let image = format!("{}/{repository}:{TAG}", self.host);
-        let mut pushed = self
-            .pushed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if pushed.contains(repository) {
-            return image;
-        }
         let archive = self.dir.join("busybox.tar");
         if !archive.is_file() {
             let written = xtask::images::write_archive(
@@ -275,6 +319,23 @@ impl Registry {
             std::fs::rename(&written, &archive)
                 .unwrap_or_else(|e| panic!("renaming {}: {e}", written.display()));
         }
+        self.push_archive(repository, &archive)
+    }
+
+    /// `<host>/<repository>:v1`, the image of the OCI archive `archive` pushed there with
+    /// `skopeo` (once per repository).
+    ///
+    /// # Panics
+    /// When the push fails.
+    pub fn push_archive(&self, repository: &str, archive: &Path) -> String {
+        let image = format!("{}/{repository}:{TAG}", self.host);
+        let mut pushed = self
+            .pushed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pushed.contains(repository) {
+            return image;
+        }
         run(Command::new("skopeo")
             .args(["--insecure-policy", "copy", "--quiet", "--dest-creds"])
             .arg(format!("{}:{}", self.username, self.password))
@@ -285,5 +346,11 @@ impl Registry {
         .unwrap_or_else(|e| panic!("pushing {image}: {e}"));
         pushed.insert(repository.to_owned());
         image
+    }
+
+    /// The directory the registry keeps its files in (its storage, certificates and log);
+    /// removed when the process exits.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 }

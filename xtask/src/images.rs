@@ -244,7 +244,7 @@ pub fn build_layer(busybox_binary: &[u8], applets: &[String]) -> Result<Vec<u8>,
 /// Builds the OCI image-layout tar of `image` from `layer` (an uncompressed layer tar).
 pub fn build_archive(image: Image, layer: &[u8]) -> Result<Vec<u8>, Error> {
     let history = "cargo xtask images (busybox-static)";
-    archive_of(image.reference(), image.process_config(), history, layer)
+    archive_of(image.reference(), image.process_config(), history, &[layer])
 }
 
 /// The archive of an image `reference` whose one layer holds only `path` (a file of mode
@@ -265,7 +265,106 @@ pub fn build_file_archive(reference: &str, path: &str, content: &[u8]) -> Result
     layer.file(&parts.join("/"), 0o644, content)?;
     let layer = layer.finish()?;
     let config = json!({ "Env": [IMAGE_PATH_ENV] });
-    archive_of(reference, config, "a test image of one file", &layer)
+    archive_of(reference, config, "a test image of one file", &[&layer])
+}
+
+/// One mebibyte.
+const MIB: usize = 1 << 20;
+/// The most a generated layer puts in one file.
+const GENERATED_FILE_MAX: usize = 4 * MIB;
+
+/// An image of the cold-start benchmark: the busybox layer, then layers of generated content,
+/// some of them shared with other images of the set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeneratedImage {
+    /// The repository it is pushed as.
+    pub repository: String,
+    /// Its layers after the busybox one, as (label, size in bytes); one label is one layer,
+    /// byte for byte, in every image that has it.
+    pub layers: Vec<(String, usize)>,
+}
+
+impl GeneratedImage {
+    /// The bytes its generated layers hold.
+    pub fn generated_bytes(&self) -> usize {
+        self.layers.iter().map(|(_, size)| size).sum()
+    }
+}
+
+/// The cold-start set of `count` images, `cold/img-<i>`, four layers each: busybox, a base
+/// layer every second image shares (8 MiB), a library layer every fifth image shares (6 MiB)
+/// and a layer of its own of 4-22 MiB. With busybox, 19-37 MB an image.
+pub fn cold_start_set(count: usize) -> Vec<GeneratedImage> {
+    (0..count)
+        .map(|i| GeneratedImage {
+            repository: format!("cold/img-{i}"),
+            layers: vec![
+                (format!("base-{}", i % 2), 8 * MIB),
+                (format!("lib-{}", i % 5), 6 * MIB),
+                (format!("app-{i}"), (4 + 2 * (i % 10)) * MIB),
+            ],
+        })
+        .collect()
+}
+
+/// A layer of `size` bytes of pseudo-random content (so that compression cannot shrink it) in
+/// files of at most 4 MiB under `/opt/<label>/`; the same label and size give the same bytes.
+pub fn generated_layer(label: &str, size: usize) -> Result<Vec<u8>, Error> {
+    let hash = Sha256::digest(label.as_bytes());
+    let mut seed = [0u8; 8];
+    seed.copy_from_slice(&hash[..8]);
+    // xorshift64: any non-zero state.
+    let mut state = u64::from_le_bytes(seed) | 1;
+    let mut tar = TarBuf::new(label);
+    tar.dir("opt", 0o755)?;
+    tar.dir(&format!("opt/{label}"), 0o755)?;
+    let (mut left, mut part) = (size, 0);
+    while left > 0 {
+        let n = left.min(GENERATED_FILE_MAX);
+        let mut data = vec![0u8; n];
+        for chunk in data.chunks_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
+        }
+        tar.file(&format!("opt/{label}/part-{part}"), 0o644, &data)?;
+        left -= n;
+        part += 1;
+    }
+    tar.finish()
+}
+
+/// Writes the OCI archive of `image` (tagged `reference`) to `dir` and returns its path: the
+/// busybox layer made from `busybox`, then its generated layers; it runs `sh` as the busybox
+/// image does.
+pub fn write_generated_archive(
+    image: &GeneratedImage,
+    reference: &str,
+    busybox: &Path,
+    dir: &Path,
+) -> Result<PathBuf, Error> {
+    let binary = std::fs::read(busybox).map_err(|source| Error::Read {
+        path: busybox.to_owned(),
+        source,
+    })?;
+    let mut layers = vec![build_layer(&binary, &applets(busybox))?];
+    for (label, size) in &image.layers {
+        layers.push(generated_layer(label, *size)?);
+    }
+    let refs: Vec<&[u8]> = layers.iter().map(Vec::as_slice).collect();
+    let history = "cargo xtask (a generated cold-start image)";
+    let archive = archive_of(reference, Image::Busybox.process_config(), history, &refs)?;
+    std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let path = dir.join(format!("{}.tar", image.repository.replace('/', "_")));
+    std::fs::write(&path, archive).map_err(|source| Error::Write {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
 }
 
 /// Imports the OCI archive at `archive` into the runtime's CRI namespace.
@@ -286,15 +385,19 @@ fn archive_of(
     reference: &str,
     process_config: serde_json::Value,
     created_by: &str,
-    layer: &[u8],
+    layers: &[&[u8]],
 ) -> Result<Vec<u8>, Error> {
-    let layer_digest = sha256_digest(layer);
+    let layer_digests: Vec<String> = layers.iter().map(|l| sha256_digest(l)).collect();
+    let history: Vec<serde_json::Value> = layers
+        .iter()
+        .map(|_| json!({ "created_by": created_by }))
+        .collect();
     let config = json!({
         "architecture": oci_arch(),
         "os": "linux",
         "config": process_config,
-        "rootfs": { "type": "layers", "diff_ids": [layer_digest] },
-        "history": [{ "created_by": created_by }],
+        "rootfs": { "type": "layers", "diff_ids": layer_digests },
+        "history": history,
     });
     let config = serde_json::to_vec(&config).map_err(|e| Error::Tar {
         what: "the image config".into(),
@@ -309,11 +412,15 @@ fn archive_of(
             "digest": config_digest,
             "size": config.len(),
         },
-        "layers": [{
-            "mediaType": "application/vnd.oci.image.layer.v1.tar",
-            "digest": layer_digest,
-            "size": layer.len(),
-        }],
+        "layers": layers
+            .iter()
+            .zip(&layer_digests)
+            .map(|(layer, digest)| json!({
+                "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                "digest": digest,
+                "size": layer.len(),
+            }))
+            .collect::<Vec<_>>(),
     });
     let manifest = serde_json::to_vec(&manifest).map_err(|e| Error::Tar {
         what: "the image manifest".into(),
@@ -344,12 +451,16 @@ fn archive_of(
     tar.file("index.json", 0o644, &index)?;
     tar.dir("blobs", 0o755)?;
     tar.dir("blobs/sha256", 0o755)?;
-    let mut blobs = [
-        (layer_digest, layer),
-        (config_digest, config.as_slice()),
-        (manifest_digest, manifest.as_slice()),
-    ];
+    let mut blobs: Vec<(String, &[u8])> = layer_digests
+        .iter()
+        .cloned()
+        .zip(layers.iter().copied())
+        .collect();
+    blobs.push((config_digest, config.as_slice()));
+    blobs.push((manifest_digest, manifest.as_slice()));
     blobs.sort_by(|a, b| a.0.cmp(&b.0));
+    // A layer two images share appears once.
+    blobs.dedup_by(|a, b| a.0 == b.0);
     for (digest, data) in blobs {
         let hex = digest.trim_start_matches("sha256:");
         tar.file(&format!("blobs/sha256/{hex}"), 0o644, data)?;
@@ -483,5 +594,52 @@ mod tests {
         // The pause image differs only by its config.
         let pause = build_archive(Image::Pause, &layer).unwrap();
         assert_ne!(pause, a);
+    }
+
+    #[test]
+    fn the_cold_start_set_shares_layers_and_stays_in_size() {
+        let set = cold_start_set(10);
+        assert_eq!(set.len(), 10);
+        let mut uses: BTreeMap<&str, usize> = BTreeMap::new();
+        for image in &set {
+            assert_eq!(image.layers.len(), 3, "busybox plus three");
+            let mb = image.generated_bytes() / 1_000_000;
+            assert!((18..=50).contains(&mb), "{}: {mb} MB", image.repository);
+            for (label, _) in &image.layers {
+                *uses.entry(label.as_str()).or_default() += 1;
+            }
+        }
+        assert_eq!(uses["base-0"], 5);
+        assert_eq!(uses["lib-3"], 2);
+        assert_eq!(uses["app-7"], 1);
+    }
+
+    #[test]
+    fn generated_layers_are_deterministic_and_incompressible_in_parts() {
+        let a = generated_layer("lib-1", 9 * MIB + 5).unwrap();
+        assert_eq!(a, generated_layer("lib-1", 9 * MIB + 5).unwrap());
+        assert_ne!(a, generated_layer("lib-2", 9 * MIB + 5).unwrap());
+        let e = entries(&a);
+        let sizes: Vec<usize> = (0..3)
+            .map(|k| e[&format!("opt/lib-1/part-{k}")].1.len())
+            .collect();
+        assert_eq!(sizes, vec![4 * MIB, 4 * MIB, MIB + 5]);
+        // No run of equal 8-byte words: the content does not repeat.
+        let part = &e["opt/lib-1/part-0"].1;
+        assert_ne!(part[..8], part[8..16]);
+    }
+
+    #[test]
+    fn a_layered_archive_lists_every_layer_once() {
+        let layers: [&[u8]; 3] = [b"one", b"two", b"one"];
+        let a = archive_of("r", json!({}), "t", &layers).unwrap();
+        let e = entries(&a);
+        let index: serde_json::Value = serde_json::from_slice(&e["index.json"].1).unwrap();
+        let digest = index["manifests"][0]["digest"].as_str().unwrap();
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&e[&format!("blobs/sha256/{}", &digest[7..])].1).unwrap();
+        assert_eq!(manifest["layers"].as_array().unwrap().len(), 3);
+        let blobs = e.keys().filter(|k| k.starts_with("blobs/sha256/")).count();
+        assert_eq!(blobs, 4, "two distinct layers, the config and the manifest");
     }
 }

@@ -490,6 +490,8 @@ pub struct DownReport {
     pub unmounted: usize,
     /// cgroup directories removed.
     pub removed_cgroups: usize,
+    /// Pod network namespaces removed (no process in them any more).
+    pub removed_netns: usize,
 }
 
 impl fmt::Display for DownReport {
@@ -500,8 +502,8 @@ impl fmt::Display for DownReport {
         }
         write!(
             f,
-            "; killed {} shim(s); unmounted {}; removed {} cgroup(s)",
-            self.killed_shims, self.unmounted, self.removed_cgroups
+            "; killed {} shim(s); unmounted {}; removed {} cgroup(s), {} network namespace(s)",
+            self.killed_shims, self.unmounted, self.removed_cgroups, self.removed_netns
         )
     }
 }
@@ -519,10 +521,76 @@ pub fn down(layout: &Layout) -> Result<DownReport, Error> {
     if let Some(prefix) = &layout.cgroup_prefix {
         report.removed_cgroups = remove_cgroups(|name| name.starts_with(prefix.as_str()));
     }
+    report.removed_netns = remove_idle_netns(Path::new(NETNS_DIR), "cni-");
     let _ = std::fs::remove_file(&layout.pid_file);
     let _ = std::fs::remove_file(&layout.socket);
     let _ = std::fs::remove_file(&layout.ttrpc_socket);
     Ok(report)
+}
+
+/// Where the CNI plugins' callers (containerd's CRI) keep pod network namespaces.
+pub const NETNS_DIR: &str = "/run/netns";
+
+/// The inode numbers of the network namespaces some process is in.
+fn netns_in_use() -> BTreeSet<u64> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return BTreeSet::new();
+    };
+    procs
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|e| std::fs::read_link(e.path().join("ns/net")).ok())
+        .filter_map(|l| {
+            l.to_str()?
+                .strip_prefix("net:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Removes the network namespaces named `<prefix>*` in `dir` that no process is in: the ones
+/// sandboxes left when their runtime and shims were killed instead of stopping them (each holds
+/// a veth on the pod bridge, which takes at most 1,024 before every new sandbox fails with
+/// "exchange full"). Returns how many went.
+pub fn remove_idle_netns(dir: &Path, prefix: &str) -> usize {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let in_use = netns_in_use();
+    let mut removed = 0;
+    for entry in entries.filter_map(Result::ok) {
+        if !entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(prefix))
+        {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if in_use.contains(&meta.ino()) {
+            continue;
+        }
+        if let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
+            // SAFETY: c is a valid NUL-terminated path for the duration of the call.
+            unsafe {
+                libc::umount2(c.as_ptr(), libc::MNT_DETACH);
+            }
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Kills the `containerd-shim-runc-v2` processes started for this containerd, and their
@@ -879,5 +947,22 @@ mod tests {
         assert_eq!(list.len(), 5);
         assert_eq!(list[0], dir.path().join("a/b/c"));
         assert_eq!(list.last().unwrap(), dir.path());
+    }
+
+    #[test]
+    fn idle_netns_of_the_prefix_go_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["cni-a", "cni-b", "netns-podman", "cni"] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        assert_eq!(remove_idle_netns(dir.path(), "cni-"), 2);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["cni", "netns-podman"]);
+        // This process's own namespace is in use.
+        assert!(!netns_in_use().is_empty());
     }
 }

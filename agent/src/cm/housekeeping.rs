@@ -21,6 +21,9 @@ impl ContainerManager {
             let Ok(dirs) = self.all_hierarchy_dirs(&self.qos_cgroup_name(qos)) else {
                 continue;
             };
+            // Each pod is in every hierarchy: a set, not a search of `out` per entry (at 250
+            // pods and a dozen v1 hierarchies that search cost more than the directory reads).
+            let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
             for dir in dirs {
                 let Ok(entries) = fs::read_dir(&dir) else {
                     continue;
@@ -31,9 +34,10 @@ impl ContainerManager {
                         continue;
                     };
                     if !uid.is_empty()
+                        && !seen.contains(uid)
                         && e.file_type().is_ok_and(|t| t.is_dir())
-                        && !out.iter().any(|(u, q)| u == uid && *q == qos)
                     {
+                        seen.insert(uid.to_owned());
                         out.push((uid.to_owned(), qos));
                     }
                 }

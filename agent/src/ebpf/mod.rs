@@ -63,7 +63,7 @@ pub const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 /// The probe object built by `build.rs` (aya-build), aligned for the ELF parser; `None` in a
 /// build without the `ebpf` feature.
 #[cfg(feature = "ebpf")]
-fn probe_object() -> Option<&'static [u8]> {
+pub fn probe_object() -> Option<&'static [u8]> {
     Some(aya::include_bytes_aligned!(concat!(
         env!("OUT_DIR"),
         "/swiftlet-ebpf"
@@ -71,7 +71,7 @@ fn probe_object() -> Option<&'static [u8]> {
 }
 
 #[cfg(not(feature = "ebpf"))]
-fn probe_object() -> Option<&'static [u8]> {
+pub fn probe_object() -> Option<&'static [u8]> {
     None
 }
 

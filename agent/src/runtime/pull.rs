@@ -113,9 +113,9 @@ impl Manager {
     /// order) will need, so that they run while the sandbox is created (the kubelet pulls only
     /// after the sandbox, one container at a time). A container's own start awaits its image's
     /// pull (or the image status it read) instead of pulling ([`Self::ensure_image`]), so the
-    /// pull policy and the back-off are applied there exactly as without this. An image is begun here only when the container
-    /// would pull it: not for `Never`, not when present (unless `Always`), not while its pull
-    /// backs off.
+    /// pull policy and the back-off are applied there exactly as without this. An image is begun
+    /// here only when the container would pull it: not for `Never`, not when present (unless
+    /// `Always`), not while its pull backs off.
     pub(super) fn prefetch_images(
         &self,
         pod: &Pod,
@@ -155,13 +155,14 @@ impl Manager {
         Prefetched(Mutex::new(handles))
     }
 
-    /// What is left of the pull back-off of pod `uid`'s `image`, if it backs off.
+    /// What is left of the pull back-off of pod `uid`'s `image` (keyed by
+    /// [`image_backoff_key`]), if it backs off.
     pub(super) fn pull_backoff_left(&self, uid: &str, image: &str) -> Option<Duration> {
         self.backoff
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .image
-            .remaining_since_update(&format!("{uid}_{image}"), now_nanos())
+            .remaining_since_update(&image_backoff_key(uid, image), now_nanos())
     }
 
     /// Limits the pulls of distinct images at once (`None`: no limit; the default).
@@ -220,6 +221,12 @@ impl Manager {
             }
         }
     }
+}
+
+/// The key of pod `uid`'s pull back-off for `image`: one back-off per pod and image, as the
+/// kubelet keys it.
+pub(super) fn image_backoff_key(uid: &str, image: &str) -> String {
+    format!("{uid}_{image}")
 }
 
 #[cfg(test)]

@@ -189,7 +189,7 @@ impl Manager {
             return Ok(found);
         }
         if policy != "Never" {
-            let key = format!("{uid}_{image}");
+            let key = super::pull::image_backoff_key(uid, image);
             let now = now_nanos();
             if pulled.is_none()
                 && let Some(left) = self.pull_backoff_left(uid, image)
