@@ -865,6 +865,7 @@ impl Agent {
             file_check_frequency: opts.file_check_frequency,
             extra_args,
             own_process_group: false,
+            die_with_parent: true,
         };
         let http = xtask::http::Client::new(spec.read_only_addr(), Duration::from_secs(10));
         let mut agent = Agent {

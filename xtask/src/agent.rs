@@ -96,6 +96,10 @@ pub struct Spec {
     /// Start the agent in a process group of its own, so that a Ctrl-C in the terminal reaches
     /// the caller (which then tears down in order) and not the agent.
     pub own_process_group: bool,
+    /// SIGTERM the agent when the thread that started it ends (`PR_SET_PDEATHSIG`): a test or
+    /// bench killed by a signal takes its agent with it instead of leaving it to recreate its
+    /// pods beside the next run's. Only for callers that start and stop an agent on one thread.
+    pub die_with_parent: bool,
 }
 
 impl Spec {
@@ -157,6 +161,17 @@ impl Spec {
             .stderr(log_err);
         if self.own_process_group {
             cmd.process_group(0);
+        }
+        if self.die_with_parent {
+            // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = cmd
             .spawn()
@@ -297,6 +312,7 @@ mod tests {
             extra_args: vec!["-v".into(), "4".into()],
             log: PathBuf::from("/tmp/l"),
             own_process_group: false,
+            die_with_parent: false,
         }
     }
 

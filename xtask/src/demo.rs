@@ -267,6 +267,7 @@ fn start_agent(
         extra_args: Vec::new(),
         log: log.to_owned(),
         own_process_group: true,
+        die_with_parent: false,
     };
     let mut agent = spec.spawn(false)?;
     note(format!("pid {}, log {}", agent.child.id(), log.display()));

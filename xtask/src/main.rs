@@ -81,7 +81,8 @@ enum Cmd {
 enum RuntimeCmd {
     /// Start containerd unless it already answers (writes its config and the CNI network).
     Up,
-    /// Stop containerd, its shims and containers; unmount; remove `swiftlet-*` cgroups.
+    /// Stop containerd, its shims and containers; unmount; remove `swiftlet-*` cgroups and what
+    /// killed sandboxes left of the pod network (idle `cni-*` namespaces, the network's NAT rules).
     Down,
     /// Say whether it is up, its pid, socket and images.
     Status,

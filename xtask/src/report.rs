@@ -455,6 +455,7 @@ fn start_agent(binary: &Path, work: &Path, node: &str) -> Result<Agent, Error> {
         extra_args: vec!["--ebpf".to_owned(), "on".to_owned()],
         log: work.join("agent.log"),
         own_process_group: false,
+        die_with_parent: false,
     };
     let agent = Agent {
         process: spec.start(false, Duration::from_secs(30))?,

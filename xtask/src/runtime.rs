@@ -1,8 +1,10 @@
 //! A private containerd: its own socket, root, state, config, CNI network and log.
 //!
 //! `up` is idempotent (a healthy socket means already up); `down` stops containerd, its shims
-//! and their containers, unmounts what is left under its directories and removes the
-//! `swiftlet-*` cgroups the demo and the tests created.
+//! and their containers, unmounts what is left under its directories, removes the
+//! `swiftlet-*` cgroups the demo and the tests created, and what sandboxes killed with the
+//! runtime left of the pod network (network namespaces no process is in, the CNI network's NAT
+//! rules and chains).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -141,14 +143,19 @@ oom_score = 0
         )
     }
 
-    /// The CNI network: the layout's bridge with host-local IPAM, then portmap. The network is
-    /// named after the bridge, so two layouts' networks never share a name.
-    pub fn cni_conflist(&self) -> String {
-        let name = if self.bridge == BRIDGE_NAME {
+    /// The name of the layout's CNI network (the bridge plugin's NAT rules carry it).
+    pub fn cni_network(&self) -> String {
+        if self.bridge == BRIDGE_NAME {
             "swiftlet".to_owned()
         } else {
             format!("swiftlet-{}", self.bridge)
-        };
+        }
+    }
+
+    /// The CNI network: the layout's bridge with host-local IPAM, then portmap. The network is
+    /// named after the bridge, so two layouts' networks never share a name.
+    pub fn cni_conflist(&self) -> String {
+        let name = self.cni_network();
         let v = serde_json::json!({
             "cniVersion": "1.0.0",
             "name": name,
@@ -492,6 +499,8 @@ pub struct DownReport {
     pub removed_cgroups: usize,
     /// Pod network namespaces removed (no process in them any more).
     pub removed_netns: usize,
+    /// NAT chains of the layout's CNI network removed (every one is stale once it is down).
+    pub removed_nat_chains: usize,
 }
 
 impl fmt::Display for DownReport {
@@ -502,8 +511,13 @@ impl fmt::Display for DownReport {
         }
         write!(
             f,
-            "; killed {} shim(s); unmounted {}; removed {} cgroup(s), {} network namespace(s)",
-            self.killed_shims, self.unmounted, self.removed_cgroups, self.removed_netns
+            "; killed {} shim(s); unmounted {}; removed {} cgroup(s), {} network namespace(s), \
+             {} NAT chain(s)",
+            self.killed_shims,
+            self.unmounted,
+            self.removed_cgroups,
+            self.removed_netns,
+            self.removed_nat_chains
         )
     }
 }
@@ -522,6 +536,7 @@ pub fn down(layout: &Layout) -> Result<DownReport, Error> {
         report.removed_cgroups = remove_cgroups(|name| name.starts_with(prefix.as_str()));
     }
     report.removed_netns = remove_idle_netns(Path::new(NETNS_DIR), "cni-");
+    report.removed_nat_chains = remove_network_nat(&layout.cni_network());
     let _ = std::fs::remove_file(&layout.pid_file);
     let _ = std::fs::remove_file(&layout.socket);
     let _ = std::fs::remove_file(&layout.ttrpc_socket);
@@ -591,6 +606,92 @@ pub fn remove_idle_netns(dir: &Path, prefix: &str) -> usize {
         }
     }
     removed
+}
+
+/// Whether `chain` is a per-sandbox chain of the CNI bridge plugin (`CNI-` and 24 hex digits;
+/// not the portmap plugin's shared `CNI-HOSTPORT-*` ones).
+fn is_sandbox_chain(chain: &str) -> bool {
+    chain
+        .strip_prefix("CNI-")
+        .is_some_and(|h| h.len() == 24 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// `save` (the text of `iptables-save -t nat`) without the rules the CNI bridge plugin made for
+/// sandboxes of network `network` (their comment names the network) and the per-sandbox
+/// chains those rules use; and how many chains went.
+pub fn strip_network_nat(save: &str, network: &str) -> (String, usize) {
+    let marker = format!("--comment \"name: \\\"{network}\\\" id: ");
+    let mut chains: BTreeSet<&str> = BTreeSet::new();
+    for line in save.lines() {
+        let Some(rest) = line.strip_prefix("-A ") else {
+            continue;
+        };
+        if !line.contains(&marker) {
+            continue;
+        }
+        if let Some(chain) = rest
+            .split_whitespace()
+            .next()
+            .filter(|c| is_sandbox_chain(c))
+        {
+            chains.insert(chain);
+        }
+        if let Some((_, target)) = line.rsplit_once(" -j ")
+            && is_sandbox_chain(target.trim())
+        {
+            chains.insert(target.trim());
+        }
+    }
+    let mut out = String::with_capacity(save.len());
+    for line in save.lines() {
+        let declared = line
+            .strip_prefix(':')
+            .and_then(|l| l.split_whitespace().next());
+        let appended = line
+            .strip_prefix("-A ")
+            .and_then(|l| l.split_whitespace().next());
+        let drop = line.starts_with("-A ") && line.contains(&marker)
+            || declared.is_some_and(|c| chains.contains(c))
+            || appended.is_some_and(|c| chains.contains(c));
+        if !drop {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    (out, chains.len())
+}
+
+/// Removes the NAT rules and per-sandbox chains of CNI network `network` (see
+/// [`strip_network_nat`]), rewriting the nat table at once with `iptables-restore`. Run with the
+/// runtime down: a sandbox killed with its runtime never gets the CNI DEL that removes them,
+/// and every `iptables` call of a new sandbox rewrites the whole table. Returns how many
+/// chains went (0 when `iptables-save` is missing or fails).
+pub fn remove_network_nat(network: &str) -> usize {
+    let Ok(save) = Command::new("iptables-save").args(["-t", "nat"]).output() else {
+        return 0;
+    };
+    if !save.status.success() {
+        return 0;
+    }
+    let (kept, removed) = strip_network_nat(&String::from_utf8_lossy(&save.stdout), network);
+    if removed == 0 {
+        return 0;
+    }
+    let restored = Command::new("iptables-restore")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .and_then(|mut child| {
+            if let Some(mut stdin) = child.stdin.take() {
+                std::io::Write::write_all(&mut stdin, kept.as_bytes())?;
+            }
+            child.wait()
+        });
+    match restored {
+        Ok(status) if status.success() => removed,
+        _ => 0,
+    }
 }
 
 /// Kills the `containerd-shim-runc-v2` processes started for this containerd, and their
@@ -964,5 +1065,44 @@ mod tests {
         assert_eq!(left, ["cni", "netns-podman"]);
         // This process's own namespace is in use.
         assert!(!netns_in_use().is_empty());
+    }
+
+    #[test]
+    fn only_the_networks_own_nat_rules_and_chains_are_stripped() {
+        let save = r#"# Generated by iptables-save
+*nat
+:PREROUTING ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:CNI-HOSTPORT-MASQ - [0:0]
+:CNI-0021932b896b33a5ac86abcb - [0:0]
+:CNI-11112222333344445555aaaa - [0:0]
+-A POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ
+-A POSTROUTING -s 10.99.0.5/32 -m comment --comment "name: \"swiftlet\" id: \"fd11\"" -j CNI-0021932b896b33a5ac86abcb
+-A POSTROUTING -s 10.98.0.5/32 -m comment --comment "name: \"swiftlet-swl-x0\" id: \"ab\"" -j CNI-11112222333344445555aaaa
+-A CNI-0021932b896b33a5ac86abcb -d 10.99.0.0/16 -m comment --comment "name: \"swiftlet\" id: \"fd11\"" -j ACCEPT
+-A CNI-11112222333344445555aaaa -d 10.98.0.0/16 -m comment --comment "name: \"swiftlet-swl-x0\" id: \"ab\"" -j ACCEPT
+-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE
+COMMIT
+"#;
+        let (kept, removed) = strip_network_nat(save, "swiftlet");
+        assert_eq!(removed, 1);
+        assert!(!kept.contains("CNI-0021932b896b33a5ac86abcb"), "{kept}");
+        assert!(!kept.contains("10.99.0.5"));
+        for line in [
+            ":CNI-HOSTPORT-MASQ - [0:0]",
+            ":CNI-11112222333344445555aaaa - [0:0]",
+            "-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE",
+            "COMMIT",
+            "*nat",
+        ] {
+            assert!(
+                kept.lines().any(|l| l == line),
+                "{line} missing from\n{kept}"
+            );
+        }
+        assert_eq!(kept.lines().filter(|l| l.contains("10.98.")).count(), 2);
+        // Nothing of the network: nothing changes.
+        let (same, none) = strip_network_nat(&kept, "swiftlet");
+        assert_eq!((same.as_str(), none), (kept.as_str(), 0));
     }
 }
