@@ -140,7 +140,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                         }
                     }
                 }
-                _ = housekeeping.tick() => self.housekeeping(&pods, &mut finished),
+                _ = housekeeping.tick() => self.housekeeping(&mut pods, &mut finished),
             }
             self.metrics
                 .running_pods
@@ -402,9 +402,15 @@ impl<S: PodSyncer> SyncLoop<S> {
 
     /// kubelet `HandlePodCleanups`, once every source has reported: purge workers, drive workers of
     /// pods no source wants to termination, and kill runtime pods no worker knows.
-    fn housekeeping(&mut self, pods: &HashMap<String, Arc<Pod>>, finished: &mut Finished) {
+    fn housekeeping(&mut self, pods: &mut HashMap<String, Arc<Pod>>, finished: &mut Finished) {
         if !self.sources_ready.all_ready() {
             return;
+        }
+        // A source is marked ready once its first SET's updates are in the channel: take them
+        // in before judging which runtime pods no source knows (a restarted agent's relist can
+        // beat its own config to the sync loop).
+        while let Ok(u) = self.config_rx.try_recv() {
+            self.handle_config(pods, u);
         }
         let start = tokio::time::Instant::now();
         let purged = self.workers.sync_known_pods(pods);

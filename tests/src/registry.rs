@@ -35,6 +35,8 @@ pub struct Registry {
     pushed: Mutex<HashSet<String>>,
     /// Other `host:port`s it is reached at ([`Registry::add_alias`]).
     aliases: Mutex<Vec<String>>,
+    /// The busybox archive [`Registry::push`] pushes, once written.
+    busybox: OnceLock<PathBuf>,
 }
 
 /// What the exit handler cleans up.
@@ -218,6 +220,7 @@ impl Registry {
             dir,
             pushed: Mutex::default(),
             aliases: Mutex::default(),
+            busybox: OnceLock::new(),
         };
         registry.wait_listening(Duration::from_secs(15))?;
         Ok(registry)
@@ -308,8 +311,9 @@ impl Registry {
     /// # Panics
     /// When the push fails.
     pub fn push(&self, repository: &str) -> String {
-        let archive = self.dir.join("busybox.tar");
-        if !archive.is_file() {
+        // Written once, by the first caller; the others (tests run in parallel threads) wait.
+        let archive = self.busybox.get_or_init(|| {
+            let archive = self.dir.join("busybox.tar");
             let written = xtask::images::write_archive(
                 xtask::images::Image::Busybox,
                 Path::new(xtask::images::BUSYBOX_PATH),
@@ -318,8 +322,9 @@ impl Registry {
             .unwrap_or_else(|e| panic!("writing the busybox archive: {e}"));
             std::fs::rename(&written, &archive)
                 .unwrap_or_else(|e| panic!("renaming {}: {e}", written.display()));
-        }
-        self.push_archive(repository, &archive)
+            archive
+        });
+        self.push_archive(repository, archive)
     }
 
     /// `<host>/<repository>:v1`, the image of the OCI archive `archive` pushed there with

@@ -170,12 +170,16 @@ impl Mux {
                 tracing::debug!("every pod source closed its channel; config mux stops");
                 return;
             };
-            for out in self.merge(source, update) {
+            let (outs, set) = self.merge_unmarked(source, update);
+            for out in outs {
                 tokio::select! {
                     biased;
                     _ = cancel.cancelled() => return,
                     sent = tx.send(out) => if sent.is_err() { return },
                 }
+            }
+            if set {
+                self.ready.lock().seen.insert(source);
             }
         }
     }
@@ -184,9 +188,24 @@ impl Mux {
     /// in order. Pure apart from reading the clock for `config.seen`; the running mux calls it for
     /// every message, tests and benches call it directly.
     pub fn merge(&mut self, source: &'static str, update: SourceUpdate) -> Vec<PodUpdate> {
+        let (out, set) = self.merge_unmarked(source, update);
+        if set {
+            self.ready.lock().seen.insert(source);
+        }
+        out
+    }
+
+    /// [`Self::merge`] without marking the source seen: true when the update was a SET, which
+    /// the caller marks once the updates it made have been handed on (the sync loop must never
+    /// find every source ready while a first SET's pods are not yet in its channel).
+    fn merge_unmarked(
+        &mut self,
+        source: &'static str,
+        update: SourceUpdate,
+    ) -> (Vec<PodUpdate>, bool) {
+        let is_set = matches!(update, SourceUpdate::Set(_));
         let Mux {
             storage,
-            ready,
             generation,
             ..
         } = self;
@@ -196,7 +215,6 @@ impl Mux {
         match update {
             SourceUpdate::Set(pods) => {
                 state.sent_set = true;
-                ready.lock().seen.insert(source);
                 *generation += 1;
                 let current = *generation;
                 merge_pods(state, source, pods, current, &mut out);
@@ -247,7 +265,7 @@ impl Mux {
                 source,
             });
         }
-        result
+        (result, is_set)
     }
 }
 
