@@ -1159,6 +1159,97 @@ pub fn runtime_restarts(seed: u64, rounds: usize, pods: usize) -> Outcome {
     })
 }
 
+/// Where [`runtime_killed_mid_burst`]'s own containerd keeps its files, its bridge and subnet
+/// (apart from [`runtime_restarts`]' so that both can run at once).
+pub const BURST_SCENARIO_DIR: &str = "/var/lib/swiftlet-chaos-burst";
+pub const BURST_SCENARIO_BRIDGE: &str = "swl-burst0";
+pub const BURST_SCENARIO_SUBNET: &str = "10.97.0.0/16";
+
+/// What [`runtime_killed_mid_burst`] saw when it killed containerd.
+#[derive(Debug, Clone, Default)]
+pub struct MidBurst {
+    /// The node's sandboxes in the runtime at the kill.
+    pub sandboxes_at_kill: usize,
+    /// Pods `/pods` showed Running at the kill.
+    pub running_at_kill: usize,
+    /// From containerd answering again to the invariant holding.
+    pub converged: Option<Duration>,
+    /// The invariant's violations, when it never held.
+    pub violations: Vec<String>,
+}
+
+/// `pods` static pods written at once; containerd (a containerd of the scenario's own) SIGKILLed
+/// as soon as the first of their sandboxes exists, so that the burst is cut in the middle, and
+/// started again `down` later. Then the invariant ([`check`]) must hold within `timeout`: every
+/// pod Running once, no duplicate sandbox or container, no leaked pod cgroup.
+pub fn runtime_killed_mid_burst(pods: usize, down: Duration, timeout: Duration) -> MidBurst {
+    let mut out = MidBurst::default();
+    let rt = match Runtime::private(
+        Path::new(BURST_SCENARIO_DIR),
+        BURST_SCENARIO_BRIDGE,
+        BURST_SCENARIO_SUBNET,
+    ) {
+        Ok(rt) => rt,
+        Err(e) => {
+            out.violations.push(e);
+            return out;
+        }
+    };
+    let agent = Agent::start(&rt, AgentOptions::new("chaos-burst"));
+    let mut desired = Desired::new();
+    for i in 0..pods {
+        let file = format!("burst-{i}.yaml");
+        let text = looping_pod_manifest(file.trim_end_matches(".yaml"), &[]);
+        desired.insert(file, text);
+    }
+    // All at once: the agent sees one directory's worth of new files.
+    for (file, text) in &desired {
+        agent.write_manifest(file, text);
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let sandboxes = cri_objects_labelled(agent.endpoint(), NODE_NAME_LABEL, agent.node_name())
+            .map(|(s, _)| s.len())
+            .unwrap_or(0);
+        if sandboxes > 0 {
+            out.sandboxes_at_kill = sandboxes;
+            break;
+        }
+        if Instant::now() > deadline {
+            out.violations
+                .push("no sandbox was ever created".to_owned());
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Err(e) = rt.kill() {
+        out.violations.push(e);
+        return out;
+    }
+    out.running_at_kill = agent
+        .pods()
+        .items
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count();
+    std::thread::sleep(down);
+    if let Err(e) = rt.up() {
+        out.violations.push(e);
+        return out;
+    }
+    match converge(&agent, &desired, timeout) {
+        Ok(t) => out.converged = Some(t),
+        Err(bad) => {
+            eprintln!(
+                "chaos burst failed; agent log {}",
+                agent.log_path().display()
+            );
+            out.violations = bad;
+        }
+    }
+    out
+}
+
 /// One sample of the agent's resources.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct Resources {

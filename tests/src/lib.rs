@@ -1369,17 +1369,8 @@ pub fn pod_cgroup_uids(cgroup_root: &str) -> BTreeSet<String> {
         }
     }
     let mut out = BTreeSet::new();
-    for h in std::fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if h.file_type().is_ok_and(|t| t.is_dir()) {
-            walk(
-                &h.path().join(cgroup_root.trim_start_matches('/')),
-                &mut out,
-            );
-        }
+    for h in xtask::runtime::cgroup_hierarchies() {
+        walk(&h.join(cgroup_root.trim_start_matches('/')), &mut out);
     }
     out
 }

@@ -1,5 +1,7 @@
 //! Pod cgroups on the real cgroupfs: the kubelet's numbers per QoS class, the QoS level cgroups,
-//! orphan clean-up by housekeeping, QoS class changes and in-place resize.
+//! orphan clean-up by housekeeping, QoS class changes and in-place resize. The same tests run on
+//! the v1 hierarchies and, in the VM (`cargo xtask vm run`), on the unified v2 hierarchy: each
+//! expected value is written in its v1 spelling and checked in the host's own.
 //! Each test runs its own agent (own node name, manifest dir and cgroup root).
 
 use std::path::{Path, PathBuf};
@@ -31,13 +33,19 @@ fn manifest(name: &str, uid: Option<&str>, resources: &str) -> String {
     m
 }
 
+/// Whether the host runs the unified hierarchy only (the VM's layout); else the v1 controllers
+/// are under `/sys/fs/cgroup/<controller>`.
+fn unified() -> bool {
+    Path::new(CGROUP).join("cgroup.controllers").is_file()
+}
+
 fn start(name: &str, extra: &[&str]) -> Option<Agent> {
-    if !Path::new(CGROUP).join("cpu").is_dir() {
+    if !unified() && !Path::new(CGROUP).join("cpu").is_dir() {
         assert!(
             !swiftlet_tests::runtime_required(),
-            "these tests read cgroup v1 files and {CGROUP}/cpu is missing"
+            "no cgroup v1 cpu hierarchy and no unified hierarchy at {CGROUP}"
         );
-        eprintln!("skipping: no cgroup v1 cpu hierarchy");
+        eprintln!("skipping: neither cgroup layout");
         return None;
     }
     let rt = Runtime::shared()?;
@@ -46,11 +54,15 @@ fn start(name: &str, extra: &[&str]) -> Option<Agent> {
     Some(Agent::start(rt, opts))
 }
 
-/// `/sys/fs/cgroup/<hierarchy>/<cgroup root>/<rel>`.
+/// `/sys/fs/cgroup/<hierarchy>/<cgroup root>/<rel>` (v1), `/sys/fs/cgroup/<cgroup root>/<rel>`
+/// (v2: one tree, `hierarchy` does not matter).
 fn path(agent: &Agent, hierarchy: &str, rel: &str) -> PathBuf {
-    Path::new(CGROUP)
-        .join(hierarchy)
-        .join(agent.cgroup_root().trim_start_matches('/'))
+    let base = if unified() {
+        PathBuf::from(CGROUP)
+    } else {
+        Path::new(CGROUP).join(hierarchy)
+    };
+    base.join(agent.cgroup_root().trim_start_matches('/'))
         .join(rel)
 }
 
@@ -62,14 +74,72 @@ fn read(agent: &Agent, hierarchy: &str, rel: &str) -> String {
         .to_owned()
 }
 
+/// The v1 spelling of "no memory limit" in what [`value`] compares.
+const UNLIMITED: &str = "unlimited";
+
+/// cgroup v2 weight of v1 cpu shares, as runc and the kubelet convert them.
+fn weight(shares: &str) -> String {
+    let s: u64 = shares.parse::<u64>().expect("shares").clamp(2, 262_144);
+    (1 + (s - 2) * 9999 / 262_142).to_string()
+}
+
+/// The value of v1 file `rel` (`<dir>/<v1 file>`) as the host spells it, and what `want` (a v1
+/// value, or [`UNLIMITED`] for memory) is there. On v2 the file is its v2 counterpart: shares
+/// are a `cpu.weight`, quota and period the two fields of `cpu.max`, the memory limit
+/// `memory.max`.
+fn value(agent: &Agent, hierarchy: &str, rel: &str, want: &str) -> (String, String) {
+    let (dir, file) = rel.rsplit_once('/').unwrap_or(("", rel));
+    if !unified() {
+        let got = read(agent, hierarchy, rel);
+        if want == UNLIMITED {
+            // v1 shows "no limit" as the largest page-aligned counter value.
+            let unlimited = got.parse::<u64>().is_ok_and(|v| v >= 1 << 62);
+            return (
+                if unlimited { want.to_owned() } else { got },
+                want.to_owned(),
+            );
+        }
+        return (got, want.to_owned());
+    }
+    let at = |f: &str| read(agent, hierarchy, &format!("{dir}/{f}"));
+    let field = |f: &str, i: usize| {
+        at(f)
+            .split_whitespace()
+            .nth(i)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    match file {
+        "cpu.shares" => (at("cpu.weight"), weight(want)),
+        "cpu.cfs_quota_us" => (
+            field("cpu.max", 0),
+            if want == "-1" { "max" } else { want }.to_owned(),
+        ),
+        "cpu.cfs_period_us" => (field("cpu.max", 1), want.to_owned()),
+        "memory.limit_in_bytes" => (
+            at("memory.max"),
+            if want == UNLIMITED { "max" } else { want }.to_owned(),
+        ),
+        _ => (at(file), want.to_owned()),
+    }
+}
+
+/// Whether v1 file `rel` holds `want` (see [`value`]).
+fn is(agent: &Agent, hierarchy: &str, rel: &str, want: &str) -> bool {
+    let (got, want) = value(agent, hierarchy, rel, want);
+    got == want
+}
+
+/// Asserts that v1 file `rel` holds `want` (see [`value`]).
+fn assert_is(agent: &Agent, hierarchy: &str, rel: &str, want: &str) {
+    let (got, want) = value(agent, hierarchy, rel, want);
+    assert_eq!(got, want, "{rel} (or its v2 counterpart)");
+}
+
 /// Asserts `(hierarchy, file below dir, value)` for the cgroup `dir`.
 fn check(agent: &Agent, dir: &str, want: &[(&str, &str, &str)]) {
-    for (h, file, value) in want {
-        assert_eq!(
-            read(agent, h, &format!("{dir}/{file}")),
-            *value,
-            "{dir}/{file}"
-        );
+    for (h, file, v) in want {
+        assert_is(agent, h, &format!("{dir}/{file}"), v);
     }
 }
 
@@ -82,15 +152,9 @@ fn check_best_effort(agent: &Agent, uid: &str) {
         &[
             ("cpu", "cpu.shares", "2"),
             ("cpu", "cpu.cfs_quota_us", "-1"),
+            ("memory", "memory.limit_in_bytes", UNLIMITED),
         ],
     );
-    let mem = read(agent, "memory", &format!("{dir}/memory.limit_in_bytes"));
-    assert!(unlimited_memory(&mem), "pod{uid} memory limit {mem}");
-}
-
-/// v1 shows "no memory limit" as a huge page-aligned number.
-fn unlimited_memory(value: &str) -> bool {
-    value.parse::<u64>().is_ok_and(|v| v >= 1 << 62)
 }
 
 fn running_uid(agent: &Agent, name: &str) -> String {
@@ -165,23 +229,30 @@ fn each_qos_class_gets_the_kubelets_cgroup_values() {
         ],
     );
     let dir = format!("kubepods/burstable/pod{b2}");
-    check(&agent, &dir, &[("cpu", "cpu.shares", "102")]);
-    let mem = read(&agent, "memory", &format!("{dir}/memory.limit_in_bytes"));
-    assert!(unlimited_memory(&mem), "burstable-two memory limit {mem}");
+    check(
+        &agent,
+        &dir,
+        &[
+            ("cpu", "cpu.shares", "102"),
+            ("memory", "memory.limit_in_bytes", UNLIMITED),
+        ],
+    );
     // BestEffort: minimum shares, nothing else.
     check_best_effort(&agent, &be);
 
     // QoS level: burstable = shares of the summed burstable requests (350m), besteffort = 2.
-    assert_eq!(
-        read(&agent, "cpu", "kubepods/burstable/cpu.shares"),
-        (350 * 1024 / 1000).to_string()
+    assert_is(
+        &agent,
+        "cpu",
+        "kubepods/burstable/cpu.shares",
+        &(350 * 1024 / 1000).to_string(),
     );
-    assert_eq!(read(&agent, "cpu", "kubepods/besteffort/cpu.shares"), "2");
+    assert_is(&agent, "cpu", "kubepods/besteffort/cpu.shares", "2");
 
     // A burstable pod leaving takes its share with it.
     agent.remove_manifest("b.yaml");
     wait_until("the burstable QoS shares to drop", GONE_TIMEOUT, || {
-        read(&agent, "cpu", "kubepods/burstable/cpu.shares") == "102"
+        is(&agent, "cpu", "kubepods/burstable/cpu.shares", "102")
     });
 }
 
@@ -256,7 +327,7 @@ fn create_delete_cycles_leave_no_pod_cgroup() {
         pod_cgroup_uids(agent.cgroup_root()).is_empty()
     });
     // The QoS level cgroups stay, and the burstable shares are back at the minimum.
-    assert_eq!(read(&agent, "cpu", "kubepods/burstable/cpu.shares"), "2");
+    assert_is(&agent, "cpu", "kubepods/burstable/cpu.shares", "2");
 }
 
 /// Pod `name` as the agent reports it on /pods (Null when not listed).
@@ -336,7 +407,7 @@ fn qos_class_change_recreates_the_pod_under_the_new_qos_cgroup() {
     }
     // The container was restarted once (a new sandbox, like a sandbox change).
     assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 1);
-    assert_eq!(read(&agent, "cpu", "kubepods/burstable/cpu.shares"), "204");
+    assert_is(&agent, "cpu", "kubepods/burstable/cpu.shares", "204");
 }
 
 #[test]
@@ -373,26 +444,33 @@ fn in_place_resize_updates_cgroups_without_restarting() {
     let r2 = "requests: {cpu: 300m, memory: 32Mi}\nlimits: {cpu: 400m, memory: 96Mi}";
     agent.write_manifest("p.yaml", &manifest("elastic", Some(&uid), r2));
     wait_until("the pod cgroup's shares to change", GONE_TIMEOUT, || {
-        read(&agent, "cpu", &format!("{pod_dir}/cpu.shares")) == "307"
+        is(&agent, "cpu", &format!("{pod_dir}/cpu.shares"), "307")
     });
     let mem96 = (96u64 << 20).to_string();
     wait_until("the container's cgroup to change", GONE_TIMEOUT, || {
-        read(&agent, "cpu", &format!("{ctr_dir}/cpu.shares")) == "307"
-            && read(
+        is(&agent, "cpu", &format!("{ctr_dir}/cpu.shares"), "307")
+            && is(
                 &agent,
                 "memory",
                 &format!("{ctr_dir}/memory.limit_in_bytes"),
-            ) == mem96
+                &mem96,
+            )
     });
     check(&agent, &ctr_dir, &[("cpu", "cpu.cfs_quota_us", "40000")]);
-    check(
-        &agent,
-        &pod_dir,
-        &[
-            ("cpu", "cpu.cfs_quota_us", "40000"),
-            ("memory", "memory.limit_in_bytes", &mem96),
-        ],
-    );
+    // The pod cgroup takes the new (lower) memory limit after its containers have theirs.
+    wait_until("the pod cgroup's limits to change", GONE_TIMEOUT, || {
+        is(
+            &agent,
+            "cpu",
+            &format!("{pod_dir}/cpu.cfs_quota_us"),
+            "40000",
+        ) && is(
+            &agent,
+            "memory",
+            &format!("{pod_dir}/memory.limit_in_bytes"),
+            &mem96,
+        )
+    });
     let mut c = serde_json::Value::Null;
     wait_until("the status to show the resize", GONE_TIMEOUT, || {
         c = pod_json(&agent, "elastic")["status"]["containerStatuses"][0].clone();
@@ -573,9 +651,11 @@ fn overhead_is_added_to_the_pod_cgroup_and_to_the_burstable_shares() {
         ],
     );
     // The Burstable QoS cgroup sums its pods' requests, overhead included.
-    assert_eq!(
-        read(&agent, "cpu", "kubepods/burstable/cpu.shares"),
-        (150 * 1024 / 1000).to_string()
+    assert_is(
+        &agent,
+        "cpu",
+        "kubepods/burstable/cpu.shares",
+        &(150 * 1024 / 1000).to_string(),
     );
     // BestEffort stays BestEffort with an overhead: minimum shares, no limits.
     check_best_effort(&agent, &be);

@@ -1,5 +1,7 @@
 //! The quick form of the fault-injection suite (`cargo xtask chaos` runs the long one): a few
 //! rounds of each scenario with a fixed seed, so a regression fails CI reproducibly.
+use std::time::Duration;
+
 use swiftlet_tests::Runtime;
 use swiftlet_tests::chaos;
 
@@ -97,6 +99,26 @@ fn runtime_killed_and_restarted_converges_every_round() {
         return;
     }
     assert_rounds_converged(&chaos::runtime_restarts(20261125, 4, 4), 4);
+}
+
+/// containerd SIGKILLed in the middle of 20 pod starts (as soon as the first sandbox exists) and
+/// started again 2 s later: every pod ends Running once, with no duplicate sandbox or container
+/// and no pod cgroup, log or state directory left over.
+#[test]
+fn runtime_killed_in_the_middle_of_twenty_starts_converges() {
+    if Runtime::shared().is_none() {
+        return;
+    }
+    let r = chaos::runtime_killed_mid_burst(20, Duration::from_secs(2), Duration::from_secs(180));
+    assert!(r.violations.is_empty(), "{r:#?}");
+    assert!(
+        r.running_at_kill < 20,
+        "every pod ran before the kill, the burst was not cut: {r:#?}"
+    );
+    eprintln!(
+        "killed with {} sandboxes created and {} pods running; converged in {:?}",
+        r.sandboxes_at_kill, r.running_at_kill, r.converged
+    );
 }
 
 /// The agent's root dir and pod log dir full (every byte and inode) during churn: the agent

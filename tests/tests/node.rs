@@ -297,6 +297,14 @@ fn a_runtime_that_stops_answering_turns_the_node_not_ready_and_back() {
         c.server.node(&name).filter(is_ready)
     });
     let ready_since = condition(&ready, "Ready").and_then(|c| c.last_transition_time);
+    // A condition's transition time has whole seconds: a fault injected within the second of
+    // the Ready transition would make an honest new transition look like the old one.
+    if let Some(since) = &ready_since {
+        let next = since.0 + std::time::Duration::from_millis(1_100);
+        while k8s_openapi::jiff::Timestamp::now() < next {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
     proxy.inject("Status", Fault::Fail(tonic::Code::Unavailable), Share::ALL);
     let down = eventually(&c.agent, "the node to be NotReady", || {
         c.server.node(&name).filter(|n| !is_ready(n))

@@ -18,6 +18,12 @@ pub enum Error {
         bin: String,
         status: std::process::ExitStatus,
     },
+    #[error(
+        "{path} is not built ({PREBUILT_ENV} is set: nothing is built here; build it on the \
+         host first)",
+        path = path.display()
+    )]
+    NotBuilt { path: PathBuf },
     #[error("swiftlet exited ({status}); last lines of {log}:\n{tail}", log = log.display())]
     AgentExited {
         status: std::process::ExitStatus,
@@ -33,9 +39,22 @@ pub enum Error {
     },
 }
 
+/// Set (to anything) where there is no cargo, as in the VM: [`build`] then only finds the
+/// binary the host built beforehand in the target directory.
+pub const PREBUILT_ENV: &str = "SWIFTLET_PREBUILT";
+
 /// Builds binary `bin` of the swiftlet package with cargo (debug, or `--release`); returns its
 /// path. Cargo's progress goes to stderr; cargo makes a fresh build quick.
 pub fn build(bin: &str, release: bool) -> Result<PathBuf, Error> {
+    let profile = if release { "release" } else { "debug" };
+    let path = crate::target_dir().join(profile).join(bin);
+    if std::env::var_os(PREBUILT_ENV).is_some() {
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(Error::NotBuilt { path })
+        };
+    }
     let mut cmd = Command::new(crate::cargo_bin());
     cmd.current_dir(crate::workspace_root())
         .args(["build", "-p", "swiftlet", "--bin", bin]);
@@ -53,8 +72,7 @@ pub fn build(bin: &str, release: bool) -> Result<PathBuf, Error> {
             status,
         });
     }
-    let profile = if release { "release" } else { "debug" };
-    Ok(crate::target_dir().join(profile).join(bin))
+    Ok(path)
 }
 
 /// Builds the agent binary (`swiftlet`); returns its path.

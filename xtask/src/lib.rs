@@ -6,6 +6,7 @@
 //! - [`runtime`]: a private containerd (`up`, `down`, `status`);
 //! - [`demo`] and [`testrun`]: the `demo` and `test` commands;
 //! - [`report`]: `cargo xtask report`, pod startup breakdowns from the eBPF timelines;
+//! - [`vm`]: a Debian VM with systemd and a chosen cgroup layout, to run commands in;
 //! - [`http`]: a tiny blocking HTTP/1.0 GET client for loopback endpoints.
 
 pub mod agent;
@@ -19,6 +20,7 @@ pub mod report;
 pub mod runtime;
 pub mod setup;
 pub mod testrun;
+pub mod vm;
 
 use std::path::PathBuf;
 

@@ -69,6 +69,12 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// A Debian VM with systemd as PID 1 and the cgroup layout of our choosing (see
+    /// docs/machine.md): `image` builds it once, `run` runs a command in it.
+    Vm {
+        #[command(subcommand)]
+        action: VmCmd,
+    },
     /// setup, runtime up, images, `cargo test --workspace [ARGS]`, runtime down.
     Test {
         /// Passed to `cargo test` (after `--`).
@@ -86,6 +92,44 @@ enum RuntimeCmd {
     Down,
     /// Say whether it is up, its pid, socket and images.
     Status,
+}
+
+#[derive(Debug, Subcommand)]
+enum VmCmd {
+    /// Build the guest image under /var/cache/swiftlet-vm unless it is there (needs root,
+    /// debootstrap and the Debian mirror; several minutes).
+    Image,
+    /// Run the cgroup integration tests in the guest on the unified v2 hierarchy (what
+    /// `cargo xtask test` does after the tests on this machine).
+    Test,
+    /// Boot the guest, run COMMAND (a shell command line, as root) in the current directory and
+    /// exit with its exit code. The current directory and every --share are mounted at their own
+    /// paths.
+    Run {
+        /// The guest's cgroup layout.
+        #[arg(long, value_enum, default_value = "v2")]
+        cgroups: xtask::vm::Cgroups,
+        /// A host directory the command needs (repeatable).
+        #[arg(long)]
+        share: Vec<std::path::PathBuf>,
+        /// An environment variable passed in, NAME (its value here) or NAME=VALUE (repeatable).
+        #[arg(long)]
+        env: Vec<String>,
+        /// Use KVM (where this host offers nested virtualization) instead of emulation.
+        #[arg(long)]
+        kvm: bool,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 1800)]
+        timeout_secs: u64,
+        /// Guest memory in MiB.
+        #[arg(long, default_value_t = 4096)]
+        memory_mib: u32,
+        /// Guest CPUs.
+        #[arg(long, default_value_t = 2)]
+        cpus: u32,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -201,6 +245,53 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 u8::try_from(status.code().unwrap_or(1)).unwrap_or(1),
             ));
         }
+        Cmd::Vm { action } => match action {
+            VmCmd::Image => {
+                let img = xtask::vm::image()?;
+                println!("{}", img.disk.display());
+            }
+            VmCmd::Test => {
+                let mut totals = xtask::testrun::Totals::default();
+                let rc = xtask::testrun::in_vm(&mut totals)?;
+                println!(
+                    "summary (VM, cgroup v2): {} passed, {} failed, {} skipped",
+                    totals.passed, totals.failed, totals.ignored
+                );
+                return Ok(ExitCode::from(u8::try_from(rc).unwrap_or(1)));
+            }
+            VmCmd::Run {
+                cgroups,
+                share,
+                env,
+                kvm,
+                timeout_secs,
+                memory_mib,
+                cpus,
+                command,
+            } => {
+                let img = xtask::vm::image()?;
+                let env = env
+                    .into_iter()
+                    .filter_map(|e| match e.split_once('=') {
+                        Some((k, v)) => Some((k.to_owned(), v.to_owned())),
+                        None => std::env::var(&e).ok().map(|v| (e, v)),
+                    })
+                    .collect();
+                let job = xtask::vm::Job {
+                    command: command.join(" "),
+                    cwd: std::env::current_dir()?,
+                    shares: share,
+                    env,
+                    cgroups,
+                    kvm,
+                    timeout: Duration::from_secs(timeout_secs),
+                    memory_mib,
+                    cpus,
+                };
+                let (rc, _) = xtask::vm::run(&img, &job)?;
+                return Ok(ExitCode::from(u8::try_from(rc).unwrap_or(1)));
+            }
+        },
         Cmd::Test { args } => {
             let code = xtask::testrun::run(&args)?;
             return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));

@@ -797,6 +797,11 @@ pub fn unmount_under(dirs: &[&Path]) -> usize {
 /// Every mounted cgroup hierarchy under `/sys/fs/cgroup` (v1 controllers and `unified`),
 /// each once (the `cpu` and `cpuacct` links point at one hierarchy).
 pub fn cgroup_hierarchies() -> Vec<PathBuf> {
+    if Path::new(CGROUP_MOUNT).join("cgroup.controllers").exists() {
+        // Pure cgroup v2: the mount itself is the one hierarchy (its subdirectories are
+        // cgroups, not hierarchies).
+        return vec![PathBuf::from(CGROUP_MOUNT)];
+    }
     let Ok(dir) = std::fs::read_dir(CGROUP_MOUNT) else {
         return Vec::new();
     };
@@ -809,10 +814,6 @@ pub fn cgroup_hierarchies() -> Vec<PathBuf> {
         if real.join("cgroup.procs").exists() {
             seen.insert(real);
         }
-    }
-    if seen.is_empty() && Path::new(CGROUP_MOUNT).join("cgroup.procs").exists() {
-        // Pure cgroup v2: the mount itself is the one hierarchy.
-        seen.insert(PathBuf::from(CGROUP_MOUNT));
     }
     seen.into_iter().collect()
 }

@@ -21,6 +21,9 @@ pub const APT_PACKAGES: &[&str] = &[
     "openssl",
     // `systemd-analyze verify` of the unit file in deploy/ (tests/deploy.rs).
     "systemd",
+    // The VM the cgroup tests run in on the unified v2 hierarchy (`cargo xtask vm`).
+    "qemu-system-x86",
+    "debootstrap",
 ];
 /// The bpf-linker version that links through the nightly's LLVM (see docs/machine.md).
 pub const BPF_LINKER_VERSION: &str = "0.10.0";

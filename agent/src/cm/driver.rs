@@ -1,7 +1,7 @@
 //! Cgroup drivers: where a cgroup's files are and how a value is spelled in them, for the legacy
 //! per-controller hierarchies (v1) and the unified hierarchy (v2). The container manager decides
 //! *what* to write (the same numbers on every driver); a driver says *where* and *how*.
-use super::{Result, safe_join};
+use super::{Error, Result, io_err, safe_join};
 use std::path::{Path, PathBuf};
 
 /// Which cgroup hierarchy a driver writes.
@@ -41,7 +41,16 @@ pub trait Driver: std::fmt::Debug + Send + Sync {
     /// The directory of cgroup `name` that accounts its cpu time (v1: the cpuacct hierarchy,
     /// which runc fills when it places a container; v2: the cgroup's own).
     fn cpu_usage_dir(&self, name: &str) -> Result<PathBuf>;
+    /// Makes ready for `dir` to be created: on v2 every ancestor from the root down must exist
+    /// and hand its controllers down (`cgroup.subtree_control`), else the new cgroup has no
+    /// `cpu.weight` or `memory.max`. Nothing to do on v1.
+    fn before_create(&self, _dir: &Path) -> Result<()> {
+        Ok(())
+    }
 }
+
+/// The controllers a pod cgroup cannot do without: on v2 each must be offered by the parent.
+pub const REQUIRED_V2: [&str; 3] = ["cpu", "memory", "pids"];
 
 /// cgroup v2 weight from v1 shares, the linear mapping runc uses:
 /// `1 + (shares - 2) * 9999 / 262142`.
@@ -114,9 +123,71 @@ impl Driver for V1 {
 }
 
 /// The unified hierarchy: every controller in one tree.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct V2 {
     root: PathBuf,
+    /// Directories known to exist and to hand every controller down: checked once each.
+    delegating: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
+}
+
+impl V2 {
+    pub fn new(root: PathBuf) -> Self {
+        Self {
+            root,
+            delegating: Default::default(),
+        }
+    }
+}
+
+/// Enables in `dir`'s `cgroup.subtree_control` every controller its `cgroup.controllers` offers
+/// (as runc and the kubelet do), so that its children get them. A controller of
+/// [`REQUIRED_V2`] that is not offered, or that the kernel refuses to enable, is an error
+/// naming it; another that cannot be enabled is left off. A directory without
+/// `cgroup.controllers` is not a cgroup (a test fixture below its root): nothing to enable.
+pub fn delegate_controllers(dir: &Path) -> Result<()> {
+    let offered = match std::fs::read_to_string(dir.join("cgroup.controllers")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("reading controllers of", dir)(e)),
+    };
+    let offered: Vec<&str> = offered.split_whitespace().collect();
+    let control = dir.join("cgroup.subtree_control");
+    let missing = |c: &str| Error::Cgroups {
+        op: "delegating controllers in",
+        path: dir.to_owned(),
+        message: format!(
+            "the {c} controller is not available here (cgroup.controllers: {:?}); on the \
+             unified hierarchy every controller must be free of the v1 hierarchies",
+            offered.join(" ")
+        ),
+    };
+    let enabled = std::fs::read_to_string(&control).unwrap_or_default();
+    let enabled: Vec<&str> = enabled.split_whitespace().collect();
+    let todo: Vec<&str> = offered
+        .iter()
+        .copied()
+        .filter(|c| !enabled.contains(c))
+        .collect();
+    let line = todo.iter().map(|c| format!("+{c}")).collect::<Vec<_>>();
+    // One refused controller fails the whole write: then they go one by one.
+    let one_by_one = !todo.is_empty() && std::fs::write(&control, line.join(" ")).is_err();
+    // What is offered is enabled before a missing one is reported: harmless, and the error
+    // then names only what the host lacks.
+    if let Some(c) = REQUIRED_V2.iter().find(|c| !offered.contains(c)) {
+        return Err(missing(c));
+    }
+    for c in todo.into_iter().filter(|_| one_by_one) {
+        if let Err(e) = std::fs::write(&control, format!("+{c}"))
+            && REQUIRED_V2.contains(&c)
+        {
+            return Err(Error::Cgroups {
+                op: "enabling a controller in",
+                path: control.clone(),
+                message: format!("+{c}: {e}"),
+            });
+        }
+    }
+    Ok(())
 }
 
 impl Driver for V2 {
@@ -153,6 +224,35 @@ impl Driver for V2 {
     fn cpu_usage_dir(&self, name: &str) -> Result<PathBuf> {
         safe_join(&self.root, name)
     }
+
+    fn before_create(&self, dir: &Path) -> Result<()> {
+        let Some(rel) = dir.parent().and_then(|p| p.strip_prefix(&self.root).ok()) else {
+            return Ok(());
+        };
+        let mut at = self.root.clone();
+        let mut chain = vec![at.clone()];
+        for part in rel.components() {
+            at.push(part);
+            chain.push(at.clone());
+        }
+        let mut known = self
+            .delegating
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for d in chain {
+            if known.contains(&d) && d.is_dir() {
+                continue;
+            }
+            match std::fs::create_dir(&d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err("creating cgroup", &d)(e)),
+            }
+            delegate_controllers(&d)?;
+            known.insert(d);
+        }
+        Ok(())
+    }
 }
 
 /// The driver for the cgroups at `mount`. For the real mount this asks cgroups-rs (statfs for
@@ -166,11 +266,7 @@ pub fn detect(mount: &Path) -> std::sync::Arc<dyn Driver> {
         memory: mount.join("memory"),
         pids: mount.join("pids"),
     };
-    let v2 = || {
-        std::sync::Arc::new(V2 {
-            root: mount.to_owned(),
-        })
-    };
+    let v2 = || std::sync::Arc::new(V2::new(mount.to_owned()));
     if mount != Path::new(hierarchies::UNIFIED_MOUNTPOINT) {
         if mount.join("cgroup.controllers").exists() {
             return v2();

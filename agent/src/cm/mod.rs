@@ -279,6 +279,7 @@ impl ContainerManager {
     fn create(&self, name: &str) -> Result<bool> {
         let mut fresh = true;
         for dir in self.dirs(name)? {
+            self.driver.before_create(&dir)?;
             match fs::create_dir(&dir) {
                 Ok(()) => self.wrote(),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => fresh = false,

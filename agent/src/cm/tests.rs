@@ -368,3 +368,91 @@ fn v2_fixture_uses_v2_file_names() {
     cm.ensure_pod_cgroup(&p, "u2").unwrap();
     assert_eq!(cm.writes(), 0);
 }
+
+#[test]
+fn v2_parents_hand_their_controllers_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(
+        tmp.path().join("cgroup.controllers"),
+        "cpuset cpu memory pids",
+    )
+    .unwrap();
+    fs::write(tmp.path().join("cgroup.subtree_control"), "").unwrap();
+    let cm = ContainerManager::new(Config {
+        cgroup_root: "/".into(),
+        cgroups_per_qos: true,
+        mount: tmp.path().into(),
+        pod_pids_limit: 0,
+    });
+    // The fixture's kubepods is a cgroup too: it offers what the root enables (the kernel
+    // fills cgroup.controllers; the fixture does it by hand before the QoS levels appear).
+    fs::create_dir(tmp.path().join("kubepods")).unwrap();
+    fs::write(
+        tmp.path().join("kubepods/cgroup.controllers"),
+        "cpu memory pids",
+    )
+    .unwrap();
+    cm.start().unwrap();
+    // The last write is what a cgroupfs file keeps; the fixture's plain file shows the one
+    // write that enabled all four at once.
+    assert_eq!(
+        fs::read_to_string(tmp.path().join("cgroup.subtree_control")).unwrap(),
+        "+cpuset +cpu +memory +pids"
+    );
+    assert_eq!(
+        fs::read_to_string(tmp.path().join("kubepods/cgroup.subtree_control")).unwrap(),
+        "+cpu +memory +pids"
+    );
+    // A parent that lacks a required controller is named in the error.
+    fs::write(tmp.path().join("kubepods/cgroup.controllers"), "cpu pids").unwrap();
+    let err = super::driver::delegate_controllers(&tmp.path().join("kubepods")).unwrap_err();
+    assert!(err.to_string().contains("memory controller"), "{err}");
+}
+
+/// The host's real cgroup2 mount (`/sys/fs/cgroup` on a unified host, `/sys/fs/cgroup/unified`
+/// on a hybrid one): a cgroup made there gets what its parent offers enabled for its children,
+/// and a required controller still held by a v1 hierarchy is reported by name.
+#[test]
+fn the_real_cgroup2_mount_delegates_what_it_offers() {
+    let Some(mount) = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .into_iter()
+        .map(Path::new)
+        .find(|m| m.join("cgroup.controllers").is_file())
+    else {
+        eprintln!("skipping: no cgroup2 mount");
+        return;
+    };
+    let dir = mount.join(format!("swiftlet-unit-delegate-{}", std::process::id()));
+    if let Err(e) = fs::create_dir(&dir) {
+        eprintln!(
+            "skipping: cannot create a cgroup in {}: {e}",
+            mount.display()
+        );
+        return;
+    }
+    let offered = fs::read_to_string(dir.join("cgroup.controllers")).unwrap();
+    let result = super::driver::delegate_controllers(&dir);
+    let enabled = fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap();
+    let _ = fs::remove_dir(&dir);
+    let offered: Vec<&str> = offered.split_whitespace().collect();
+    let enabled: Vec<&str> = enabled.split_whitespace().collect();
+    // The kernel may refuse a controller that is not required (none here do): what is
+    // required must be on, and nothing is enabled that was not offered.
+    assert!(enabled.iter().all(|c| offered.contains(c)), "{enabled:?}");
+    match super::driver::REQUIRED_V2
+        .iter()
+        .find(|c| !offered.contains(c))
+    {
+        None => {
+            result.unwrap();
+            for c in super::driver::REQUIRED_V2 {
+                assert!(enabled.contains(&c), "{c} not enabled: {enabled:?}");
+            }
+        }
+        Some(c) => {
+            let err = result.unwrap_err().to_string();
+            assert!(err.contains(&format!("the {c} controller")), "{err}");
+            assert_eq!(enabled, offered, "what is offered is enabled all the same");
+        }
+    }
+}
