@@ -170,7 +170,6 @@ fn bench(c: &mut Criterion) {
 /// counters are one point's: what the kernel charges for running any program there, the floor
 /// under the probes' own time.
 fn baseline(c: &mut Criterion, run: &dyn Fn(&mut Criterion, &str)) {
-    use aya::programs::{RawTracePoint, TracePoint, UProbe, uprobe::UProbeScope};
     let Some(object) = swiftlet::ebpf::probe_object() else {
         eprintln!("SKIPPED the baseline: this build carries no probe object");
         return;
@@ -191,35 +190,23 @@ fn baseline(c: &mut Criterion, run: &dyn Fn(&mut Criterion, &str)) {
             ),
         ] {
             let mut ebpf = load()?;
-            let p: &mut TracePoint = ebpf
-                .program_mut("noop_tp")
-                .ok_or("no noop_tp")?
-                .try_into()?;
-            p.load()?;
-            for point in points {
-                p.attach(category, point)?;
-            }
+            swiftlet::ebpf::attach_tracepoint(&mut ebpf, "noop_tp", category, &points)?;
             out.push((label, ebpf));
         }
         let mut ebpf = load()?;
-        let p: &mut RawTracePoint = ebpf
-            .program_mut("noop_raw")
-            .ok_or("no noop_raw")?
-            .try_into()?;
-        p.load()?;
-        for point in ["cgroup_mkdir", "cgroup_rmdir"] {
-            p.attach(point)?;
-        }
+        swiftlet::ebpf::attach_raw_tracepoint(
+            &mut ebpf,
+            "noop_raw",
+            &["cgroup_mkdir", "cgroup_rmdir"],
+        )?;
         out.push(("cgroup (raw)", ebpf));
         let mut ebpf = load()?;
-        let p: &mut UProbe = ebpf
-            .program_mut("noop_uprobe")
-            .ok_or("no noop_uprobe")?
-            .try_into()?;
-        p.load()?;
-        for symbol in ["swiftlet_cri_call_begin", "swiftlet_cri_call_end"] {
-            p.attach(symbol, "/proc/self/exe", UProbeScope::CallingProcess)?;
-        }
+        swiftlet::ebpf::attach_uprobe(
+            &mut ebpf,
+            "noop_uprobe",
+            &["swiftlet_cri_call_begin", "swiftlet_cri_call_end"],
+            std::path::Path::new("/proc/self/exe"),
+        )?;
         out.push(("CRI markers (uprobe)", ebpf));
         Ok(out)
     })();

@@ -570,11 +570,11 @@ impl Monitor {
             .map_err(Error::Load)?;
         if raw_offsets.is_some() {
             for (name, tracepoint) in CGROUP_RAW_TRACEPOINTS {
-                attach_raw_tracepoint(&mut ebpf, name, tracepoint)?;
+                attach_raw_tracepoint(&mut ebpf, name, &[tracepoint])?;
             }
         } else {
             for name in CGROUP_TRACEPOINTS {
-                attach_tracepoint(&mut ebpf, "cgroup", name)?;
+                attach_tracepoint(&mut ebpf, name, "cgroup", &[name])?;
             }
         }
         if let Some(root) = &pod_root {
@@ -593,13 +593,13 @@ impl Monitor {
                 source,
             })?;
             for name in SCHED_TRACEPOINTS {
-                attach_tracepoint(&mut ebpf, "sched", name)?;
+                attach_tracepoint(&mut ebpf, name, "sched", &[name])?;
             }
         }
         if config.cri_markers {
             let exe = PathBuf::from("/proc/self/exe");
             for (name, symbol) in CRI_UPROBES {
-                attach_uprobe(&mut ebpf, name, symbol, &exe)?;
+                attach_uprobe(&mut ebpf, name, &[symbol], &exe)?;
             }
         }
 
@@ -654,48 +654,67 @@ where
         .map_err(|source| Error::Program { name, source })
 }
 
-fn attach_tracepoint(ebpf: &mut Ebpf, category: &str, name: &'static str) -> Result<(), Error> {
+/// Loads tracepoint program `name` of `ebpf` and attaches it to each of `points` in `category`.
+/// Public for the benches, which attach the probe object's no-op programs where ours attach.
+pub fn attach_tracepoint(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    category: &str,
+    points: &[&str],
+) -> Result<(), Error> {
     let program: &mut TracePoint = program(ebpf, name)?;
     let err = |source| Error::Program { name, source };
     program.load().map_err(err)?;
-    program.attach(category, name).map_err(err)?;
+    for point in points {
+        program.attach(category, point).map_err(err)?;
+    }
     Ok(())
 }
 
-fn attach_raw_tracepoint(
+/// Loads raw tracepoint program `name` and attaches it to each of `points`.
+pub fn attach_raw_tracepoint(
     ebpf: &mut Ebpf,
     name: &'static str,
-    tracepoint: &str,
+    points: &[&str],
 ) -> Result<(), Error> {
     let program: &mut RawTracePoint = program(ebpf, name)?;
     let err = |source| Error::Program { name, source };
     program.load().map_err(err)?;
-    program.attach(tracepoint).map_err(err)?;
+    for point in points {
+        program.attach(point).map_err(err)?;
+    }
     Ok(())
 }
 
-fn attach_uprobe(
+/// Loads uprobe program `name` and attaches it to each of `symbols` of `target`, for this
+/// process only.
+pub fn attach_uprobe(
     ebpf: &mut Ebpf,
     name: &'static str,
-    symbol: &'static str,
+    symbols: &[&'static str],
     target: &Path,
 ) -> Result<(), Error> {
-    let err = |source| Error::Uprobe {
-        name,
-        symbol,
-        source: Box::new(source),
+    let err = |symbol: &'static str| {
+        move |source| Error::Uprobe {
+            name,
+            symbol,
+            source: Box::new(source),
+        }
     };
+    let first = symbols.first().copied().unwrap_or(name);
     let program: &mut UProbe = ebpf
         .program_mut(name)
         .ok_or(Error::MissingProgram { name })?
         .try_into()
-        .map_err(err)?;
-    program.load().map_err(err)?;
+        .map_err(err(first))?;
+    program.load().map_err(err(first))?;
     // The uprobe filter matches on the address space, so every thread of this process fires it
     // and other processes running the same binary (other agents) do not.
-    program
-        .attach(symbol, target, UProbeScope::CallingProcess)
-        .map_err(err)?;
+    for symbol in symbols {
+        program
+            .attach(*symbol, target, UProbeScope::CallingProcess)
+            .map_err(err(symbol))?;
+    }
     Ok(())
 }
 
