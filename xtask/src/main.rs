@@ -99,8 +99,9 @@ enum VmCmd {
     /// Build the guest image under /var/cache/swiftlet-vm unless it is there (needs root,
     /// debootstrap and the Debian mirror; several minutes).
     Image,
-    /// Run the cgroup integration tests in the guest on the unified v2 hierarchy (what
-    /// `cargo xtask test` does after the tests on this machine).
+    /// Run the VM's integration tests in the guest: the cgroup tests on the unified v2
+    /// hierarchy and the installation as a systemd service (what `cargo xtask test` does after
+    /// the tests on this machine).
     Test,
     /// Boot the guest, run COMMAND (a shell command line, as root) in the current directory and
     /// exit with its exit code. The current directory and every --share are mounted at their own

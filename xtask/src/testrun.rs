@@ -105,9 +105,10 @@ pub fn run(extra_args: &[String]) -> Result<i32, Error> {
     Ok(code)
 }
 
-/// The integration tests that read and write cgroup files, run again in the VM on the unified
-/// v2 hierarchy (this machine's own is hybrid and cannot be switched: docs/machine.md).
-pub const VM_TESTS: &[&str] = &["cgroups"];
+/// The integration tests run again in the VM: those that read and write cgroup files, on the
+/// unified v2 hierarchy (this machine's own is hybrid and cannot be switched: docs/machine.md),
+/// and the installation as a service, which needs systemd as PID 1.
+pub const VM_TESTS: &[&str] = &["cgroups", "deploy"];
 /// Set to `0` to leave the VM out of `cargo xtask test`.
 pub const VM_ENV: &str = "SWIFTLET_VM_TESTS";
 
@@ -156,7 +157,7 @@ pub fn in_vm(totals: &mut Totals) -> anyhow::Result<i32> {
         memory_mib: 4096,
         cpus: 2,
     };
-    let (rc, out) = progress.step("the cgroup tests in the VM (cgroup v2)", || {
+    let (rc, out) = progress.step("the VM's tests (cgroup v2, systemd)", || {
         crate::vm::run(&img, &job)
     })?;
     for line in out.lines() {
