@@ -83,7 +83,11 @@ pub fn check_allowing(agent: &Agent, desired: &Desired, dead: usize) -> Result<(
             bad.push(format!("{name}: still in /pods after its manifest went"));
         }
     }
-    match cri_view(agent.endpoint(), agent.node_name()) {
+    match cri_view(
+        agent.endpoint(),
+        agent.node_name(),
+        agent.runtime_state_dir(),
+    ) {
         Err(e) => bad.push(format!("listing CRI objects: {e}")),
         Ok(view) => check_cri(&view, agent.runtime_state_dir(), &want_uids, dead, &mut bad),
     }
@@ -108,9 +112,12 @@ struct CriView {
     sandboxes: Vec<cri::PodSandbox>,
     containers: Vec<cri::Container>,
     all_sandbox_ids: BTreeSet<String>,
+    /// The sandbox IDs of the runtime's shm mounts, read before the listing.
+    shm_before: BTreeSet<String>,
 }
 
-fn cri_view(endpoint: &str, node: &str) -> crate::Result<CriView> {
+fn cri_view(endpoint: &str, node: &str, state: &Path) -> crate::Result<CriView> {
+    let shm_before = shm_sandbox_ids(state);
     let (sandboxes, containers) = cri_objects_labelled(endpoint, NODE_NAME_LABEL, node)?;
     let endpoint = endpoint.to_owned();
     let all = block_on(async move {
@@ -121,6 +128,7 @@ fn cri_view(endpoint: &str, node: &str) -> crate::Result<CriView> {
         sandboxes,
         containers,
         all_sandbox_ids: all.into_iter().map(|s| s.id).collect(),
+        shm_before,
     })
 }
 
@@ -182,22 +190,33 @@ fn check_cri(
         }
     }
     // shm mounts of sandboxes the runtime no longer has (only this runtime's: another
-    // containerd's mounts are under its own state directory).
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let state = state.to_string_lossy();
-    for line in mounts.lines() {
-        if let Some(id) = line
-            .split_whitespace()
-            .nth(4)
-            .filter(|m| m.starts_with(state.as_ref()))
-            .and_then(|m| m.strip_suffix("/shm"))
-            .and_then(|m| m.rsplit('/').next())
-            && line.contains("/sandboxes/")
-            && !view.all_sandbox_ids.contains(id)
-        {
+    // containerd's mounts are under its own state directory). Only a mount that was there
+    // before the listing and still is after counts: one of a sandbox made meanwhile (another
+    // test's agent shares this runtime) is in neither the listing nor the first read.
+    let after = shm_sandbox_ids(state);
+    for id in view.shm_before.intersection(&after) {
+        if !view.all_sandbox_ids.contains(id) {
             bad.push(format!("shm mount of removed sandbox {id}"));
         }
     }
+}
+
+/// The sandbox IDs of the shm mounts under the runtime state directory `state`.
+fn shm_sandbox_ids(state: &Path) -> BTreeSet<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let state = state.to_string_lossy();
+    mounts
+        .lines()
+        .filter(|line| line.contains("/sandboxes/"))
+        .filter_map(|line| {
+            line.split_whitespace()
+                .nth(4)
+                .filter(|m| m.starts_with(state.as_ref()))
+                .and_then(|m| m.strip_suffix("/shm"))
+                .and_then(|m| m.rsplit('/').next())
+                .map(str::to_owned)
+        })
+        .collect()
 }
 
 fn compare_sets(
