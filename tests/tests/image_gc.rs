@@ -81,13 +81,22 @@ fn unused_images_are_collected_when_old_enough_and_used_or_pinned_ones_stay() {
     assert!(present(BUSYBOX_IMAGE), "the image of a running container");
     assert!(present(PAUSE_IMAGE), "the pinned sandbox image");
 
-    let (_, metrics) = agent.get("/metrics");
-    let removed: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("swiftlet_image_garbage_collected_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no image_garbage_collected_total in {metrics}"));
-    assert!(removed >= 2.0, "{removed}");
+    // The counter moves once RemoveImage has returned, a moment after the image is gone.
+    agent.eventually(
+        "swiftlet_image_garbage_collected_total >= 2",
+        Duration::from_secs(10),
+        || {
+            let (_, metrics) = agent.get("/metrics");
+            let removed: f64 = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("swiftlet_image_garbage_collected_total "))
+                .and_then(|v| v.trim().parse().ok())
+                .ok_or_else(|| format!("no image_garbage_collected_total in {metrics}"))?;
+            (removed >= 2.0)
+                .then_some(())
+                .ok_or_else(|| format!("{removed}"))
+        },
+    );
     assert!(
         agent.log().contains("image removed by garbage collection"),
         "nothing in the log"
