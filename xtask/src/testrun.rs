@@ -127,10 +127,7 @@ pub fn in_vm(totals: &mut Totals) -> anyhow::Result<i32> {
             .status()
             .context("running cargo build")?;
         anyhow::ensure!(status.success(), "cargo build failed ({status})");
-        VM_TESTS
-            .iter()
-            .map(|t| test_executable(t))
-            .collect::<anyhow::Result<Vec<_>>>()
+        test_executables(VM_TESTS)
     })?;
     let img = crate::vm::image()?;
     let mut command = String::from("rc=0\n");
@@ -166,27 +163,43 @@ pub fn in_vm(totals: &mut Totals) -> anyhow::Result<i32> {
     Ok(rc)
 }
 
-/// The executable of integration test `name` of the tests crate, built by cargo.
-fn test_executable(name: &str) -> anyhow::Result<std::path::PathBuf> {
+/// The executables of integration tests `names` of the tests crate, built by one cargo call.
+fn test_executables(names: &[&str]) -> anyhow::Result<Vec<std::path::PathBuf>> {
     use anyhow::Context;
-    let out = Command::new(crate::cargo_bin())
-        .current_dir(crate::workspace_root())
-        .args(["test", "-p", "swiftlet-tests", "--test", name, "--no-run"])
-        .arg("--message-format=json")
+    let mut cmd = Command::new(crate::cargo_bin());
+    cmd.current_dir(crate::workspace_root()).args([
+        "test",
+        "-p",
+        "swiftlet-tests",
+        "--no-run",
+        "--message-format=json",
+    ]);
+    for name in names {
+        cmd.args(["--test", name]);
+    }
+    let out = cmd
         .stdin(Stdio::null())
         .output()
         .context("running cargo test --no-run")?;
     anyhow::ensure!(
         out.status.success(),
-        "cargo test --no-run --test {name} failed ({})",
+        "cargo test --no-run {names:?} failed ({})",
         out.status
     );
-    String::from_utf8_lossy(&out.stdout)
+    let messages: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
-        .find_map(|m| m["executable"].as_str().map(std::path::PathBuf::from))
-        .with_context(|| format!("cargo named no executable for test {name}"))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    names
+        .iter()
+        .map(|name| {
+            messages
+                .iter()
+                .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == *name)
+                .find_map(|m| m["executable"].as_str().map(std::path::PathBuf::from))
+                .with_context(|| format!("cargo named no executable for test {name}"))
+        })
+        .collect()
 }
 
 /// The agent without its `ebpf` feature (no nightly toolchain, no bpf-linker needed): it must

@@ -87,13 +87,10 @@ pub struct Image {
 
 /// The image key: changes whenever what goes into the image does.
 fn key() -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in [SUITE, &PACKAGES.join(","), JOB_RUNNER, JOB_UNIT] {
-        for b in part.bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    format!("{SUITE}-{h:016x}")
+    let inputs = [SUITE, &PACKAGES.join(","), JOB_RUNNER, JOB_UNIT].join("\0");
+    let digest = crate::images::sha256_digest(inputs.as_bytes());
+    let hex = digest.trim_start_matches("sha256:");
+    format!("{SUITE}-{}", &hex[..16])
 }
 
 fn image_at(dir: &Path) -> Image {
