@@ -59,12 +59,17 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     };
     tracing::info!(runtime = %version.runtime_name, version = %version.runtime_version, api = %version.runtime_api_version, "connected to the container runtime");
 
-    let cm = cm::ContainerManager::new(cm::Config {
+    let cm_config = cm::Config {
         cgroup_root: cfg.cgroup_root.clone(),
         cgroups_per_qos: cfg.cgroups_per_qos,
         mount: cm::CGROUP_MOUNT.into(),
         pod_pids_limit: cfg.pod_pids_limit,
-    });
+    };
+    let cm = if cfg.systemd_cgroups {
+        cm::ContainerManager::with_systemd(cm_config)?
+    } else {
+        cm::ContainerManager::new(cm_config)
+    };
     cm.start()?;
     // Node allocatable on kubepods: capacity less the reservations, or capacity when not
     // enforced (the kubelet writes both cases).

@@ -29,7 +29,7 @@ pub enum Error {
     ApiVersion { path: PathBuf, version: String },
     #[error("{what}: invalid duration {value:?} (use Go-style durations like 20s, 1m, 1m30s)")]
     Duration { what: &'static str, value: String },
-    #[error("--cgroup-driver {0:?} is not supported yet (only cgroupfs)")]
+    #[error("--cgroup-driver {0:?}: expected cgroupfs or systemd")]
     CgroupDriver(String),
     #[error("--ebpf {0:?}: expected auto, on or off")]
     Ebpf(String),
@@ -115,7 +115,9 @@ pub struct Flags {
     /// Create the kubepods/burstable/besteffort QoS cgroup hierarchy [default: true].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub cgroups_per_qos: Option<bool>,
-    /// Cgroup driver: cgroupfs (systemd is not supported yet) [default: cgroupfs].
+    /// Cgroup driver: cgroupfs (swiftlet writes the cgroup file system) or systemd (pod cgroups
+    /// are slices created through systemd; the runtime must use systemd cgroups too)
+    /// [default: cgroupfs].
     #[arg(long, value_name = "DRIVER")]
     pub cgroup_driver: Option<String>,
     /// Maximum number of processes in each pod (`pids.max` of the pod cgroup); -1 or 0: no
@@ -497,6 +499,8 @@ pub struct AgentConfig {
     pub node_name: String,
     pub cgroup_root: String,
     pub cgroups_per_qos: bool,
+    /// `--cgroup-driver systemd` / `cgroupDriver: systemd`: pod cgroups are systemd slices.
+    pub systemd_cgroups: bool,
     /// `--pod-max-pids` / `podPidsLimit`: pids.max of each pod cgroup when > 0.
     pub pod_pids_limit: i64,
     pub healthz_bind_address: IpAddr,
@@ -676,9 +680,11 @@ impl Flags {
             .cgroup_driver
             .or(file.cgroup_driver)
             .unwrap_or_else(|| "cgroupfs".to_owned());
-        if driver != "cgroupfs" {
-            return Err(Error::CgroupDriver(driver));
-        }
+        let systemd_cgroups = match driver.as_str() {
+            "cgroupfs" => false,
+            "systemd" => true,
+            _ => return Err(Error::CgroupDriver(driver)),
+        };
         let node_name = match self.hostname_override {
             Some(n) => n,
             None => hostname()?,
@@ -1042,6 +1048,7 @@ impl Flags {
             webhook,
         });
         Ok(AgentConfig {
+            systemd_cgroups,
             node,
             enforce_node_allocatable,
             eviction,
@@ -1426,15 +1433,20 @@ mod tests {
     }
 
     #[test]
-    fn rejects_systemd_driver_and_wrong_kind() {
-        let flags = Flags::parse_from([
-            "swiftlet",
-            "--cgroup-driver",
-            "systemd",
-            "--hostname-override",
-            "n",
-        ]);
-        assert!(matches!(flags.resolve(), Err(Error::CgroupDriver(_))));
+    fn takes_both_cgroup_drivers_and_rejects_others_and_a_wrong_kind() {
+        let driver = |name: &str| {
+            Flags::parse_from([
+                "swiftlet",
+                "--cgroup-driver",
+                name,
+                "--hostname-override",
+                "n",
+            ])
+            .resolve()
+        };
+        assert!(driver("systemd").unwrap().systemd_cgroups);
+        assert!(!driver("cgroupfs").unwrap().systemd_cgroups);
+        assert!(matches!(driver("cgroupv3"), Err(Error::CgroupDriver(_))));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.yaml");
         std::fs::write(&path, "kind: Pod\n").unwrap();

@@ -423,12 +423,12 @@ impl Provider {
         }
         Reads {
             pod,
-            // A container's cgroup is its ID under the pod's (where the runtime places it); its
+            // A container's cgroup is named by its ID under the pod's (the driver's spelling); its
             // process count is not reported.
             containers: plan
                 .containers
                 .iter()
-                .map(|(_, c)| dirs.usage(Some(&c.id), false))
+                .map(|(_, c)| dirs.usage(Some(&self.cm.container_cgroup(&c.id)), false))
                 .collect(),
             network: plan
                 .pid

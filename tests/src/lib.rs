@@ -166,7 +166,18 @@ impl Runtime {
         bridge: &str,
         pod_subnet: &str,
     ) -> std::result::Result<PrivateRuntime, String> {
-        let layout = xtask::runtime::Layout::under(dir, bridge, pod_subnet);
+        Self::private_layout(xtask::runtime::Layout::under(dir, bridge, pod_subnet))
+    }
+
+    /// [`Self::private`] with a layout of the caller's (one made by
+    /// [`xtask::runtime::Layout::under`], changed).
+    ///
+    /// # Errors
+    /// As [`Self::private`].
+    pub fn private_layout(
+        layout: xtask::runtime::Layout,
+    ) -> std::result::Result<PrivateRuntime, String> {
+        let dir = layout.root.parent().unwrap_or(&layout.root).to_owned();
         xtask::runtime::up(&layout)
             .map_err(|e| format!("starting the containerd under {}: {e}", dir.display()))?;
         let guard = PrivateRuntime(Runtime {
@@ -1350,6 +1361,13 @@ pub fn remove_bench_pods(agent: &Agent, pods: usize) {
 /// Whether a container's status says Running.
 pub fn is_running(c: &ContainerStatus) -> bool {
     c.state.as_ref().is_some_and(|s| s.running.is_some())
+}
+
+/// Whether systemd is this machine's init (the VM's guest; not this build machine, whose PID 1 is
+/// its VM's own agent).
+pub fn systemd_is_init() -> bool {
+    Path::new("/run/systemd/system").is_dir()
+        && std::fs::read_to_string("/proc/1/comm").is_ok_and(|c| c.trim() == "systemd")
 }
 
 /// The UIDs of every `pod<uid>` cgroup directory below `<hierarchy>/<cgroup_root>`, in any cgroup

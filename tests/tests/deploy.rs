@@ -39,13 +39,6 @@ fn the_systemd_unit_verifies_cleanly() {
     );
 }
 
-/// Whether systemd is this machine's init (the VM's guest; not this build machine, whose PID 1 is
-/// its VM's own agent).
-fn systemd_is_init() -> bool {
-    Path::new("/run/systemd/system").is_dir()
-        && std::fs::read_to_string("/proc/1/comm").is_ok_and(|c| c.trim() == "systemd")
-}
-
 fn systemctl(args: &[&str]) -> std::process::Output {
     std::process::Command::new("systemctl")
         .args(args)
@@ -80,7 +73,7 @@ fn journal() -> String {
 /// (the same container, no new sandbox).
 #[test]
 fn installed_as_a_systemd_service_it_runs_stops_and_adopts_its_pods() {
-    if !systemd_is_init() {
+    if !swiftlet_tests::systemd_is_init() {
         eprintln!("skipping: systemd is not PID 1 here (this test runs in `cargo xtask vm test`)");
         return;
     }

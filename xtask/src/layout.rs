@@ -47,6 +47,9 @@ pub struct Layout {
     /// cgroup roots); `None`: it removes no cgroup (a layout beside the default one, whose
     /// cgroups belong to others).
     pub cgroup_prefix: Option<String>,
+    /// runc places containers through systemd (`SystemdCgroup = true`): the runtime's half of
+    /// the agent's `--cgroup-driver systemd`, which only works where systemd is the init.
+    pub systemd_cgroup: bool,
 }
 
 impl Default for Layout {
@@ -70,6 +73,7 @@ impl Default for Layout {
             bridge: BRIDGE_NAME.to_owned(),
             pod_subnet: POD_SUBNET.to_owned(),
             cgroup_prefix: Some(CGROUP_PREFIX.to_owned()),
+            systemd_cgroup: false,
         }
     }
 }
@@ -98,6 +102,7 @@ impl Layout {
             bridge: bridge.to_owned(),
             pod_subnet: pod_subnet.to_owned(),
             cgroup_prefix: None,
+            systemd_cgroup: false,
         }
     }
 }

@@ -119,11 +119,11 @@ oom_score = 0
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
+        SystemdCgroup = {systemd}
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{alt}]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{alt}.options]
-        SystemdCgroup = false
+        SystemdCgroup = {systemd}
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "{registry_hosts}"
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -140,6 +140,7 @@ oom_score = 0
             cni_conf = self.cni_conf_dir.display(),
             alt = ALT_RUNTIME_HANDLER,
             registry_hosts = self.registry_hosts_dir.display(),
+            systemd = self.systemd_cgroup,
         )
     }
 

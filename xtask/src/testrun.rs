@@ -108,15 +108,20 @@ pub fn run(extra_args: &[String]) -> Result<i32, Error> {
 /// The integration tests run again in the VM: those that read and write cgroup files, on the
 /// unified v2 hierarchy (this machine's own is hybrid and cannot be switched: docs/machine.md),
 /// and the installation as a service, which needs systemd as PID 1.
-pub const VM_TESTS: &[&str] = &["cgroups", "deploy"];
+pub const VM_TESTS: &[&str] = &["cgroups", "deploy", "systemd_driver"];
+/// Those of [`VM_TESTS`] run a second time on a guest booted with the v1 hierarchies: the
+/// systemd cgroup driver, whose unit properties differ per layout (the cgroupfs driver's v1
+/// layout is this machine's own, tested on the host).
+pub const VM_V1_TESTS: &[&str] = &["systemd_driver"];
 /// Set to `0` to leave the VM out of `cargo xtask test`.
 pub const VM_ENV: &str = "SWIFTLET_VM_TESTS";
 
 /// Builds what the guest runs (it has no cargo), boots the VM with cgroup v2 and runs
-/// [`VM_TESTS`] there; their `test result:` lines join `totals`. Returns the job's exit code.
+/// [`VM_TESTS`] there, then with v1 for [`VM_V1_TESTS`]; their `test result:` lines join
+/// `totals`. Returns the first failed job's exit code, or 0.
 pub fn in_vm(totals: &mut Totals) -> anyhow::Result<i32> {
     use anyhow::Context;
-    let mut progress = Progress::new(2);
+    let mut progress = Progress::new(3);
     let exes = progress.step("build the agent and the VM's test binaries", || {
         let status = Command::new(crate::cargo_bin())
             .current_dir(crate::workspace_root())
@@ -130,35 +135,45 @@ pub fn in_vm(totals: &mut Totals) -> anyhow::Result<i32> {
         test_executables(VM_TESTS)
     })?;
     let img = crate::vm::image()?;
-    let mut command = String::from("rc=0\n");
-    for exe in &exes {
-        command.push_str(&format!("{} 2>&1 || rc=1\n", exe.to_string_lossy()));
-    }
-    command.push_str("exit $rc");
-    let target = crate::target_dir();
-    let job = crate::vm::Job {
-        command,
-        cwd: crate::workspace_root(),
-        shares: vec![target.clone()],
-        env: vec![
-            (crate::agent::PREBUILT_ENV.to_owned(), "1".to_owned()),
-            (
-                "CARGO_TARGET_DIR".to_owned(),
-                target.to_string_lossy().into(),
-            ),
-            (REQUIRE_RUNTIME_ENV.to_owned(), "1".to_owned()),
-        ],
-        cgroups: crate::vm::Cgroups::V2,
-        kvm: false,
-        timeout: std::time::Duration::from_secs(40 * 60),
-        memory_mib: 4096,
-        cpus: 2,
-    };
-    let (rc, out) = progress.step("the VM's tests (cgroup v2, systemd)", || {
-        crate::vm::run(&img, &job)
-    })?;
-    for line in out.lines() {
-        totals.add_line(line);
+    let mut rc = 0;
+    for (cgroups, layout, names) in [
+        (crate::vm::Cgroups::V2, "cgroup v2", VM_TESTS),
+        (crate::vm::Cgroups::V1, "cgroup v1", VM_V1_TESTS),
+    ] {
+        let mut command = String::from("rc=0\n");
+        for (exe, _) in exes.iter().zip(VM_TESTS).filter(|(_, n)| names.contains(n)) {
+            command.push_str(&format!("{} 2>&1 || rc=1\n", exe.to_string_lossy()));
+        }
+        command.push_str("exit $rc");
+        let target = crate::target_dir();
+        let job = crate::vm::Job {
+            command,
+            cwd: crate::workspace_root(),
+            shares: vec![target.clone()],
+            env: vec![
+                (crate::agent::PREBUILT_ENV.to_owned(), "1".to_owned()),
+                (
+                    "CARGO_TARGET_DIR".to_owned(),
+                    target.to_string_lossy().into(),
+                ),
+                (REQUIRE_RUNTIME_ENV.to_owned(), "1".to_owned()),
+            ],
+            cgroups,
+            kvm: false,
+            timeout: std::time::Duration::from_secs(40 * 60),
+            memory_mib: 4096,
+            cpus: 2,
+        };
+        let (code, out) = progress.step(
+            &format!("the VM's tests ({layout}, systemd): {names:?}"),
+            || crate::vm::run(&img, &job),
+        )?;
+        for line in out.lines() {
+            totals.add_line(line);
+        }
+        if code != 0 && rc == 0 {
+            rc = code;
+        }
     }
     Ok(rc)
 }

@@ -47,6 +47,46 @@ pub trait Driver: std::fmt::Debug + Send + Sync {
     fn before_create(&self, _dir: &Path) -> Result<()> {
         Ok(())
     }
+    /// What the runtime gets as the cgroup parent of a pod whose cgroup is `name`.
+    fn runtime_parent(&self, name: &str) -> Result<String> {
+        Ok(name.to_owned())
+    }
+    /// The cgroup the runtime makes for container `id` below its pod's (a path component).
+    fn container_child<'a>(&self, id: &'a str) -> std::borrow::Cow<'a, str> {
+        std::borrow::Cow::Borrowed(id)
+    }
+    /// Whether a manager owns the cgroups (systemd): then creating, configuring and removing
+    /// one is a call to it that may take milliseconds, not a file write.
+    fn managed(&self) -> bool {
+        false
+    }
+    /// Creates cgroup `name` through the manager that owns the cgroups, if there is one
+    /// (systemd): `Some(fresh)`, fresh when its files hold the kernel's defaults. `None`: the
+    /// caller creates the directories.
+    fn create_managed(&self, _name: &str) -> Result<Option<bool>> {
+        Ok(None)
+    }
+    /// Tells the manager that owns the cgroups the settings about to be written to `name`'s
+    /// files, so that it keeps them. Nothing to do on cgroupfs.
+    fn declare(&self, _name: &str, _settings: &Settings) -> Result<()> {
+        Ok(())
+    }
+    /// Removes cgroup `name` through the manager that owns the cgroups, if there is one;
+    /// whatever is left the caller removes from the file system.
+    fn remove_managed(&self, _name: &str) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Settings of one cgroup, each `None` when not being set: cpu shares (v1 units), cpu quota
+/// (`None` quota: unlimited) with its period in microseconds, memory and pids limits (`None`
+/// limit: unlimited).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    pub cpu_shares: Option<u64>,
+    pub cpu_quota: Option<(Option<u64>, u64)>,
+    pub memory_limit: Option<Option<u64>>,
+    pub pids_limit: Option<Option<u64>>,
 }
 
 /// The controllers a pod cgroup cannot do without: on v2 each must be offered by the parent.

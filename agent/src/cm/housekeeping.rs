@@ -4,7 +4,7 @@
 use super::*;
 
 impl ContainerManager {
-    /// The UIDs of the `pod<uid>` cgroups under this agent's cgroup root, in any hierarchy (the
+    /// The UIDs of the pod cgroups (`pod<uid>`, or the systemd driver's slices) under this agent's cgroup root, in any hierarchy (the
     /// runtime's own ones included), with their QoS class.
     pub fn list_pod_cgroups(&self) -> Vec<(String, QosClass)> {
         let mut out: Vec<(String, QosClass)> = Vec::new();
@@ -30,15 +30,13 @@ impl ContainerManager {
                 };
                 for e in entries.flatten() {
                     let name = e.file_name();
-                    let Some(uid) = name.to_str().and_then(|n| n.strip_prefix("pod")) else {
+                    let Some(uid) = name.to_str().and_then(crate::pod::cgroup_name::pod_uid_of)
+                    else {
                         continue;
                     };
-                    if !uid.is_empty()
-                        && !seen.contains(uid)
-                        && e.file_type().is_ok_and(|t| t.is_dir())
-                    {
-                        seen.insert(uid.to_owned());
-                        out.push((uid.to_owned(), qos));
+                    if !seen.contains(uid.as_ref()) && e.file_type().is_ok_and(|t| t.is_dir()) {
+                        seen.insert(uid.to_string());
+                        out.push((uid.into_owned(), qos));
                     }
                 }
             }

@@ -6,17 +6,20 @@
 //!   pod cgroups (only values that differ are written);
 //! - [`resources`]: the numbers (shares, quota, memory limit) from requests and limits;
 //! - [`driver`]: where the files are and how values are spelled, per hierarchy (v1, v2);
+//! - `systemd`: the systemd driver, slices created and configured over systemd's D-Bus API
+//!   with the files underneath written as on cgroupfs;
 //! - `housekeeping`: orphaned pod cgroups found and removed;
 //! - `machine`: the machine's addresses, CPUs and root filesystem size.
 mod driver;
 mod housekeeping;
 mod machine;
 mod resources;
+mod systemd;
 #[cfg(test)]
 mod tests;
 mod usage;
 
-pub use driver::{Controller, Driver, Hierarchy, shares_to_weight};
+pub use driver::{Controller, Driver, Hierarchy, Settings, shares_to_weight};
 pub use machine::{
     FsSpace, filesystem_bytes, filesystem_space, filesystem_stats, hostname, machine_cpus, node_ip,
     node_ips,
@@ -63,6 +66,12 @@ pub enum Error {
     Interrupted(String),
     #[error("cgroup name {0:?} would leave its parent directory")]
     UnsafeName(String),
+    #[error("{op} {unit}: {message}")]
+    Systemd {
+        op: &'static str,
+        unit: String,
+        message: String,
+    },
     #[error("pod resources: {0}")]
     Resources(#[from] crate::pod::resources::Error),
 }
@@ -136,6 +145,7 @@ pub struct ContainerManager {
 }
 
 impl ContainerManager {
+    /// The cgroupfs driver: swiftlet creates and writes the cgroups itself.
     pub fn new(cfg: Config) -> Self {
         let driver = driver::detect(&cfg.mount);
         Self {
@@ -143,6 +153,28 @@ impl ContainerManager {
             driver,
             shared: Arc::default(),
         }
+    }
+
+    /// The systemd driver: each cgroup a slice created and configured through systemd. Fails
+    /// where systemd cannot be reached on the system bus.
+    pub fn with_systemd(cfg: Config) -> Result<Self> {
+        let driver = Arc::new(systemd::Systemd::connect(driver::detect(&cfg.mount))?);
+        Ok(Self {
+            cfg,
+            driver,
+            shared: Arc::default(),
+        })
+    }
+
+    /// What the runtime gets as the cgroup parent of the pod whose cgroup is `name` (the
+    /// name itself on cgroupfs, the slice unit with systemd).
+    pub fn runtime_cgroup_parent(&self, name: &str) -> Result<String> {
+        self.driver.runtime_parent(name)
+    }
+
+    /// The child cgroup the runtime makes for container `id` below its pod's.
+    pub fn container_cgroup<'a>(&self, id: &'a str) -> std::borrow::Cow<'a, str> {
+        self.driver.container_child(id)
     }
 
     pub fn hierarchy(&self) -> Hierarchy {
@@ -187,7 +219,11 @@ impl ContainerManager {
         if uid.is_empty() || uid.contains(['/', '.']) {
             return Err(Error::UnsafeName(uid.to_owned()));
         }
-        Ok(format!("{}/pod{uid}", self.qos_cgroup_name(qos)))
+        let name = format!("{}/pod{uid}", self.qos_cgroup_name(qos));
+        // A name the driver cannot place (systemd: no slice name) fails here, before the pod
+        // gets anywhere.
+        self.driver.runtime_parent(&name)?;
+        Ok(name)
     }
 
     /// Directories of one cgroup name in the hierarchies swiftlet creates it in.
@@ -236,6 +272,11 @@ impl ContainerManager {
         let dir = self.driver.dir(Controller::Memory, &name)?;
         let limit = saturating_i64(memory_bytes);
         if self.memory_limit_at(&dir) != Some(limit) {
+            let declared = Settings {
+                memory_limit: Some(Some(memory_bytes)),
+                ..Settings::default()
+            };
+            self.driver.declare(&name, &declared)?;
             MemController::new(dir.clone(), PathBuf::new(), self.v2())
                 .set_limit(limit)
                 .map_err(cg_err("writing memory limit of", &dir))?;
@@ -277,6 +318,10 @@ impl ContainerManager {
     /// Creates a cgroup in every hierarchy swiftlet configures, when missing. True when every
     /// directory is new (its files hold the kernel's defaults).
     fn create(&self, name: &str) -> Result<bool> {
+        if let Some(fresh) = self.driver.create_managed(name)? {
+            self.wrote();
+            return Ok(fresh);
+        }
         let mut fresh = true;
         for dir in self.dirs(name)? {
             self.driver.before_create(&dir)?;
@@ -320,6 +365,19 @@ impl ContainerManager {
         Ok(name)
     }
 
+    /// [`Self::ensure_pod_cgroup`] for async callers: with a driver whose calls go to a manager
+    /// (systemd over D-Bus, with waits) on one of tokio's blocking threads, so that the async
+    /// threads are not held meanwhile; on cgroupfs in place (a few file reads and writes).
+    pub async fn ensure_pod_cgroup_async(&self, pod: &Pod, uid: &str) -> Result<String> {
+        if !self.driver.managed() {
+            return self.ensure_pod_cgroup(pod, uid);
+        }
+        let (cm, pod, uid) = (self.clone(), pod.clone(), uid.to_owned());
+        tokio::task::spawn_blocking(move || cm.ensure_pod_cgroup(&pod, &uid))
+            .await
+            .unwrap_or_else(|e| Err(Error::Interrupted(e.to_string())))
+    }
+
     /// [`Self::destroy_pod_cgroups`] on one of tokio's blocking threads: it may wait for
     /// leftovers to die, and must not hold up the async threads meanwhile.
     pub async fn destroy_pod_cgroups_async(&self, uid: &str) -> Result<()> {
@@ -331,11 +389,12 @@ impl ContainerManager {
 
     /// Writes the cpu shares of a cgroup (as cgroup v2 weight there) when they differ.
     fn set_shares(&self, name: &str, shares: u64) -> Result<()> {
-        self.set_shares_to(name, shares, false)
+        self.set_shares_to(name, shares, false, true)
     }
 
-    /// [`Self::set_shares`]; `fresh`: the cgroup was just created, its files hold the defaults.
-    fn set_shares_to(&self, name: &str, shares: u64, fresh: bool) -> Result<()> {
+    /// [`Self::set_shares`]; `fresh`: the cgroup was just created, its files hold the defaults;
+    /// `declare`: tell the driver's manager (the caller has not told it already).
+    fn set_shares_to(&self, name: &str, shares: u64, fresh: bool, declare: bool) -> Result<()> {
         let v2 = self.v2();
         let dir = self.driver.dir(Controller::Cpu, name)?;
         let cpu = CpuController::new(dir.clone(), PathBuf::new(), v2);
@@ -346,6 +405,13 @@ impl ContainerManager {
             cpu.shares().ok()
         };
         if current != Some(want) {
+            let declared = Settings {
+                cpu_shares: Some(shares),
+                ..Settings::default()
+            };
+            if declare {
+                self.driver.declare(name, &declared)?;
+            }
             cpu.set_shares(want)
                 .map_err(cg_err("writing cpu shares of", &dir))?;
             self.wrote();
@@ -368,10 +434,25 @@ impl ContainerManager {
     fn apply_to(&self, name: &str, rc: &ResourceConfig, fresh: bool) -> Result<()> {
         let v2 = self.v2();
         let read = |default, f: &dyn Fn() -> Option<i64>| if fresh { Some(default) } else { f() };
-        self.set_shares_to(name, rc.cpu_shares, fresh)?;
+        let period = rc.cpu_period.unwrap_or(QUOTA_PERIOD_US);
+        // The whole config, whatever the files hold: what systemd does not know it would put
+        // back to its own values when it re-applies the unit.
+        self.driver.declare(
+            name,
+            &Settings {
+                cpu_shares: Some(rc.cpu_shares),
+                cpu_quota: Some((rc.cpu_quota, period)),
+                memory_limit: Some(rc.memory_limit),
+                pids_limit: Some(
+                    u64::try_from(self.cfg.pod_pids_limit)
+                        .ok()
+                        .filter(|&n| n > 0),
+                ),
+            },
+        )?;
+        self.set_shares_to(name, rc.cpu_shares, fresh, false)?;
         let dir = self.driver.dir(Controller::Cpu, name)?;
         let cpu = CpuController::new(dir.clone(), PathBuf::new(), v2);
-        let period = rc.cpu_period.unwrap_or(QUOTA_PERIOD_US);
         let current = read(QUOTA_PERIOD_US as i64, &|| {
             cpu.cfs_period().ok().map(|p| p as i64)
         });
@@ -465,6 +546,9 @@ impl ContainerManager {
     /// A missing cgroup is not an error.
     pub fn destroy_pod_cgroup(&self, name: &str) -> Result<()> {
         self.state().applied.remove(name);
+        if self.driver.dir(Controller::Cpu, name)?.exists() {
+            self.driver.remove_managed(name)?;
+        }
         for dir in self.all_hierarchy_dirs(name)? {
             if !dir.exists() {
                 continue;

@@ -12,6 +12,7 @@
 //! the loss counted. Reports go on a bounded channel; a full channel drops the report and counts
 //! it. Nothing is dropped silently: `swiftlet_ebpf_exits_dropped_total{reason}` counts both, and
 //! the periodic relist still finds every exit.
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use tokio::sync::mpsc;
@@ -44,15 +45,17 @@ pub fn is_runtime_helper(comm: &str) -> bool {
 }
 
 /// `(pod uid, child)` when `path` names a pod cgroup `.../pod<uid>` (child `None`) or a cgroup
-/// right below one (`.../pod<uid>/<child>`).
-pub fn pod_of_path(path: &str) -> Option<(&str, Option<&str>)> {
+/// right below one (`.../pod<uid>/<child>`), in either driver's spelling
+/// ([`crate::pod::cgroup_name`]): a systemd container scope is named by its container ID.
+pub fn pod_of_path(path: &str) -> Option<(Cow<'_, str>, Option<&str>)> {
+    use crate::pod::cgroup_name::{container_id_of, pod_uid_of};
     let mut parts = path.rsplit('/').filter(|p| !p.is_empty());
     let last = parts.next()?;
-    if let Some(uid) = last.strip_prefix("pod") {
+    if let Some(uid) = pod_uid_of(last) {
         return Some((uid, None));
     }
     let parent = parts.next()?;
-    parent.strip_prefix("pod").map(|uid| (uid, Some(last)))
+    pod_uid_of(parent).map(|uid| (uid, Some(container_id_of(last))))
 }
 
 /// A container's main process: its tgid and, once it exited, (exit code, CLOCK_MONOTONIC ns).
@@ -126,7 +129,7 @@ impl Exits {
                     return;
                 };
                 match e.kind {
-                    CgroupEventKind::Mkdir => self.follow(e.cgroup_id, uid, child, e.ktime_ns),
+                    CgroupEventKind::Mkdir => self.follow(e.cgroup_id, &uid, child, e.ktime_ns),
                     CgroupEventKind::Rmdir => {
                         let Some(c) = self.containers.remove(&e.cgroup_id) else {
                             return;
@@ -266,12 +269,24 @@ mod tests {
 
     #[test]
     fn pod_paths() {
-        assert_eq!(pod_of_path("/kubepods/podu1"), Some(("u1", None)));
+        let read = |path| pod_of_path(path).map(|(uid, child)| (uid.into_owned(), child));
+        assert_eq!(read("/kubepods/podu1"), Some(("u1".into(), None)));
         assert_eq!(
-            pod_of_path("/kubepods/burstable/podu1/c1"),
-            Some(("u1", Some("c1")))
+            read("/kubepods/burstable/podu1/c1"),
+            Some(("u1".into(), Some("c1")))
         );
-        assert_eq!(pod_of_path("/kubepods/burstable"), None);
+        assert_eq!(read("/kubepods/burstable"), None);
+        assert_eq!(read("/"), None);
+        // The systemd driver's slices and containerd's scopes.
+        assert_eq!(
+            read("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podu_1.slice"),
+            Some(("u-1".into(), None))
+        );
+        assert_eq!(
+            read("/kubepods.slice/kubepods-podu_1.slice/cri-containerd-c1.scope"),
+            Some(("u-1".into(), Some("c1")))
+        );
+        assert_eq!(read("/kubepods.slice/kubepods-besteffort.slice"), None);
         assert!(is_runtime_helper("runc:[2:INIT]") && is_runtime_helper("crun"));
         assert!(!is_runtime_helper("runcible") && !is_runtime_helper("sh"));
     }

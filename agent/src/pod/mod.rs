@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 pub mod admission;
 pub mod annotations;
 pub mod api_references;
+pub mod cgroup_name;
 pub mod deadline;
 pub mod downward;
 pub mod labels;

@@ -132,7 +132,8 @@ impl Manager {
             applied.push((id, label));
         }
         self.cm
-            .ensure_pod_cgroup(pod, uid)
+            .ensure_pod_cgroup_async(pod, uid)
+            .await
             .map_err(|e| format!("updating the pod cgroup: {e}"))?;
         Ok(applied)
     }

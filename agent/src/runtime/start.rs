@@ -389,7 +389,11 @@ impl Manager {
             labels,
             annotations,
             linux: Some(api::LinuxPodSandboxConfig {
-                cgroup_parent: cgroup_parent.to_owned(),
+                // Validated with the name: the pod's cgroup is the driver's.
+                cgroup_parent: self
+                    .cm
+                    .runtime_cgroup_parent(cgroup_parent)
+                    .unwrap_or_else(|_| cgroup_parent.to_owned()),
                 security_context: Some(security_context),
                 sysctls,
                 ..Default::default()

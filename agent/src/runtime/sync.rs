@@ -171,7 +171,8 @@ impl Manager {
         outcome.volumes_set_up = Some(Instant::now());
         let cgroup = self
             .cm
-            .ensure_pod_cgroup(pod, uid)
+            .ensure_pod_cgroup_async(pod, uid)
+            .await
             .map_err(|source| Error::Cgroup {
                 pod: name.clone(),
                 source,
