@@ -6,7 +6,8 @@
 //! the kubelet's numbers as unit properties and in the files; the QoS level slices carry their
 //! shares; the pod's containers are scopes inside its slice (the runtime got the slice as the
 //! cgroup parent); a `systemctl daemon-reload` (systemd re-applying its units) leaves the values
-//! alone; a deleted pod's slice is stopped and gone.
+//! alone; an agent killed and started again adopts its pod and its slice, and removes the slice
+//! of a pod deleted meanwhile; a deleted pod's slice is stopped and gone.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,6 +26,12 @@ fn show(unit: &str, property: &str) -> String {
         .output()
         .expect("run systemctl");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Whether systemd has the unit stopped: unloaded, or (a slice name systemd can always load
+/// again, without a unit file) loaded by the question itself and inactive.
+fn stopped(unit: &str) -> bool {
+    show(unit, "LoadState") == "not-found" || show(unit, "ActiveState") == "inactive"
 }
 
 fn unified() -> bool {
@@ -80,7 +87,7 @@ fn pod_cgroups_are_systemd_slices_with_the_kubelets_numbers() {
     let rt = Runtime::private_layout(layout).unwrap_or_else(|e| panic!("{e}"));
     let mut opts = AgentOptions::new("sd");
     opts.extra_args = vec!["--cgroup-driver".into(), "systemd".into()];
-    let agent = Agent::start(&rt, opts);
+    let mut agent = Agent::start(&rt, opts);
     let root = agent.cgroup_root().to_owned();
     let _stop = StopSlice(slice_unit(&root).expect("a slice name"));
 
@@ -177,10 +184,48 @@ fn pod_cgroups_are_systemd_slices_with_the_kubelets_numbers() {
     assert!(reload.success());
     files("after a daemon-reload");
 
+    // The agent killed; meanwhile a second pod's manifest goes. The restarted agent adopts the
+    // first pod (same container, slice untouched) and removes the second's slice as an orphan.
+    let best_effort = swiftlet_tests::busybox_pod_manifest(
+        "name: sd-orphan, namespace: default, uid: sd-orphan-1",
+        "",
+        "sleep 3600",
+        "",
+    );
+    let orphan = format!("sd-orphan-{}", agent.node_name());
+    agent.write_manifest("orphan.yaml", &best_effort);
+    agent.wait_for(|pods| pods.is_running(&orphan), TIMEOUT);
+    let orphan_path = format!("{root}/kubepods/besteffort/podsd-orphan-1");
+    let orphan_unit = slice_unit(&orphan_path).expect("a slice name");
+    assert_eq!(show(&orphan_unit, "ActiveState"), "active", "{orphan_unit}");
+    let container_id = |pods: &swiftlet_tests::PodList| {
+        pods.container(&pod, "main")
+            .and_then(|c| c.container_id.clone())
+    };
+    let before = container_id(&agent.pods()).expect("the container's ID");
+    agent.kill();
+    agent.remove_manifest("orphan.yaml");
+    agent.restart_after_sigkill();
+    let pods = agent.wait_for(
+        |pods| pods.is_running(&pod) && pods.get(&orphan).is_none(),
+        TIMEOUT,
+    );
+    assert_eq!(
+        container_id(&pods),
+        Some(before),
+        "the container was restarted"
+    );
+    wait_until("the orphan's slice to go", || {
+        stopped(&orphan_unit)
+            && !cgroup_dir("memory", &slice_dir(&orphan_path).expect("a dir")).exists()
+    });
+    assert_eq!(show(&unit, "ActiveState"), "active", "{unit}");
+    files("after the agent's restart");
+
     // Deleted: the slice is stopped and its directory gone.
     agent.remove_manifest("burstable.yaml");
     agent.wait_for(|pods| pods.get(&pod).is_none(), TIMEOUT);
     wait_until("the pod's slice to go", || {
-        show(&unit, "LoadState") == "not-found" && !cgroup_dir("memory", &dir).exists()
+        stopped(&unit) && !cgroup_dir("memory", &dir).exists()
     });
 }

@@ -255,7 +255,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let mut totals = xtask::testrun::Totals::default();
                 let rc = xtask::testrun::in_vm(&mut totals)?;
                 println!(
-                    "summary (VM, cgroup v2): {} passed, {} failed, {} skipped",
+                    "summary (VM: cgroup v2, and v1 for the systemd driver): {} passed, {} failed, {} skipped",
                     totals.passed, totals.failed, totals.ignored
                 );
                 return Ok(ExitCode::from(u8::try_from(rc).unwrap_or(1)));
