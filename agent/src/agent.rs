@@ -65,7 +65,17 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         mount: cm::CGROUP_MOUNT.into(),
         pod_pids_limit: cfg.pod_pids_limit,
     };
-    let cm = if cfg.systemd_cgroups {
+    let reported = cri.systemd_cgroup_driver().await.unwrap_or_else(|error| {
+        tracing::warn!(%error, "asking the runtime for its cgroup driver");
+        None
+    });
+    let (systemd_cgroups, note) = cgroup_driver(cfg.systemd_cgroups, reported);
+    match note {
+        Some(note) if reported.is_some() => tracing::warn!("{note}"),
+        Some(note) => tracing::info!("{note}"),
+        None => tracing::info!(systemd = systemd_cgroups, "cgroup driver"),
+    }
+    let cm = if systemd_cgroups {
         cm::ContainerManager::with_systemd(cm_config)?
     } else {
         cm::ContainerManager::new(cm_config)
@@ -417,6 +427,34 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
 
 /// What a self-signed kubelet API certificate is made for: the node name, `localhost`, the
 /// node's IP and loopback.
+/// The cgroup driver to use (true: systemd) from the configured one and the one the runtime
+/// reports, with what to warn about. As the kubelet does, a runtime that reports its driver is
+/// followed (pod cgroups and the runtime's container cgroups must be made by the same driver);
+/// one that does not leaves the configured driver, which must then match the runtime's own.
+fn cgroup_driver(configured: bool, reported: Option<bool>) -> (bool, Option<String>) {
+    let name = |systemd: bool| if systemd { "systemd" } else { "cgroupfs" };
+    match reported {
+        Some(runtime) if runtime != configured => (
+            runtime,
+            Some(format!(
+                "the container runtime uses the {} cgroup driver: using it, not the configured {}",
+                name(runtime),
+                name(configured)
+            )),
+        ),
+        Some(runtime) => (runtime, None),
+        None => (
+            configured,
+            Some(format!(
+                "the container runtime does not report its cgroup driver (no CRI \
+                 RuntimeConfig): using the configured {}, which must be the runtime's too",
+                name(configured)
+            ))
+            .filter(|_| configured),
+        ),
+    }
+}
+
 fn serving_names(node: &str) -> Vec<String> {
     let mut names = vec![
         node.to_owned(),
@@ -497,6 +535,21 @@ async fn dispatch_kernel_events(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_runtimes_cgroup_driver_wins_and_a_silent_runtime_leaves_the_configured_one() {
+        assert_eq!(cgroup_driver(false, Some(false)), (false, None));
+        assert_eq!(cgroup_driver(true, Some(true)), (true, None));
+        let (driver, note) = cgroup_driver(false, Some(true));
+        assert!(driver);
+        assert!(note.unwrap().contains("uses the systemd cgroup driver"));
+        let (driver, note) = cgroup_driver(true, Some(false));
+        assert!(!driver && note.is_some());
+        // Silent (containerd 1.6): cgroupfs as before, quietly; systemd with a reminder.
+        assert_eq!(cgroup_driver(false, None), (false, None));
+        let (driver, note) = cgroup_driver(true, None);
+        assert!(driver && note.unwrap().contains("must be the runtime's too"));
+    }
 
     /// A runtime that is not there is waited for (not an error that ends the agent), and the
     /// wait ends when the agent is stopped.

@@ -325,6 +325,25 @@ impl Cri {
         .await
     }
 
+    /// The cgroup driver the runtime says it uses (`RuntimeConfig`): `Some(true)` systemd,
+    /// `Some(false)` cgroupfs, `None` when it does not say (containerd before 1.7 does not
+    /// implement the call). Asked once at start, outside the operation metrics: an
+    /// unimplemented call is an answer here, not a runtime error.
+    pub async fn systemd_cgroup_driver(&self) -> Result<Option<bool>> {
+        let mut c = self.runtime.clone();
+        let d = Deadline::request(self.timeout);
+        let call = Box::pin(c.runtime_config(request(cri::RuntimeConfigRequest::default(), d)));
+        match call_with_deadline("RuntimeConfig", d, call).await {
+            Ok(response) => Ok(response
+                .linux
+                .map(|l| l.cgroup_driver == cri::CgroupDriver::Systemd as i32)),
+            Err(Error::Call { status, .. }) if status.code() == tonic::Code::Unimplemented => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Runs a sandbox with the runtime handler `runtime_handler` (`""`: the runtime's default).
     pub async fn run_pod_sandbox(
         &self,
