@@ -221,8 +221,10 @@ impl ContainerManager {
         }
         let name = format!("{}/pod{uid}", self.qos_cgroup_name(qos));
         // A name the driver cannot place (systemd: no slice name) fails here, before the pod
-        // gets anywhere.
-        self.driver.runtime_parent(&name)?;
+        // gets anywhere. cgroupfs places every safe name: nothing to build for it.
+        if self.driver.managed() {
+            self.driver.runtime_parent(&name)?;
+        }
         Ok(name)
     }
 

@@ -133,6 +133,11 @@ impl Systemd {
     fn slice(&self, name: &str) -> Result<String> {
         cgroup_name::slice_unit(name).map_err(unsafe_name)
     }
+
+    /// Where systemd puts the slice of cgroup `name`, relative to each hierarchy's root.
+    fn slice_dir(name: &str) -> Result<String> {
+        cgroup_name::slice_dir(name).map_err(unsafe_name)
+    }
 }
 
 /// The unit properties that carry `settings` on `hierarchy`.
@@ -195,18 +200,15 @@ impl Driver for Systemd {
     }
 
     fn dir(&self, controller: Controller, name: &str) -> Result<PathBuf> {
-        let dir = cgroup_name::slice_dir(name).map_err(unsafe_name)?;
-        self.files.dir(controller, &dir)
+        self.files.dir(controller, &Self::slice_dir(name)?)
     }
 
     fn dirs(&self, name: &str) -> Result<Vec<PathBuf>> {
-        let dir = cgroup_name::slice_dir(name).map_err(unsafe_name)?;
-        self.files.dirs(&dir)
+        self.files.dirs(&Self::slice_dir(name)?)
     }
 
     fn all_dirs(&self, name: &str) -> Result<Vec<PathBuf>> {
-        let dir = cgroup_name::slice_dir(name).map_err(unsafe_name)?;
-        self.files.all_dirs(&dir)
+        self.files.all_dirs(&Self::slice_dir(name)?)
     }
 
     fn cpu_weight(&self, shares: u64) -> u64 {
@@ -222,8 +224,7 @@ impl Driver for Systemd {
     }
 
     fn cpu_usage_dir(&self, name: &str) -> Result<PathBuf> {
-        let dir = cgroup_name::slice_dir(name).map_err(unsafe_name)?;
-        self.files.cpu_usage_dir(&dir)
+        self.files.cpu_usage_dir(&Self::slice_dir(name)?)
     }
 
     fn managed(&self) -> bool {
