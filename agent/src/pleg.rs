@@ -339,7 +339,8 @@ impl Snapshots {
         events
     }
 
-    /// The read failed: keep the old snapshot, so the events come again, and read it next time.
+    /// The read failed (or was put off): keep the old snapshot, so the events come again, and
+    /// read it next time.
     fn read_failed(&mut self, uid: String) {
         self.reinspect.insert(uid);
     }
@@ -583,6 +584,14 @@ impl Relister {
         let mut reads = Vec::new();
         for step in self.snap.plan(new, |uid| status.knows(uid)) {
             match step {
+                Step::Read(uid, ..) if self.p.runtime.is_mutating(&uid) => {
+                    // Its worker is changing it: a read now could not be handed to the next
+                    // sync (the change makes it stale) and the busy worker cannot act on the
+                    // events. The snapshot stays, so the first relist after the change reads
+                    // the pod and sends them; a huge pod's start is then not read (all of its
+                    // containers' statuses) once a period all along.
+                    self.snap.read_failed(uid);
+                }
                 Step::Read(uid, entry, events) => {
                     let listed = listing.pods.remove(&uid);
                     reads.push((uid, entry, events, listed));

@@ -359,8 +359,8 @@ fn reads(body: &str, source: &str) -> f64 {
 /// followed by the sync's own read of the same state.
 #[test]
 fn the_worker_takes_the_pleg_read_instead_of_reading_again() {
-    // Relists every 100 ms: one almost surely falls inside the start, so its read of the new
-    // pod is rejected (the start still ran) while its events still sync the pod again.
+    // Relists every 100 ms: those inside the start leave the pod alone (it is being changed),
+    // the first after it reads the pod and its events sync the pod again.
     let args = ["--ebpf", "off", "--pleg-relist-period", "100ms"];
     let Some(agent) = start("pleg-handoff", &args) else {
         return;
@@ -402,8 +402,7 @@ fn the_worker_takes_the_pleg_read_instead_of_reading_again() {
         .sum();
     assert_eq!(calls, cri_reads, "every read is counted:\n{body}");
     // A new pod's first sync needs no read; without the handoff each PLEG read (with events)
-    // would be followed by a sync's read. A PLEG read that began while the first sync still
-    // ran is not handed over, but the one after it is.
+    // would be followed by a sync's read.
     assert!(
         reads(&body, "sync") < reads(&body, "pleg"),
         "syncs read what the PLEG had just read: {counts:?}"
@@ -456,4 +455,69 @@ fn the_fast_path_leaves_a_pod_being_killed_to_its_kill() {
         metric(&body, skipped) >= 1.0,
         "the container's exit during the kill was not relisted:\n{body}"
     );
+}
+
+/// A pod whose start is still running is not read by the PLEG: no read made then could be handed
+/// to its next sync, and its busy worker could not act on the events. The relist keeps its
+/// snapshot and reads the pod once the start has ended. (Before, a relist read a starting pod at
+/// every change of it: a pod of n containers had its n statuses read once a relist period all
+/// along its start, the agent's CPU per started container growing with the pod's size.)
+#[test]
+fn a_pod_being_started_is_read_by_the_pleg_only_after_its_start() {
+    let args = ["--ebpf", "off", "--pleg-relist-period", "100ms"];
+    let Some(agent) = start("pleg-busy", &args) else {
+        return;
+    };
+    // Ten containers, each held up by a postStart hook of 300 ms: the start's one sync takes
+    // at least 3 s, and the pod changes (another container running) every 300 ms meanwhile.
+    const CONTAINERS: usize = 10;
+    let mut containers = String::new();
+    for i in 0..CONTAINERS {
+        containers.push_str(&format!(
+            "  - name: c{i}\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    \
+             command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while true; do sleep 1; done\"]\n    \
+             lifecycle:\n      postStart:\n        exec:\n          command: [\"sleep\", \"0.3\"]\n"
+        ));
+    }
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: busy, namespace: default, uid: busy-{node}}}\n\
+         spec:\n  terminationGracePeriodSeconds: 5\n  hostNetwork: true\n  containers:\n{containers}",
+        node = agent.node_name()
+    );
+    agent.write_manifest("busy.yaml", &manifest);
+    let pod = &agent.static_pod_name("busy");
+    agent.wait_for(|l| l.is_running(pod), TIMEOUT);
+    let body = wait_metric(
+        &agent,
+        "swiftlet_runtime_pod_state_reads_total{source=\"pleg\"}",
+        1.0,
+    );
+    // Time for more relists: with the start over and nothing changing, none reads the pod.
+    std::thread::sleep(Duration::from_secs(1));
+    let after = agent.get("/metrics").1;
+    let relists = metric(&after, "swiftlet_pleg_relist_duration_seconds_count");
+    let pleg = reads(&after, "pleg");
+    eprintln!("{relists} relists, {pleg} PLEG reads of the pod");
+    assert!(
+        relists >= 20.0,
+        "the relist ran every 100 ms through a start of 3 s or more:\n{after}"
+    );
+    assert!(
+        pleg >= 1.0,
+        "the PLEG read the pod after its start:\n{body}"
+    );
+    // Once the start ended: one read (its events sync the pod, which takes that read and finds
+    // nothing to do); a second only if a container changed by itself after the start.
+    assert!(
+        pleg <= 2.0,
+        "the PLEG read the pod {pleg} times: while its start ran too?\n{after}"
+    );
+    let list = agent.pods();
+    for i in 0..CONTAINERS {
+        let running = list
+            .container(pod, &format!("c{i}"))
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.running.is_some());
+        assert!(running, "container c{i} running: {}", list.summary());
+    }
 }

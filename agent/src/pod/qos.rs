@@ -81,16 +81,19 @@ fn is_node_critical(pod: &Pod) -> bool {
 /// The `oom_score_adj` of container `c` of `pod` on a node with `memory_capacity` bytes, as the
 /// kubelet computes it: -997 for Guaranteed and node-critical pods, 1000 for BestEffort, and for
 /// Burstable `1000 - 1000 * request / capacity` kept within 3..=999 (a sidecar counts at least
-/// the smallest request of the pod's regular containers, so it is killed after them).
+/// the smallest request of the pod's regular containers, so it is killed after them). `qos` is
+/// the pod's class ([`pod_qos`]), computed once for all of its containers: a pod of n containers
+/// would otherwise parse n x n resource lists on its start.
 pub fn container_oom_score_adj(
     pod: &Pod,
+    qos: QosClass,
     c: &Container,
     memory_capacity: u64,
 ) -> resources::Result<i64> {
     if is_node_critical(pod) {
         return Ok(GUARANTEED_OOM_SCORE_ADJ);
     }
-    match pod_qos(pod)? {
+    match qos {
         QosClass::Guaranteed => return Ok(GUARANTEED_OOM_SCORE_ADJ),
         QosClass::BestEffort => return Ok(BEST_EFFORT_OOM_SCORE_ADJ),
         QosClass::Burstable => {}
@@ -200,7 +203,7 @@ mod tests {
         let cap = 4 * GI;
         let adj = |pod: &Pod, i: usize| {
             let c = &pod.spec.as_ref().unwrap().containers[i];
-            container_oom_score_adj(pod, c, cap).unwrap()
+            container_oom_score_adj(pod, pod_qos(pod).unwrap(), c, cap).unwrap()
         };
         assert_eq!(adj(&app_pod(&[(G, G)]), 0), -997);
         assert_eq!(adj(&app_pod(&[(&[], &[])]), 0), 1000);
@@ -222,7 +225,10 @@ mod tests {
             ],
         );
         let s = &pod.spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0];
-        assert_eq!(container_oom_score_adj(&pod, s, cap).unwrap(), 750);
+        assert_eq!(
+            container_oom_score_adj(&pod, pod_qos(&pod).unwrap(), s, cap).unwrap(),
+            750
+        );
         // A static pod of priority class system-node-critical is node-critical.
         let mut critical = app_pod(&[(&[("memory", "1Gi")], &[])]);
         critical.metadata.annotations = Some(

@@ -454,6 +454,52 @@ mod tests {
         }
     }
 
+    /// A pod read asks ContainerStatus only for containers whose listed state changed or is not
+    /// settled: a pod of n containers read at every relist of its start asked n statuses each
+    /// time before.
+    #[test]
+    fn a_read_reuses_the_statuses_of_containers_whose_settled_state_did_not_change() {
+        use k8s_cri::v1::ContainerState as S;
+        let status = |id: &str, state: S| k8s_cri::v1::ContainerStatus {
+            id: id.into(),
+            state: state as i32,
+            ..Default::default()
+        };
+        let mut f = Fresh::default();
+        f.remember_statuses(
+            "u",
+            &[
+                status("run", S::ContainerRunning),
+                status("done", S::ContainerExited),
+                status("new", S::ContainerCreated),
+                status("gone", S::ContainerRunning),
+            ],
+        );
+        let listed = [
+            ("run", S::ContainerRunning as i32),
+            ("done", S::ContainerExited as i32),
+            ("new", S::ContainerCreated as i32),
+            ("other", S::ContainerRunning as i32),
+        ];
+        let reused: Vec<Option<String>> = f
+            .reuse_statuses("u", listed.iter().copied())
+            .into_iter()
+            .map(|s| s.map(|s| s.id))
+            .collect();
+        assert_eq!(
+            reused,
+            [Some("run".into()), Some("done".into()), None, None],
+            "running and exited reused; created (not settled) and unknown asked"
+        );
+        // The listing shows a change: asked again.
+        let changed = f.reuse_statuses("u", [("run", S::ContainerExited as i32)].into_iter());
+        assert!(changed[0].is_none());
+        // Another pod's statuses are not this one's; a forgotten pod has none.
+        assert!(f.reuse_statuses("v", listed.iter().copied())[0].is_none());
+        f.forget("u");
+        assert!(f.reuse_statuses("u", listed.iter().copied())[0].is_none());
+    }
+
     #[test]
     fn a_sync_never_uses_a_read_older_than_one_it_used() {
         let mut f = Fresh::default();

@@ -198,6 +198,8 @@ struct StartTarget<'a> {
     cancel: &'a CancellationToken,
     /// The pulls begun while the sandbox was being created, by image.
     prefetched: &'a pull::Prefetched,
+    /// The pod's QoS class, computed once for all of its starts.
+    qos: crate::pod::QosClass,
 }
 
 /// Crash-loop and image-pull back-offs, per pod and container (or image).
@@ -521,6 +523,7 @@ pub(crate) mod tests {
                 image_user: &Default::default(),
                 env: &[],
                 pod_ips: ips,
+                qos: crate::pod::QosClass::BestEffort,
             };
             manager
                 .container_config(&pod, "u1", c, instance, &inputs)

@@ -44,6 +44,12 @@ impl Manager {
         }
     }
 
+    /// Whether a mutation of pod `uid` (a sync that creates, starts or stops something, a kill)
+    /// runs now.
+    pub fn is_mutating(&self, uid: &str) -> bool {
+        self.fresh().is_mutating(uid)
+    }
+
     /// Whether this agent is stopping pod `uid` as a whole, or its container `container`,
     /// right now: the stopping code reads (or forgets) the pod when done.
     pub fn is_stopping(&self, uid: &str, container: Option<&str>) -> bool {

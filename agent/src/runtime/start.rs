@@ -19,6 +19,8 @@ pub(super) struct Inputs<'a> {
     pub image_user: &'a ImageUser,
     pub env: &'a [(String, String)],
     pub pod_ips: &'a [String],
+    /// The pod's QoS class (for the container's `oom_score_adj`).
+    pub qos: crate::pod::QosClass,
 }
 
 impl Manager {
@@ -119,6 +121,7 @@ impl Manager {
             image_user: &image_user,
             env: &env,
             pod_ips: t.pod_ips,
+            qos: t.qos,
         };
         let config = self.container_config(t.pod, t.uid, container, instance, &inputs)?;
         let id = self
@@ -412,9 +415,10 @@ impl Manager {
         pod: &Pod,
         uid: &str,
     ) -> Result<(api::PodSandboxConfig, Vec<api::ContainerConfig>)> {
-        let cgroup = crate::pod::pod_qos(pod)
-            .map_err(cm::Error::from)
-            .and_then(|qos| self.cm.pod_cgroup_name(uid, qos))
+        let qos = Self::qos_of(pod)?;
+        let cgroup = self
+            .cm
+            .pod_cgroup_name(uid, qos)
             .map_err(|source| Error::Cgroup {
                 pod: full_name(pod),
                 source,
@@ -447,6 +451,7 @@ impl Manager {
                     image_user: &ImageUser::default(),
                     env: &env,
                     pod_ips: &[],
+                    qos,
                 };
                 self.container_config(pod, uid, c, instance, &inputs)
             })
@@ -514,6 +519,14 @@ impl Manager {
         .map_err(err)
     }
 
+    /// The pod's QoS class, or the error of its first resource list that does not parse.
+    pub(super) fn qos_of(pod: &Pod) -> Result<crate::pod::QosClass> {
+        crate::pod::pod_qos(pod).map_err(|source| Error::Cgroup {
+            pod: full_name(pod),
+            source: source.into(),
+        })
+    }
+
     pub(super) fn container_config(
         &self,
         pod: &Pod,
@@ -531,6 +544,7 @@ impl Manager {
             image_user,
             env,
             pod_ips,
+            qos,
         } = *inputs;
         let name = full_name(pod);
         let security_context = security::container(
@@ -584,12 +598,11 @@ impl Manager {
             source,
         })?;
         resources.oom_score_adj =
-            crate::pod::qos::container_oom_score_adj(pod, c, self.cfg.memory_capacity).map_err(
-                |source| Error::Cgroup {
+            crate::pod::qos::container_oom_score_adj(pod, qos, c, self.cfg.memory_capacity)
+                .map_err(|source| Error::Cgroup {
                     pod: name.clone(),
                     source: source.into(),
-                },
-            )?;
+                })?;
         annotations.insert(
             labels::CONTAINER_RESOURCES.to_owned(),
             cm::resources_label(&resources),

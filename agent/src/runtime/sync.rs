@@ -250,6 +250,7 @@ impl Manager {
             pod_ips: &pod_ips,
             cancel,
             prefetched: &prefetched,
+            qos: Self::qos_of(pod)?,
         };
 
         let inits = spec.init_containers.as_deref().unwrap_or_default();

@@ -110,6 +110,9 @@ struct Shared {
     metrics: Metrics,
     monitor: OnceLock<Monitor>,
     kernel: AtomicBool,
+    /// Timelines copied for publishing (tests).
+    #[cfg(test)]
+    copies: std::sync::atomic::AtomicUsize,
 }
 
 /// Handle on the timelines. Cheap to clone.
@@ -137,6 +140,8 @@ impl Tracer {
                 metrics,
                 monitor: OnceLock::new(),
                 kernel: AtomicBool::new(false),
+                #[cfg(test)]
+                copies: Default::default(),
             }),
         }
     }
@@ -179,15 +184,24 @@ impl Tracer {
         f(pod);
         pod.cri.truncate(MAX_CRI_SPANS);
         pod.execs.truncate(MAX_EXECS);
-        let snapshot = pod.clone();
         let first_complete = !pod.observed && pod.complete(self.probes_loaded());
+        // Copied only when something is published: a copy per event would cost a pod of n
+        // containers n strings at every exec, exit and CRI call of its start.
+        let watched = pod.running_observed_ns.is_some() && self.shared.updates.receiver_count() > 0;
+        let snapshot = (first_complete || watched).then(|| pod.clone());
+        #[cfg(test)]
+        self.shared
+            .copies
+            .fetch_add(usize::from(snapshot.is_some()), Ordering::Relaxed);
         if first_complete {
             pod.observed = true;
         }
         state.bytes = (state.bytes + pod.heap_bytes()).saturating_sub(before);
         state.evict();
         drop(guard);
-        self.publish(&snapshot, first_complete);
+        if let Some(snapshot) = snapshot {
+            self.publish(&snapshot, first_complete);
+        }
     }
 
     /// Sends the timeline to watchers once the pod is Running (every change after that), and on
@@ -770,6 +784,38 @@ mod tests {
         assert!(!state.pods.contains_key("uid-00000"));
         // The map gives back the room of what it forgot.
         assert!(state.pods.capacity() <= 4 * state.pods.len().max(64) * 2);
+    }
+
+    /// A timeline is copied only to be published: a pod of 1,000 containers' start (an event per
+    /// CRI call, exec and exit) copied its 1,000 names at every event before.
+    #[test]
+    fn a_timeline_is_copied_only_for_a_watcher_or_its_first_completion() {
+        let tracer = Tracer::new(Metrics::new());
+        let containers: Vec<serde_json::Value> = (0..1_000)
+            .map(|i| serde_json::json!({"name": format!("c{i}"), "image": "i"}))
+            .collect();
+        let huge: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "huge", "namespace": "default", "uid": "u"},
+            "spec": {"containers": containers}
+        }))
+        .expect("valid pod");
+        tracer.set_monitor_for_test();
+        tracer.pod_admitted("u", &huge);
+        tracer.worker_started("u");
+        start_calls(&tracer, "u", 500);
+        tracer.running_observed("u");
+        start_calls(&tracer, "u", 500);
+        let copies = || tracer.shared.copies.load(Ordering::Relaxed);
+        assert_eq!(
+            copies(),
+            0,
+            "no watcher, never complete (1,000 starts not seen)"
+        );
+        // A watcher gets every change once the pod runs: a copy each.
+        let mut updates = tracer.subscribe();
+        start_calls(&tracer, "u", 3);
+        assert_eq!(copies(), 6);
+        assert!(updates.try_recv().is_ok());
     }
 
     #[test]
