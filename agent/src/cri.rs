@@ -247,6 +247,9 @@ pub fn channel(endpoint: &str) -> Result<Channel> {
 #[derive(Clone)]
 pub struct Cri {
     runtime: RuntimeServiceClient<Channel>,
+    /// The same connection, for calls decoded into this module's own message types
+    /// ([`Cri::list_containers_brief`]).
+    raw: tonic::client::Grpc<Channel>,
     image: ImageServiceClient<Channel>,
     metrics: Metrics,
     timeout: Duration,
@@ -257,6 +260,7 @@ impl Cri {
         let ch = channel(endpoint)?;
         Ok(Self {
             runtime: RuntimeServiceClient::new(ch.clone()).max_decoding_message_size(64 << 20),
+            raw: tonic::client::Grpc::new(ch.clone()).max_decoding_message_size(64 << 20),
             image: ImageServiceClient::new(ch),
             metrics,
             timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -554,6 +558,32 @@ impl Cri {
             .containers)
     }
 
+    /// `ListContainers` decoded into [`BriefContainer`]s: what a relist needs of each container
+    /// (id, state, creation time, labels). The runtime sends the whole `Container`; the fields
+    /// not declared are skipped while decoding instead of being built and dropped: the image,
+    /// the image ref and id, the metadata and every annotation, most of a listing's decoding (a
+    /// relist lists every container of the node once a period).
+    pub async fn list_containers_brief(
+        &self,
+        filter: Option<cri::ContainerFilter>,
+    ) -> Result<Vec<BriefContainer>> {
+        let mut grpc = self.raw.clone();
+        let d = Deadline::request(self.timeout);
+        let req = request(cri::ListContainersRequest { filter }, d);
+        let call = async move {
+            grpc.ready().await.map_err(|e| {
+                tonic::Status::unknown(format!("runtime connection not ready: {e}"))
+            })?;
+            let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/ListContainers",
+            );
+            let codec =
+                tonic_prost::ProstCodec::<cri::ListContainersRequest, BriefContainers>::default();
+            grpc.unary(req, path, codec).await
+        };
+        Ok(self.timed("ListContainers", d, call).await?.containers)
+    }
+
     pub async fn container_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>> {
         let mut c = self.runtime.clone();
         let d = Deadline::request(self.timeout);
@@ -698,8 +728,72 @@ pub fn image_spec(image: &str) -> cri::ImageSpec {
     }
 }
 
+/// A container as `ListContainers` lists it, with only the fields a relist reads. The tags are
+/// those of CRI's `runtime.v1.Container`; prost skips the other fields of each message.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BriefContainer {
+    #[prost(string, tag = "1")]
+    pub id: String,
+    /// A `runtime.v1.ContainerState`.
+    #[prost(int32, tag = "6")]
+    pub state: i32,
+    #[prost(int64, tag = "7")]
+    pub created_at: i64,
+    #[prost(map = "string, string", tag = "8")]
+    pub labels: std::collections::HashMap<String, String>,
+}
+
+/// `runtime.v1.ListContainersResponse` holding [`BriefContainer`]s.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BriefContainers {
+    #[prost(message, repeated, tag = "1")]
+    pub containers: Vec<BriefContainer>,
+}
+
 #[cfg(test)]
 mod tests {
+    /// The brief listing decodes what the runtime's full `Container` says of the fields it
+    /// declares (the tags are right) and skips the rest.
+    #[test]
+    fn a_brief_container_decodes_a_full_listing() {
+        use prost::Message as _;
+        let labels = std::collections::HashMap::from([
+            ("io.kubernetes.pod.uid".to_owned(), "u1".to_owned()),
+            ("io.kubernetes.container.name".to_owned(), "app".to_owned()),
+        ]);
+        let full = super::cri::ListContainersResponse {
+            containers: vec![super::cri::Container {
+                id: "c1".into(),
+                pod_sandbox_id: "s1".into(),
+                metadata: Some(super::cri::ContainerMetadata {
+                    name: "app".into(),
+                    attempt: 3,
+                }),
+                image: Some(super::cri::ImageSpec {
+                    image: "busybox".into(),
+                    ..Default::default()
+                }),
+                image_ref: "sha256:abc".into(),
+                state: super::cri::ContainerState::ContainerExited as i32,
+                created_at: 1_234_567,
+                labels: labels.clone(),
+                annotations: std::collections::HashMap::from([("a".into(), "b".into())]),
+                image_id: "sha256:def".into(),
+            }],
+        };
+        let brief =
+            super::BriefContainers::decode(full.encode_to_vec().as_slice()).expect("decodes");
+        assert_eq!(
+            brief.containers,
+            [super::BriefContainer {
+                id: "c1".into(),
+                state: super::cri::ContainerState::ContainerExited as i32,
+                created_at: 1_234_567,
+                labels,
+            }]
+        );
+    }
+
     use super::*;
 
     #[test]

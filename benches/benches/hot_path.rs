@@ -1,4 +1,4 @@
-//! criterion benches of the agent's hot path. Budgets are in docs/architecture.md; results in BENCHMARKS.md.
+//! criterion benches of the agent's hot path (container hashing, the relist's listing decode). Budgets are in docs/architecture.md; results in BENCHMARKS.md.
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar};
 use swiftlet::runtime::hash::container_hash;
@@ -62,5 +62,83 @@ fn hash(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, hash);
+/// `ListContainers`' answer for `n` containers, each shaped as the agent's own (its labels and
+/// annotations, an image, the metadata), encoded as the runtime sends it.
+fn listing_bytes(n: usize) -> Vec<u8> {
+    use k8s_cri::v1 as cri;
+    use prost::Message as _;
+    use swiftlet::pod::labels;
+    let containers =
+        (0..n)
+            .map(|i| {
+                let pod = format!("pod-{i}");
+                let uid = format!("4a3f2c1e-0000-4000-8000-{i:012}");
+                let pairs = |kv: &[(&str, &str)]| {
+                    kv.iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect()
+                };
+                cri::Container {
+                id: format!("{i:064x}"),
+                pod_sandbox_id: format!("{:064x}", i + 1_000_000),
+                metadata: Some(cri::ContainerMetadata {
+                    name: "app".into(),
+                    attempt: 0,
+                }),
+                image: Some(cri::ImageSpec {
+                    image: "sha256:03b376866e921da5aad19ac320aa542f22176a5dd8896233a2a7794932997c55"
+                        .into(),
+                    ..Default::default()
+                }),
+                image_ref: "sha256:03b376866e921da5aad19ac320aa542f22176a5dd8896233a2a7794932997c55"
+                    .into(),
+                state: cri::ContainerState::ContainerRunning as i32,
+                created_at: 1_764_000_000_000_000_000 + i as i64,
+                labels: pairs(&[
+                    (labels::POD_NAME, &pod),
+                    (labels::POD_NAMESPACE, "default"),
+                    (labels::POD_UID, &uid),
+                    (labels::NODE_NAME, "node-1"),
+                    (labels::CONTAINER_NAME, "app"),
+                    ("app", &pod),
+                ]),
+                annotations: pairs(&[
+                    (labels::CONTAINER_TYPE, "app"),
+                    (labels::CONTAINER_HASH, "9f1c2b3a"),
+                    (labels::CONTAINER_RESTART_COUNT, "0"),
+                    (labels::POD_TERMINATION_GRACE_PERIOD, "30"),
+                    (labels::TERMINATION_MESSAGE_PATH, "/dev/termination-log"),
+                    (labels::CONTAINER_RESOURCES, "cpu_shares=2,memory_limit=0,oom=1000"),
+                ]),
+                image_id: String::new(),
+            }
+            })
+            .collect();
+    cri::ListContainersResponse { containers }.encode_to_vec()
+}
+
+/// A relist's container listing decoded whole (`k8s_cri`'s `ListContainersResponse`) and as the
+/// relist decodes it (`swiftlet::cri::BriefContainers`: id, state, creation time, labels).
+fn listing(c: &mut Criterion) {
+    use prost::Message as _;
+    for n in [250usize, 1_000] {
+        let bytes = listing_bytes(n);
+        let mut group = c.benchmark_group(format!("relist_listing_{n}"));
+        group.bench_function("full", |b| {
+            b.iter(|| {
+                k8s_cri::v1::ListContainersResponse::decode(black_box(bytes.as_slice()))
+                    .map(|r| r.containers.len())
+            })
+        });
+        group.bench_function("brief", |b| {
+            b.iter(|| {
+                swiftlet::cri::BriefContainers::decode(black_box(bytes.as_slice()))
+                    .map(|r| r.containers.len())
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, hash, listing);
 criterion_main!(benches);

@@ -164,8 +164,9 @@ pub fn is_live(c: &api::ContainerStatus) -> bool {
         || c.state == api::ContainerState::ContainerCreated as i32
 }
 
-/// One pod's sandboxes and containers as a listing returned them.
-pub type ListedPod = (Vec<api::PodSandbox>, Vec<api::Container>);
+/// One pod's sandboxes as a listing returned them, and its containers' ids with the states the
+/// listing showed.
+pub type ListedPod = (Vec<api::PodSandbox>, Vec<(String, i32)>);
 
 /// A cheap summary of one pod from a relist: sandbox and container ids with states.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

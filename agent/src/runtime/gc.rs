@@ -312,7 +312,7 @@ impl Manager {
         finished: &(dyn Fn(&str) -> bool + Sync),
     ) -> cri::Result<Collected> {
         let (sandboxes, containers) = self.list(None).await?;
-        let pods = super::reading::by_pod(sandboxes, containers);
+        let pods = super::reading::by_pod(sandboxes, containers, |c| c.labels.get(labels::POD_UID));
         let live: HashSet<String> = pods
             .values()
             .flat_map(|(s, _)| s.iter().map(|s| s.id.clone()))

@@ -180,37 +180,65 @@ impl Manager {
         }
     }
 
+    /// The filters of this agent's sandboxes and containers matching `extra` labels too.
+    fn filters(
+        &self,
+        extra: Option<(&str, &str)>,
+    ) -> (api::PodSandboxFilter, api::ContainerFilter) {
+        let mut selector = self.node_selector();
+        if let Some((k, v)) = extra {
+            selector.insert(k.to_owned(), v.to_owned());
+        }
+        let sandboxes = api::PodSandboxFilter {
+            label_selector: selector.clone(),
+            ..Default::default()
+        };
+        let containers = api::ContainerFilter {
+            label_selector: selector,
+            ..Default::default()
+        };
+        (sandboxes, containers)
+    }
+
     /// Sandboxes and containers of this agent matching `extra` labels: two CRI calls.
     pub(super) async fn list(
         &self,
         extra: Option<(&str, &str)>,
     ) -> cri::Result<(Vec<api::PodSandbox>, Vec<api::Container>)> {
-        let mut selector = self.node_selector();
-        if let Some((k, v)) = extra {
-            selector.insert(k.to_owned(), v.to_owned());
-        }
+        let (sandboxes, containers) = self.filters(extra);
         // Both lists at once: a relist takes the longer of the two, not their sum (at 250 pods
         // each is several milliseconds of the runtime's work and the agent's decoding).
-        let sandboxes = self.cri.list_pod_sandbox(Some(api::PodSandboxFilter {
-            label_selector: selector.clone(),
-            ..Default::default()
-        }));
-        let containers = self.cri.list_containers(Some(api::ContainerFilter {
-            label_selector: selector,
-            ..Default::default()
-        }));
-        let (sandboxes, containers) = tokio::try_join!(sandboxes, containers)?;
-        Ok((sandboxes, containers))
+        tokio::try_join!(
+            self.cri.list_pod_sandbox(Some(sandboxes)),
+            self.cri.list_containers(Some(containers))
+        )
+    }
+
+    /// [`Manager::list`] with the containers listed briefly (their ids and states, by pod):
+    /// what relists and pod reads need.
+    async fn list_brief(
+        &self,
+        extra: Option<(&str, &str)>,
+    ) -> cri::Result<HashMap<String, ListedPod>> {
+        let (sandboxes, containers) = self.filters(extra);
+        let (sandboxes, containers) = tokio::try_join!(
+            self.cri.list_pod_sandbox(Some(sandboxes)),
+            self.cri.list_containers_brief(Some(containers))
+        )?;
+        let pods = by_pod(sandboxes, containers, |c| c.labels.get(labels::POD_UID));
+        Ok(pods
+            .into_iter()
+            .map(|(uid, (s, c))| (uid, (s, c.into_iter().map(|c| (c.id, c.state)).collect())))
+            .collect())
     }
 
     /// Every pod this agent has in the runtime, by UID, and what the listing said of each
     /// (for [`Manager::pod_state_listed`]).
     pub async fn relist(&self) -> cri::Result<(HashMap<String, RelistEntry>, Listing)> {
         let token = self.fresh().token_for_all();
-        let (sandboxes, containers) = self.list(None).await?;
         let listing = Listing {
             token,
-            pods: by_pod(sandboxes, containers),
+            pods: self.list_brief(None).await?,
         };
         let out: HashMap<String, RelistEntry> = listing
             .pods
@@ -218,7 +246,7 @@ impl Manager {
             .map(|(uid, (sandboxes, containers))| {
                 let mut e = RelistEntry {
                     sandboxes: sandboxes.iter().map(|s| (s.id.clone(), s.state)).collect(),
-                    containers: containers.iter().map(|c| (c.id.clone(), c.state)).collect(),
+                    containers: containers.clone(),
                 };
                 e.sandboxes.sort();
                 e.containers.sort();
@@ -253,7 +281,11 @@ impl Manager {
 
     /// Everything the runtime knows about one pod.
     pub async fn pod_state(&self, uid: &str) -> cri::Result<PodState> {
-        let (sandboxes, listed) = self.list(Some((labels::POD_UID, uid))).await?;
+        let (sandboxes, listed) = self
+            .list_brief(Some((labels::POD_UID, uid)))
+            .await?
+            .remove(uid)
+            .unwrap_or_default();
         self.state_of(uid, sandboxes, listed).await
     }
 
@@ -262,7 +294,7 @@ impl Manager {
         &self,
         uid: &str,
         mut sandboxes: Vec<api::PodSandbox>,
-        listed: Vec<api::Container>,
+        listed: Vec<(String, i32)>,
     ) -> cri::Result<PodState> {
         sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
         let sandbox_status = match sandboxes.first() {
@@ -275,14 +307,14 @@ impl Manager {
         };
         let reused = self
             .fresh()
-            .reuse_statuses(uid, listed.iter().map(|c| (c.id.as_str(), c.state)));
+            .reuse_statuses(uid, listed.iter().map(|(id, state)| (id.as_str(), *state)));
         let mut containers = Vec::with_capacity(listed.len());
-        for (c, known) in listed.iter().zip(reused) {
+        for ((id, _), known) in listed.iter().zip(reused) {
             if let Some(st) = known {
                 containers.push(st);
                 continue;
             }
-            match self.cri.container_status(&c.id).await {
+            match self.cri.container_status(id).await {
                 Ok(Some(st)) => containers.push(st),
                 Ok(None) => {}
                 Err(e) if e.is_not_found() => {}
@@ -301,21 +333,31 @@ impl Manager {
     }
 }
 
-/// Listed sandboxes and containers grouped by the pod UID of their labels (objects without one
-/// are not a pod's).
-pub(super) fn by_pod(
+/// A listing's sandboxes and containers (`C`: full or brief ones, whose pod UID label `uid`
+/// reads) grouped by pod UID (objects without one are not a pod's).
+pub(super) type ByPod<C> = HashMap<String, (Vec<api::PodSandbox>, Vec<C>)>;
+
+/// Groups a listing by pod: see [`ByPod`].
+pub(super) fn by_pod<C>(
     sandboxes: Vec<api::PodSandbox>,
-    containers: Vec<api::Container>,
-) -> HashMap<String, ListedPod> {
-    let mut pods: HashMap<String, ListedPod> = HashMap::new();
+    containers: Vec<C>,
+    uid: impl Fn(&C) -> Option<&String>,
+) -> ByPod<C> {
+    let mut pods: ByPod<C> = HashMap::new();
     for s in sandboxes {
         if let Some(uid) = s.labels.get(labels::POD_UID) {
-            pods.entry(uid.clone()).or_default().0.push(s);
+            pods.entry(uid.clone())
+                .or_insert_with(|| (Vec::new(), Vec::new()))
+                .0
+                .push(s);
         }
     }
     for c in containers {
-        if let Some(uid) = c.labels.get(labels::POD_UID) {
-            pods.entry(uid.clone()).or_default().1.push(c);
+        if let Some(uid) = uid(&c) {
+            pods.entry(uid.clone())
+                .or_insert_with(|| (Vec::new(), Vec::new()))
+                .1
+                .push(c);
         }
     }
     pods
