@@ -59,10 +59,17 @@ fn an_image_unused_longer_than_the_maximum_age_goes_whatever_the_disk_use() {
     );
     assert!(present(BUSYBOX_IMAGE), "the image of a running container");
     assert!(present(PAUSE_IMAGE), "the pinned sandbox image");
-    assert!(
-        agent
-            .log()
-            .contains("unused longer than --image-maximum-gc-age"),
-        "the removal's reason is not in the log"
+    // The agent logs the removal once RemoveImage has answered, which can be just after the
+    // image was seen gone above.
+    agent.eventually(
+        "the removal's reason in the log",
+        Duration::from_secs(10),
+        || {
+            agent
+                .log()
+                .contains("unused longer than --image-maximum-gc-age")
+                .then_some(())
+                .ok_or_else(|| "not logged".into())
+        },
     );
 }
