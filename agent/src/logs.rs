@@ -386,7 +386,11 @@ impl LogManager {
         let containers = self.cri.list_containers(Some(filter)).await;
         let rotated = match containers {
             Ok(containers) => {
+                // Every log's size in one blocking call (not a thread hand-off per container);
+                // the ones known to be under the limit are done.
+                let small = self.logs_under_limit(&containers).await;
                 let rotated = futures::stream::iter(containers)
+                    .filter(|c| std::future::ready(!small.contains(&c.id)))
                     .map(|c| async move {
                         match self.rotate_if_due(&c.id, self.log_path(&c)).await {
                             Ok(rotated) => usize::from(rotated),
@@ -408,6 +412,26 @@ impl LogManager {
             .container_log_rotation_pass_duration_seconds
             .observe(start.elapsed().as_secs_f64());
         rotated
+    }
+
+    /// The IDs of `containers` whose log is where [`Self::log_path`] says and smaller than the
+    /// rotation size (a failed look counts as not known to be).
+    async fn logs_under_limit(&self, containers: &[k8s_cri::v1::Container]) -> HashSet<String> {
+        let Some(max_size) = self.policy.max_size else {
+            return HashSet::new();
+        };
+        let logs: Vec<(String, PathBuf)> = containers
+            .iter()
+            .filter_map(|c| Some((c.id.clone(), self.log_path(c)?)))
+            .collect();
+        blocking(move || {
+            logs.into_iter()
+                .filter(|(_, log)| matches!(size_of(log), Ok(Some(size)) if size < max_size))
+                .map(|(id, _)| id)
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// Looks at container `id`'s log and rotates it if it is due; true when it was rotated. When
@@ -480,10 +504,15 @@ impl LogManager {
 
 /// The size of file `path`; `None` when there is no such file.
 async fn stat(path: PathBuf) -> Result<Option<u64>, RotateError> {
-    match blocking(move || std::fs::metadata(path)).await? {
+    Ok(blocking(move || size_of(&path)).await??)
+}
+
+/// The size of file `path`; `None` when there is no such file. Blocking.
+fn size_of(path: &Path) -> io::Result<Option<u64>> {
+    match std::fs::metadata(path) {
         Ok(meta) => Ok(Some(meta.len())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     }
 }
 

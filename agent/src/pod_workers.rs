@@ -389,6 +389,10 @@ impl PodSyncer for WorkerContext {
     }
 
     fn cleanup_orphans(&self, known: HashSet<String>) {
+        // Only when an orphan can have appeared (a pod left, one to confirm, or the period).
+        if !self.runtime.begin_orphan_scan(&known) {
+            return;
+        }
         let runtime = self.runtime.clone();
         // Walking the cgroup tree and the log directory, killing leftovers, rmdir retries and
         // removing files block: off the sync loop's thread.
@@ -400,7 +404,9 @@ impl PodSyncer for WorkerContext {
                 cm.remove_orphans(&due);
             }
             runtime.remove_orphaned_pod_dirs(&|uid| known.contains(uid));
-            // What pods and large inputs freed goes back to the system (at most every 10 s).
+            runtime.finish_orphan_scan();
+            // What pods and large inputs freed goes back to the system (at most every 10 s;
+            // a scan runs at least that often).
             crate::memory::release_free_memory();
         });
     }

@@ -79,6 +79,12 @@ impl ContainerManager {
         Some(due)
     }
 
+    /// Whether the last [`Self::orphaned_pod_cgroups`] left an orphaned pod cgroup to confirm or
+    /// to remove (seen once, over [`ORPHANS_PER_PASS`], or its removal failed).
+    pub fn orphans_pending(&self) -> bool {
+        !self.state().orphans.is_empty()
+    }
+
     /// Removes the orphaned pod cgroups a non-empty [`Self::orphaned_pod_cgroups`] returned
     /// (until then no other pass starts), killing what still runs in them. Blocking: run it off
     /// the async threads. A failure is logged and retried on a later pass.

@@ -302,6 +302,8 @@ pub struct Manager {
     fresh: Arc<Mutex<fresh::Fresh>>,
     /// Pod log and state directories found orphaned at housekeeping's last pass.
     orphan_dirs: Arc<Mutex<HashSet<PathBuf>>>,
+    /// When housekeeping scans for orphans.
+    orphan_scans: Arc<Mutex<orphans::OrphanScans>>,
     /// The stale-sandbox collector's state.
     gc: Arc<Mutex<gc::GcState>>,
     /// `spec.runtimeClassName` -> CRI runtime handler, through the API server.

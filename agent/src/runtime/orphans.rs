@@ -2,10 +2,84 @@
 //! cut short between removing the sandbox and removing its logs. Housekeeping finds them; one
 //! orphaned at two passes in a row is removed (a pod whose first sync is creating its directory
 //! right now is known by the next pass).
+//!
+//! The scans (these directories, and the pod cgroups in every hierarchy) cost tens of directory
+//! reads at a few hundred pods, so housekeeping runs them only when an orphan can have appeared
+//! ([`OrphanScans`]): a pod it knew is gone, the last scan left one to confirm or to retry, or
+//! [`ORPHAN_SCAN_PERIOD`] has passed (an orphan no departure explains: one made by hand, or left
+//! by a previous life and missed by the first scan).
 use super::*;
 use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Longest time between two orphan scans when no pod left.
+pub const ORPHAN_SCAN_PERIOD: Duration = Duration::from_secs(10);
+
+/// Which housekeeping passes scan for orphans (see the module docs).
+#[derive(Debug, Default)]
+pub struct OrphanScans {
+    /// Every UID housekeeping called known since the last scan began.
+    known_since: HashSet<String>,
+    /// When the last scan began.
+    last: Option<Instant>,
+    /// The last scan left an orphan to confirm on the next pass, or failed to remove one.
+    pending: bool,
+    /// A scan runs now.
+    running: bool,
+}
+
+impl OrphanScans {
+    /// Whether a housekeeping pass that knows the UIDs `known` at `now` scans; a true answer
+    /// marks the scan begun (no other begins until [`Self::finish`]).
+    pub fn begin(&mut self, known: &HashSet<String>, now: Instant) -> bool {
+        let left = self.known_since.iter().any(|uid| !known.contains(uid));
+        for uid in known {
+            if !self.known_since.contains(uid) {
+                self.known_since.insert(uid.clone());
+            }
+        }
+        let due = left
+            || self.pending
+            || self
+                .last
+                .is_none_or(|t| now.saturating_duration_since(t) >= ORPHAN_SCAN_PERIOD);
+        if self.running || !due {
+            return false;
+        }
+        self.running = true;
+        self.last = Some(now);
+        self.known_since.clone_from(known);
+        true
+    }
+
+    /// The scan [`Self::begin`] allowed has ended; `pending` when it left work for the next pass.
+    pub fn finish(&mut self, pending: bool) {
+        self.running = false;
+        self.pending = pending;
+    }
+}
 
 impl Manager {
+    /// Whether this housekeeping pass, knowing the pods `known`, scans for orphans
+    /// ([`OrphanScans::begin`]); after a true answer call [`Self::finish_orphan_scan`].
+    pub fn begin_orphan_scan(&self, known: &HashSet<String>) -> bool {
+        let mut scans = self.orphan_scans.lock().unwrap_or_else(|p| p.into_inner());
+        scans.begin(known, Instant::now())
+    }
+
+    /// The orphan scan has ended: the next pass scans again if it left an orphan seen once or
+    /// one it failed to remove (pod cgroups or directories).
+    pub fn finish_orphan_scan(&self) {
+        let dirs = !self
+            .orphan_dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        let pending = dirs || self.cm.orphans_pending();
+        let mut scans = self.orphan_scans.lock().unwrap_or_else(|p| p.into_inner());
+        scans.finish(pending);
+    }
+
     /// Removes the pod log directories (`<namespace>_<name>_<uid>` below the pod logs dir) and
     /// the pod state directories (`<uid>` below `<root-dir>/pods`: termination message files and
     /// volumes, torn down first by `volume::remove_pod_dir`, which leaves a mount point alone) of
@@ -112,6 +186,40 @@ mod tests {
                 dns: crate::dns::Settings::default(),
             },
         )
+    }
+
+    fn uids(list: &[&str]) -> HashSet<String> {
+        list.iter().map(|u| (*u).to_owned()).collect()
+    }
+
+    #[test]
+    fn orphans_are_scanned_for_when_a_pod_left_something_is_pending_or_the_period_passed() {
+        let mut scans = OrphanScans::default();
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        // The first pass scans (a previous life's leftovers); none begins while it runs.
+        assert!(scans.begin(&uids(&["a", "b"]), at(0)));
+        assert!(!scans.begin(&uids(&["a"]), at(2)), "one scan at a time");
+        scans.finish(false);
+        // "b" left while the scan ran: the next pass scans.
+        assert!(scans.begin(&uids(&["a"]), at(4)));
+        scans.finish(false);
+        // Nothing left, nothing pending: no scan until the period has passed; new pods change
+        // nothing.
+        assert!(!scans.begin(&uids(&["a", "c"]), at(6)));
+        assert!(!scans.begin(&uids(&["a", "c", "d"]), at(8)));
+        // A pod that came and went between two scans counts as one that left.
+        assert!(scans.begin(&uids(&["a", "c"]), at(10)));
+        scans.finish(true);
+        // The last scan left an orphan to confirm: the next pass scans.
+        assert!(scans.begin(&uids(&["a", "c"]), at(12)));
+        scans.finish(false);
+        assert!(!scans.begin(&uids(&["a", "c"]), at(14)));
+        assert!(
+            scans.begin(&uids(&["a", "c"]), at(12 + ORPHAN_SCAN_PERIOD.as_secs())),
+            "the period passed"
+        );
+        scans.finish(false);
     }
 
     #[test]

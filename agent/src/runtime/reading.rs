@@ -14,6 +14,7 @@ impl Manager {
             resize: Arc::default(),
             fresh: Arc::default(),
             orphan_dirs: Arc::default(),
+            orphan_scans: Arc::default(),
             gc: Arc::default(),
             runtime_classes: runtime_class::RuntimeClasses::default(),
             api: Default::default(),
