@@ -517,8 +517,8 @@ impl Source {
         let mut rejected = BTreeMap::new();
         for (name, st) in &mut self.files {
             let path = dir.join(name);
-            let (key, pod) = match (&st.outcome, &st.last_good) {
-                (Ok(pod), _) => (st.key.clone(), pod.clone()),
+            let (key, pod) = match (&mut st.outcome, &st.last_good) {
+                (Ok(pod), _) => (st.key.clone(), pod.hand_over()),
                 (Err(reason), Some((key, pod))) => {
                     rejected.insert(path.clone(), reason.clone());
                     (key.clone(), pod.clone())

@@ -20,16 +20,28 @@ pub struct Fingerprints {
     pub status: u128,
 }
 
+/// The encoding buffer's size when a thread starts.
+const SCRATCH_START: usize = 4096;
+/// Largest encoding buffer a thread keeps between pods: one a huge pod grew (megabytes of env
+/// vars encode to megabytes) is given back at once, not held by the thread for its life.
+const SCRATCH_KEPT: usize = 64 * 1024;
+
 thread_local! {
     /// Reused encoding buffer (ingestion happens on a few source tasks; no contention).
-    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(4096));
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(SCRATCH_START));
 }
 
 /// Fingerprints of `pod`: the fields the kubelet compares (`checkAndUpdatePod`), encoded and
 /// hashed with 128-bit XXH3.
 pub(crate) fn of_pod(pod: &Pod) -> Fingerprints {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buf) => fingerprints(pod, &mut buf),
+        Ok(mut buf) => {
+            let fp = fingerprints(pod, &mut buf);
+            if buf.capacity() > SCRATCH_KEPT {
+                *buf = Vec::with_capacity(SCRATCH_START);
+            }
+            fp
+        }
         // Only reachable through re-entrancy, which serialization never does; stay correct anyway.
         Err(_) => fingerprints(pod, &mut Vec::new()),
     })
@@ -346,6 +358,32 @@ struct_like!(SerializeStruct, SerializeStructVariant);
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_huge_pod_s_encoding_buffer_is_not_kept() {
+        let env = (0..10_000)
+            .map(|i| k8s_openapi::api::core::v1::EnvVar {
+                name: format!("V{i:06}"),
+                value: Some("x".repeat(70)),
+                ..Default::default()
+            })
+            .collect();
+        let pod = Pod {
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                containers: vec![k8s_openapi::api::core::v1::Container {
+                    name: "big".into(),
+                    env: Some(env),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let first = of_pod(&pod);
+        SCRATCH.with_borrow(|b| assert!(b.capacity() <= SCRATCH_KEPT, "{} kept", b.capacity()));
+        assert_eq!(first, of_pod(&pod));
+        assert_eq!(first, fingerprints(&pod, &mut Vec::new()));
+    }
 
     fn enc<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
         let mut b = Vec::new();

@@ -5,6 +5,8 @@
 //! kubelet's incremental semantics (`pkg/kubelet/config/config.go`) into [`PodUpdate`]s for the
 //! sync loop.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -182,6 +184,27 @@ impl StoredPod {
         let name_key = fingerprint::name_key(pod);
         let uid_hash = fingerprint::uid_hash(pod.metadata.uid.as_deref().unwrap_or_default());
         (fp, name_key, uid_hash)
+    }
+
+    /// This pod to send on, and this one kept packed from now on: a source that keeps its pods
+    /// to send them again sends the only whole copy, which the mux then stamps in place instead
+    /// of copying it (a static pod of megabytes of env vars would otherwise exist twice). An
+    /// unchanged pod sent again costs the mux a fingerprint comparison, never a decode. A pod
+    /// already packed, or one that cannot be (an agent fault, logged), is shared as before.
+    pub fn hand_over(&mut self) -> StoredPod {
+        if let PodRef::Whole(pod) = &self.pod {
+            match packed::Packed::copy_of(pod) {
+                Ok(copy) => {
+                    let whole = std::mem::replace(&mut self.pod, PodRef::Packed(Arc::new(copy)));
+                    return StoredPod {
+                        pod: whole,
+                        ..*self
+                    };
+                }
+                Err(error) => tracing::error!(%error, "keeping a pod packed"),
+            }
+        }
+        self.clone()
     }
 
     /// The shared pod.

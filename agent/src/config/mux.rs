@@ -923,6 +923,28 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_a_source_hands_over_is_stamped_without_a_copy_and_sent_again_packed() {
+        let mut m = mux();
+        // The source keeps its pod to send it again: it hands over the whole one and keeps a
+        // packed copy.
+        let mut kept = pod("1", "a");
+        let sent = kept.hand_over();
+        let at = ptr(sent.pod());
+        assert!(kept.pod().is_packed() && !sent.pod().is_packed());
+        assert_eq!(kept.fingerprints(), sent.fingerprints());
+        let out = m.merge(FILE, SourceUpdate::Set(vec![sent]));
+        assert_eq!(ptr(&out[0].pods[0]), at, "stamped in place");
+        assert!(ann(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).is_some());
+        let stored = out[0].pods[0].clone();
+        drop(out);
+        // Sent again, the packed copy is an unchanged pod; the mux keeps its whole one.
+        let again = kept.hand_over();
+        assert!(again.pod().ptr_eq(kept.pod()), "a packed pod is shared");
+        assert!(m.merge(FILE, SourceUpdate::Set(vec![again])).is_empty());
+        assert_eq!(stored.holders(), 2, "the mux and this test");
+    }
+
+    #[test]
     fn a_pod_no_source_holds_is_stored_without_a_copy() {
         let mut m = mux();
         // The source kept no reference: the stored pod is the very allocation it sent.

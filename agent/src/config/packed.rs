@@ -32,15 +32,28 @@ pub struct Packed {
 impl Packed {
     /// Packs `pod`.
     pub fn pack(pod: Pod) -> Result<Self, PackError> {
+        let body = Self::encode(&pod)?;
+        Ok(Packed {
+            metadata: pod.metadata,
+            body,
+        })
+    }
+
+    /// A packed copy of `pod`.
+    pub fn copy_of(pod: &Pod) -> Result<Self, PackError> {
+        Ok(Packed {
+            body: Self::encode(pod)?,
+            metadata: pod.metadata.clone(),
+        })
+    }
+
+    fn encode(pod: &Pod) -> Result<Box<[u8]>, PackError> {
         let body = serde_json::to_vec(&(&pod.spec, &pod.status)).map_err(|e| PackError {
             name: pod.metadata.name.clone().unwrap_or_default(),
             what: "encoding",
             message: e.to_string(),
         })?;
-        Ok(Packed {
-            metadata: pod.metadata,
-            body: body.into_boxed_slice(),
-        })
+        Ok(body.into_boxed_slice())
     }
 
     /// The spec and status, decoded again.

@@ -111,9 +111,16 @@ fn hash_bytes(bytes: &[u8]) -> u64 {
     h ^ (h >> 33)
 }
 
+/// The serialisation buffer's size when a thread starts.
+const BUF_START: usize = 1024;
+/// Largest serialisation buffer a thread keeps between containers: one a huge container grew
+/// (megabytes of env vars) is given back at once, not held by the thread for its life.
+const BUF_KEPT: usize = 64 * 1024;
+
 thread_local! {
     /// Reused serialisation buffer: hashing allocates nothing once warm.
-    static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(1024));
+    static BUF: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::with_capacity(BUF_START));
 }
 
 /// The label value stored on a container: 16 lower-case hex digits.
@@ -130,7 +137,11 @@ pub fn container_hash(c: &Container) -> u64 {
     BUF.with_borrow_mut(|buf| {
         buf.clear();
         encode(c, buf);
-        hash_bytes(buf)
+        let hash = hash_bytes(buf);
+        if buf.capacity() > BUF_KEPT {
+            *buf = Vec::with_capacity(BUF_START);
+        }
+        hash
     })
 }
 
@@ -140,6 +151,35 @@ mod tests {
     use k8s_openapi::api::core::v1::ResourceRequirements;
 
     const PINNED: u64 = 0x2a05_5675_4cf9_8488;
+
+    /// A container with `n` env vars of 70-byte values.
+    fn with_env(n: usize) -> Container {
+        Container {
+            name: "big".into(),
+            env: Some(
+                (0..n)
+                    .map(|i| k8s_openapi::api::core::v1::EnvVar {
+                        name: format!("V{i:06}"),
+                        value: Some("x".repeat(70)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_huge_container_s_encoding_buffer_is_not_kept() {
+        let big = with_env(10_000);
+        let first = container_hash(&big);
+        BUF.with_borrow(|b| assert!(b.capacity() <= BUF_KEPT, "{} kept", b.capacity()));
+        // The hash does not depend on the buffer it was encoded in.
+        assert_eq!(first, container_hash(&big));
+        // A small container's buffer stays for the next one.
+        container_hash(&with_env(3));
+        BUF.with_borrow(|b| assert!(b.capacity() >= BUF_START));
+    }
 
     #[test]
     fn stable_and_sensitive_to_restart_fields_only() {
