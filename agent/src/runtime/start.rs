@@ -124,11 +124,23 @@ impl Manager {
             qos: t.qos,
         };
         let config = self.container_config(t.pod, t.uid, container, instance, &inputs)?;
+        drop(env);
+        // What the status below needs, kept before the config goes to the runtime: not a copy
+        // of the whole config (its environment, mounts and devices).
+        let kept = api::ContainerConfig {
+            metadata: config.metadata.clone(),
+            image: config.image.clone(),
+            labels: config.labels.clone(),
+            annotations: config.annotations.clone(),
+            log_path: config.log_path.clone(),
+            ..Default::default()
+        };
         let id = self
             .cri
-            .create_container(t.sandbox_id, config.clone(), t.sandbox_config.clone())
+            .create_container(t.sandbox_id, config, t.sandbox_config.clone())
             .await
             .map_err(Self::cri_err(t.name))?;
+        let config = kept;
         let created_at = now_nanos();
         self.cri
             .start_container(&id)
