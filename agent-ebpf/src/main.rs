@@ -7,8 +7,8 @@
 //! (everything else is filtered out in the kernel with one helper call and one array lookup); and
 //! two uprobes on the agent's own `swiftlet_cri_call_begin`/`_end` markers writing a
 //! [`CriEvent`], so CRI calls land on the same clock as what the kernel saw. An event that cannot
-//! be delivered bumps a per-CPU counter in `LOST` (see `swiftlet_ebpf_common::lost`). Wake-ups
-//! of the reader are batched (see `wakeup_flag`).
+//! be delivered bumps a per-CPU counter in `LOST` (see `swiftlet_ebpf_common::lost`). The reader
+//! is woken only when it sleeps (see `wakeup_flag`).
 //!
 //! Field offsets of the tracepoint record: the agent reads them from the tracepoint's `format` file
 //! in tracefs and writes them into the read-only globals below before loading (aya
@@ -21,20 +21,20 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP},
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf,
+        bpf_probe_read_kernel_buf, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf,
     },
     macros::{map, raw_tracepoint, tracepoint, uprobe},
     maps::{Array, PerCpuArray, RingBuf},
     programs::{ProbeContext, RawTracePointContext, TracePointContext},
 };
 use swiftlet_ebpf_common::{
-    COMM_LEN, CRI_UID_MAX, CgroupEvent, CriEvent, EVENTS_RING_BYTES, EXIT_CODE_UNKNOWN,
-    EventHeader, KIND_CGROUP_MKDIR, KIND_CGROUP_RMDIR, KIND_CRI_BEGIN, KIND_CRI_END,
-    KIND_PROCESS_EXEC, KIND_PROCESS_EXIT, ProcessEvent, WAKEUP_THRESHOLD_BYTES, lost,
+    CGROUP_PATH_MAX, COMM_LEN, CRI_UID_MAX, CgroupEvent, CriEvent, EVENTS_RING_BYTES,
+    EXIT_CODE_UNKNOWN, EventHeader, KIND_CGROUP_MKDIR, KIND_CGROUP_RMDIR, KIND_CRI_BEGIN,
+    KIND_CRI_END, KIND_PROCESS_EXEC, KIND_PROCESS_EXIT, ProcessEvent, WAKEUP_THRESHOLD_BYTES, lost,
 };
 
 #[map]
@@ -42,6 +42,10 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
 
 #[map]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(lost::COUNT, 0);
+
+/// Slot 0: non-zero while the agent's reader is polling the ring (see `wakeup_flag`).
+#[map]
+static READER: Array<u32> = Array::with_max_entries(1, 0);
 
 // Read with `read_volatile` so the compiler cannot fold the defaults into the code: the loader
 // patches these in `.rodata` before the program is verified.
@@ -126,7 +130,7 @@ unsafe fn read_field<T>(base: u64, offset: &'static u32) -> Result<T, u32> {
 #[inline(always)]
 fn try_cgroup_raw(ctx: &RawTracePointContext, kind: u32) -> Result<(), u32> {
     // SAFETY: `submit_with` hands `fill_cgroup_raw` a reserved entry of the right size.
-    submit_with(false, |event| unsafe { fill_cgroup_raw(ctx, kind, event) })
+    submit_with(|event| unsafe { fill_cgroup_raw(ctx, kind, event) })
 }
 
 #[inline(always)]
@@ -166,12 +170,19 @@ unsafe fn fill_cgroup_raw(
             read_field::<i32>(root, &ROOT_HIERARCHY_ID_OFFSET)?,
         )
     };
+    // The kernel assembles the path for these tracepoints in a static buffer of 1 KiB, so a
+    // fixed-size copy of the whole path field (a word at a time) stays inside it and costs a
+    // third of a string copy (a byte at a time); the reader cuts at the NUL. Should the buffer
+    // ever be smaller on some kernel, the copy fails cleanly and the string copy is used.
     // SAFETY: `event` is valid for writes (caller contract); the path buffer is plain bytes.
     let path_len = unsafe {
         let buf = &mut *core::ptr::addr_of_mut!((*event).path);
-        bpf_probe_read_kernel_str_bytes(path as *const u8, buf)
-            .map_err(|_| lost::READ_FAILED)?
-            .len()
+        match bpf_probe_read_kernel_buf(path as *const u8, buf) {
+            Ok(()) => CGROUP_PATH_MAX,
+            Err(_) => bpf_probe_read_kernel_str_bytes(path as *const u8, buf)
+                .map_err(|_| lost::READ_FAILED)?
+                .len(),
+        }
     };
     // SAFETY: as above.
     unsafe {
@@ -210,26 +221,26 @@ fn count_lost(counter: u32) {
 #[inline(always)]
 fn try_cgroup(ctx: &TracePointContext, kind: u32) -> Result<(), u32> {
     // SAFETY: `submit_with` hands `fill_cgroup` a reserved entry of the right size.
-    submit_with(false, |event| unsafe { fill_cgroup(ctx, kind, event) })
+    submit_with(|event| unsafe { fill_cgroup(ctx, kind, event) })
 }
 
 /// Reserves a `T` on the ring buffer, lets `fill` write it in place, then submits it (waking the
-/// reader at once when `urgent`, see [`wakeup_flag`]), or discards it when `fill` fails.
+/// reader only if it sleeps, see [`wakeup_flag`]), or discards it when `fill` fails.
 #[inline(always)]
-fn submit_with<T: 'static>(
-    urgent: bool,
-    fill: impl FnOnce(*mut T) -> Result<(), u32>,
-) -> Result<(), u32> {
+fn submit_with<T: 'static>(fill: impl FnOnce(*mut T) -> Result<(), u32>) -> Result<(), u32> {
     let Some(mut entry) = EVENTS.reserve::<T>(0) else {
         return Err(lost::RINGBUF_FULL);
     };
+    // The wake-up is decided after the reservation, never before: see `wakeup_flag`.
     match fill(entry.as_mut_ptr()) {
         Ok(()) => {
-            entry.submit(wakeup_flag(urgent));
+            entry.submit(wakeup_flag());
             Ok(())
         }
         Err(counter) => {
-            entry.discard(0);
+            // A discarded record holds its place until the reader skips it, so it follows the
+            // same rule (a reader left asleep before it would miss the records after it).
+            entry.discard(wakeup_flag());
             Err(counter)
         }
     }
@@ -259,17 +270,28 @@ unsafe fn write_cgroup(
     }
 }
 
-/// Batched wake-ups. With no flag the kernel wakes the reader only for a record submitted when
-/// the reader had caught up (the first since its last drain); the reader then lets the rest of a
-/// burst gather before it drains, and those records wake nobody. An idle agent is woken by
-/// nothing. `urgent` records (a process exit in a pod: the PLEG relists on it) and a ring a
-/// quarter full wake the reader at once.
+/// Wake-ups, which cost far more than the event itself (the kernel's wake-up of a ring-buffer
+/// reader is an interrupt the CPU sends itself: about 8 µs on a VM, 20-40 times a program's own
+/// run time). While the agent's reader is polling (`READER` non-zero: it drains every few
+/// milliseconds while records keep coming) a record needs no wake-up. When it sleeps, the kernel's
+/// own rule applies (flag 0): wake the reader for a record submitted when it had caught up, the
+/// first since its last drain. A ring a quarter full wakes it at once either way.
+///
+/// The flag is read after the record was reserved: the reader, before it goes to sleep, clears
+/// the flag and then checks that nothing was reserved since its last drain, so a record either
+/// sees the cleared flag (and wakes it) or is seen by that check (and keeps it polling).
 #[inline(always)]
-fn wakeup_flag(urgent: bool) -> u64 {
-    if urgent || EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_THRESHOLD_BYTES {
-        BPF_RB_FORCE_WAKEUP as u64
-    } else {
-        0
+fn wakeup_flag() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_THRESHOLD_BYTES {
+        return BPF_RB_FORCE_WAKEUP as u64;
+    }
+    match READER.get(0) {
+        // SAFETY (read_volatile): a valid, aligned map value; the agent writes it concurrently,
+        // so the load must not be elided or hoisted.
+        Some(polling) if unsafe { core::ptr::read_volatile(polling) } != 0 => {
+            BPF_RB_NO_WAKEUP as u64
+        }
+        _ => 0,
     }
 }
 
@@ -297,13 +319,20 @@ unsafe fn fill_cgroup(
         unsafe { ctx.read_at(global(&CGROUP_PATH_OFFSET)) }.map_err(|_| lost::READ_FAILED)?;
     let src = unsafe { ctx.as_ptr().cast::<u8>().add((loc & 0xffff) as usize) };
 
+    // The record carries the string's length (NUL included): copy that many bytes in one go
+    // (a word at a time, not the byte-at-a-time string copy); the reader cuts at the NUL. The
+    // mask keeps the verifier's bound; longer paths are cut.
+    let len = ((loc >> 16) as usize).min(CGROUP_PATH_MAX);
     // SAFETY: `event` is valid for writes (caller contract); the path buffer is plain bytes.
-    let path_len = unsafe {
+    unsafe {
         let path = &mut *core::ptr::addr_of_mut!((*event).path);
-        bpf_probe_read_kernel_str_bytes(src, path)
-            .map_err(|_| lost::READ_FAILED)?
-            .len()
-    };
+        if let Some(dst) = path.get_mut(..len & (2 * CGROUP_PATH_MAX - 1))
+            && !dst.is_empty()
+        {
+            bpf_probe_read_kernel_buf(src, dst).map_err(|_| lost::READ_FAILED)?;
+        }
+    }
+    let path_len = len;
     unsafe {
         write_cgroup(
             event,
@@ -356,7 +385,7 @@ fn in_pod_cgroup() -> bool {
 
 #[inline(always)]
 fn try_process(kind: u32) -> Result<(), u32> {
-    submit_with(kind == KIND_PROCESS_EXIT, |event: *mut ProcessEvent| {
+    submit_with(|event: *mut ProcessEvent| {
         // SAFETY: no preconditions.
         let (ktime_ns, pid_tgid, cgroup_id) = unsafe {
             (
@@ -427,6 +456,52 @@ pub fn noop_uprobe(_ctx: ProbeContext) -> u32 {
     0
 }
 
+/// Programs that each do one part of what a probe does, never loaded by the agent: the eBPF
+/// bench attaches them to the CRI markers beside [`noop_uprobe`], so that the kernel's counters
+/// show what each part costs on the machine. `cost_clock`: reading the clock.
+#[uprobe]
+pub fn cost_clock(_ctx: ProbeContext) -> u32 {
+    // SAFETY: no preconditions; the helper only reads the clock.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // Keeps the call (its result used); never true.
+    if now == 0 {
+        count_lost(lost::READ_FAILED);
+    }
+    0
+}
+
+/// See [`cost_clock`]: reserving a record and submitting it without waking the reader.
+#[uprobe]
+pub fn cost_record(_ctx: ProbeContext) -> u32 {
+    submit_cost_record(BPF_RB_NO_WAKEUP as u64);
+    0
+}
+
+/// See [`cost_clock`]: the same, waking the reader each time (what a probe pays for a wake-up).
+#[uprobe]
+pub fn cost_wakeup(_ctx: ProbeContext) -> u32 {
+    submit_cost_record(BPF_RB_FORCE_WAKEUP as u64);
+    0
+}
+
+#[inline(always)]
+fn submit_cost_record(flags: u64) {
+    if let Some(mut entry) = EVENTS.reserve::<CriEvent>(0) {
+        let event: *mut CriEvent = entry.as_mut_ptr();
+        // SAFETY: a reserved, writable, 8-byte aligned entry of the right size; the header marks
+        // it as a CRI record with no UID, which the reader decodes like any other.
+        unsafe {
+            core::ptr::write_bytes(event.cast::<u8>(), 0, core::mem::size_of::<CriEvent>());
+            core::ptr::addr_of_mut!((*event).header).write(EventHeader {
+                kind: KIND_CRI_BEGIN,
+                len: core::mem::size_of::<CriEvent>() as u32,
+                ktime_ns: 0,
+            });
+        }
+        entry.submit(flags);
+    }
+}
+
 /// `swiftlet_cri_call_begin(method: u32, uid_ptr: *const u8, uid_len: usize)`.
 #[uprobe]
 pub fn cri_begin(ctx: ProbeContext) -> u32 {
@@ -447,7 +522,7 @@ pub fn cri_end(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn try_cri(ctx: &ProbeContext, kind: u32) -> Result<(), u32> {
-    submit_with(false, |event: *mut CriEvent| {
+    submit_with(|event: *mut CriEvent| {
         // SAFETY: no preconditions.
         let (ktime_ns, pid_tgid) = unsafe { (bpf_ktime_get_ns(), bpf_get_current_pid_tgid()) };
         let method: u32 = ctx.arg(0).unwrap_or(u32::MAX);

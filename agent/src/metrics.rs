@@ -104,6 +104,7 @@ pub struct Metrics {
     pub ebpf_events_total: Counter,
     pub ebpf_reader_drains_total: Counter,
     pub ebpf_reader_empty_drains_total: Counter,
+    pub ebpf_reader_wakeups_total: Counter,
     pub pod_start_phase_duration_seconds: Family<PhaseLabel, Histogram, fn() -> Histogram>,
     pub pleg_relist_duration_seconds: Histogram,
     pub pleg_relist_interval_seconds: Histogram,
@@ -212,14 +213,21 @@ impl Metrics {
         let ebpf_reader_drains_total = Counter::default();
         registry.register(
             "ebpf_reader_drains",
-            "Times the eBPF reader drained its ring buffer (each after the kernel woke it for records)",
+            "Times the eBPF reader drained its ring buffer (after the kernel woke it for records, and \
+             every 10 ms while records keep coming)",
             ebpf_reader_drains_total.clone(),
         );
         let ebpf_reader_empty_drains_total = Counter::default();
         registry.register(
             "ebpf_reader_empty_drains",
-            "eBPF reader drains that found no record (wake-ups for nothing)",
+            "eBPF reader drains that found no record (one ends each burst of records)",
             ebpf_reader_empty_drains_total.clone(),
+        );
+        let ebpf_reader_wakeups_total = Counter::default();
+        registry.register(
+            "ebpf_reader_wakeups",
+            "Times the kernel woke the eBPF reader for records (none while it polls during a burst)",
+            ebpf_reader_wakeups_total.clone(),
         );
         let pod_start_phase_duration_seconds =
             Family::<PhaseLabel, Histogram, fn() -> Histogram>::new_with_constructor(
@@ -402,6 +410,7 @@ impl Metrics {
             ebpf_events_total,
             ebpf_reader_drains_total,
             ebpf_reader_empty_drains_total,
+            ebpf_reader_wakeups_total,
         }
     }
 

@@ -144,6 +144,7 @@ async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
         catch_up(&s.metrics.ebpf_events_total, m.events_seen());
         catch_up(&s.metrics.ebpf_reader_drains_total, drains);
         catch_up(&s.metrics.ebpf_reader_empty_drains_total, empty);
+        catch_up(&s.metrics.ebpf_reader_wakeups_total, m.reader_wakeups());
     }
     let alive = tokio::runtime::Handle::current()
         .metrics()

@@ -11,7 +11,10 @@
 //!
 //! Between "off" and "on", a `baseline` round: the same work with programs that do nothing
 //! attached at the same points, so that the kernel's per-program run time of an empty program
-//! (the machine's floor for any program there) is printed beside the probes' own.
+//! (the machine's floor for any program there) is printed beside the probes' own; and, on the
+//! CRI markers, programs that each do one part of a probe's work (read the clock; reserve and
+//! submit a record; the same with a wake-up of the reader), so the parts' costs can be read off
+//! against the empty program's.
 //!
 //! `cargo bench -p swiftlet-benches --bench ebpf -- --warm-up-time 1 --measurement-time 5`
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -87,6 +90,11 @@ fn bench(c: &mut Criterion) {
     };
 
     run(c, "off");
+    // Before anything attaches a tracepoint: aya looks for tracefs once per process and
+    // remembers a miss, and a fresh machine may not have it mounted yet.
+    if let Err(e) = swiftlet::ebpf::tracefs::ensure_mounted() {
+        eprintln!("ebpf bench: tracefs: {e}");
+    }
     baseline(c, &run);
 
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -146,9 +154,10 @@ fn bench(c: &mut Criterion) {
         }
         drop(stats);
         eprintln!(
-            "ebpf bench ({state}): events seen {}, lost {}",
+            "ebpf bench ({state}): events seen {}, lost {}, reader woken {} times",
             monitor.events_seen(),
-            monitor.events_lost()
+            monitor.events_lost(),
+            monitor.reader_wakeups()
         );
         cancel.cancel();
         // Let the reader task drop the object (detaching the probes) before the next round.
@@ -208,15 +217,47 @@ fn baseline(c: &mut Criterion, run: &dyn Fn(&mut Criterion, &str)) {
             std::path::Path::new("/proc/self/exe"),
         )?;
         out.push(("CRI markers (uprobe)", ebpf));
+        // The parts of a probe, one per loaded copy (each copy has its own ring buffer).
+        for (name, label) in [
+            ("cost_clock", "markers: clock read"),
+            ("cost_record", "markers: record"),
+            ("cost_wakeup", "markers: record+wake"),
+        ] {
+            let mut ebpf = load()?;
+            swiftlet::ebpf::attach_uprobe(
+                &mut ebpf,
+                name,
+                &["swiftlet_cri_call_begin", "swiftlet_cri_call_end"],
+                std::path::Path::new("/proc/self/exe"),
+            )?;
+            out.push((label, ebpf));
+        }
         Ok(out)
     })();
-    let attached = match attached {
+    let mut attached = match attached {
         Ok(a) => a,
         Err(e) => {
             eprintln!("SKIPPED the baseline: attaching the no-op programs: {e}");
             return;
         }
     };
+    // Keep the part programs' rings drained (a full ring would make their reservations fail
+    // early and cheaply); plain polling, so the wake-ups `cost_wakeup` sends wake no one.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drains: Vec<_> = attached
+        .iter_mut()
+        .filter_map(|(_, ebpf)| ebpf.take_map("EVENTS"))
+        .filter_map(|map| aya::maps::RingBuf::try_from(map).ok())
+        .map(|mut ring| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    while ring.next().is_some() {}
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            })
+        })
+        .collect();
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime);
     run(c, "baseline");
     if stats.is_ok() {
@@ -237,6 +278,10 @@ fn baseline(c: &mut Criterion, run: &dyn Fn(&mut Criterion, &str)) {
         }
     }
     drop(stats);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for drain in drains {
+        let _ = drain.join();
+    }
 }
 
 criterion_group!(benches, bench);

@@ -3,8 +3,10 @@
 //! [`Monitor::start`] loads the probes built from `agent-ebpf/` (embedded at build time), attaches
 //! the `cgroup:cgroup_mkdir`/`cgroup_rmdir` and `sched:sched_process_exec`/`sched_process_exit`
 //! tracepoints and the uprobes on the agent's own CRI markers ([`crate::cri`]), and spawns one
-//! reader task that drains the ring buffer [`GATHER`] after the kernel wakes it for a record
-//! (`tokio::io::unix::AsyncFd`; sooner for urgent ones), until the cancellation token fires.
+//! reader task ([`reader`]) that sleeps until the kernel wakes it for a record
+//! (`tokio::io::unix::AsyncFd`), then drains the ring buffer at once and every [`GATHER`] while
+//! records keep coming (the probes send no wake-ups meanwhile), until the cancellation token
+//! fires.
 //! Cgroup events are logged at debug level, kept in a bounded ring of recent events and broadcast
 //! to subscribers; every event is also sent to the optional [`Config::events`] sink (the
 //! startup timelines, and the exit detector [`exits`]).
@@ -21,6 +23,7 @@
 
 pub mod btf;
 pub mod exits;
+mod reader;
 pub mod tracefs;
 
 use std::{
@@ -52,12 +55,10 @@ pub const RECENT_CAPACITY: usize = 4096;
 /// `RecvError::Lagged`.
 pub const BROADCAST_CAPACITY: usize = 1024;
 
-/// How long the reader lets records gather after the first one woke it, before it drains the
-/// ring buffer. Records submitted meanwhile wake nobody (the kernel wakes the reader only for the
-/// first record after a drain), unless they are urgent (a process exit in a pod) or a quarter of
-/// the ring (`WAKEUP_THRESHOLD_BYTES`) is waiting, which end the wait at once. So this bounds how
-/// late an event is delivered (its `ktime_ns` is taken in the kernel and is exact regardless),
-/// and an idle agent is never woken.
+/// How often a woken reader drains the ring buffer after its first drain, for as long as drains
+/// find records (see [`reader`]). Records submitted meanwhile wake nobody, unless a quarter of the ring
+/// (`WAKEUP_THRESHOLD_BYTES`) is waiting, which ends the wait at once. So this bounds how late an
+/// event is delivered (its `ktime_ns` is taken in the kernel and is exact regardless).
 pub const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The probe object built by `build.rs` (aya-build), aligned for the ELF parser; `None` in a
@@ -334,6 +335,8 @@ struct Shared {
     /// The reader's drains, and those that found no record (see [`Monitor::reader_drains`]).
     drains: AtomicU64,
     empty_drains: AtomicU64,
+    /// Times the kernel woke the reader (see [`Monitor::reader_wakeups`]).
+    wakeups: AtomicU64,
     sink: Option<mpsc::UnboundedSender<KernelEvent>>,
 }
 
@@ -347,6 +350,7 @@ impl Shared {
             undecodable: AtomicU64::new(0),
             drains: AtomicU64::new(0),
             empty_drains: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
             sink,
         }
     }
@@ -485,13 +489,19 @@ impl Monitor {
     }
 
     /// How often the reader drained the ring buffer since start, and how many of those drains
-    /// found no record. The reader drains only when the kernel woke it for a record, so an idle
-    /// agent adds to neither.
+    /// found no record. The reader drains only after the kernel woke it for a record and for as
+    /// long as records keep coming; each burst ends with one drain that finds nothing.
     pub fn reader_drains(&self) -> (u64, u64) {
         (
             self.shared.drains.load(Ordering::Relaxed),
             self.shared.empty_drains.load(Ordering::Relaxed),
         )
+    }
+
+    /// How many times the kernel woke the reader for records (each wake-up costs the probe that
+    /// sent it several microseconds: see [`reader`]).
+    pub fn reader_wakeups(&self) -> u64 {
+        self.shared.wakeups.load(Ordering::Relaxed)
     }
 
     /// Events that never reached the agent: the probes' loss counters (ring buffer full, record
@@ -608,6 +618,12 @@ impl Monitor {
             name: common::MAP_EVENTS,
             source,
         })?;
+        let reader_flag = take_map(&mut ebpf, common::MAP_READER)?;
+        let reader_flag = Array::try_from(reader_flag).map_err(|source| Error::Map {
+            name: common::MAP_READER,
+            source,
+        })?;
+        let wakeups = reader::Wakeups::new(reader_flag, &events);
         let lost = take_map(&mut ebpf, common::MAP_LOST)?;
         let lost = PerCpuArray::try_from(lost).map_err(|source| Error::Map {
             name: common::MAP_LOST,
@@ -622,7 +638,13 @@ impl Monitor {
                 .map_err(|e| Error::AsyncFd(e.into_parts().1))?
         };
         let shared = Arc::new(Shared::new(config.events));
-        runtime.spawn(read_events(events, ebpf, Arc::clone(&shared), cancel));
+        runtime.spawn(reader::read_events(
+            events,
+            wakeups,
+            ebpf,
+            Arc::clone(&shared),
+            cancel,
+        ));
         // Loading parsed the kernel's BTF (several MiB, freed again by now); glibc keeps freed
         // heap pages mapped, so hand them back or they count in the agent's RSS forever.
         // SAFETY: malloc_trim only releases free memory of the allocator; no pointers are involved.
@@ -785,60 +807,6 @@ fn raise_memlock_rlimit() {
             error = %std::io::Error::last_os_error(),
             "could not raise RLIMIT_MEMLOCK (fine on kernels >= 5.11)"
         );
-    }
-}
-
-/// The reader task: owns the loaded object (dropping it detaches the probes). It sleeps until the
-/// kernel wakes it for a record, lets the rest of a burst gather for [`GATHER`] (or less, when an
-/// urgent record or a quarter-full ring wakes it again), drains the ring buffer, and sleeps again.
-async fn read_events(
-    mut events: AsyncFd<RingBuf<MapData>>,
-    ebpf: Ebpf,
-    shared: Arc<Shared>,
-    cancel: CancellationToken,
-) {
-    loop {
-        // Idle: nothing wakes the agent until a record arrives.
-        tokio::select! {
-            () = cancel.cancelled() => break,
-            woken = woken(&mut events) => if woken.is_err() { break },
-        }
-        tokio::select! {
-            () = cancel.cancelled() => break,
-            () = tokio::time::sleep(GATHER) => {}
-            woken = woken(&mut events) => if woken.is_err() { break },
-        }
-        drain(events.get_mut(), &shared);
-    }
-    drain(events.get_mut(), &shared);
-    drop(ebpf);
-    tracing::debug!("eBPF reader stopped; probes detached");
-}
-
-/// Waits for the kernel to wake the reader and clears the wake-up, so the next wait needs a new
-/// one. The records stay in the ring for the next drain.
-async fn woken(events: &mut AsyncFd<RingBuf<MapData>>) -> std::io::Result<()> {
-    match events.readable_mut().await {
-        Ok(mut guard) => {
-            guard.clear_ready();
-            Ok(())
-        }
-        Err(error) => {
-            tracing::error!(%error, "polling the eBPF ring buffer; reader stops");
-            Err(error)
-        }
-    }
-}
-
-fn drain(ring: &mut RingBuf<MapData>, shared: &Shared) {
-    let mut records = 0u64;
-    while let Some(item) = ring.next() {
-        shared.record(&item);
-        records += 1;
-    }
-    shared.drains.fetch_add(1, Ordering::Relaxed);
-    if records == 0 {
-        shared.empty_drains.fetch_add(1, Ordering::Relaxed);
     }
 }
 

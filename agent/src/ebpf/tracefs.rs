@@ -53,7 +53,7 @@ pub struct CgroupLayout {
 
 /// Returns the tracefs directory holding `events/cgroup/...`, mounting tracefs at
 /// `/sys/kernel/tracing` when neither place has it and we are root.
-pub(crate) fn ensure_mounted() -> Result<PathBuf, Error> {
+pub fn ensure_mounted() -> Result<PathBuf, Error> {
     if let Some(found) = find() {
         return Ok(found);
     }
