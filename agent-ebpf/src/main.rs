@@ -270,9 +270,9 @@ unsafe fn write_cgroup(
     }
 }
 
-/// Wake-ups, which cost far more than the event itself (the kernel's wake-up of a ring-buffer
-/// reader is an interrupt the CPU sends itself: about 8 µs on a VM, 20-40 times a program's own
-/// run time). While the agent's reader is polling (`READER` non-zero: it drains every few
+/// Wake-ups, which cost far more than the event itself (the ring buffer queues the reader's
+/// wake-up as interrupt work on its own CPU: 5-8 µs on a VM, 20-40 times a program's own run
+/// time). While the agent's reader is polling (`READER` non-zero: it drains every few
 /// milliseconds while records keep coming) a record needs no wake-up. When it sleeps, the kernel's
 /// own rule applies (flag 0): wake the reader for a record submitted when it had caught up, the
 /// first since its last drain. A ring a quarter full wakes it at once either way.

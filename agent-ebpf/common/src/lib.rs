@@ -105,7 +105,7 @@ pub const MAP_LOST: &str = "LOST";
 /// Byte size of the ring buffer (a power of two, a multiple of the page size).
 pub const EVENTS_RING_BYTES: u32 = 256 * 1024;
 /// The probes wake a sleeping reader for the first record after its last drain, a polling one
-/// never (a wake-up costs the probe about 8 µs on this VM, 20-40x its own work), and either once
+/// never (a wake-up costs the probe 5-8 µs on this VM, 20-40x its own work), and either once
 /// this much data is waiting.
 pub const WAKEUP_THRESHOLD_BYTES: u64 = EVENTS_RING_BYTES as u64 / 4;
 /// Name of the one-entry `u32` array the agent's reader sets to 1 while it polls the ring buffer

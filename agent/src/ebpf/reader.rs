@@ -1,8 +1,8 @@
 //! The reader task and its half of the probes' wake-up rule.
 //!
 //! A wake-up from the kernel costs the probe that sends it far more than the event itself: the
-//! kernel wakes a ring-buffer reader through an interrupt the CPU sends itself, about 8 µs on
-//! this VM against 0.1-0.4 µs for a probe's own work. So the reader tells the probes, through the
+//! ring buffer queues the reader's wake-up as interrupt work on its own CPU, 5-8 µs on this VM
+//! against 0.1-0.4 µs for a probe's own work. So the reader tells the probes, through the
 //! one-entry `READER` map, whether it needs waking:
 //!
 //! - **Asleep** (flag 0): the kernel's own rule, a record submitted when the reader had caught up
