@@ -322,17 +322,16 @@ unsafe fn fill_cgroup(
     // The record carries the string's length (NUL included): copy that many bytes in one go
     // (a word at a time, not the byte-at-a-time string copy); the reader cuts at the NUL. The
     // mask keeps the verifier's bound; longer paths are cut.
-    let len = ((loc >> 16) as usize).min(CGROUP_PATH_MAX);
+    let path_len = ((loc >> 16) as usize).min(CGROUP_PATH_MAX);
     // SAFETY: `event` is valid for writes (caller contract); the path buffer is plain bytes.
     unsafe {
         let path = &mut *core::ptr::addr_of_mut!((*event).path);
-        if let Some(dst) = path.get_mut(..len & (2 * CGROUP_PATH_MAX - 1))
+        if let Some(dst) = path.get_mut(..path_len & (2 * CGROUP_PATH_MAX - 1))
             && !dst.is_empty()
         {
             bpf_probe_read_kernel_buf(src, dst).map_err(|_| lost::READ_FAILED)?;
         }
     }
-    let path_len = len;
     unsafe {
         write_cgroup(
             event,

@@ -241,23 +241,28 @@ fn baseline(c: &mut Criterion, run: &dyn Fn(&mut Criterion, &str)) {
             return;
         }
     };
-    // Keep the part programs' rings drained (a full ring would make their reservations fail
-    // early and cheaply); plain polling, so the wake-ups `cost_wakeup` sends wake no one.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let drains: Vec<_> = attached
+    // Keep the rings of the part programs that write records drained (a full ring would make
+    // their reservations fail early and cheaply): one thread polling them, so the wake-ups
+    // `cost_wakeup` sends wake no one and the other rounds' work is not shared with more threads.
+    let rings: Vec<_> = attached
         .iter_mut()
+        .filter(|(label, _)| label.starts_with("markers: record"))
         .filter_map(|(_, ebpf)| ebpf.take_map("EVENTS"))
         .filter_map(|map| aya::maps::RingBuf::try_from(map).ok())
-        .map(|mut ring| {
-            let stop = std::sync::Arc::clone(&stop);
-            std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    while ring.next().is_some() {}
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                }
-            })
-        })
         .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drain = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut rings = rings;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for ring in &mut rings {
+                    while ring.next().is_some() {}
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime);
     run(c, "baseline");
     if stats.is_ok() {
@@ -279,9 +284,7 @@ fn baseline(c: &mut Criterion, run: &dyn Fn(&mut Criterion, &str)) {
     }
     drop(stats);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for drain in drains {
-        let _ = drain.join();
-    }
+    let _ = drain.join();
 }
 
 criterion_group!(benches, bench);

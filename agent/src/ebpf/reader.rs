@@ -8,8 +8,8 @@
 //! - **Asleep** (flag 0): the kernel's own rule, a record submitted when the reader had caught up
 //!   (the first since its last drain) wakes it. An idle agent costs nothing.
 //! - **Polling** (flag 1): once woken, the reader drains at once and then every [`GATHER`] for
-//!   as long as drains find records, and the probes submit without a wake-up. A burst of any length costs one
-//!   wake-up instead of one per record the reader had caught up with.
+//!   as long as drains find records, and the probes submit without a wake-up. A burst of any
+//!   length costs one wake-up instead of one per record the reader had caught up with.
 //!
 //! Going back to sleep is the delicate step: a probe that read "polling" must not leave its
 //! record behind a sleeping reader. The probes read the flag after reserving their record; the
@@ -55,7 +55,10 @@ impl Wakeups {
         match Positions::map(ring) {
             Ok(positions) => Some(Self { flag, positions }),
             Err(error) => {
-                tracing::debug!(%error, "mapping the ring buffer's positions; every record after a drain wakes the reader");
+                tracing::debug!(
+                    %error,
+                    "mapping the ring buffer's positions; every record after a drain wakes the reader"
+                );
                 None
             }
         }
