@@ -858,6 +858,32 @@ fn hostile_server() -> std::io::Result<(u16, Served)> {
     Ok((port, served))
 }
 
+/// The largest pod the agent accepts (its `MAX_POD_BYTES`: the API server's request limit).
+const MAX_POD_BYTES: usize = 3 << 20;
+
+/// A valid pod named `name` whose manifest (YAML) is about `bytes` long: one container with
+/// env vars of about 100 bytes each.
+fn large_pod(name: &str, bytes: usize) -> Vec<u8> {
+    let mut m = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  \
+         containers:\n  - name: main\n    image: {}\n    imagePullPolicy: Never\n    env:\n",
+        crate::BUSYBOX_IMAGE
+    );
+    let value = "v".repeat(60);
+    let mut i = 0;
+    while m.len() + 128 < bytes {
+        m.push_str(&format!(
+            "    - name: VAR_{i:08}\n      value: \"{value}\"\n"
+        ));
+        i += 1;
+    }
+    m.into_bytes()
+}
+
+/// The name of the valid large pod among the hostile files: it is not a config error (the
+/// agent's `--max-pods` rejects it at admission), so the scenario waits for it on `/pods`.
+const LARGE_VALID_POD: &str = "large";
+
 /// The hostile files written into the manifest directory: (what, file name, contents).
 fn hostile_files() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x]\n");
@@ -876,6 +902,16 @@ fn hostile_files() -> Vec<(&'static str, &'static str, Vec<u8>)> {
             b"kind: Pod\nmetadata: {name: \xff}\n".to_vec(),
         ),
         ("file: 11 MiB manifest", "huge.yaml", vec![b'#'; 11 << 20]),
+        (
+            "file: a valid pod of 9 MiB (over the pod limit)",
+            "huge-pod.yaml",
+            large_pod("huge-pod", 9 << 20),
+        ),
+        (
+            "file: a valid pod just under 3 MiB",
+            "large.yaml",
+            large_pod(LARGE_VALID_POD, MAX_POD_BYTES - 4096),
+        ),
         (
             "file: a name leaving its directory",
             "escape.yaml",
@@ -1053,15 +1089,25 @@ pub fn hostile_input(
                 if let Err(e) = std::fs::write(&path, bytes) {
                     out.violations.push(format!("{what}: writing it: {e}"));
                 }
-                wait_counted(&mut counted);
+                if file.starts_with(LARGE_VALID_POD) {
+                    let name = agent.static_pod_name(LARGE_VALID_POD);
+                    if agent
+                        .try_wait_for(|pods| pods.get(&name).is_some(), Duration::from_secs(30))
+                        .is_none()
+                    {
+                        out.violations.push(format!("{what}: never shown on /pods"));
+                    }
+                } else {
+                    wait_counted(&mut counted);
+                }
                 let _ = std::fs::remove_file(&path);
                 *what
             };
             out.faults += 1;
             let counted = counted();
-            // The huge list is valid input: its pods are admitted or rejected by --max-pods
-            // (admission, not a config error).
-            if counted == 0 && !what.contains("10,000") {
+            // The huge list and the large pod are valid input: their pods are admitted or
+            // rejected by --max-pods (admission, not a config error).
+            if counted == 0 && !what.contains("10,000") && !what.contains("just under") {
                 out.violations
                     .push(format!("{what}: not counted as a config error"));
             }

@@ -40,7 +40,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::manifest::{self, MAX_CONFIG_LENGTH};
+use super::manifest::{self, MAX_POD_BYTES};
 use super::{ErrorCounter, SourceUpdate, StoredPod};
 
 /// The `reason` label of a pod whose full name an earlier file already defines.
@@ -131,7 +131,7 @@ pub async fn watch(
                 _ = tokio::time::sleep_until(next_retry), if watch.is_none() => continue,
             }
         }
-        // Directory walks, file reads and the parse of files up to 10 MiB block: they run on a
+        // Directory walks, file reads and the parse of files up to 3 MiB block: they run on a
         // blocking thread, which hands the source back with what to send.
         let Some((back, update)) = super::off_thread(source, "file", move |source| {
             if scan_all {
@@ -369,15 +369,15 @@ fn load(path: &Path) -> Loaded {
     if !meta.is_file() {
         return Loaded::NotRegular;
     }
-    if meta.len() > MAX_CONFIG_LENGTH {
+    if meta.len() > MAX_POD_BYTES {
         return Loaded::TooLarge(meta.len());
     }
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    if let Err(e) = file.take(MAX_CONFIG_LENGTH + 1).read_to_end(&mut bytes) {
+    if let Err(e) = file.take(MAX_POD_BYTES + 1).read_to_end(&mut bytes) {
         return Loaded::Failed(e);
     }
     let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-    if len > MAX_CONFIG_LENGTH {
+    if len > MAX_POD_BYTES {
         return Loaded::TooLarge(len);
     }
     Loaded::Bytes(bytes)
@@ -470,7 +470,7 @@ impl Source {
         }
         let outcome = match loaded {
             Loaded::Bytes(b) => manifest::parse(&path, &b, &self.cfg.node_name).map(StoredPod::new),
-            Loaded::TooLarge(n) => Err(manifest::too_large(&path, n)),
+            Loaded::TooLarge(n) => Err(manifest::too_large(&path, n, MAX_POD_BYTES)),
             Loaded::Failed(source) => Err(manifest::Error::Read {
                 path: path.clone(),
                 source,
@@ -935,7 +935,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let big = dir.path().join("big.yaml");
         let f = std::fs::File::create(&big).expect("create");
-        f.set_len(MAX_CONFIG_LENGTH + 1).expect("set_len");
+        f.set_len(MAX_POD_BYTES + 1).expect("set_len");
         let mut h = Harness::start(dir.path(), DEFAULT_CHECK_FREQUENCY);
         assert_eq!(h.next().await, Vec::<String>::new());
         let reason = h.rejected().get(&big).cloned().expect("listed");

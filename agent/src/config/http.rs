@@ -2,8 +2,9 @@
 //! mux a SET of the pods it serves.
 //!
 //! Behaviour (kubelet `config/http.go`, with the differences noted):
-//! - The body is one Pod or a PodList, YAML or JSON, at most 10 MiB; pods get the static-pod
-//!   defaults, with a UID derived from the content and the URL when `metadata.uid` is not set.
+//! - The body is one Pod or a PodList, YAML or JSON, at most 10 MiB, one pod at most 3 MiB
+//!   ([`manifest::MAX_POD_BYTES`]); pods get the static-pod defaults, with a UID derived from the
+//!   content and the URL when `metadata.uid` is not set.
 //! - A body identical to the last one fetched sends nothing.
 //! - An empty body sends an empty SET (so the source becomes seen) and is counted as an error.
 //! - A failed fetch (connection, timeout, non-2xx status, oversized body) or a body that is not a

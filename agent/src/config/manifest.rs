@@ -17,8 +17,16 @@ use sha2::{Digest, Sha256};
 
 use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP, StoredPod, depth};
 
-/// Largest manifest read, like the kubelet's `maxConfigLength`.
+/// Largest manifest URL body read, like the kubelet's `maxConfigLength` (a PodList may hold many
+/// pods).
 pub const MAX_CONFIG_LENGTH: u64 = 10 * 1024 * 1024;
+
+/// Largest single pod accepted: a manifest file, a URL body holding one pod, or one item of a
+/// PodList (measured as about its size in compact JSON). It is the API server's limit on a
+/// request body: a larger pod could not be created through the API server, nor its mirror pod.
+/// The kubelet reads a file up to 10 MiB; this lower bound keeps the agent's memory bounded
+/// (a pod decodes to several times its text).
+pub const MAX_POD_BYTES: u64 = 3 * 1024 * 1024;
 
 /// Result of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -162,7 +170,7 @@ pub fn read(path: &Path, node_name: &str) -> Result<Pod> {
     parse(path, &bytes, node_name)
 }
 
-/// Reads at most [`MAX_CONFIG_LENGTH`] bytes of `path` (size checked before reading).
+/// Reads at most [`MAX_POD_BYTES`] bytes of `path` (size checked before reading).
 pub(crate) fn read_limited(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
     let read_err = |source| Error::Read {
@@ -171,29 +179,29 @@ pub(crate) fn read_limited(path: &Path) -> Result<Vec<u8>> {
     };
     let file = std::fs::File::open(path).map_err(read_err)?;
     let size = file.metadata().map_err(read_err)?.len();
-    if size > MAX_CONFIG_LENGTH {
-        return Err(too_large(path, size));
+    if size > MAX_POD_BYTES {
+        return Err(too_large(path, size, MAX_POD_BYTES));
     }
     let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    file.take(MAX_CONFIG_LENGTH + 1)
+    file.take(MAX_POD_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(read_err)?;
-    check_len(path, &bytes)?;
+    check_len(path, &bytes, MAX_POD_BYTES)?;
     Ok(bytes)
 }
 
-pub(crate) fn too_large(path: &Path, size: u64) -> Error {
+pub(crate) fn too_large(path: &Path, size: u64, max: u64) -> Error {
     Error::TooLarge {
         path: path.to_path_buf(),
         size,
-        max: MAX_CONFIG_LENGTH,
+        max,
     }
 }
 
-fn check_len(path: &Path, bytes: &[u8]) -> Result<()> {
+fn check_len(path: &Path, bytes: &[u8], max: u64) -> Result<()> {
     let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-    if size > MAX_CONFIG_LENGTH {
-        return Err(too_large(path, size));
+    if size > max {
+        return Err(too_large(path, size, max));
     }
     Ok(())
 }
@@ -227,7 +235,7 @@ impl Origin<'_> {
 /// Parses one manifest's bytes into a static pod for `node_name`, with the kubelet's file-source
 /// defaults applied (see the module docs).
 pub fn parse(path: &Path, bytes: &[u8], node_name: &str) -> Result<Pod> {
-    let text = text(path, bytes, node_name)?;
+    let text = text(path, bytes, MAX_POD_BYTES, node_name)?;
     parse_pod(Origin::File(path), path, text, node_name)
 }
 
@@ -239,7 +247,7 @@ pub fn parse(path: &Path, bytes: &[u8], node_name: &str) -> Result<Pod> {
 /// thousands never exists as thousands of decoded pods.
 pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<StoredPod>>> {
     let path = PathBuf::from(url);
-    let text = text(&path, bytes, node_name)?;
+    let text = text(&path, bytes, MAX_CONFIG_LENGTH, node_name)?;
     let origin = Origin::Url(url);
     let json = is_json(text);
     // The type fields first (no tree of the document), then the items one at a time: a list
@@ -248,6 +256,7 @@ pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<
     let kind = head.kind.as_ref().and_then(serde_json::Value::as_str);
     if !head.object || kind != Some("PodList") {
         // One pod: if it is bad, the whole body is (the source keeps its last good set).
+        check_len(&path, bytes, MAX_POD_BYTES)?;
         return parse_pod(origin, &path, text, node_name).map(|pod| vec![Ok(pod.into())]);
     }
     api_version_is_v1(head.api_version.as_ref().and_then(|v| v.as_str())).map_err(|problem| {
@@ -346,8 +355,15 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
             node_name,
         } = self.0;
         let mut pods = Vec::new();
-        while let Some(item) = seq.next_element::<serde_json::Value>()? {
+        while let Some(item) = seq.next_element_seed(Item::default())? {
             let path = PathBuf::from(format!("{url} items[{}]", pods.len()));
+            let item = match item {
+                Bounded::Within(item) => item,
+                Bounded::Over(size) => {
+                    pods.push(Err(too_large(&path, size, MAX_POD_BYTES)));
+                    continue;
+                }
+            };
             // Each pod is packed as soon as it is parsed: the list holds a few hundred bytes per
             // pod, not 10,000 decoded pods (5 KiB each before most of their fields).
             let pod = parse_item(origin, &path, item, node_name).and_then(|pod| {
@@ -362,9 +378,156 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
     }
 }
 
-/// Size, UTF-8, node-name and nesting checks shared by every entry point.
-fn text<'b>(path: &Path, bytes: &'b [u8], node_name: &str) -> Result<&'b str> {
-    check_len(path, bytes)?;
+/// One PodList item as a JSON tree, built only while it stays within [`MAX_POD_BYTES`] (counted
+/// as about its size in compact JSON); past that the rest of the item is read and counted but
+/// not kept, so an item of megabytes never exists as a tree.
+#[derive(Default)]
+struct Item {
+    size: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+/// What [`Item`] read: the tree, or the item's size when it is over the limit.
+enum Bounded {
+    Within(serde_json::Value),
+    Over(u64),
+}
+
+impl Item {
+    /// The same count, for a value inside the item.
+    fn inner(&self) -> Self {
+        Item {
+            size: self.size.clone(),
+        }
+    }
+
+    /// Counts `n` bytes; false once the item is over the limit (nothing more is kept).
+    fn charge(&self, n: usize) -> bool {
+        let size = self
+            .size
+            .get()
+            .saturating_add(u64::try_from(n).unwrap_or(u64::MAX));
+        self.size.set(size);
+        size <= MAX_POD_BYTES
+    }
+
+    /// `value` if the item is still within the limit after `n` more bytes.
+    fn keep(
+        &self,
+        n: usize,
+        value: impl FnOnce() -> serde_json::Value,
+    ) -> Option<serde_json::Value> {
+        self.charge(n).then(value)
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Item {
+    type Value = Bounded;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        let size = self.size.clone();
+        let value = d.deserialize_any(ItemValue(self))?;
+        Ok(match value {
+            Some(v) if size.get() <= MAX_POD_BYTES => Bounded::Within(v),
+            _ => Bounded::Over(size.get()),
+        })
+    }
+}
+
+/// A value inside an [`Item`]: `None` once the item is over the limit.
+struct ItemValue(Item);
+
+impl<'de> serde::de::DeserializeSeed<'de> for ItemValue {
+    type Value = Option<serde_json::Value>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ItemValue {
+    type Value = Option<serde_json::Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a pod")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> std::result::Result<Self::Value, E> {
+        Ok(self.0.keep(5, || v.into()))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> std::result::Result<Self::Value, E> {
+        Ok(self.0.keep(8, || v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> std::result::Result<Self::Value, E> {
+        Ok(self.0.keep(8, || v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> std::result::Result<Self::Value, E> {
+        Ok(self.0.keep(8, || v.into()))
+    }
+
+    fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
+        Ok(self.0.keep(v.len() + 3, || v.into()))
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+        Ok(self.0.keep(4, || serde_json::Value::Null))
+    }
+
+    fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
+        Ok(self.0.keep(4, || serde_json::Value::Null))
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut kept = self.0.charge(2).then(Vec::new);
+        while let Some(v) = seq.next_element_seed(ItemValue(self.0.inner()))? {
+            match (&mut kept, v) {
+                (Some(list), Some(v)) => list.push(v),
+                _ => kept = None,
+            }
+        }
+        Ok(kept.map(serde_json::Value::Array))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut kept = self.0.charge(2).then(serde_json::Map::new);
+        while let Some(key) = map.next_key::<String>()? {
+            let within = self.0.charge(key.len() + 4);
+            let v = map.next_value_seed(ItemValue(self.0.inner()))?;
+            match (&mut kept, v) {
+                (Some(obj), Some(v)) if within => {
+                    obj.insert(key, v);
+                }
+                _ => kept = None,
+            }
+        }
+        Ok(kept.map(serde_json::Value::Object))
+    }
+}
+
+/// Size (at most `max`), UTF-8, node-name and nesting checks shared by every entry point.
+fn text<'b>(path: &Path, bytes: &'b [u8], max: u64, node_name: &str) -> Result<&'b str> {
+    check_len(path, bytes, max)?;
     let text = std::str::from_utf8(bytes).map_err(|e| Error::NotUtf8 {
         path: path.to_path_buf(),
         offset: e.valid_up_to(),
@@ -1399,6 +1562,82 @@ mod tests {
             problem(&with_spec("spec: {containers: [{name: C_1, image: x}]}")),
             Problem::BadName { .. }
         ));
+    }
+
+    /// A pod manifest in YAML with `env` vars of about 100 bytes each.
+    fn pod_with_env(name: &str, vars: usize) -> String {
+        let mut m = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  \
+             - name: c\n    image: busybox\n    env:\n"
+        );
+        for i in 0..vars {
+            m.push_str(&format!(
+                "    - name: VAR_{i:08}\n      value: \"{}\"\n",
+                "v".repeat(60)
+            ));
+        }
+        m
+    }
+
+    #[test]
+    fn a_pod_over_the_api_servers_request_limit_is_refused_before_it_is_decoded() {
+        let big = pod_with_env("big", 32_000);
+        assert!(big.len() as u64 > MAX_POD_BYTES, "{}", big.len());
+        let e = err(big.as_bytes());
+        assert_eq!(e.reason(), "too_large");
+        assert!(
+            e.to_string()
+                .contains(&format!("{MAX_POD_BYTES} byte limit")),
+            "{e}"
+        );
+        // Just under the limit it is a valid pod.
+        let under = pod_with_env("under", 28_000);
+        assert!((under.len() as u64) < MAX_POD_BYTES);
+        let pod = ok(&under);
+        let env = &pod.spec.as_ref().expect("spec").containers[0].env;
+        assert_eq!(env.as_ref().map(Vec::len), Some(28_000));
+
+        // From a URL: one pod over the limit is refused whole, though the body limit is larger.
+        let url = "http://127.0.0.1:1/pods";
+        let Err(e) = parse_url(url, big.as_bytes(), NODE) else {
+            panic!("a single pod over the limit was accepted")
+        };
+        assert_eq!(e.reason(), "too_large");
+        // In a PodList, the item over the limit is refused on its own (named, with its size),
+        // and the small items beside it parse.
+        let item = |yaml: &str| {
+            let pod: serde_json::Value = serde_yaml_ng::from_str(yaml).expect("yaml");
+            pod.to_string()
+        };
+        let bigger = pod_with_env("big", 40_000);
+        assert!(item(&bigger).len() as u64 > MAX_POD_BYTES);
+        let list = format!(
+            r#"{{"kind": "PodList", "apiVersion": "v1", "items": [{}, {}, {}]}}"#,
+            item(&yaml("a")),
+            item(&bigger),
+            item(&yaml("b"))
+        );
+        assert!((list.len() as u64) < MAX_CONFIG_LENGTH);
+        let items = parse_url(url, list.as_bytes(), NODE).expect("list parses");
+        assert_eq!(items.len(), 3);
+        let Err(e) = &items[1] else {
+            panic!("an item over the limit was accepted")
+        };
+        assert_eq!(e.reason(), "too_large");
+        let named = e.to_string();
+        assert!(named.contains(&format!("{url} items[1]")), "{named}");
+        let Error::TooLarge { size, .. } = e else {
+            panic!("{e:?}")
+        };
+        // The whole item was counted, close to its size as compact JSON.
+        let compact = item(&bigger).len() as u64;
+        assert!(
+            *size > compact * 9 / 10 && *size < compact * 11 / 10,
+            "{size} vs {compact}"
+        );
+        for i in [0, 2] {
+            assert!(items[i].is_ok(), "{:?}", items[i].as_ref().err());
+        }
     }
 
     #[test]
