@@ -1,19 +1,20 @@
 //! How deep a YAML document nests, found before it is decoded.
 //!
-//! The YAML decoder reads a whole document into a list of events before it builds anything, and
-//! only then applies its recursion limit: a document nested 100,000 deep (`[[[...]]]`, `- - - x`)
+//! The streaming YAML decoder ([`super::yaml`]) stops at its own recursion limit, but the
+//! decoder it falls back to for small manifests (`serde_yaml_ng`, for aliases, tags and several
+//! documents) reads a whole document into a list of events before it builds anything, and only
+//! then applies its recursion limit: a document nested 100,000 deep (`[[[...]]]`, `- - - x`)
 //! is rejected, but after costing tens of MiB of events. This walk runs libyaml's event parser
-//! (the same parser the decoder uses) with a depth counter and stops at the first collection
-//! nested deeper than [`MAX_DEPTH`], having read only the text up to it; libyaml's own look-ahead
-//! is bounded (a possible simple key spans at most 1024 characters). Syntax errors are left to
-//! the decoder, which reports them with their location.
+//! (the same parser both decoders use, through [`super::yaml::Parser`]) with a depth counter
+//! and stops at the first collection nested deeper than [`MAX_DEPTH`], having read only the text
+//! up to it; libyaml's own look-ahead is bounded (a possible simple key spans at most 1024
+//! characters). Syntax errors are left to the decoder, which reports them with their location.
 //!
 //! JSON needs no such walk: its decoder reads as it goes and stops at its recursion limit.
 
-use std::marker::PhantomData;
-use std::mem::MaybeUninit;
-
 use unsafe_libyaml as unsafe_yaml;
+
+use super::yaml::Parser;
 
 /// Deepest nesting of collections accepted: the YAML and JSON decoders' recursion limit. A pod's
 /// own fields nest about a dozen deep.
@@ -25,12 +26,13 @@ pub(crate) fn yaml_too_deep(text: &str, max: usize) -> Option<(usize, usize)> {
     let mut parser = Parser::new(text)?;
     let mut depth = 0usize;
     loop {
-        let (kind, line, column) = parser.next()?;
-        match kind {
+        let event = parser.next().ok()?;
+        match event.kind() {
             unsafe_yaml::YAML_SEQUENCE_START_EVENT | unsafe_yaml::YAML_MAPPING_START_EVENT => {
                 depth += 1;
                 if depth > max {
-                    return Some((line + 1, column + 1));
+                    let at = event.start();
+                    return Some((at.line + 1, at.column + 1));
                 }
             }
             unsafe_yaml::YAML_SEQUENCE_END_EVENT | unsafe_yaml::YAML_MAPPING_END_EVENT => {
@@ -39,63 +41,6 @@ pub(crate) fn yaml_too_deep(text: &str, max: usize) -> Option<(usize, usize)> {
             unsafe_yaml::YAML_STREAM_END_EVENT => return None,
             _ => {}
         }
-    }
-}
-
-/// A libyaml event parser over borrowed text.
-struct Parser<'a> {
-    /// Boxed: libyaml keeps a pointer to the parser in the parser (its read handler's data).
-    raw: Box<MaybeUninit<unsafe_yaml::yaml_parser_t>>,
-    text: PhantomData<&'a str>,
-}
-
-impl<'a> Parser<'a> {
-    /// `None` if libyaml cannot allocate its buffers.
-    fn new(text: &'a str) -> Option<Self> {
-        let mut raw = Box::new(MaybeUninit::<unsafe_yaml::yaml_parser_t>::uninit());
-        let ptr = raw.as_mut_ptr();
-        // SAFETY: `ptr` points to memory for a parser, which initialize fills in; on failure
-        // libyaml has freed what it allocated and the parser is never used.
-        if unsafe { unsafe_yaml::yaml_parser_initialize(ptr) }.fail {
-            return None;
-        }
-        let parser = Parser {
-            raw,
-            text: PhantomData,
-        };
-        // SAFETY: the parser is initialized and boxed (it does not move); the input outlives it
-        // (`'a`), and libyaml only reads `text.len()` bytes from its start.
-        unsafe {
-            unsafe_yaml::yaml_parser_set_input_string(ptr, text.as_ptr(), text.len() as u64);
-        }
-        Some(parser)
-    }
-
-    /// The next event's type and start (0-based line and column); `None` on a syntax error.
-    fn next(&mut self) -> Option<(unsafe_yaml::yaml_event_type_t, usize, usize)> {
-        let mut event = MaybeUninit::<unsafe_yaml::yaml_event_t>::uninit();
-        // SAFETY: the parser is initialized with its input set; parse fills in `event` when it
-        // succeeds, and leaves nothing to free when it fails.
-        if unsafe { unsafe_yaml::yaml_parser_parse(self.raw.as_mut_ptr(), event.as_mut_ptr()) }.fail
-        {
-            return None;
-        }
-        let event = event.as_mut_ptr();
-        // SAFETY: a successful parse initialized the event; it is read, then freed once.
-        unsafe {
-            let kind = (*event).type_;
-            let mark = (*event).start_mark;
-            unsafe_yaml::yaml_event_delete(event);
-            let at = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-            Some((kind, at(mark.line), at(mark.column)))
-        }
-    }
-}
-
-impl Drop for Parser<'_> {
-    fn drop(&mut self) {
-        // SAFETY: the parser was initialized (`new` returns none otherwise) and is deleted once.
-        unsafe { unsafe_yaml::yaml_parser_delete(self.raw.as_mut_ptr()) }
     }
 }
 

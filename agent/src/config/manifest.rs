@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Toleration};
 use sha2::{Digest, Sha256};
 
-use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP, StoredPod, depth};
+use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP, StoredPod, depth, yaml};
 
 /// Largest manifest URL body read, like the kubelet's `maxConfigLength` (a PodList may hold many
 /// pods).
@@ -538,8 +538,8 @@ fn text<'b>(path: &Path, bytes: &'b [u8], max: u64, node_name: &str) -> Result<&
             problem: Problem::EmptyNodeName,
         });
     }
-    // The YAML decoder holds a whole document's events before its recursion limit applies: a
-    // deeply nested one is turned away first, cheaply (see `depth`).
+    // The fallback YAML decoder holds a whole document's events before its recursion limit
+    // applies: a deeply nested document is turned away first, cheaply (see `depth`).
     if !is_json(text)
         && let Some((line, column)) = depth::yaml_too_deep(text, depth::MAX_DEPTH)
     {
@@ -627,15 +627,20 @@ fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str, json: bool) -
 }
 
 /// Decodes `text` (JSON or YAML) through `seed`; a syntax error names the file and where.
-fn decode_seed<T>(
-    path: &Path,
-    text: &str,
-    json: bool,
-    seed: impl for<'de> serde::de::DeserializeSeed<'de, Value = T>,
-) -> Result<T> {
+///
+/// Both decoders stream: JSON through `serde_json`, YAML through [`yaml`], which holds one
+/// event at a time. YAML that [`yaml`] does not support (aliases, tags, a stream of no or several
+/// documents) is decoded again by `serde_yaml_ng`, as it always was, if it is at most
+/// [`yaml::FALLBACK_MAX`] bytes (that decoder holds all of a document's events, about ten times
+/// the text); a larger manifest with them is refused.
+fn decode_seed<T, S>(path: &Path, text: &str, json: bool, seed: S) -> Result<T>
+where
+    S: for<'de> serde::de::DeserializeSeed<'de, Value = T> + Clone,
+{
     if json {
         let mut d = serde_json::Deserializer::from_str(text);
-        seed.deserialize(&mut d)
+        return seed
+            .deserialize(&mut d)
             .and_then(|v| d.end().map(|()| v))
             .map_err(|e| Error::Syntax {
                 path: path.to_path_buf(),
@@ -643,9 +648,29 @@ fn decode_seed<T>(
                 line: (e.line() > 0).then_some(e.line()),
                 column: (e.column() > 0).then_some(e.column()),
                 message: redact_values(&e.to_string()),
-            })
-    } else {
-        seed.deserialize(serde_yaml_ng::Deserializer::from_str(text))
+            });
+    }
+    let e = match yaml::from_str_seed(text, seed.clone()) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    let syntax = |message: String| Error::Syntax {
+        path: path.to_path_buf(),
+        format: "YAML",
+        line: e.line(),
+        column: e.column(),
+        message,
+    };
+    match e.unsupported() {
+        None => Err(syntax(redact_values(&e.message()))),
+        Some(what) if text.len() > yaml::FALLBACK_MAX => Err(syntax(format!(
+            "{} are not supported in YAML manifests over {} MiB; write the manifest as JSON, or \
+             as YAML without aliases, tags or further documents",
+            what.what(),
+            yaml::FALLBACK_MAX / (1024 * 1024)
+        ))),
+        Some(_) => seed
+            .deserialize(serde_yaml_ng::Deserializer::from_str(text))
             .map_err(|e| {
                 let loc = e.location();
                 Error::Syntax {
@@ -655,7 +680,7 @@ fn decode_seed<T>(
                     column: loc.as_ref().map(|l| l.column()),
                     message: redact_values(&e.to_string()),
                 }
-            })
+            }),
     }
 }
 
@@ -1736,6 +1761,74 @@ mod tests {
         let items = parse_url(url, late.as_bytes(), NODE).expect("list parses");
         assert_eq!(items.len(), 1);
         assert!(items[0].is_ok(), "{:?}", items[0]);
+    }
+
+    /// `base` after a comment line of `len` bytes, to push it over a size.
+    fn padded(base: &str, len: usize) -> String {
+        format!("#{}\n{base}", "p".repeat(len))
+    }
+
+    #[test]
+    fn yaml_the_streaming_decoder_leaves_is_decoded_as_before_when_small() {
+        // Aliases, tags and a multi-document file: decoded again by serde_yaml_ng.
+        let alias = "apiVersion: v1\nkind: Pod\nmetadata: {name: &n web}\nspec:\n  \
+                     containers: [{name: *n, image: x}]\n";
+        let pod = ok(alias);
+        assert_eq!(pod.spec.expect("spec").containers[0].name, "web");
+        let tagged = "apiVersion: !!str v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  \
+                      containers: [{name: c, image: x}]\n";
+        assert_eq!(ok(tagged).metadata.name.as_deref(), Some("a-node-a"));
+        let two = format!("{}---\n{}", yaml("a"), yaml("b"));
+        match err(two.as_bytes()) {
+            Error::Syntax { message, .. } => {
+                assert!(message.contains("more than one document"), "{message}")
+            }
+            other => panic!("unexpected {other}"),
+        }
+        // serde_yaml_ng's own guard against alias bombs still applies.
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (i, prev) in ('b'..='j').zip('a'..) {
+            bomb.push_str(&format!(
+                "{i}: &{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
+            ));
+        }
+        match decode::<serde_json::Value>(Path::new("bomb.yaml"), &bomb, false) {
+            Err(Error::Syntax { message, .. }) => {
+                assert!(message.contains("repetition limit"), "{message}")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn yaml_the_streaming_decoder_leaves_is_refused_when_large() {
+        let over = yaml::FALLBACK_MAX + 1;
+        let alias = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: &n web\nspec:\n  \
+                     containers: [{name: *n, image: x}]\n";
+        match err(padded(alias, over).as_bytes()) {
+            Error::Syntax {
+                format,
+                line,
+                column,
+                message,
+                ..
+            } => {
+                assert_eq!(format, "YAML");
+                assert_eq!((line, column), (Some(7), Some(23)), "where the alias is");
+                assert!(message.contains("aliases"), "{message}");
+                assert!(message.contains("over 1 MiB"), "{message}");
+                assert!(message.contains("JSON"), "{message}");
+            }
+            other => panic!("unexpected {other}"),
+        }
+        // The same pod without the alias decodes, however large.
+        let plain = padded(&yaml("web"), over);
+        assert!(plain.len() > yaml::FALLBACK_MAX);
+        assert_eq!(ok(&plain).metadata.name.as_deref(), Some("web-node-a"));
+        // Just under the limit, the alias is still decoded.
+        let under = padded(alias, yaml::FALLBACK_MAX - alias.len() - 64);
+        assert!(under.len() <= yaml::FALLBACK_MAX);
+        assert_eq!(ok(&under).spec.expect("spec").containers[0].name, "web");
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod http;
 pub mod manifest;
 mod mux;
 pub mod packed;
+mod yaml;
 
 pub use fingerprint::Fingerprints;
 pub use mux::{Mux, SourcesReady};
