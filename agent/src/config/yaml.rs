@@ -648,17 +648,22 @@ int!(u64 i64 u128 i128);
 
 const RADIXES: [(&str, u32); 3] = [("0x", 16), ("0o", 8), ("0b", 2)];
 
+/// `unsigned` read in `radix` after `prefix`: `Some(None)` when a sign follows the prefix (not
+/// a number at all), `Some(Some(n))` when the digits are a number, `None` otherwise (read on).
+fn prefixed<T: Int>(unsigned: &str, prefix: &str, radix: u32) -> Option<Option<T>> {
+    let digits = unsigned.strip_prefix(prefix)?;
+    if digits.starts_with(['+', '-']) {
+        return Some(None);
+    }
+    T::radix(digits, radix).map(Some)
+}
+
 /// A non-negative integer: decimal, or `0x`/`0o`/`0b`, with an optional `+`.
 fn parse_unsigned<T: Int>(v: &str) -> Option<T> {
     let unsigned = v.strip_prefix('+').unwrap_or(v);
     for (prefix, radix) in RADIXES {
-        if let Some(digits) = unsigned.strip_prefix(prefix) {
-            if digits.starts_with(['+', '-']) {
-                return None;
-            }
-            if let Some(n) = T::radix(digits, radix) {
-                return Some(n);
-            }
+        if let Some(read) = prefixed(unsigned, prefix, radix) {
+            return read;
         }
     }
     if unsigned.starts_with(['+', '-']) || leading_zero_digits(v) {
@@ -675,12 +680,9 @@ fn parse_signed<T: Int>(v: &str) -> Option<T> {
         None => v,
     };
     for (prefix, radix) in RADIXES {
-        if let Some(digits) = unsigned.strip_prefix(prefix) {
-            if digits.starts_with(['+', '-']) {
-                return None;
-            }
-            if let Some(n) = T::radix(digits, radix) {
-                return Some(n);
+        if unsigned.starts_with(prefix) {
+            if let Some(read) = prefixed(unsigned, prefix, radix) {
+                return read;
             }
         } else if let Some(n) = negative_radix(v, prefix, radix) {
             return Some(n);
@@ -854,14 +856,32 @@ impl<'de> De<'de, '_> {
         };
         while de::SeqAccess::next_element::<IgnoredAny>(&mut rest)?.is_some() {}
         let total = rest.len;
-        self.expect_end(unsafe_sys::YAML_SEQUENCE_END_EVENT)?;
-        if total != len {
-            return Err(de::Error::invalid_length(
-                total,
-                &Count(len, "sequence of", "element"),
-            ));
-        }
+        let expected = Count(len, "sequence of", "element");
+        self.close(unsafe_sys::YAML_SEQUENCE_END_EVENT, total, expected)?;
         Ok(value)
+    }
+
+    /// A sequence or a mapping (`start` is its start event) read by `full`, or a plain empty
+    /// scalar read by `empty` as an empty one; anything else is the wrong type.
+    fn collection<V: Visitor<'de>>(
+        &mut self,
+        visitor: V,
+        start: unsafe_sys::yaml_event_type_t,
+        full: impl FnOnce(&mut Self, V, Mark) -> Result<V::Value>,
+        empty: impl FnOnce(&mut Self, V) -> Result<V::Value>,
+    ) -> Result<V::Value> {
+        let event = self.stream.next()?;
+        let mark = event.start();
+        if event.kind() == start {
+            drop(event);
+            full(self, visitor, mark)
+        } else if let Some((b"", Style::Plain)) = event.scalar() {
+            drop(event);
+            empty(self, visitor)
+        } else {
+            Err(invalid_type(&event, &visitor))
+        }
+        .map_err(|e| e.at(mark, &self.path))
     }
 
     /// A mapping whose start event was read, as [`Self::visit_sequence`].
@@ -875,14 +895,24 @@ impl<'de> De<'de, '_> {
         rest.len = len;
         while de::MapAccess::next_entry::<IgnoredAny, IgnoredAny>(&mut rest)?.is_some() {}
         let total = rest.len;
-        self.expect_end(unsafe_sys::YAML_MAPPING_END_EVENT)?;
-        if total != len {
-            return Err(de::Error::invalid_length(
-                total,
-                &Count(len, "map containing", "entry"),
-            ));
-        }
+        let expected = Count(len, "map containing", "entry");
+        self.close(unsafe_sys::YAML_MAPPING_END_EVENT, total, expected)?;
         Ok(value)
+    }
+
+    /// Reads a collection's `end` event, after the visitor took `expected.0` of its `total`
+    /// entries: entries it left unread are an error, as in `serde_yaml_ng`.
+    fn close(
+        &mut self,
+        end: unsafe_sys::yaml_event_type_t,
+        total: usize,
+        expected: Count,
+    ) -> Result<()> {
+        self.expect_end(end)?;
+        if total != expected.0 {
+            return Err(de::Error::invalid_length(total, &expected));
+        }
+        Ok(())
     }
 
     fn expect_end(&mut self, kind: unsafe_sys::yaml_event_type_t) -> Result<()> {
@@ -1095,6 +1125,18 @@ impl<'de> de::VariantAccess<'de> for UnitVariant<'_, 'de, '_> {
     }
 }
 
+/// Deserializer methods that read as another one does (`i8` as `i64`, a struct as a map), the
+/// arguments of the given types ignored.
+macro_rules! forward {
+    ($($from:ident($($ignored:ty),*) => $to:ident;)+) => {
+        $(
+            fn $from<V: Visitor<'de>>(self, $(_: $ignored,)* visitor: V) -> Result<V::Value> {
+                self.$to(visitor)
+            }
+        )+
+    };
+}
+
 impl<'de> de::Deserializer<'de> for &mut De<'de, '_> {
     type Error = Error;
 
@@ -1124,16 +1166,21 @@ impl<'de> de::Deserializer<'de> for &mut De<'de, '_> {
         self.typed(visitor, parse_bool, V::visit_bool)
     }
 
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.deserialize_i64(visitor)
-    }
-
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.deserialize_i64(visitor)
-    }
-
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.deserialize_i64(visitor)
+    forward! {
+        deserialize_i8() => deserialize_i64;
+        deserialize_i16() => deserialize_i64;
+        deserialize_i32() => deserialize_i64;
+        deserialize_u8() => deserialize_u64;
+        deserialize_u16() => deserialize_u64;
+        deserialize_u32() => deserialize_u64;
+        deserialize_f32() => deserialize_f64;
+        deserialize_char() => deserialize_str;
+        deserialize_string() => deserialize_str;
+        deserialize_identifier() => deserialize_str;
+        deserialize_unit_struct(&'static str) => deserialize_unit;
+        deserialize_tuple(usize) => deserialize_seq;
+        deserialize_tuple_struct(&'static str, usize) => deserialize_seq;
+        deserialize_struct(&'static str, &'static [&'static str]) => deserialize_map;
     }
 
     fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
@@ -1144,18 +1191,6 @@ impl<'de> de::Deserializer<'de> for &mut De<'de, '_> {
         self.typed(visitor, parse_signed::<i128>, V::visit_i128)
     }
 
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.deserialize_u64(visitor)
-    }
-
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.deserialize_u64(visitor)
-    }
-
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.deserialize_u64(visitor)
-    }
-
     fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
         self.typed(visitor, parse_unsigned::<u64>, V::visit_u64)
     }
@@ -1164,16 +1199,8 @@ impl<'de> de::Deserializer<'de> for &mut De<'de, '_> {
         self.typed(visitor, parse_unsigned::<u128>, V::visit_u128)
     }
 
-    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.deserialize_f64(visitor)
-    }
-
     fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
         self.typed(visitor, parse_float, V::visit_f64)
-    }
-
-    fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.deserialize_str(visitor)
     }
 
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
@@ -1187,10 +1214,6 @@ impl<'de> de::Deserializer<'de> for &mut De<'de, '_> {
             None => Err(invalid_type(&event, &visitor)),
         }
         .map_err(|e| e.at(mark, &self.path))
-    }
-
-    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.deserialize_str(visitor)
     }
 
     fn deserialize_bytes<V: Visitor<'de>>(self, _: V) -> Result<V::Value> {
@@ -1241,14 +1264,6 @@ impl<'de> de::Deserializer<'de> for &mut De<'de, '_> {
         .map_err(|e| e.at(mark, &self.path))
     }
 
-    fn deserialize_unit_struct<V: Visitor<'de>>(
-        self,
-        _: &'static str,
-        visitor: V,
-    ) -> Result<V::Value> {
-        self.deserialize_unit(visitor)
-    }
-
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
         _: &'static str,
@@ -1259,59 +1274,27 @@ impl<'de> de::Deserializer<'de> for &mut De<'de, '_> {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        let event = self.stream.next()?;
-        let mark = event.start();
-        if event.kind() == unsafe_sys::YAML_SEQUENCE_START_EVENT {
-            drop(event);
-            self.visit_sequence(visitor, mark)
-        } else if let Some((b"", Style::Plain)) = event.scalar() {
-            drop(event);
-            visitor.visit_seq(SeqAccess {
-                de: self,
-                len: 0,
-                empty: true,
-            })
-        } else {
-            Err(invalid_type(&event, &visitor))
-        }
-        .map_err(|e| e.at(mark, &self.path))
-    }
-
-    fn deserialize_tuple<V: Visitor<'de>>(self, _: usize, visitor: V) -> Result<V::Value> {
-        self.deserialize_seq(visitor)
-    }
-
-    fn deserialize_tuple_struct<V: Visitor<'de>>(
-        self,
-        _: &'static str,
-        _: usize,
-        visitor: V,
-    ) -> Result<V::Value> {
-        self.deserialize_seq(visitor)
+        self.collection(
+            visitor,
+            unsafe_sys::YAML_SEQUENCE_START_EVENT,
+            |de, visitor, mark| de.visit_sequence(visitor, mark),
+            |de, visitor| {
+                visitor.visit_seq(SeqAccess {
+                    de,
+                    len: 0,
+                    empty: true,
+                })
+            },
+        )
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        let event = self.stream.next()?;
-        let mark = event.start();
-        if event.kind() == unsafe_sys::YAML_MAPPING_START_EVENT {
-            drop(event);
-            self.visit_mapping(visitor, mark)
-        } else if let Some((b"", Style::Plain)) = event.scalar() {
-            drop(event);
-            visitor.visit_map(MapAccess::new(self, true))
-        } else {
-            Err(invalid_type(&event, &visitor))
-        }
-        .map_err(|e| e.at(mark, &self.path))
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        _: &'static str,
-        _: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value> {
-        self.deserialize_map(visitor)
+        self.collection(
+            visitor,
+            unsafe_sys::YAML_MAPPING_START_EVENT,
+            |de, visitor, mark| de.visit_mapping(visitor, mark),
+            |de, visitor| visitor.visit_map(MapAccess::new(de, true)),
+        )
     }
 
     fn deserialize_enum<V: Visitor<'de>>(
@@ -1337,10 +1320,6 @@ impl<'de> de::Deserializer<'de> for &mut De<'de, '_> {
             None => visitor.visit_enum(UnitVariant(&mut *self)),
         }
         .map_err(|e| e.at(mark, &self.path))
-    }
-
-    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.deserialize_str(visitor)
     }
 
     fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
