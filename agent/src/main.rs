@@ -22,8 +22,9 @@ fn init_logging(verbosity: u8, format: &str) {
 }
 
 fn main() -> std::process::ExitCode {
-    // Before any thread or large allocation: large blocks go back to the system when freed.
-    swiftlet::memory::fix_mmap_threshold();
+    // Before any thread or large allocation: large blocks go back to the system when freed, and
+    // few arenas keep what was freed.
+    swiftlet::memory::fix_allocator();
     // `swiftlet trace ...` is the timeline client; everything else is the agent's kubelet flags.
     if std::env::args_os().nth(1).is_some_and(|a| a == "trace") {
         let args = std::iter::once(std::ffi::OsString::from("swiftlet trace"))

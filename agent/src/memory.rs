@@ -7,32 +7,44 @@
 //! threshold to the size of every such block freed (up to 32 MiB), so after the first large input
 //! the growing vectors of the next one (a pod's 40,000 env vars: a vector doubled from 11 to 23
 //! MB, the old and the new alive during the copy) land in the heaps, where they fragment and stay.
-//! [`fix_mmap_threshold`] pins the threshold at 128 KiB: a 3 MB manifest then peaks at 49 MiB of
-//! RSS instead of 72 MiB (measured with the release agent, docs/reliability.md).
+//! [`fix_allocator`] pins the threshold at 128 KiB. It also caps the allocator's arenas at
+//! [`ARENAS`]: glibc gives threads up to eight arenas a core, each keeping what was freed in it,
+//! and a large input decoded on one blocking thread and started from another spreads its pieces
+//! over several. With both, a 3 MB manifest peaks at about 50 MiB of RSS instead of 70-92 MiB
+//! (release agent, docs/reliability.md).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The mmap threshold [`fix_mmap_threshold`] pins: glibc's own starting value.
+/// The mmap threshold [`fix_allocator`] pins: glibc's own starting value.
 pub const MMAP_THRESHOLD: usize = 128 * 1024;
+
+/// The most arenas [`fix_allocator`] lets glibc's malloc make: one per async worker thread.
+/// Small allocations are served from each thread's own cache first, so threads seldom wait on
+/// an arena's lock.
+pub const ARENAS: usize = 2;
 
 /// Pins the allocator's mmap threshold at [`MMAP_THRESHOLD`] (setting it turns off glibc's
 /// raising of it), so that every block at least that large has a mapping of its own and goes
-/// back to the system when freed. Call once, first thing in `main`; true when the allocator took
-/// it (always false with an allocator other than glibc's).
-pub fn fix_mmap_threshold() -> bool {
-    fix_threshold()
+/// back to the system when freed, and caps its arenas at [`ARENAS`]. Call once, first thing in
+/// `main`; true when the allocator took both (always false with an allocator other than
+/// glibc's).
+pub fn fix_allocator() -> bool {
+    fix()
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn fix_threshold() -> bool {
-    let value = libc::c_int::try_from(MMAP_THRESHOLD).unwrap_or(libc::c_int::MAX);
+fn fix() -> bool {
+    let int = |v: usize| libc::c_int::try_from(v).unwrap_or(libc::c_int::MAX);
     // SAFETY: mallopt sets one of the allocator's parameters; it takes no pointers.
-    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, value) == 1 }
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, int(MMAP_THRESHOLD)) == 1
+            && libc::mallopt(libc::M_ARENA_MAX, int(ARENAS)) == 1
+    }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn fix_threshold() -> bool {
+fn fix() -> bool {
     false
 }
 
@@ -122,7 +134,7 @@ mod tests {
         if std::env::var_os(CHILD).is_none() {
             return;
         }
-        assert!(fix_mmap_threshold());
+        assert!(fix_allocator());
         const SIZE: usize = 8 * 1024 * 1024;
         // Unpinned, freeing this block would raise the threshold to 8 MiB and the next block of
         // that size would come from a heap, where it stays when freed.
