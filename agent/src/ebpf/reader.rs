@@ -150,17 +150,29 @@ pub(super) async fn read_events(
     cancel: CancellationToken,
 ) {
     'asleep: loop {
-        tokio::select! {
+        let backstop = tokio::select! {
             () = cancel.cancelled() => break,
-            () = tokio::time::sleep(IDLE_CHECK) => {}
-            woken = woken(&mut events, &shared) => if woken.is_err() { break },
+            () = tokio::time::sleep(IDLE_CHECK) => true,
+            woken = woken(&mut events, &shared) => if woken.is_err() { break } else { false },
+        };
+        let mut found = 0;
+        if backstop {
+            // A look at the ring that leaves the probes' flag alone unless it finds records
+            // (two map updates saved every IDLE_CHECK on an idle node). Records reserved during
+            // it wake the reader, the flag still saying it sleeps.
+            found = drain(events.get_mut(), &shared);
+            if found == 0 {
+                continue 'asleep;
+            }
         }
         if let Some(w) = &mut wakeups {
             w.set(true);
         }
-        // At once: the record that woke the reader (a container's exit, say) is delivered now,
-        // the rest of a burst at the polls that follow.
-        let mut found = drain(events.get_mut(), &shared);
+        if !backstop {
+            // At once: the record that woke the reader (a container's exit, say) is delivered
+            // now, the rest of a burst at the polls that follow.
+            found = drain(events.get_mut(), &shared);
+        }
         loop {
             if found == 0 && wakeups.as_mut().is_none_or(Wakeups::may_sleep) {
                 continue 'asleep;
