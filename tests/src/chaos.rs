@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
+use swiftlet::config::manifest::MAX_POD_BYTES;
 use swiftlet::runtime::gc::MAX_DEAD_PER_CONTAINER;
 
 pub use crate::rng::Rng;
@@ -858,9 +859,6 @@ fn hostile_server() -> std::io::Result<(u16, Served)> {
     Ok((port, served))
 }
 
-/// The largest pod the agent accepts (its `MAX_POD_BYTES`: the API server's request limit).
-const MAX_POD_BYTES: usize = 3 << 20;
-
 /// A valid pod named `name` whose manifest (YAML) is about `bytes` long: one container with
 /// env vars of about 100 bytes each.
 fn large_pod(name: &str, bytes: usize) -> Vec<u8> {
@@ -910,7 +908,7 @@ fn hostile_files() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         (
             "file: a valid pod just under 3 MiB",
             "large.yaml",
-            large_pod(LARGE_VALID_POD, MAX_POD_BYTES - 4096),
+            large_pod(LARGE_VALID_POD, MAX_POD_BYTES as usize - 4096),
         ),
         (
             "file: a name leaving its directory",

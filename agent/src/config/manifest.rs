@@ -355,7 +355,11 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
             node_name,
         } = self.0;
         let mut pods = Vec::new();
-        while let Some(item) = seq.next_element_seed(Item::default())? {
+        loop {
+            let size = std::cell::Cell::new(0);
+            let Some(item) = seq.next_element_seed(Item { size: &size })? else {
+                break;
+            };
             let path = PathBuf::from(format!("{url} items[{}]", pods.len()));
             let item = match item {
                 Bounded::Within(item) => item,
@@ -381,9 +385,10 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
 /// One PodList item as a JSON tree, built only while it stays within [`MAX_POD_BYTES`] (counted
 /// as about its size in compact JSON); past that the rest of the item is read and counted but
 /// not kept, so an item of megabytes never exists as a tree.
-#[derive(Default)]
-struct Item {
-    size: std::rc::Rc<std::cell::Cell<u64>>,
+#[derive(Clone, Copy)]
+struct Item<'c> {
+    /// The item's size so far, shared by every value inside it.
+    size: &'c std::cell::Cell<u64>,
 }
 
 /// What [`Item`] read: the tree, or the item's size when it is over the limit.
@@ -392,14 +397,7 @@ enum Bounded {
     Over(u64),
 }
 
-impl Item {
-    /// The same count, for a value inside the item.
-    fn inner(&self) -> Self {
-        Item {
-            size: self.size.clone(),
-        }
-    }
-
+impl Item<'_> {
     /// Counts `n` bytes; false once the item is over the limit (nothing more is kept).
     fn charge(&self, n: usize) -> bool {
         let size = self
@@ -420,26 +418,25 @@ impl Item {
     }
 }
 
-impl<'de> serde::de::DeserializeSeed<'de> for Item {
+impl<'de> serde::de::DeserializeSeed<'de> for Item<'_> {
     type Value = Bounded;
 
     fn deserialize<D: serde::Deserializer<'de>>(
         self,
         d: D,
     ) -> std::result::Result<Self::Value, D::Error> {
-        let size = self.size.clone();
         let value = d.deserialize_any(ItemValue(self))?;
         Ok(match value {
-            Some(v) if size.get() <= MAX_POD_BYTES => Bounded::Within(v),
-            _ => Bounded::Over(size.get()),
+            Some(v) if self.size.get() <= MAX_POD_BYTES => Bounded::Within(v),
+            _ => Bounded::Over(self.size.get()),
         })
     }
 }
 
 /// A value inside an [`Item`]: `None` once the item is over the limit.
-struct ItemValue(Item);
+struct ItemValue<'c>(Item<'c>);
 
-impl<'de> serde::de::DeserializeSeed<'de> for ItemValue {
+impl<'de> serde::de::DeserializeSeed<'de> for ItemValue<'_> {
     type Value = Option<serde_json::Value>;
 
     fn deserialize<D: serde::Deserializer<'de>>(
@@ -450,7 +447,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for ItemValue {
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for ItemValue {
+impl<'de> serde::de::Visitor<'de> for ItemValue<'_> {
     type Value = Option<serde_json::Value>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -497,7 +494,7 @@ impl<'de> serde::de::Visitor<'de> for ItemValue {
         mut seq: A,
     ) -> std::result::Result<Self::Value, A::Error> {
         let mut kept = self.0.charge(2).then(Vec::new);
-        while let Some(v) = seq.next_element_seed(ItemValue(self.0.inner()))? {
+        while let Some(v) = seq.next_element_seed(ItemValue(self.0))? {
             match (&mut kept, v) {
                 (Some(list), Some(v)) => list.push(v),
                 _ => kept = None,
@@ -513,7 +510,7 @@ impl<'de> serde::de::Visitor<'de> for ItemValue {
         let mut kept = self.0.charge(2).then(serde_json::Map::new);
         while let Some(key) = map.next_key::<String>()? {
             let within = self.0.charge(key.len() + 4);
-            let v = map.next_value_seed(ItemValue(self.0.inner()))?;
+            let v = map.next_value_seed(ItemValue(self.0))?;
             match (&mut kept, v) {
                 (Some(obj), Some(v)) if within => {
                     obj.insert(key, v);
