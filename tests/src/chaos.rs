@@ -702,8 +702,11 @@ enum Body {
     AliasBomb,
     /// JSON nested 100,000 deep.
     DeepNesting,
-    /// The two good pods and 9,998 more (more than `--max-pods`).
+    /// The two good pods and 9,998 more (more than `--max-pods`, and more than one list's
+    /// memory budget holds).
     HugeList,
+    /// The two good pods and 90,000 tiny ones: about 9.7 MB, just within the 10 MiB body limit.
+    FullList,
 }
 
 const HOSTILE_BODIES: &[(&str, Body)] = &[
@@ -714,6 +717,7 @@ const HOSTILE_BODIES: &[(&str, Body)] = &[
     ("url: YAML alias bomb", Body::AliasBomb),
     ("url: JSON nested 100,000 deep", Body::DeepNesting),
     ("url: PodList of 10,000 pods", Body::HugeList),
+    ("url: PodList of 90,000 pods (9.7 MB)", Body::FullList),
 ];
 
 fn url_pod(name: &str) -> serde_json::Value {
@@ -760,6 +764,7 @@ fn answer(mut stream: std::net::TcpStream, body: Body) {
     let _ = match body {
         Body::Good => stream.write_all(&whole(list(0))),
         Body::HugeList => stream.write_all(&whole(list(9_998))),
+        Body::FullList => stream.write_all(&whole(list(90_000))),
         Body::InvalidUtf8 => {
             stream.write_all(&whole(b"kind: Pod\nmetadata: {name: \xff\xfe}\n".to_vec()))
         }
@@ -930,6 +935,15 @@ fn config_errors(agent: &Agent) -> u64 {
         .sum()
 }
 
+/// Config errors counted for a PodList whose pods would hold more than one list may.
+fn list_too_large(agent: &Agent) -> u64 {
+    metric_by_label(agent, "swiftlet_config_errors_total")
+        .iter()
+        .filter(|(labels, _)| labels.contains("reason=\"list_too_large\""))
+        .map(|(_, n)| n)
+        .sum()
+}
+
 /// The samples of counter family `name` on the agent's `/metrics`, by their label set (the text
 /// between the braces).
 fn metric_by_label(agent: &Agent, name: &str) -> BTreeMap<String, u64> {
@@ -1053,6 +1067,7 @@ pub fn hostile_input(
         for i in order {
             let before_ids = container_ids(&agent);
             let before = config_errors(&agent);
+            let lists_before = list_too_large(&agent);
             reset_peak(pid);
             let started = Instant::now();
             let mut counted = || config_errors(&agent).saturating_sub(before);
@@ -1071,8 +1086,14 @@ pub fn hostile_input(
                     out.violations
                         .push(format!("{what}: the agent stopped fetching"));
                 }
-                if *body != Body::HugeList {
-                    wait_counted(&mut counted);
+                wait_counted(&mut counted);
+                // Both lists are valid pods, more than one list may hold: refused for that.
+                if matches!(body, Body::HugeList | Body::FullList)
+                    && list_too_large(&agent) <= lists_before
+                {
+                    out.violations.push(format!(
+                        "{what}: not refused as over a list's memory budget"
+                    ));
                 }
                 let good = served.count(Body::Good);
                 served.set(Body::Good);
@@ -1103,9 +1124,9 @@ pub fn hostile_input(
             };
             out.faults += 1;
             let counted = counted();
-            // The huge list and the large pod are valid input: their pods are admitted or
-            // rejected by --max-pods (admission, not a config error).
-            if counted == 0 && !what.contains("10,000") && !what.contains("just under") {
+            // The large pod is valid input: admitted or rejected by --max-pods (admission, not a
+            // config error). The lists' pods past the memory budget are one config error.
+            if counted == 0 && !what.contains("just under") {
                 out.violations
                     .push(format!("{what}: not counted as a config error"));
             }

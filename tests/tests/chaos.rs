@@ -59,7 +59,7 @@ fn hostile_input_is_rejected_and_counted_and_good_pods_keep_running() {
     let (outcome, inputs) = chaos::hostile_input(rt, 20261125, 1, &Default::default());
     assert_passed(&outcome);
     // The idle sample and every input once.
-    assert_eq!(inputs.len(), 15, "{inputs:#?}");
+    assert_eq!(inputs.len(), 16, "{inputs:#?}");
 }
 
 /// CRI faults (delays, Unavailable/Internal/DeadlineExceeded errors, a hung call) on the

@@ -13,6 +13,8 @@
 //! - Unlike the kubelet, which rejects a whole PodList when one item is invalid, swiftlet rejects
 //!   only that item (logged as `<url> items[i]`, counted) and keeps the others; a later item with
 //!   a full name an earlier one already has is rejected the same way.
+//! - The pods of one PodList are held to [`manifest::MAX_LIST_HELD`] of memory: the items past
+//!   it are read past, not decoded, and rejected as one error (logged and counted once).
 //! - The source keeps no pods, only the digest of the last body: the mux keeps the one copy of
 //!   each pod (the pods of a SET are handed over, not shared), and an unchanged pod in a new SET
 //!   merges by its fingerprints and is dropped.

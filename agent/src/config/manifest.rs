@@ -28,6 +28,13 @@ pub const MAX_CONFIG_LENGTH: u64 = 10 * 1024 * 1024;
 /// (a pod decodes to several times its text).
 pub const MAX_POD_BYTES: u64 = 3 * 1024 * 1024;
 
+/// Most memory the pods of one PodList may hold, as [`super::packed::Packed::held_bytes`]
+/// estimates it (with each rejected item's error). The 10 MiB body limit alone does not bound
+/// it: a body of 90,000 tiny pods would hold some 200 MiB. Items after the one that would go
+/// over are not decoded; they are reported together as one [`Error::ListTooLarge`]. 12 MiB holds
+/// some 5,000 small pods, many times what `--max-pods` lets run.
+pub const MAX_LIST_HELD: usize = 12 * 1024 * 1024;
+
 /// Result of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -61,6 +68,18 @@ pub enum Error {
     },
     #[error("{path}: {problem}")]
     Invalid { path: PathBuf, problem: Problem },
+    #[error(
+        "{path}: {count} items from items[{first}] on not read: the items before them hold the \
+         {max} bytes of memory one PodList may take"
+    )]
+    ListTooLarge {
+        path: PathBuf,
+        /// The first item not read.
+        first: usize,
+        /// How many items were not read.
+        count: usize,
+        max: usize,
+    },
     #[error("{path}: {source}")]
     Pack {
         path: PathBuf,
@@ -79,6 +98,7 @@ impl Error {
             Error::Syntax { .. } => "syntax",
             Error::TooDeep { .. } => "too_deep",
             Error::Invalid { problem, .. } => problem.reason(),
+            Error::ListTooLarge { .. } => "list_too_large",
             Error::Pack { .. } => "pack",
         }
     }
@@ -92,6 +112,7 @@ impl Error {
             | Error::Syntax { path, .. }
             | Error::TooDeep { path, .. }
             | Error::Invalid { path, .. }
+            | Error::ListTooLarge { path, .. }
             | Error::Pack { path, .. } => path,
         }
     }
@@ -355,32 +376,55 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeq<'_> {
             node_name,
         } = self.0;
         let mut pods = Vec::new();
+        let mut held = 0;
         loop {
             let size = std::cell::Cell::new(0);
             let Some(item) = seq.next_element_seed(Item { size: &size })? else {
                 break;
             };
             let path = PathBuf::from(format!("{url} items[{}]", pods.len()));
-            let item = match item {
-                Bounded::Within(item) => item,
-                Bounded::Over(size) => {
-                    pods.push(Err(too_large(&path, size, MAX_POD_BYTES)));
-                    continue;
+            let pod = match item {
+                Bounded::Within(item) => {
+                    // Each pod is packed as soon as it is parsed: the list holds a few hundred
+                    // bytes per pod, not 10,000 decoded pods (5 KiB each before most of their
+                    // fields).
+                    parse_item(origin, &path, item, node_name).and_then(|pod| {
+                        StoredPod::packed(pod).map_err(|source| Error::Pack {
+                            path: path.clone(),
+                            source,
+                        })
+                    })
                 }
+                Bounded::Over(size) => Err(too_large(&path, size, MAX_POD_BYTES)),
             };
-            // Each pod is packed as soon as it is parsed: the list holds a few hundred bytes per
-            // pod, not 10,000 decoded pods (5 KiB each before most of their fields).
-            let pod = parse_item(origin, &path, item, node_name).and_then(|pod| {
-                StoredPod::packed(pod).map_err(|source| Error::Pack {
-                    path: path.clone(),
-                    source,
-                })
-            });
+            held += match &pod {
+                Ok(pod) => pod.pod().held_bytes().unwrap_or(0),
+                Err(e) => HELD_PER_ERROR + e.to_string().len(),
+            };
+            if held > MAX_LIST_HELD {
+                // This item and every later one are read past, not decoded.
+                let first = pods.len();
+                let mut count = 1;
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    count += 1;
+                }
+                pods.push(Err(Error::ListTooLarge {
+                    path: PathBuf::from(url),
+                    first,
+                    count,
+                    max: MAX_LIST_HELD,
+                }));
+                break;
+            }
             pods.push(pod);
         }
         Ok(pods)
     }
 }
+
+/// What a rejected PodList item's error holds beyond its message (its path, the error itself,
+/// the source's rejection entry).
+const HELD_PER_ERROR: usize = 256;
 
 /// One PodList item as a JSON tree, built only while it stays within [`MAX_POD_BYTES`] (counted
 /// as about its size in compact JSON); past that the rest of the item is read and counted but
@@ -1660,6 +1704,73 @@ mod tests {
         for i in [0, 2] {
             assert!(items[i].is_ok(), "{:?}", items[i].as_ref().err());
         }
+    }
+
+    /// A PodList of `n` pods of one container each, with `labels` labels apiece, as JSON.
+    fn tiny_list(n: usize, labels: usize) -> String {
+        let items: Vec<serde_json::Value> = (0..n)
+            .map(|i| {
+                let labels: serde_json::Map<String, serde_json::Value> =
+                    (0..labels).map(|l| (format!("l{l}"), "v".into())).collect();
+                serde_json::json!({"metadata": {"name": format!("p{i}"), "labels": labels},
+                    "spec": {"containers": [{"name": "c", "image": "i"}]}})
+            })
+            .collect();
+        serde_json::json!({"kind": "PodList", "apiVersion": "v1", "items": items}).to_string()
+    }
+
+    #[test]
+    fn the_pods_of_a_list_are_held_to_a_memory_budget_and_the_rest_reported_once() {
+        let url = "http://127.0.0.1:1/pods";
+        // Small lists are read whole.
+        let items = parse_url(url, tiny_list(100, 0).as_bytes(), NODE).expect("parses");
+        assert_eq!(items.len(), 100);
+        assert!(items.iter().all(Result::is_ok));
+
+        // 8,000 tiny pods (under 1 MiB of JSON) would hold over the budget: the first are kept,
+        // the rest are read past and reported as one error naming where it stopped.
+        let n = 8_000;
+        let body = tiny_list(n, 0);
+        assert!((body.len() as u64) < MAX_CONFIG_LENGTH / 8);
+        let items = parse_url(url, body.as_bytes(), NODE).expect("parses");
+        let (last, kept) = items.split_last().expect("items");
+        assert!(kept.iter().all(Result::is_ok));
+        let held: usize = kept
+            .iter()
+            .flatten()
+            .map(|p| p.pod().held_bytes().expect("packed"))
+            .sum();
+        assert!(held <= MAX_LIST_HELD, "{held}");
+        // Each tiny pod is estimated at 1-4 KiB: some thousands fit, not all 8,000.
+        assert!(kept.len() > 3_000 && kept.len() < n, "{}", kept.len());
+        let Err(Error::ListTooLarge { first, count, .. }) = last else {
+            panic!("{last:?}")
+        };
+        assert_eq!((*first, *count), (kept.len(), n - kept.len()));
+        let e = last.as_ref().expect_err("error");
+        assert_eq!(e.reason(), "list_too_large");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(&format!("{url}: {count} items from items[{first}] on")),
+            "{msg}"
+        );
+        // The kept pods are the list's first, in order.
+        let name = |p: &Result<StoredPod>| p.as_ref().ok().and_then(|p| p.metadata().name.clone());
+        assert_eq!(name(&kept[0]).as_deref(), Some("p0-node-a"));
+        let last_kept = format!("p{}-node-a", kept.len() - 1);
+        assert_eq!(name(&kept[kept.len() - 1]), Some(last_kept));
+
+        // The estimate follows what a pod's metadata allocates: pods with 200 labels each are
+        // estimated at over 100 bytes a label, so far fewer of them fit.
+        let labelled = parse_url(url, tiny_list(2_000, 200).as_bytes(), NODE).expect("parses");
+        let fit = labelled.iter().filter(|p| p.is_ok()).count();
+        assert!(fit < 2_000 * 100 / 200 * 12 / 10, "{fit}");
+        let per_pod = labelled[0].as_ref().expect("kept").pod().held_bytes();
+        assert!(per_pod > Some(200 * 100), "{per_pod:?}");
+        assert!(matches!(
+            labelled.last(),
+            Some(Err(Error::ListTooLarge { .. }))
+        ));
     }
 
     #[test]
