@@ -185,32 +185,6 @@ impl Problem {
     }
 }
 
-/// Reads and parses the manifest at `path`, checking its size before reading any of it.
-pub fn read(path: &Path, node_name: &str) -> Result<Pod> {
-    let bytes = read_limited(path)?;
-    parse(path, &bytes, node_name)
-}
-
-/// Reads at most [`MAX_POD_BYTES`] bytes of `path` (size checked before reading).
-pub(crate) fn read_limited(path: &Path) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let read_err = |source| Error::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let size = file.metadata().map_err(read_err)?.len();
-    if size > MAX_POD_BYTES {
-        return Err(too_large(path, size, MAX_POD_BYTES));
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    file.take(MAX_POD_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    check_len(path, &bytes, MAX_POD_BYTES)?;
-    Ok(bytes)
-}
-
 pub(crate) fn too_large(path: &Path, size: u64, max: u64) -> Error {
     Error::TooLarge {
         path: path.to_path_buf(),
@@ -278,7 +252,8 @@ pub fn parse_url(url: &str, bytes: &[u8], node_name: &str) -> Result<Vec<Result<
     if !head.object || kind != Some("PodList") {
         // One pod: if it is bad, the whole body is (the source keeps its last good set).
         check_len(&path, bytes, MAX_POD_BYTES)?;
-        return parse_pod(origin, &path, text, node_name).map(|pod| vec![Ok(pod.into())]);
+        return parse_pod_after(origin, &path, text, json, &head, node_name)
+            .map(|pod| vec![Ok(pod.into())]);
     }
     api_version_is_v1(head.api_version.as_ref().and_then(|v| v.as_str())).map_err(|problem| {
         Error::Invalid {
@@ -604,7 +579,19 @@ fn parse_pod(origin: Origin<'_>, path: &Path, text: &str, node_name: &str) -> Re
     // The type fields first, without building a tree of the whole document (a manifest may be
     // megabytes; a tree of it would cost several times its size).
     let head: Head = decode(path, text, json)?;
-    check_head(&head).map_err(|problem| Error::Invalid {
+    parse_pod_after(origin, path, text, json, &head, node_name)
+}
+
+/// [`parse_pod`] once the document's type fields (`head`) are decoded.
+fn parse_pod_after(
+    origin: Origin<'_>,
+    path: &Path,
+    text: &str,
+    json: bool,
+    head: &Head,
+    node_name: &str,
+) -> Result<Pod> {
+    check_head(head).map_err(|problem| Error::Invalid {
         path: path.to_path_buf(),
         problem,
     })?;
@@ -1965,19 +1952,5 @@ mod tests {
         assert!(e.to_string().contains("recursion limit"), "{e}");
         // A pod's usual depth is far from the limit.
         assert!(parse(Path::new("ok.yaml"), yaml("ok").as_bytes(), NODE).is_ok());
-    }
-
-    #[test]
-    fn read_checks_size_before_reading() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("big.yaml");
-        let f = std::fs::File::create(&path).expect("create");
-        f.set_len(MAX_CONFIG_LENGTH + 1).expect("set_len");
-        assert!(matches!(read(&path, NODE), Err(Error::TooLarge { .. })));
-        let missing = dir.path().join("missing.yaml");
-        assert!(matches!(read(&missing, NODE), Err(Error::Read { .. })));
-        let good = dir.path().join("good.yaml");
-        std::fs::write(&good, yaml("g")).expect("write");
-        assert!(read(&good, NODE).is_ok());
     }
 }
