@@ -32,7 +32,7 @@ pub const MAX_POD_BYTES: u64 = 3 * 1024 * 1024;
 /// estimates it (with each rejected item's error). The 10 MiB body limit alone does not bound
 /// it: a body of 90,000 tiny pods would hold some 200 MiB. Items after the one that would go
 /// over are not decoded; they are reported together as one [`Error::ListTooLarge`]. 12 MiB holds
-/// some 5,000 small pods, many times what `--max-pods` lets run.
+/// some 3,800 small pods, many times what `--max-pods` lets run.
 pub const MAX_LIST_HELD: usize = 12 * 1024 * 1024;
 
 /// Result of this module.

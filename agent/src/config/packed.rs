@@ -86,7 +86,7 @@ impl Packed {
     }
 
     /// An estimate, on the high side, of the memory this pod holds once the agent has taken it
-    /// in: the packed body, the decoded metadata with every string and map entry it allocates,
+    /// in: the packed body, the decoded metadata with every string, map node and vector it allocates,
     /// and [`HELD_PER_POD`] for what the mux, the status manager and the sync loop keep per pod.
     pub fn held_bytes(&self) -> usize {
         HELD_PER_POD
@@ -121,29 +121,61 @@ fn opt_heap(s: &Option<String>) -> usize {
     s.as_deref().map_or(0, str_heap)
 }
 
-/// A map of strings: each entry's two headers in a tree node (nodes about two thirds full) and
-/// the two strings' blocks.
-fn map_heap(m: &Option<std::collections::BTreeMap<String, String>>) -> usize {
-    m.iter()
-        .flatten()
-        .map(|(k, v)| 72 + str_heap(k) + str_heap(v))
-        .sum()
+/// A vector's buffer of `len` elements of `size` bytes, as decoded (room for up to twice as
+/// many: a vector grows by doubling while a list is read).
+fn vec_heap(len: usize, size: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        heap(len.max(2) * 2 * size)
+    }
 }
 
-/// A JSON tree (the managed fields' `fieldsV1`): each value 32 bytes, each object entry its key
-/// and a node share, each string its block.
+/// The nodes of a B-tree map of `len` entries of `entry` bytes each (key and value as stored in
+/// a node): a node has room for 11, and entries read in order leave each node about half full,
+/// so a node is counted per 6 entries (child links included), and the first one whole.
+fn map_nodes(len: usize, entry: usize) -> usize {
+    const CAPACITY: usize = 11;
+    // The entries, the parent link and counts, and an internal node's 12 child links.
+    let node = heap(CAPACITY * entry + 16 + 12 * 8);
+    if len == 0 {
+        0
+    } else {
+        node + len.div_ceil(6) * node
+    }
+}
+
+/// A map of strings: its nodes and each entry's two strings.
+fn map_heap(m: &Option<std::collections::BTreeMap<String, String>>) -> usize {
+    m.as_ref().map_or(0, |m| {
+        map_nodes(m.len(), 2 * std::mem::size_of::<String>())
+            + m.iter()
+                .map(|(k, v)| str_heap(k) + str_heap(v))
+                .sum::<usize>()
+    })
+}
+
+/// What a JSON value (the managed fields' `fieldsV1`) holds beyond its own place: a string's
+/// block, an array's buffer and elements, an object's nodes, keys and values.
 fn json_heap(v: &serde_json::Value) -> usize {
     use serde_json::Value;
-    32 + match v {
+    let value = std::mem::size_of::<Value>();
+    match v {
         Value::String(s) => str_heap(s),
-        Value::Array(a) => a.iter().map(json_heap).sum(),
-        Value::Object(o) => o.iter().map(|(k, v)| 48 + str_heap(k) + json_heap(v)).sum(),
+        Value::Array(a) => vec_heap(a.len(), value) + a.iter().map(json_heap).sum::<usize>(),
+        Value::Object(o) => {
+            map_nodes(o.len(), std::mem::size_of::<String>() + value)
+                + o.iter()
+                    .map(|(k, v)| str_heap(k) + json_heap(v))
+                    .sum::<usize>()
+        }
         Value::Null | Value::Bool(_) | Value::Number(_) => 0,
     }
 }
 
 /// The heap blocks a decoded `ObjectMeta` holds.
 fn meta_heap(m: &ObjectMeta) -> usize {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
     use std::mem::size_of;
     let strings = [
         &m.name,
@@ -153,38 +185,41 @@ fn meta_heap(m: &ObjectMeta) -> usize {
         &m.resource_version,
         &m.self_link,
     ];
-    let owners = m.owner_references.iter().flatten().map(|o| {
-        size_of::<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>()
-            + str_heap(&o.api_version)
-            + str_heap(&o.kind)
-            + str_heap(&o.name)
-            + str_heap(&o.uid)
-    });
-    let managed = m.managed_fields.iter().flatten().map(|f| {
-        size_of::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>()
-            + [
-                &f.api_version,
-                &f.fields_type,
-                &f.manager,
-                &f.operation,
-                &f.subresource,
-            ]
-            .into_iter()
-            .map(opt_heap)
-            .sum::<usize>()
-            + f.fields_v1.as_ref().map_or(0, |v| json_heap(&v.0))
-    });
-    let finalizers = m
-        .finalizers
-        .iter()
-        .flatten()
-        .map(|f| size_of::<String>() + str_heap(f));
+    let owners = m.owner_references.as_deref().unwrap_or_default();
+    let owners = vec_heap(owners.len(), size_of::<OwnerReference>())
+        + owners
+            .iter()
+            .map(|o| {
+                str_heap(&o.api_version) + str_heap(&o.kind) + str_heap(&o.name) + str_heap(&o.uid)
+            })
+            .sum::<usize>();
+    let managed = m.managed_fields.as_deref().unwrap_or_default();
+    let managed = vec_heap(managed.len(), size_of::<ManagedFieldsEntry>())
+        + managed
+            .iter()
+            .map(|f| {
+                [
+                    &f.api_version,
+                    &f.fields_type,
+                    &f.manager,
+                    &f.operation,
+                    &f.subresource,
+                ]
+                .into_iter()
+                .map(opt_heap)
+                .sum::<usize>()
+                    + f.fields_v1.as_ref().map_or(0, |v| json_heap(&v.0))
+            })
+            .sum::<usize>();
+    let finalizers = m.finalizers.as_deref().unwrap_or_default();
+    let finalizers = vec_heap(finalizers.len(), size_of::<String>())
+        + finalizers.iter().map(|f| str_heap(f)).sum::<usize>();
     strings.into_iter().map(opt_heap).sum::<usize>()
         + map_heap(&m.labels)
         + map_heap(&m.annotations)
-        + owners.sum::<usize>()
-        + managed.sum::<usize>()
-        + finalizers.sum::<usize>()
+        + owners
+        + managed
+        + finalizers
 }
 
 /// A pod as the mux keeps it and hands it on: whole, or [`Packed`] (the manifest URL's pods).
