@@ -61,7 +61,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use swiftlet::cri::Cri;
 use swiftlet::metrics::Metrics;
-use swiftlet_benches::{cpu_ticks, rss_kib, run_queue_wait_ns, system_busy_ticks, ticks_per_sec};
+use swiftlet_benches::{cpu_ms, rss_kib, run_queue_wait_ns, system_busy_ticks, ticks_per_sec};
 use swiftlet_tests::api_server::{ApiServer, config_map};
 use swiftlet_tests::registry::Registry;
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
@@ -158,28 +158,28 @@ struct Pids {
     agent: Option<u32>,
 }
 
-/// CPU time (clock ticks) spent during one run: the whole machine busy (containerd, its shims,
-/// runc, the pods, the agent, the bench), containerd itself and the agent; and how long the
-/// agent's threads waited for a CPU (ns).
+/// CPU time spent during one run: the whole machine busy (containerd, its shims, runc, the
+/// pods, the agent, the bench; clock ticks), containerd itself and the agent (ms, exact); and
+/// how long the agent's threads waited for a CPU (ns).
 #[derive(Clone, Copy, Default)]
 struct CpuUse {
     system: u64,
-    containerd: u64,
-    agent: u64,
+    containerd_ms: f64,
+    agent_ms: f64,
     agent_wait_ns: u64,
-    /// This process: the floor's CRI client, or the `/pods` poller watching swiftlet.
-    bench: u64,
+    /// This process (ms): the floor's CRI client, or the `/pods` poller watching swiftlet.
+    bench_ms: f64,
 }
 
 impl CpuUse {
     fn now(pids: Pids) -> CpuUse {
-        let of = |pid: Option<u32>| pid.and_then(cpu_ticks).unwrap_or(0);
+        let of = |pid: Option<u32>| pid.and_then(cpu_ms).unwrap_or(0.0);
         CpuUse {
             system: system_busy_ticks().unwrap_or(0),
-            containerd: of(pids.containerd),
-            agent: of(pids.agent),
+            containerd_ms: of(pids.containerd),
+            agent_ms: of(pids.agent),
             agent_wait_ns: pids.agent.and_then(run_queue_wait_ns).unwrap_or(0),
-            bench: cpu_ticks(std::process::id()).unwrap_or(0),
+            bench_ms: of(Some(std::process::id())),
         }
     }
 
@@ -188,10 +188,10 @@ impl CpuUse {
         let end = CpuUse::now(pids);
         CpuUse {
             system: end.system.saturating_sub(start.system),
-            containerd: end.containerd.saturating_sub(start.containerd),
-            agent: end.agent.saturating_sub(start.agent),
+            containerd_ms: (end.containerd_ms - start.containerd_ms).max(0.0),
+            agent_ms: (end.agent_ms - start.agent_ms).max(0.0),
             agent_wait_ns: end.agent_wait_ns.saturating_sub(start.agent_wait_ns),
-            bench: end.bench.saturating_sub(start.bench),
+            bench_ms: (end.bench_ms - start.bench_ms).max(0.0),
         }
     }
 }
@@ -900,19 +900,19 @@ fn mean_wall(samples: &[Sample]) -> Duration {
 }
 
 /// Mean per run, in ms, of one [`CpuUse`] field read with `f` (ms per unit: `scale`).
-fn mean_ms(samples: &[Sample], f: fn(&CpuUse) -> u64, scale: f64) -> f64 {
-    samples.iter().map(|s| f(&s.cpu)).sum::<u64>() as f64 / samples.len().max(1) as f64 * scale
+fn mean_ms(samples: &[Sample], f: fn(&CpuUse) -> f64, scale: f64) -> f64 {
+    samples.iter().map(|s| f(&s.cpu)).sum::<f64>() / samples.len().max(1) as f64 * scale
 }
 
 fn cpu_row(what: &str, samples: &[Sample]) {
     let tick = 1000.0 / ticks_per_sec();
-    let system = mean_ms(samples, |c| c.system, tick);
-    let containerd = mean_ms(samples, |c| c.containerd, tick);
-    let agent = mean_ms(samples, |c| c.agent, tick);
-    let wait = mean_ms(samples, |c| c.agent_wait_ns, 1e-6);
-    let bench = mean_ms(samples, |c| c.bench, tick);
+    let system = mean_ms(samples, |c| c.system as f64, tick);
+    let containerd = mean_ms(samples, |c| c.containerd_ms, 1.0);
+    let agent = mean_ms(samples, |c| c.agent_ms, 1.0);
+    let wait = mean_ms(samples, |c| c.agent_wait_ns as f64, 1e-6);
+    let bench = mean_ms(samples, |c| c.bench_ms, 1.0);
     println!(
-        "  {what:<10} {system:>12.0} {containerd:>12.0} {agent:>12.0} {wait:>16.1} {bench:>8.0}"
+        "  {what:<10} {system:>12.0} {containerd:>12.1} {agent:>12.1} {wait:>16.1} {bench:>8.1}"
     );
 }
 
@@ -947,10 +947,10 @@ fn row(what: &str, h: &Histogram<u64>, wall: Duration) {
 
 /// (RSS MiB at the end, CPU % of one core over the window).
 fn measure_cost(pid: u32, window: Duration) -> Option<(f64, f64)> {
-    let t0 = cpu_ticks(pid)?;
+    let t0 = cpu_ms(pid)?;
     std::thread::sleep(window);
-    let t1 = cpu_ticks(pid)?;
-    let cpu = (t1 - t0) as f64 / ticks_per_sec() / window.as_secs_f64() * 100.0;
+    let t1 = cpu_ms(pid)?;
+    let cpu = (t1 - t0) / 1000.0 / window.as_secs_f64() * 100.0;
     Some((rss_kib(pid)? as f64 / 1024.0, cpu))
 }
 
@@ -1339,7 +1339,7 @@ fn report_batch(
         );
     }
     println!(
-        "  CPU during the batch (ms, mean of {reps} runs; clock ticks of {:.0} ms):",
+        "  CPU during the batch (ms, mean of {reps} runs; the machine's in clock ticks of {:.0} ms):",
         1000.0 / ticks_per_sec()
     );
     println!(
@@ -1348,6 +1348,15 @@ fn report_batch(
     );
     cpu_row(batch.floor_label, &batch.floors);
     cpu_row("swiftlet", &batch.swift);
+    let per_pod = |samples: &[Sample], f: fn(&CpuUse) -> f64| mean_ms(samples, f, 1.0) / n as f64;
+    println!(
+        "  CPU per pod started: swiftlet's agent {:.2} ms (its eBPF reader included); the {}'s \
+         client {:.2} ms (this process sending the floor's CRI calls through swiftlet's own CRI \
+         client, nothing else)",
+        per_pod(&batch.swift, |c| c.agent_ms),
+        batch.floor_label,
+        per_pod(&batch.floors, |c| c.bench_ms),
+    );
     phase_summary_of(agent, n, prefixes);
     print_cri_calls(calls_before, &cri_calls(agent), n * reps);
     let ratio = ws.as_secs_f64() / wf.as_secs_f64().max(1e-9);

@@ -14,7 +14,7 @@
 use k8s_openapi::jiff::Timestamp;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use swiftlet_benches::{cpu_ticks, ticks_per_sec};
+use swiftlet_benches::cpu_ms;
 use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, busybox_pod_manifest};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -82,11 +82,11 @@ fn probe_runs(agent: &Agent) -> f64 {
         .sum()
 }
 
-fn cpu_ms(agent: &Agent, window: Duration) -> f64 {
+fn agent_cpu_ms(agent: &Agent, window: Duration) -> f64 {
     let pid = agent.pid().expect("the agent runs");
-    let t0 = cpu_ticks(pid).unwrap_or_default();
+    let t0 = cpu_ms(pid).unwrap_or_default();
     std::thread::sleep(window);
-    cpu_ticks(pid).unwrap_or_default().saturating_sub(t0) as f64 * 1000.0 / ticks_per_sec()
+    (cpu_ms(pid).unwrap_or_default() - t0).max(0.0)
 }
 
 fn flip_latency(agent: &Agent, window: Duration) {
@@ -149,7 +149,7 @@ fn cost(agent: &Agent, window: Duration) {
     let plain = agent.static_pod_name("plain");
     agent.wait_for(|l| ready(l, &plain) == Some(true), TIMEOUT);
     std::thread::sleep(Duration::from_secs(2));
-    let base = cpu_ms(agent, window);
+    let base = agent_cpu_ms(agent, window);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
     let port = listener.local_addr().expect("its address").port();
     let probe = format!(
@@ -175,7 +175,7 @@ fn cost(agent: &Agent, window: Duration) {
     agent.wait_for(|l| ready(l, &probed) == Some(true), TIMEOUT);
     std::thread::sleep(Duration::from_secs(2));
     let runs0 = probe_runs(agent);
-    let with = cpu_ms(agent, window);
+    let with = agent_cpu_ms(agent, window);
     let runs = probe_runs(agent) - runs0;
     let exec_sum = metric(
         agent,

@@ -7,7 +7,7 @@
 //! Builds and runs the release agent.
 use std::process::ExitCode;
 use std::time::Instant;
-use swiftlet_benches::{cpu_ticks, ticks_per_sec};
+use swiftlet_benches::cpu_ms;
 use swiftlet_tests::Runtime;
 
 fn main() -> ExitCode {
@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     let listed = doc["pods"].as_array().map_or(0, Vec::len);
     println!("summary: {listed} pods, {} bytes", body.len());
     let pid = agent.pid().expect("the agent runs");
-    let t0 = cpu_ticks(pid).unwrap_or_default();
+    let t0 = cpu_ms(pid).unwrap_or_default();
     let mut ms: Vec<f64> = Vec::with_capacity(requests);
     for _ in 0..requests {
         let start = Instant::now();
@@ -41,8 +41,7 @@ fn main() -> ExitCode {
         ms.push(start.elapsed().as_secs_f64() * 1000.0);
         assert_eq!(code, 200);
     }
-    let cpu_ms =
-        cpu_ticks(pid).unwrap_or_default().saturating_sub(t0) as f64 * 1000.0 / ticks_per_sec();
+    let spent_ms = (cpu_ms(pid).unwrap_or_default() - t0).max(0.0);
     ms.sort_by(f64::total_cmp);
     let pct = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
     println!(
@@ -52,7 +51,7 @@ fn main() -> ExitCode {
         pct(0.9),
         pct(0.99),
         pct(1.0),
-        cpu_ms / requests as f64
+        spent_ms / requests as f64
     );
     swiftlet_tests::remove_bench_pods(&agent, pods);
     ExitCode::SUCCESS

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use swiftlet_benches::{bucket_quantile, cpu_ticks, histogram_buckets, rss_kib, ticks_per_sec};
+use swiftlet_benches::{bucket_quantile, cpu_ms, histogram_buckets, rss_kib};
 use swiftlet_tests::chaos::{Desired, converge};
 use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, busybox_pod_manifest};
 
@@ -131,10 +131,10 @@ fn steady(agent: &Agent, opts: &Opts) -> Steady {
     std::thread::sleep(Duration::from_secs(opts.settle));
     let pid = agent.pid().expect("the agent runs");
     let (b0, n0) = relists(agent);
-    let t0 = cpu_ticks(pid).unwrap_or(0);
+    let t0 = cpu_ms(pid).unwrap_or(0.0);
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs(opts.window));
-    let ticks = cpu_ticks(pid).unwrap_or(0).saturating_sub(t0);
+    let cpu = (cpu_ms(pid).unwrap_or(0.0) - t0).max(0.0);
     let elapsed = start.elapsed().as_secs_f64();
     let (b1, n1) = relists(agent);
     let delta: Vec<(f64, u64)> = b1
@@ -148,7 +148,7 @@ fn steady(agent: &Agent, opts: &Opts) -> Steady {
     let ms = |q| bucket_quantile(&delta, count, q).map(|s| s * 1000.0);
     let kib = |v: Option<u64>| v.unwrap_or(0) as f64 / 1024.0;
     Steady {
-        cpu_pct: ticks as f64 / ticks_per_sec() / elapsed * 100.0,
+        cpu_pct: cpu / 1000.0 / elapsed * 100.0,
         rss_mib: kib(rss_kib(pid)),
         peak_mib: kib(peak_rss_kib(pid)),
         relists: count,
