@@ -15,8 +15,12 @@
 //! # Trace markers (for eBPF uprobes)
 //!
 //! Every call is bracketed by two exported no-op functions that uprobes attach to by symbol name
-//! (they are `#[no_mangle] extern "C"`, `#[inline(never)]`, and their arguments pass through
-//! `black_box`, so they survive optimisation with the C calling convention):
+//! (`#[no_mangle] extern "C"`, so they keep their name and the C calling convention). On x86-64
+//! each is a naked function whose first instruction is a five-byte no-op (`nopl 0(%rax,%rax,1)`)
+//! followed by `ret`: the kernel emulates a probed no-op instead of single-stepping it, and from
+//! Linux 6.18 it turns a uprobe on a five-byte no-op into a call to a trampoline that enters the
+//! kernel with a system call, with no trap at all. Elsewhere they are ordinary functions kept
+//! whole by `#[inline(never)]` and `black_box`:
 //!
 //! * `swiftlet_cri_call_begin(method: u32, pod_uid: *const u8, pod_uid_len: usize)`
 //! * `swiftlet_cri_call_end(method: u32, pod_uid: *const u8, pod_uid_len: usize, ok: u32)`
@@ -26,8 +30,9 @@
 //! (not NUL-terminated); the pointer is valid only during the call. The pod comes from
 //! [`with_pod`], which the runtime manager wraps around each pod's sync and kill. Calls made for
 //! no pod (the PLEG's relists and reads) call no marker: the pod timelines have no use for them,
-//! and every uprobe hit costs the agent a trap and a single-step (~10 µs here, a tenth of the
-//! agent's CPU during a burst of pod starts when relists fired them too). On x86-64 the
+//! and every uprobe hit costs the agent time in the kernel (~10 µs a marker here when it took
+//! a trap and a single-step, a tenth of the agent's CPU during a burst of pod starts when
+//! relists fired them too). On x86-64 the
 //! arguments are in rdi, rsi, rdx (and rcx); the same pid/tid sees begin then end, so a uprobe
 //! pair times the call from the agent's side.
 use crate::metrics::{MethodLabel, Metrics, OperationLabel};
@@ -171,6 +176,29 @@ pub fn method_id(method: &str) -> u32 {
 }
 
 /// Trace marker: a CRI call begins. See the module documentation.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(no_mangle)]
+#[unsafe(naked)]
+pub extern "C" fn swiftlet_cri_call_begin(method: u32, pod_uid: *const u8, pod_uid_len: usize) {
+    // The five-byte no-op a uprobe attaches to (see the module documentation), then return.
+    core::arch::naked_asm!(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "ret")
+}
+
+/// Trace marker: a CRI call ended (`ok` = 1 on success, 0 on error). See the module documentation.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(no_mangle)]
+#[unsafe(naked)]
+pub extern "C" fn swiftlet_cri_call_end(
+    method: u32,
+    pod_uid: *const u8,
+    pod_uid_len: usize,
+    ok: u32,
+) {
+    core::arch::naked_asm!(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "ret")
+}
+
+/// Trace marker: a CRI call begins. See the module documentation.
+#[cfg(not(target_arch = "x86_64"))]
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn swiftlet_cri_call_begin(method: u32, pod_uid: *const u8, pod_uid_len: usize) {
@@ -178,6 +206,7 @@ pub extern "C" fn swiftlet_cri_call_begin(method: u32, pod_uid: *const u8, pod_u
 }
 
 /// Trace marker: a CRI call ended (`ok` = 1 on success, 0 on error). See the module documentation.
+#[cfg(not(target_arch = "x86_64"))]
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn swiftlet_cri_call_end(

@@ -1350,9 +1350,9 @@ fn report_batch(
     cpu_row("swiftlet", &batch.swift);
     let per_pod = |samples: &[Sample], f: fn(&CpuUse) -> f64| mean_ms(samples, f, 1.0) / n as f64;
     println!(
-        "  CPU per pod started: swiftlet's agent {:.2} ms (its eBPF reader included); the {}'s \
-         client {:.2} ms (this process sending the floor's CRI calls through swiftlet's own CRI \
-         client, nothing else)",
+        "  CPU per pod started: swiftlet's agent {:.2} ms (its eBPF reader included); the \
+         client of the `{}` row {:.2} ms (this process sending the floor's CRI calls through \
+         swiftlet's own CRI client, nothing else)",
         per_pod(&batch.swift, |c| c.agent_ms),
         batch.floor_label,
         per_pod(&batch.floors, |c| c.bench_ms),
