@@ -32,9 +32,8 @@
 //! no pod (the PLEG's relists and reads) call no marker: the pod timelines have no use for them,
 //! and every uprobe hit costs the agent time in the kernel (~10 µs a marker here when it took
 //! a trap and a single-step, a tenth of the agent's CPU during a burst of pod starts when
-//! relists fired them too). On x86-64 the
-//! arguments are in rdi, rsi, rdx (and rcx); the same pid/tid sees begin then end, so a uprobe
-//! pair times the call from the agent's side.
+//! relists fired them too). On x86-64 the arguments are in rdi, rsi, rdx (and rcx); the same
+//! pid/tid sees begin then end, so a uprobe pair times the call from the agent's side.
 use crate::metrics::{MethodLabel, Metrics, OperationLabel};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
@@ -176,45 +175,30 @@ pub fn method_id(method: &str) -> u32 {
 }
 
 /// Trace marker: a CRI call begins. See the module documentation.
-#[cfg(target_arch = "x86_64")]
 #[unsafe(no_mangle)]
-#[unsafe(naked)]
+#[cfg_attr(target_arch = "x86_64", unsafe(naked))]
+#[cfg_attr(not(target_arch = "x86_64"), inline(never))]
 pub extern "C" fn swiftlet_cri_call_begin(method: u32, pod_uid: *const u8, pod_uid_len: usize) {
     // The five-byte no-op a uprobe attaches to (see the module documentation), then return.
-    core::arch::naked_asm!(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "ret")
-}
-
-/// Trace marker: a CRI call ended (`ok` = 1 on success, 0 on error). See the module documentation.
-#[cfg(target_arch = "x86_64")]
-#[unsafe(no_mangle)]
-#[unsafe(naked)]
-pub extern "C" fn swiftlet_cri_call_end(
-    method: u32,
-    pod_uid: *const u8,
-    pod_uid_len: usize,
-    ok: u32,
-) {
-    core::arch::naked_asm!(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "ret")
-}
-
-/// Trace marker: a CRI call begins. See the module documentation.
-#[cfg(not(target_arch = "x86_64"))]
-#[unsafe(no_mangle)]
-#[inline(never)]
-pub extern "C" fn swiftlet_cri_call_begin(method: u32, pod_uid: *const u8, pod_uid_len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    core::arch::naked_asm!(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "ret");
+    #[cfg(not(target_arch = "x86_64"))]
     std::hint::black_box((method, pod_uid, pod_uid_len));
 }
 
 /// Trace marker: a CRI call ended (`ok` = 1 on success, 0 on error). See the module documentation.
-#[cfg(not(target_arch = "x86_64"))]
 #[unsafe(no_mangle)]
-#[inline(never)]
+#[cfg_attr(target_arch = "x86_64", unsafe(naked))]
+#[cfg_attr(not(target_arch = "x86_64"), inline(never))]
 pub extern "C" fn swiftlet_cri_call_end(
     method: u32,
     pod_uid: *const u8,
     pod_uid_len: usize,
     ok: u32,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    core::arch::naked_asm!(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "ret");
+    #[cfg(not(target_arch = "x86_64"))]
     std::hint::black_box((method, pod_uid, pod_uid_len, ok));
 }
 

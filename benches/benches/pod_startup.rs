@@ -61,7 +61,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use swiftlet::cri::Cri;
 use swiftlet::metrics::Metrics;
-use swiftlet_benches::{cpu_ms, rss_kib, run_queue_wait_ns, system_busy_ticks, ticks_per_sec};
+use swiftlet_benches::{
+    cpu_ms, cpu_ms_over, rss_kib, run_queue_wait_ns, system_busy_ticks, ticks_per_sec,
+};
 use swiftlet_tests::api_server::{ApiServer, config_map};
 use swiftlet_tests::registry::Registry;
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
@@ -947,10 +949,7 @@ fn row(what: &str, h: &Histogram<u64>, wall: Duration) {
 
 /// (RSS MiB at the end, CPU % of one core over the window).
 fn measure_cost(pid: u32, window: Duration) -> Option<(f64, f64)> {
-    let t0 = cpu_ms(pid)?;
-    std::thread::sleep(window);
-    let t1 = cpu_ms(pid)?;
-    let cpu = (t1 - t0) / 1000.0 / window.as_secs_f64() * 100.0;
+    let cpu = cpu_ms_over(pid, window)? / 1000.0 / window.as_secs_f64() * 100.0;
     Some((rss_kib(pid)? as f64 / 1024.0, cpu))
 }
 

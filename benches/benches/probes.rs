@@ -14,7 +14,7 @@
 use k8s_openapi::jiff::Timestamp;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use swiftlet_benches::cpu_ms;
+use swiftlet_benches::cpu_ms_over;
 use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, busybox_pod_manifest};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -84,9 +84,7 @@ fn probe_runs(agent: &Agent) -> f64 {
 
 fn agent_cpu_ms(agent: &Agent, window: Duration) -> f64 {
     let pid = agent.pid().expect("the agent runs");
-    let t0 = cpu_ms(pid).unwrap_or_default();
-    std::thread::sleep(window);
-    (cpu_ms(pid).unwrap_or_default() - t0).max(0.0)
+    cpu_ms_over(pid, window).unwrap_or_default()
 }
 
 fn flip_latency(agent: &Agent, window: Duration) {

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use swiftlet_benches::{bucket_quantile, cpu_ms, histogram_buckets, rss_kib};
+use swiftlet_benches::{bucket_quantile, cpu_ms_over, histogram_buckets, rss_kib};
 use swiftlet_tests::chaos::{Desired, converge};
 use swiftlet_tests::{Agent, AgentOptions, PodList, Runtime, busybox_pod_manifest};
 
@@ -131,10 +131,8 @@ fn steady(agent: &Agent, opts: &Opts) -> Steady {
     std::thread::sleep(Duration::from_secs(opts.settle));
     let pid = agent.pid().expect("the agent runs");
     let (b0, n0) = relists(agent);
-    let t0 = cpu_ms(pid).unwrap_or(0.0);
     let start = Instant::now();
-    std::thread::sleep(Duration::from_secs(opts.window));
-    let cpu = (cpu_ms(pid).unwrap_or(0.0) - t0).max(0.0);
+    let cpu = cpu_ms_over(pid, Duration::from_secs(opts.window)).unwrap_or(0.0);
     let elapsed = start.elapsed().as_secs_f64();
     let (b1, n1) = relists(agent);
     let delta: Vec<(f64, u64)> = b1

@@ -32,6 +32,13 @@ pub fn cpu_ms(pid: u32) -> Option<f64> {
     Some(ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6)
 }
 
+/// The CPU time (ms, see [`cpu_ms`]) process `pid` spends while this thread sleeps `window`.
+pub fn cpu_ms_over(pid: u32, window: std::time::Duration) -> Option<f64> {
+    let t0 = cpu_ms(pid)?;
+    std::thread::sleep(window);
+    Some((cpu_ms(pid)? - t0).max(0.0))
+}
+
 /// Clock ticks per second (`_SC_CLK_TCK`), the unit of [`system_busy_ticks`].
 pub fn ticks_per_sec() -> f64 {
     // SAFETY: sysconf has no memory-safety preconditions.
