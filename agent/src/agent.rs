@@ -93,8 +93,6 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     }
     cm.enforce_node_allocatable(cpu_millis, memory)?;
 
-    // Pod startup timelines: agent marks + CRI uprobes + kernel events on one clock.
-    let tracer = trace::Tracer::new(metrics.clone());
     // Unbounded: the one reader drains the probes' fixed-size ring buffer and the consumer does a
     // few map look-ups per event; a backlog is what the ring produced while the consumer waited
     // for a CPU, and events past the ring's size are lost (and counted) in the kernel instead.
@@ -115,9 +113,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         },
         cancel.clone(),
     )?;
-    if let Some(m) = &monitor {
-        tracer.set_monitor(m.clone());
-    }
+    // Pod startup timelines: agent marks + CRI uprobes + kernel events on one clock.
+    let tracer = trace::Tracer::new(metrics.clone(), monitor.clone());
     // The probes' events feed the startup timelines and, for the PLEG's fast path, the exit
     // detector (only with the probes loaded: without them nothing reaches it).
     let (exits, fast_rx) = ebpf::exits::Exits::new(metrics.clone());
@@ -190,7 +187,9 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         crate::image_gc::ImageGc::new(runtime.cri().clone(), cfg.image_gc, metrics.clone())
             .run(image_requests_rx, cancel.clone()),
     );
-    let status = StatusManager::new(metrics.clone()).with_probe_results(probe_results.clone());
+    // The desired and rejected pods: the sync loop writes them, everyone else reads.
+    let registry = crate::pod_registry::PodRegistry::new();
+    let status = StatusManager::new(metrics.clone(), registry.reader(), probe_results.clone());
     let probes = prober::Manager::new(
         probe_results,
         prober::probe::Prober::new(runtime.cri().clone()),
@@ -402,6 +401,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         runtime_pods,
         runtime_state,
         workers,
+        registry,
         status,
         metrics,
         tracer,

@@ -5,6 +5,7 @@
 //! backs off, 100 ms doubling to 5 s, before each iteration.
 use crate::config::{Op, PodRef, PodUpdate, SourcesReady};
 use crate::pleg::RuntimePods;
+use crate::pod_registry::PodRegistry;
 use crate::pod_workers::{PodSyncer, PodWorkers, UpdateType, Work, WorkerContext};
 use crate::status::StatusManager;
 use k8s_openapi::api::core::v1::Pod;
@@ -63,6 +64,8 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     pub runtime_pods: RuntimePods,
     pub runtime_state: crate::pleg::RuntimeState,
     pub workers: PodWorkers<S>,
+    /// The desired and rejected pods: the sync loop is the registry's only writer.
+    pub registry: PodRegistry,
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
     pub tracer: crate::trace::Tracer,
@@ -160,10 +163,10 @@ impl<S: PodSyncer> SyncLoop<S> {
                 let mut used = self.status.count_active(pods.keys());
                 for pod in list {
                     let Some(uid) = uid_of(&pod) else { continue };
-                    if self.status.is_rejected(&uid) {
-                        self.status.set_rejected_pod(&uid, pod);
+                    // A rejected pod stays rejected, kept as its source has it now.
+                    let Err(pod) = self.registry.update_rejected(&uid, pod) else {
                         continue;
-                    }
+                    };
                     let known = pods.contains_key(&uid);
                     let Some(whole_pod) = whole(pod.clone()) else {
                         continue;
@@ -180,7 +183,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     let pod = whole_pod;
                     pods.insert(uid.clone(), pod.clone());
                     used += usize::from(!known);
-                    self.status.set_pod(&uid, pod.clone());
+                    self.registry.set_pod(&uid, pod.clone());
                     self.tracer.pod_admitted(&uid, &pod);
                     self.workers
                         .update_pod(&uid, Work::new(UpdateType::Create, pod));
@@ -199,9 +202,8 @@ impl<S: PodSyncer> SyncLoop<S> {
                 for pod in list {
                     let Some(uid) = uid_of(&pod) else { continue };
                     let held = pods.remove(&uid);
-                    if self.status.is_rejected(&uid) {
+                    if self.registry.remove_rejected(&uid) {
                         // It never ran: nothing to kill.
-                        self.status.remove_pod(&uid);
                         continue;
                     }
                     if !self.sources_ready.all_ready() {
@@ -231,13 +233,9 @@ impl<S: PodSyncer> SyncLoop<S> {
         pod: PodRef,
     ) -> Option<(String, Arc<Pod>)> {
         let uid = uid_of(&pod)?;
-        if self.status.is_rejected(&uid) {
-            self.status.set_rejected_pod(&uid, pod);
-            return None;
-        }
-        let pod = whole(pod)?;
+        let pod = whole(self.registry.update_rejected(&uid, pod).err()?)?;
         pods.insert(uid.clone(), pod.clone());
-        self.status.set_pod(&uid, pod.clone());
+        self.registry.set_pod(&uid, pod.clone());
         Some((uid, pod))
     }
 
@@ -358,7 +356,9 @@ impl<S: PodSyncer> SyncLoop<S> {
             "pod rejected"
         );
         self.metrics.admission_rejection(reason);
-        self.status.reject(uid, pod, reason, message);
+        self.registry.reject(uid, pod, reason, message);
+        // A status kept from an earlier admission of the same UID no longer counts.
+        self.status.forget(uid);
     }
 
     /// A probe result changed: sync the pod (kubelet `handleProbeSync`), so its status shows the
@@ -393,7 +393,8 @@ impl<S: PodSyncer> SyncLoop<S> {
                 }
                 Some(_) => {}
                 None => {
-                    self.status.remove_pod(&p.uid);
+                    self.registry.remove_pod(&p.uid);
+                    self.status.forget(&p.uid);
                     finished.insert(p.uid, now);
                 }
             }
@@ -466,6 +467,7 @@ mod tests {
         runtime_pods: RuntimePods,
         fake: Fake,
         status: StatusManager,
+        pods: crate::pod_registry::Pods,
         _cancel: tokio_util::sync::DropGuard,
     }
 
@@ -484,7 +486,13 @@ mod tests {
         let metrics = crate::metrics::Metrics::new();
         let runtime_state = crate::pleg::RuntimeState::default();
         let runtime_pods = RuntimePods::default();
-        let status = StatusManager::new(metrics.clone());
+        let registry = PodRegistry::new();
+        let pods = registry.reader();
+        let status = StatusManager::new(
+            metrics.clone(),
+            registry.reader(),
+            crate::pod::probe_results::Results::default(),
+        );
         let sync_loop = SyncLoop {
             config_rx,
             sources_ready: SourcesReady::default(),
@@ -495,8 +503,9 @@ mod tests {
             runtime_pods: runtime_pods.clone(),
             runtime_state: runtime_state.clone(),
             workers: PodWorkers::new(fake.clone(), done_tx, TaskTracker::new(), cancel.clone()),
+            registry,
             status: status.clone(),
-            tracer: crate::trace::Tracer::new(metrics.clone()),
+            tracer: crate::trace::Tracer::new(metrics.clone(), None),
             metrics,
             max_pods,
             node: tokio::sync::watch::channel(crate::pod::admission::Node::default()).1,
@@ -508,6 +517,7 @@ mod tests {
             runtime_pods,
             fake,
             status,
+            pods,
             _cancel: cancel.drop_guard(),
         }
     }
@@ -655,7 +665,7 @@ mod tests {
         let oldest = [n - 1, n - 2, n - 3].map(|i| format!("u{i}"));
         for uid in &oldest {
             assert_eq!(r.fake.syncs_of(uid).len(), 1, "{uid} runs");
-            assert!(!r.status.is_rejected(uid));
+            assert!(!r.pods.is_rejected(uid));
         }
         assert!(r.fake.syncs_of("u0").is_empty());
         let st = r.status.status("u0").expect("a rejected pod has a status");
@@ -666,8 +676,8 @@ mod tests {
                 "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3"
             )
         );
-        // The rejected pods stay packed (the status manager keeps what the mux handed on).
-        assert_eq!(r.status.rejected_packed(), (n - 3) as usize);
+        // The rejected pods stay packed (the registry keeps what the mux handed on).
+        assert_eq!(r.pods.rejected_packed(), (n - 3) as usize);
         // An update of a rejected pod keeps it rejected; its removal leaves nothing.
         let one = |op, p: PodRef| PodUpdate {
             op,
@@ -680,7 +690,7 @@ mod tests {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(r.fake.syncs_of("u0").is_empty());
-        assert!(r.status.is_rejected("u0"));
+        assert!(r.pods.is_rejected("u0"));
         r.config_tx
             .send(one(Op::Remove, packed_at("u0", "p0-new", 1)))
             .await

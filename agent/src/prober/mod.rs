@@ -364,7 +364,11 @@ mod tests {
         let m = Manager::new(
             Results::default(),
             probe::Prober::new(cri),
-            crate::status::StatusManager::new(metrics.clone()),
+            crate::status::StatusManager::new(
+                metrics.clone(),
+                crate::pod_registry::PodRegistry::new().reader(),
+                Results::default(),
+            ),
             metrics,
             tokio::time::Instant::now(),
             TaskTracker::new(),

@@ -1,11 +1,11 @@
 //! `/pods`: a `v1` `PodList` of the desired pods with their statuses, serialised straight from
-//! the status manager's entries and served again while nothing shown changed.
+//! the registry's pods and the status manager's entries, and served again while nothing shown
+//! changed.
 use super::StatusManager;
 #[cfg(test)]
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::PodStatus;
 use std::sync::PoisonError;
-use std::sync::atomic::Ordering;
 
 const EMPTY_POD_LIST: &str = r#"{"apiVersion":"v1","kind":"PodList","items":[],"metadata":{}}"#;
 
@@ -22,17 +22,18 @@ struct PodListView<'a> {
 /// Every pod of the store in UID order, admitted and rejected alike; a packed pod's spec is
 /// decoded for its own item only, so the list never holds more than one decoded spec.
 struct Items<'a> {
-    store: &'a super::Store,
+    registry: &'a crate::pod_registry::Store,
+    statuses: &'a super::Statuses,
     host_ip: Option<std::net::IpAddr>,
 }
 
 impl serde::Serialize for Items<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
-        let store = self.store;
-        let mut seq = s.serialize_seq(Some(store.pods.len() + store.rejected.len()))?;
-        let mut pods = store.pods.iter().peekable();
-        let mut rejected = store.rejected.iter().peekable();
+        let registry = self.registry;
+        let mut seq = s.serialize_seq(Some(registry.len()))?;
+        let mut pods = registry.desired_pods().peekable();
+        let mut rejected = registry.rejected_pods().peekable();
         loop {
             let pod_first = match (pods.peek(), rejected.peek()) {
                 (None, None) => break,
@@ -41,20 +42,28 @@ impl serde::Serialize for Items<'_> {
                 (Some((a, _)), Some((b, _))) => a <= b,
             };
             if pod_first {
-                let Some((_, e)) = pods.next() else { break };
+                let Some((uid, pod)) = pods.next() else { break };
+                let initial;
+                let status = match self.statuses.get(uid) {
+                    Some(e) => &e.status,
+                    None => {
+                        initial = super::initial_status(pod, self.host_ip);
+                        &initial
+                    }
+                };
                 seq.serialize_element(&PodView {
                     api_version: "v1",
                     kind: "Pod",
-                    metadata: &e.pod.metadata,
-                    spec: e.pod.spec.as_ref(),
-                    status: &e.status,
+                    metadata: &pod.metadata,
+                    spec: pod.spec.as_ref(),
+                    status,
                 })?;
                 continue;
             }
             let Some((_, r)) = rejected.next() else { break };
-            let status = r.status(self.host_ip);
+            let status = super::rejected_status(r, self.host_ip);
             let decoded;
-            let spec = match &r.pod {
+            let spec = match r.pod() {
                 crate::config::PodRef::Whole(p) => p.spec.as_ref(),
                 crate::config::PodRef::Packed(p) => {
                     decoded = p.spec().map_err(serde::ser::Error::custom)?;
@@ -64,7 +73,7 @@ impl serde::Serialize for Items<'_> {
             seq.serialize_element(&PodView {
                 api_version: "v1",
                 kind: "Pod",
-                metadata: r.pod.metadata(),
+                metadata: r.pod().metadata(),
                 spec,
                 status: &status,
             })?;
@@ -93,23 +102,22 @@ impl StatusManager {
     /// serialises without copying (its tests compare the two).
     #[cfg(test)]
     pub fn pods(&self) -> Vec<Pod> {
-        let Ok(map) = self.inner.read() else {
+        let Some((reg, map)) = self.read() else {
             return Vec::new();
         };
-        let mut pods: Vec<(String, Pod)> = map
-            .pods
-            .iter()
-            .map(|(uid, e)| {
-                let mut p = (*e.pod).clone();
-                p.status = Some(e.status.clone());
+        let mut pods: Vec<(String, Pod)> = reg
+            .desired_pods()
+            .map(|(uid, pod)| {
+                let mut p = (**pod).clone();
+                p.status = Some(super::status_of(&map, uid, pod, self.host_ip));
                 (uid.clone(), p)
             })
             .collect();
-        for (uid, r) in &map.rejected {
-            let Ok(mut p) = r.pod.clone().into_pod() else {
+        for (uid, r) in reg.rejected_pods() {
+            let Ok(mut p) = r.pod().clone().into_pod() else {
                 continue;
             };
-            p.status = Some(r.status(self.host_ip));
+            p.status = Some(super::rejected_status(r, self.host_ip));
             pods.push((uid.clone(), p));
         }
         pods.sort_by(|a, b| a.0.cmp(&b.0));
@@ -124,23 +132,24 @@ impl StatusManager {
             .pods_json
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let current = self.version.load(Ordering::Acquire);
+        let current = self.changes.version();
         if let Some((version, body)) = cache.as_ref()
             && *version == current
         {
             return body.clone();
         }
-        let Ok(map) = self.inner.read() else {
+        let Some((reg, map)) = self.read() else {
             return bytes::Bytes::from_static(EMPTY_POD_LIST.as_bytes());
         };
-        // Writers bump the version only while holding the write lock: under the read lock it
-        // names exactly what is serialised.
-        let version = self.version.load(Ordering::Acquire);
+        // Writers bump the version only while holding their store's write lock: under both read
+        // locks it names exactly what is serialised.
+        let version = self.changes.version();
         let list = PodListView {
             api_version: "v1",
             kind: "PodList",
             items: Items {
-                store: &map,
+                registry: &reg,
+                statuses: &map,
                 host_ip: self.host_ip,
             },
             metadata: EmptyMeta {},
@@ -152,7 +161,7 @@ impl StatusManager {
                 return bytes::Bytes::from_static(EMPTY_POD_LIST.as_bytes());
             }
         };
-        drop(map);
+        drop((map, reg));
         *cache = Some((version, body.clone()));
         body
     }

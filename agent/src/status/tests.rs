@@ -1,6 +1,7 @@
 //! Tests of the status: generation (phase, conditions, container statuses) and the manager.
 use super::generate::*;
 use super::*;
+use crate::config::PodRef;
 use crate::pod::{PodState, RestartPolicy, labels};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{
@@ -11,6 +12,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// A registry (the sync loop's side) and a status manager reading it.
+fn manager() -> (crate::pod_registry::PodRegistry, StatusManager) {
+    let r = crate::pod_registry::PodRegistry::new();
+    let m = StatusManager::new(
+        crate::metrics::Metrics::new(),
+        r.reader(),
+        crate::pod::probe_results::Results::default(),
+    );
+    (r, m)
+}
 
 #[test]
 fn phases() {
@@ -419,7 +431,7 @@ fn sidecar_not_started_keeps_pod_pending_and_uninitialized() {
 
 #[test]
 fn pods_json_is_the_pod_list_and_follows_every_change() {
-    let m = StatusManager::new(crate::metrics::Metrics::new());
+    let (r, m) = manager();
     let as_list = |m: &StatusManager| {
         serde_json::to_value(k8s_openapi::List {
             items: m.pods(),
@@ -431,7 +443,7 @@ fn pods_json_is_the_pod_list_and_follows_every_change() {
         serde_json::from_slice::<serde_json::Value>(&m.pods_json()).unwrap_or_default()
     };
     assert_eq!(served(&m), as_list(&m), "no pods");
-    m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+    r.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
     assert_eq!(served(&m), as_list(&m), "a pending pod");
     let first = m.pods_json();
     assert!(
@@ -445,16 +457,16 @@ fn pods_json_is_the_pod_list_and_follows_every_change() {
     // Writes that change nothing shown keep the served bytes.
     let after_update = m.pods_json();
     m.update("u", &running, &HashMap::new());
-    m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
-    m.remove_pod("nobody");
+    r.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+    r.remove_pod("nobody");
     assert!(
         after_update.as_ptr() == m.pods_json().as_ptr(),
         "writes that change nothing shown keep the served bytes"
     );
-    m.set_pod("u", Arc::new(pod("Never", vec![], vec![spec("a", false)])));
+    r.set_pod("u", Arc::new(pod("Never", vec![], vec![spec("a", false)])));
     assert_eq!(served(&m), as_list(&m), "after the pod changed");
     assert_eq!(served(&m)["items"][0]["spec"]["restartPolicy"], "Never");
-    m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+    r.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
     let restarted = sandboxed(
         true,
         vec![inst("a", 1, RUNNING, 0), inst("a", 0, EXITED, 1)],
@@ -465,14 +477,14 @@ fn pods_json_is_the_pod_list_and_follows_every_change() {
     assert!(exited.apply_kernel_exit("a-1", 2, i64::MAX));
     m.update("u", &exited, &HashMap::new());
     assert_eq!(served(&m), as_list(&m), "after a kernel-seen exit");
-    m.remove_pod("u");
+    r.remove_pod("u");
     assert_eq!(served(&m)["items"], serde_json::json!([]), "removed");
 }
 
 #[test]
 fn a_kernel_seen_exit_shows_until_the_runtime_reports_it() {
-    let m = StatusManager::new(crate::metrics::Metrics::new());
-    m.set_pod("u", Arc::new(pod("Never", vec![], vec![spec("a", false)])));
+    let (r, m) = manager();
+    r.set_pod("u", Arc::new(pod("Never", vec![], vec![spec("a", false)])));
     let mut a = inst("a", 0, RUNNING, 0);
     a.started_at = 4_000_000_000;
     let running = sandboxed(true, vec![a]);
@@ -732,9 +744,9 @@ fn the_start_time_comes_from_the_status_then_the_pod_then_the_oldest_sandbox() {
 #[test]
 fn the_manager_counts_the_deadline_from_the_status_start_time() {
     use crate::pod::deadline::Deadline;
-    let m = StatusManager::new(crate::metrics::Metrics::new());
+    let (r, m) = manager();
     let p = with_deadline(pod("Always", vec![], vec![spec("a", false)]), 30);
-    m.set_pod("u", Arc::new(p.clone()));
+    r.set_pod("u", Arc::new(p.clone()));
     // Admitted, not synced yet: no start time.
     assert_eq!(m.active_deadline("u", &p), Deadline::NotStarted);
     m.update("u", &state(vec![inst("a", 0, RUNNING, 0)]), &HashMap::new());
@@ -744,7 +756,7 @@ fn the_manager_counts_the_deadline_from_the_status_start_time() {
     }
     // A shortened deadline counts at once from the same start.
     let shorter = with_deadline(p.clone(), 1);
-    m.set_pod("u", Arc::new(shorter.clone()));
+    r.set_pod("u", Arc::new(shorter.clone()));
     std::thread::sleep(std::time::Duration::from_millis(1_100));
     assert_eq!(m.active_deadline("u", &shorter), Deadline::Exceeded);
     m.update("u", &state(vec![inst("a", 0, RUNNING, 0)]), &HashMap::new());
@@ -761,7 +773,7 @@ fn the_manager_counts_the_deadline_from_the_status_start_time() {
 
 #[test]
 fn rejected_pods_are_served_in_uid_order_beside_admitted_ones() {
-    let m = StatusManager::new(crate::metrics::Metrics::new());
+    let (r, m) = manager();
     let served = |m: &StatusManager| {
         serde_json::from_slice::<serde_json::Value>(&m.pods_json()).unwrap_or_default()
     };
@@ -770,10 +782,10 @@ fn rejected_pods_are_served_in_uid_order_beside_admitted_ones() {
         p.metadata.name = Some(name.to_owned());
         p
     };
-    m.set_pod("b", Arc::new(with_name("admitted", "Always")));
+    r.set_pod("b", Arc::new(with_name("admitted", "Always")));
     let packed = PodRef::packed(with_name("packed", "Never")).expect("packs");
-    m.reject("a", packed, "OutOfpods", "no room");
-    m.reject(
+    r.reject("a", packed, "OutOfpods", "no room");
+    r.reject(
         "c",
         with_name("whole", "OnFailure").into(),
         "OutOfpods",
@@ -801,19 +813,19 @@ fn rejected_pods_are_served_in_uid_order_beside_admitted_ones() {
     assert_eq!(list, owned);
     // A rejected pod is never made desired by a set_pod, counts as finished, and goes away
     // with its removal.
-    m.set_pod("a", Arc::new(with_name("packed", "Never")));
-    assert!(m.is_rejected("a"));
+    r.set_pod("a", Arc::new(with_name("packed", "Never")));
+    assert!(m.registry().is_rejected("a"));
     assert!(m.is_terminal("a"));
     assert_eq!(m.count_active(["a", "b", "c"].map(String::from).iter()), 1);
-    m.remove_pod("a");
+    r.remove_pod("a");
     assert!(!m.knows("a"));
     assert_eq!(served(&m)["items"].as_array().map(Vec::len), Some(2));
 }
 
 #[test]
 fn an_evicted_pod_fails_with_reason_evicted_and_stays_so() {
-    let m = StatusManager::new(crate::metrics::Metrics::new());
-    m.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+    let (r, m) = manager();
+    r.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
     let running = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
     m.update("u", &running, &HashMap::new());
     assert!(!m.is_evicted("u") && !m.is_terminal("u"));
@@ -837,11 +849,11 @@ fn an_evicted_pod_fails_with_reason_evicted_and_stays_so() {
 /// flagged, nothing for a write that changes nothing.
 #[tokio::test]
 async fn changed_pods_are_fed_to_the_writer_once() {
-    let m = StatusManager::new(crate::metrics::Metrics::new());
+    let (r, m) = manager();
     let changes = m.changes();
     let p = Arc::new(pod("Always", vec![], vec![spec("c", false)]));
-    m.set_pod("u1", p.clone());
-    m.set_pod("u2", p.clone());
+    r.set_pod("u1", p.clone());
+    r.set_pod("u2", p.clone());
     tokio::time::timeout(std::time::Duration::from_secs(1), changes.notified())
         .await
         .expect("a change wakes the writer");
@@ -850,7 +862,7 @@ async fn changed_pods_are_fed_to_the_writer_once() {
     };
     assert_eq!(names(m.take_changed()), ["u1", "u2"]);
     assert!(m.take_changed().is_empty(), "taken once");
-    m.set_pod("u1", p.clone());
+    r.set_pod("u1", p.clone());
     assert!(m.take_changed().is_empty(), "the same pod is no change");
     let (_, _, terminated) = m.api_view("u1").expect("known");
     assert!(!terminated);

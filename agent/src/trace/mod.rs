@@ -17,7 +17,7 @@ pub mod timeline;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
 use swiftlet_proto::v1 as proto;
@@ -108,7 +108,10 @@ struct Shared {
     state: Mutex<State>,
     updates: broadcast::Sender<proto::PodTimeline>,
     metrics: Metrics,
-    monitor: OnceLock<Monitor>,
+    /// The loaded probes; `None` when they are off (`--ebpf=off`, or not loadable where that
+    /// is allowed): the timelines then hold the agent's marks and CRI calls only, as they should.
+    monitor: Option<Monitor>,
+    /// Whether the probes are loaded (fixed at construction, but for tests).
     kernel: AtomicBool,
     /// Timelines copied for publishing (tests).
     #[cfg(test)]
@@ -131,26 +134,22 @@ impl std::fmt::Debug for Tracer {
 const CGROUP2_HIERARCHY: u32 = 0;
 
 impl Tracer {
-    pub fn new(metrics: Metrics) -> Self {
+    /// The timelines; `monitor`: the loaded probes, whose loss counter is reported and whose
+    /// phases a timeline waits for before counting as complete (`None`: the probes are off).
+    pub fn new(metrics: Metrics, monitor: Option<Monitor>) -> Self {
         let (updates, _) = broadcast::channel(UPDATES_CAPACITY);
+        let kernel = monitor.is_some();
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 updates,
                 metrics,
-                monitor: OnceLock::new(),
-                kernel: AtomicBool::new(false),
+                monitor,
+                kernel: AtomicBool::new(kernel),
                 #[cfg(test)]
                 copies: Default::default(),
             }),
         }
-    }
-
-    /// Tells the tracer the probes are loaded (their loss counter is reported, and timelines wait
-    /// for the kernel's phases before counting as complete).
-    pub fn set_monitor(&self, monitor: Monitor) {
-        let _ = self.shared.monitor.set(monitor);
-        self.shared.kernel.store(true, Ordering::Release);
     }
 
     #[cfg(test)]
@@ -163,11 +162,11 @@ impl Tracer {
     }
 
     pub fn events_lost(&self) -> u64 {
-        self.shared.monitor.get().map_or(0, Monitor::events_lost)
+        self.shared.monitor.as_ref().map_or(0, Monitor::events_lost)
     }
 
     pub fn events_seen(&self) -> u64 {
-        self.shared.monitor.get().map_or(0, Monitor::events_seen)
+        self.shared.monitor.as_ref().map_or(0, Monitor::events_seen)
     }
 
     fn with_pod(&self, uid: &str, f: impl FnOnce(&mut PodRecord)) {
@@ -616,7 +615,7 @@ mod tests {
 
     #[test]
     fn the_view_written_in_pieces_is_the_view() {
-        let tracer = Tracer::new(Metrics::new());
+        let tracer = Tracer::new(Metrics::new(), None);
         let whole = |t: &Tracer| {
             String::from_utf8(t.view_json_pieces().collect::<Vec<_>>().concat()).expect("utf-8")
         };
@@ -641,7 +640,7 @@ mod tests {
     #[test]
     fn joins_the_observers() {
         let metrics = Metrics::new();
-        let tracer = Tracer::new(metrics.clone());
+        let tracer = Tracer::new(metrics.clone(), None);
         let mut updates = tracer.subscribe();
         tracer.pod_admitted("u1", &pod("p", "u1"));
         tracer.worker_started("u1");
@@ -741,7 +740,7 @@ mod tests {
 
     #[test]
     fn unknown_pods_and_duplicates_are_ignored() {
-        let tracer = Tracer::new(Metrics::new());
+        let tracer = Tracer::new(Metrics::new(), None);
         tracer.worker_started("nobody");
         tracer.kernel_event(&cri("RunPodSandbox", "nobody", 1, None));
         assert!(tracer.pods().is_empty());
@@ -761,7 +760,7 @@ mod tests {
 
     #[test]
     fn the_timelines_are_bounded_by_their_bytes() {
-        let tracer = Tracer::new(Metrics::new());
+        let tracer = Tracer::new(Metrics::new(), None);
         // Pods that made many CRI calls each: far more bytes than the budget, far fewer pods than
         // MAX_PODS.
         let n = 3_000;
@@ -790,7 +789,7 @@ mod tests {
     /// CRI call, exec and exit) copied its 1,000 names at every event before.
     #[test]
     fn a_timeline_is_copied_only_for_a_watcher_or_its_first_completion() {
-        let tracer = Tracer::new(Metrics::new());
+        let tracer = Tracer::new(Metrics::new(), None);
         let containers: Vec<serde_json::Value> = (0..1_000)
             .map(|i| serde_json::json!({"name": format!("c{i}"), "image": "i"}))
             .collect();
@@ -820,7 +819,7 @@ mod tests {
 
     #[test]
     fn a_long_lived_pod_stops_adding_calls_at_the_cap() {
-        let tracer = Tracer::new(Metrics::new());
+        let tracer = Tracer::new(Metrics::new(), None);
         tracer.pod_admitted("u", &pod("p", "u"));
         start_calls(&tracer, "u", 10 * MAX_CRI_SPANS as u64);
         let record = tracer.pod("u").expect("kept");
