@@ -135,14 +135,16 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // one result per period, so the backlog is at most one per probe worker and period.
     let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
     let probe_results = prober::Results::new(probe_tx);
-    // The API objects pods refer to (RuntimeClasses, configMaps, secrets, services, tokens),
-    // read from --kubeconfig's API server through one client, built now.
-    let api_objects = crate::api_objects::ApiObjects::new(cfg.kubeconfig.clone());
-    api_objects.warm_up();
     // Unbounded: one message per change of a watched object and pod naming it; the pod
     // workers coalesce the syncs they ask for.
     let (objects_tx, objects_rx) = tokio::sync::mpsc::unbounded_channel();
-    api_objects.send_changes_to(objects_tx.clone());
+    // The API objects pods refer to (RuntimeClasses, configMaps, secrets, services, tokens),
+    // read from --kubeconfig's API server through one client, built now.
+    let api_objects = crate::api_objects::ApiObjects::reporting_changes(
+        cfg.kubeconfig.clone(),
+        objects_tx.clone(),
+    );
+    api_objects.warm_up();
     // The kubelet's check of --resolv-conf at its start: pods are given what can be used.
     for warning in cfg.dns.check_resolv_conf() {
         tracing::warn!(%warning, "checking the resolver configuration (--resolv-conf)");

@@ -61,17 +61,21 @@ pub struct ApiObjects {
 struct Watched {
     config_maps: watched::Watched<ConfigMap>,
     secrets: watched::Watched<Secret>,
-    changes: watched::Changes,
+}
+
+impl Watched {
+    fn new(changes: watched::Changes) -> Self {
+        Self {
+            config_maps: watched::Watched::new("ConfigMap", changes.clone()),
+            secrets: watched::Watched::new("Secret", changes),
+        }
+    }
 }
 
 impl Default for Watched {
+    /// Nobody is told of changes.
     fn default() -> Self {
-        let changes = watched::Changes::default();
-        Self {
-            config_maps: watched::Watched::new("ConfigMap", changes.clone()),
-            secrets: watched::Watched::new("Secret", changes.clone()),
-            changes,
-        }
+        Self::new(None)
     }
 }
 
@@ -84,12 +88,27 @@ impl std::fmt::Debug for ApiObjects {
 }
 
 impl ApiObjects {
-    /// Lookups through the API server of `kubeconfig`; `None`: there is no API server.
+    /// Lookups through the API server of `kubeconfig`; `None`: there is no API server. Changes
+    /// of the watched objects are told to nobody (lookups only, with no sync loop to resync the
+    /// pods that name them): the agent uses [`ApiObjects::reporting_changes`].
     pub fn new(kubeconfig: Option<PathBuf>) -> Self {
         Self {
             kubeconfig,
             client: Arc::default(),
             watched: Arc::default(),
+        }
+    }
+
+    /// [`ApiObjects::new`] that sends the UID of each pod that names a watched object to
+    /// `changes` when the object changes (once per change and pod).
+    pub fn reporting_changes(
+        kubeconfig: Option<PathBuf>,
+        changes: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> Self {
+        Self {
+            kubeconfig,
+            client: Arc::default(),
+            watched: Arc::new(Watched::new(Some(changes))),
         }
     }
 
@@ -136,12 +155,6 @@ impl ApiObjects {
         for name in &named.secrets {
             self.watched.secrets.register(&client, ns, name, uid);
         }
-    }
-
-    /// From now on, the UID of each pod that names a watched object is sent to `tx` when the
-    /// object changes (once per change and pod). Only the first call counts.
-    pub fn send_changes_to(&self, tx: tokio::sync::mpsc::UnboundedSender<String>) {
-        let _ = self.watched.changes.set(tx);
     }
 
     /// Pod `uid` has gone: the watches no other pod needs stop.

@@ -8,7 +8,7 @@
 //! the API server nothing, and a change reaches the agent as soon as the server sends it.
 //!
 //! When a watched object changes, the UIDs of the pods that name it are sent to the channel
-//! given to `ApiObjects::send_changes_to` (the sync loop then syncs those pods, which rewrites
+//! given to `ApiObjects::reporting_changes` (the sync loop then syncs those pods, which rewrites
 //! their volumes at once instead of at their next periodic sync).
 //!
 //! An object nobody registered is read with a GET, as before (see `ApiObjects`).
@@ -42,8 +42,9 @@ impl<K> Clone for Seen<K> {
     }
 }
 
-/// Where the UIDs of the pods that name a changed object are sent.
-pub(super) type Changes = Arc<std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<String>>>;
+/// Where the UIDs of the pods that name a changed object are sent; `None`: nobody is told (an
+/// `ApiObjects` made for lookups only, with no sync loop to resync the pods).
+pub(super) type Changes = Option<tokio::sync::mpsc::UnboundedSender<String>>;
 
 struct Entry<K> {
     /// The UIDs of the pods that reference the object (shared with its watch task, which
@@ -168,7 +169,7 @@ struct Tell {
 
 impl Tell {
     fn changed(&self) {
-        let Some(tx) = self.changes.get() else { return };
+        let Some(tx) = &self.changes else { return };
         for uid in lock(&self.users).iter() {
             let _ = tx.send(uid.clone());
         }
