@@ -871,3 +871,37 @@ async fn changed_pods_are_fed_to_the_writer_once() {
     assert!(m.api_view("u1").expect("known").2);
     assert_eq!(m.uids(), ["u1", "u2"]);
 }
+
+/// A status belongs to its pod while the registry holds it as desired: a rejection of the same
+/// UID hides it, and once forgotten a new admission starts from Pending again.
+#[test]
+fn a_status_counts_only_while_its_pod_is_desired() {
+    let (r, m) = manager();
+    let p = Arc::new(pod("Always", vec![], vec![spec("a", false)]));
+    assert!(!m.evict("u", "x"), "not desired: nothing to evict");
+    r.set_pod("u", p.clone());
+    let phase = |m: &StatusManager| m.status("u").and_then(|s| s.phase);
+    assert_eq!(phase(&m).as_deref(), Some("Pending"));
+    let running = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+    assert!(
+        m.update("u", &running, &HashMap::new()),
+        "first seen Running"
+    );
+    m.terminated("u");
+    assert_eq!(m.running_count(), 1);
+    r.reject("u", Pod::clone(&p).into(), "OutOfpods", "no room");
+    assert_eq!(m.running_count(), 0, "the earlier status no longer counts");
+    assert_eq!(phase(&m).as_deref(), Some("Failed"));
+    assert!(!m.update("u", &running, &HashMap::new()));
+    r.remove_pod("u");
+    m.forget("u");
+    assert!(m.status("u").is_none());
+    r.set_pod("u", p);
+    let (_, st, terminated) = m.api_view("u").expect("desired again");
+    assert_eq!(st.phase.as_deref(), Some("Pending"));
+    assert!(!terminated, "a new admission starts afresh");
+    assert!(
+        m.update("u", &running, &HashMap::new()),
+        "seen Running afresh"
+    );
+}
