@@ -18,7 +18,7 @@ pub enum Error {
     Parse {
         path: PathBuf,
         #[source]
-        source: serde_yaml_ng::Error,
+        source: Box<serde_saphyr::Error>,
     },
     #[error("config file {path}: kind {kind:?} is not KubeletConfiguration")]
     Kind { path: PathBuf, kind: String },
@@ -374,7 +374,7 @@ pub struct KubeletConfiguration {
     pub kind: Option<String>,
     /// The fields swiftlet does not read, by name.
     #[serde(flatten)]
-    pub unknown: std::collections::BTreeMap<String, serde_yaml_ng::Value>,
+    pub unknown: std::collections::BTreeMap<String, serde_json::Value>,
     pub static_pod_path: Option<PathBuf>,
     pub container_runtime_endpoint: Option<String>,
     pub runtime_request_timeout: Option<String>,
@@ -570,10 +570,12 @@ impl KubeletConfiguration {
             path: path.to_owned(),
             source,
         })?;
-        let cfg: Self = serde_yaml_ng::from_str(&text).map_err(|source| Error::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
+        let cfg: Self =
+            serde_saphyr::from_str_with_options(&text, crate::config::manifest::yaml_options())
+                .map_err(|source| Error::Parse {
+                    path: path.to_owned(),
+                    source: Box::new(source),
+                })?;
         if cfg.kind.as_deref() != Some("KubeletConfiguration") {
             return Err(Error::Kind {
                 path: path.to_owned(),

@@ -1286,7 +1286,7 @@ pub fn busybox_api_pod(
         script,
         container_extra,
     );
-    serde_yaml_ng::from_str(&manifest).expect("a pod")
+    serde_saphyr::from_str(&manifest).expect("a pod")
 }
 
 /// A pod with one busybox container `main` running `script` under `sh -c` (SIGTERM ends it at

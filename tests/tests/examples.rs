@@ -13,7 +13,7 @@ fn examples() -> Vec<(String, Pod)> {
         .map(|p| {
             let text = std::fs::read_to_string(&p)
                 .unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
-            let pod: Pod = serde_yaml_ng::from_str(&text)
+            let pod: Pod = serde_saphyr::from_str(&text)
                 .unwrap_or_else(|e| panic!("{} is not a Pod: {e}", p.display()));
             (p.display().to_string(), pod)
         })

@@ -25,7 +25,7 @@ fn api_pod(node: &str, name: &str, class: &str) -> Pod {
         "sleep 3600 & wait",
         "",
     );
-    serde_yaml_ng::from_str(&manifest).expect("a pod")
+    serde_saphyr::from_str(&manifest).expect("a pod")
 }
 
 /// The agent's pod `name`'s sandboxes as CRI lists them.

@@ -507,7 +507,7 @@ spec:
 {volumes}  containers:
 {main}"#
     );
-    serde_yaml_ng::from_str(&yaml).expect("a pod")
+    serde_saphyr::from_str(&yaml).expect("a pod")
 }
 
 /// Waits until container `main` of API pod `name` runs; returns its UID.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Toleration};
 use sha2::{Digest, Sha256};
 
-use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP, StoredPod, depth, yaml};
+use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE, HTTP, StoredPod};
 
 /// Largest manifest URL body read, like the kubelet's `maxConfigLength` (a PodList may hold many
 /// pods).
@@ -554,18 +554,6 @@ fn text<'b>(path: &Path, bytes: &'b [u8], max: u64, node_name: &str) -> Result<&
             problem: Problem::EmptyNodeName,
         });
     }
-    // The fallback YAML decoder holds a whole document's events before its recursion limit
-    // applies: a deeply nested document is turned away first, cheaply (see `depth`).
-    if !is_json(text)
-        && let Some((line, column)) = depth::yaml_too_deep(text, depth::MAX_DEPTH)
-    {
-        return Err(Error::TooDeep {
-            path: path.to_path_buf(),
-            line,
-            column,
-            max: depth::MAX_DEPTH,
-        });
-    }
     Ok(text)
 }
 
@@ -654,16 +642,34 @@ fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str, json: bool) -
     decode_seed(path, text, json, std::marker::PhantomData::<T>)
 }
 
+/// Deepest nesting of collections accepted in YAML (the decoder's default, which keeps its
+/// recursion within a thread's stack in a debug build too). A pod's own fields nest about a
+/// dozen deep.
+const MAX_DEPTH: usize = 64;
+
+/// The YAML decoder's settings: its budget bounds what hostile YAML can cost (nesting, nodes,
+/// aliases and their expansions), and its errors carry no snippet of the text (a manifest may
+/// hold secrets; messages go to the log and to `/debug/manifests`).
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_depth = MAX_DEPTH;
+    budget.flow_nesting_limit = MAX_DEPTH;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options.with_snippet = false;
+    // YAML 1.2's booleans (`true`, `false`) only, as before: `y`, `on` and `no` stay strings.
+    options.strict_booleans = true;
+    options
+}
+
 /// Decodes `text` (JSON or YAML) through `seed`; a syntax error names the file and where.
 ///
-/// Both decoders stream: JSON through `serde_json`, YAML through [`yaml`], which holds one
-/// event at a time. YAML that [`yaml`] does not support (aliases, tags, a stream of no or several
-/// documents) is decoded again by `serde_yaml_ng`, as it always was, if it is at most
-/// [`yaml::FALLBACK_MAX`] bytes (that decoder holds all of a document's events, about ten times
-/// the text); a larger manifest with them is refused.
+/// Both decoders stream, holding the value being built and not a tree of the text: JSON through
+/// `serde_json`, YAML through `serde_saphyr`, whose budget turns away a document nested deeper
+/// than [`MAX_DEPTH`] where it crosses it.
 fn decode_seed<T, S>(path: &Path, text: &str, json: bool, seed: S) -> Result<T>
 where
-    S: for<'de> serde::de::DeserializeSeed<'de, Value = T> + Clone,
+    S: for<'de> serde::de::DeserializeSeed<'de, Value = T>,
 {
     if json {
         let mut d = serde_json::Deserializer::from_str(text);
@@ -678,37 +684,41 @@ where
                 message: redact_values(&e.to_string()),
             });
     }
-    let e = match yaml::from_str_seed(text, seed.clone()) {
-        Ok(v) => return Ok(v),
-        Err(e) => e,
+    serde_saphyr::with_deserializer_from_str_with_options(text, yaml_options(), |d| {
+        seed.deserialize(d)
+    })
+    .map_err(|e| yaml_error(path, &e))
+}
+
+/// A YAML decoder error as the manifest's error: too deep, or a syntax error with its location.
+fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> Error {
+    let at = e
+        .location()
+        .filter(|l| l.line() > 0)
+        .map(|l| (l.line() as usize, l.column() as usize));
+    // Block collections cross the budget's depth; flow collections (`[[[`) the parser's
+    // nesting limit, which its error names only in its message.
+    let too_deep = match e {
+        serde_saphyr::Error::Budget { breach, .. } => {
+            matches!(breach, serde_saphyr::budget::BudgetBreach::Depth { .. })
+        }
+        other => other.to_string().contains("recursion limit exceeded"),
     };
-    let syntax = |message: String| Error::Syntax {
+    if too_deep {
+        let (line, column) = at.unwrap_or_default();
+        return Error::TooDeep {
+            path: path.to_path_buf(),
+            line,
+            column,
+            max: MAX_DEPTH,
+        };
+    }
+    Error::Syntax {
         path: path.to_path_buf(),
         format: "YAML",
-        line: e.line(),
-        column: e.column(),
-        message,
-    };
-    match e.unsupported() {
-        None => Err(syntax(redact_values(&e.message()))),
-        Some(what) if text.len() > yaml::FALLBACK_MAX => Err(syntax(format!(
-            "{} are not supported in YAML manifests over {} MiB; write the manifest as JSON, or \
-             as YAML without aliases, tags or further documents",
-            what.what(),
-            yaml::FALLBACK_MAX / (1024 * 1024)
-        ))),
-        Some(_) => seed
-            .deserialize(serde_yaml_ng::Deserializer::from_str(text))
-            .map_err(|e| {
-                let loc = e.location();
-                Error::Syntax {
-                    path: path.to_path_buf(),
-                    format: "YAML",
-                    line: loc.as_ref().map(|l| l.line()),
-                    column: loc.as_ref().map(|l| l.column()),
-                    message: redact_values(&e.to_string()),
-                }
-            }),
+        line: at.map(|a| a.0),
+        column: at.map(|a| a.1),
+        message: redact_values(&e.to_string()),
     }
 }
 
@@ -1446,7 +1456,7 @@ mod tests {
                    image: x}], terminationGracePeriodSeconds: s3cr3t-token}\n";
         let e = err(bad.as_bytes()).to_string();
         assert!(!e.contains("s3cr3t-token"), "{e}");
-        assert!(e.contains("<redacted>"), "{e}");
+        assert!(e.contains("invalid i64"), "{e}");
         let json = b"{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"a\"}, \
             \"spec\": {\"hostNetwork\": \"p4ss\\\"word\", \"containers\": []}}";
         let e = err(json).to_string();
@@ -1659,7 +1669,7 @@ mod tests {
         // In a PodList, the item over the limit is refused on its own (named, with its size),
         // and the small items beside it parse.
         let item = |yaml: &str| {
-            let pod: serde_json::Value = serde_yaml_ng::from_str(yaml).expect("yaml");
+            let pod: serde_json::Value = serde_saphyr::from_str(yaml).expect("yaml");
             pod.to_string()
         };
         let bigger = pod_with_env("big", 40_000);
@@ -1864,8 +1874,7 @@ mod tests {
     }
 
     #[test]
-    fn yaml_the_streaming_decoder_leaves_is_decoded_as_before_when_small() {
-        // Aliases, tags and a multi-document file: decoded again by serde_yaml_ng.
+    fn yaml_aliases_tags_and_several_documents() {
         let alias = "apiVersion: v1\nkind: Pod\nmetadata: {name: &n web}\nspec:\n  \
                      containers: [{name: *n, image: x}]\n";
         let pod = ok(alias);
@@ -1874,13 +1883,8 @@ mod tests {
                       containers: [{name: c, image: x}]\n";
         assert_eq!(ok(tagged).metadata.name.as_deref(), Some("a-node-a"));
         let two = format!("{}---\n{}", yaml("a"), yaml("b"));
-        match err(two.as_bytes()) {
-            Error::Syntax { message, .. } => {
-                assert!(message.contains("more than one document"), "{message}")
-            }
-            other => panic!("unexpected {other}"),
-        }
-        // serde_yaml_ng's own guard against alias bombs still applies.
+        assert!(matches!(err(two.as_bytes()), Error::Syntax { .. }));
+        // An alias bomb (ten levels of ten aliases: 10^10 nodes) is refused by the budget.
         let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
         for (i, prev) in ('b'..='j').zip('a'..) {
             bomb.push_str(&format!(
@@ -1888,42 +1892,26 @@ mod tests {
             ));
         }
         match decode::<serde_json::Value>(Path::new("bomb.yaml"), &bomb, false) {
-            Err(Error::Syntax { message, .. }) => {
-                assert!(message.contains("repetition limit"), "{message}")
-            }
+            Err(Error::Syntax { message, .. }) => assert!(message.contains("budget"), "{message}"),
             other => panic!("unexpected {other:?}"),
         }
     }
 
     #[test]
-    fn yaml_the_streaming_decoder_leaves_is_refused_when_large() {
-        let over = yaml::FALLBACK_MAX + 1;
+    fn yaml_errors_quote_no_part_of_the_manifest() {
+        let bad = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  \
+                   containers: [{name: c, image: x, tty: hunter2secret}]\n";
+        let e = err(bad.as_bytes());
+        assert!(matches!(e, Error::Syntax { .. }), "{e}");
+        assert!(!e.to_string().contains("hunter2secret"), "{e}");
+    }
+
+    #[test]
+    fn a_large_yaml_pod_decodes() {
         let alias = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: &n web\nspec:\n  \
                      containers: [{name: *n, image: x}]\n";
-        match err(padded(alias, over).as_bytes()) {
-            Error::Syntax {
-                format,
-                line,
-                column,
-                message,
-                ..
-            } => {
-                assert_eq!(format, "YAML");
-                assert_eq!((line, column), (Some(7), Some(23)), "where the alias is");
-                assert!(message.contains("aliases"), "{message}");
-                assert!(message.contains("over 1 MiB"), "{message}");
-                assert!(message.contains("JSON"), "{message}");
-            }
-            other => panic!("unexpected {other}"),
-        }
-        // The same pod without the alias decodes, however large.
-        let plain = padded(&yaml("web"), over);
-        assert!(plain.len() > yaml::FALLBACK_MAX);
-        assert_eq!(ok(&plain).metadata.name.as_deref(), Some("web-node-a"));
-        // Just under the limit, the alias is still decoded.
-        let under = padded(alias, yaml::FALLBACK_MAX - alias.len() - 64);
-        assert!(under.len() <= yaml::FALLBACK_MAX);
-        assert_eq!(ok(&under).spec.expect("spec").containers[0].name, "web");
+        let big = padded(alias, 2 << 20);
+        assert_eq!(ok(&big).spec.expect("spec").containers[0].name, "web");
     }
 
     #[test]
@@ -1935,17 +1923,17 @@ mod tests {
             d
         };
         let url = "http://example.test/pods";
-        // YAML (a flow sequence is YAML here), from a file and from a URL: refused by the walk,
+        // YAML (a flow sequence is YAML here), from a file and from a URL: refused by the decoder,
         // naming where the limit was crossed.
         let e = parse(Path::new("deep.json"), deep("[", "]").as_bytes(), NODE).expect_err("deep");
-        assert_eq!(e.reason(), "too_deep");
+        assert_eq!(e.reason(), "too_deep", "{e}");
         assert_eq!(
             e.to_string(),
-            "deep.json: YAML nested deeper than 128 levels at line 1 column 129"
+            "deep.json: YAML nested deeper than 64 levels at line 1 column 65"
         );
         let e = parse_url(url, format!("{}x", "- ".repeat(100_000)).as_bytes(), NODE)
             .expect_err("deep block");
-        assert_eq!(e.reason(), "too_deep");
+        assert_eq!(e.reason(), "too_deep", "{e}");
         // JSON: its decoder stops at its own recursion limit.
         let e = parse_url(url, deep("{\"kind\":", "}").as_bytes(), NODE).expect_err("deep json");
         assert_eq!(e.reason(), "syntax");

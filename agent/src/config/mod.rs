@@ -2,7 +2,7 @@
 //!
 //! Sources (the static-pod [`file`] source, later HTTP and the API server) each send
 //! [`SourceUpdate`]s on a channel obtained from [`Mux::channel`]. The [`Mux`] merges them with the
-//! kubelet's incremental semantics (`pkg/kubelet/config/config.go`) into [`PodUpdate`]s for the
+//! kubelet's incremental semantics into [`PodUpdate`]s for the
 //! sync loop.
 
 use std::sync::Arc;
@@ -14,14 +14,12 @@ use prometheus_client::metrics::family::Family;
 use crate::metrics::ConfigErrorLabel;
 
 pub mod api;
-mod depth;
 pub mod file;
 mod fingerprint;
 pub mod http;
 pub mod manifest;
 mod mux;
 pub mod packed;
-mod yaml;
 
 pub use fingerprint::Fingerprints;
 pub use mux::{Mux, SourcesReady};

@@ -405,7 +405,7 @@ mod tests {
     use super::*;
 
     fn pod(yaml: &str) -> Pod {
-        serde_yaml_ng::from_str(yaml).expect("a pod")
+        serde_saphyr::from_str(yaml).expect("a pod")
     }
 
     fn node() -> Node {
