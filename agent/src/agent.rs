@@ -149,10 +149,10 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     for warning in cfg.dns.check_resolv_conf() {
         tracing::warn!(%warning, "checking the resolver configuration (--resolv-conf)");
     }
-    let runtime = Manager::new(
+    let runtime = Manager::new(runtime::Deps {
         cri,
         cm,
-        runtime::Config {
+        cfg: runtime::Config {
             node_name: cfg.node_name.clone(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             pods_dir: cfg.root_dir.join("pods"),
@@ -164,13 +164,13 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             },
             memory_capacity: memory_capacity(),
             dns: cfg.dns.clone(),
+            container_gc: cfg.container_gc,
+            max_parallel_image_pulls: cfg.max_parallel_image_pulls,
         },
-    )
-    .with_probe_results(probe_results.clone())
-    .with_api_objects(api_objects)
-    .with_node_credentials(credentials::NodeFiles::kubelet_search(&cfg.root_dir))
-    .with_gc_policy(cfg.container_gc)
-    .with_max_parallel_image_pulls(cfg.max_parallel_image_pulls);
+        probes: probe_results.clone(),
+        api_objects,
+        node_credentials: credentials::NodeFiles::kubelet_search(&cfg.root_dir),
+    });
     // Container log rotation: a task of its own, beside the pods' syncs.
     tracker.spawn(
         crate::logs::LogManager::new(

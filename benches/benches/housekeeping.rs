@@ -69,18 +69,23 @@ fn main() -> ExitCode {
         mount: swiftlet::cm::CGROUP_MOUNT.into(),
         pod_pids_limit: -1,
     });
-    let manager = swiftlet::runtime::Manager::new(
+    let manager = swiftlet::runtime::Manager::new(swiftlet::runtime::Deps {
         cri,
-        cm.clone(),
-        swiftlet::runtime::Config {
+        cm: cm.clone(),
+        cfg: swiftlet::runtime::Config {
             node_name: agent.node_name().to_owned(),
             pod_logs_dir: agent.root_dir().join("pod-logs"),
             pods_dir: agent.root_dir().join("pods"),
             security: swiftlet::runtime::security::Settings::default(),
             memory_capacity: swiftlet::cm::machine_memory_bytes().unwrap_or(8 << 30),
             dns: swiftlet::dns::Settings::default(),
+            container_gc: Default::default(),
+            max_parallel_image_pulls: None,
         },
-    );
+        probes: Default::default(),
+        api_objects: Default::default(),
+        node_credentials: Default::default(),
+    });
     let is_known = |uid: &str| known.contains(uid);
     let pass = || {
         tokio.block_on(async {

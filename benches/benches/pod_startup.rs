@@ -215,10 +215,10 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
         mount: swiftlet::cm::CGROUP_MOUNT.into(),
         pod_pids_limit: -1,
     });
-    swiftlet::runtime::Manager::new(
-        cri.clone(),
+    swiftlet::runtime::Manager::new(swiftlet::runtime::Deps {
+        cri: cri.clone(),
         cm,
-        swiftlet::runtime::Config {
+        cfg: swiftlet::runtime::Config {
             node_name: FLOOR_NODE.into(),
             pod_logs_dir: FLOOR_LOGS.into(),
             pods_dir: std::path::Path::new(FLOOR_LOGS).join("pods"),
@@ -229,8 +229,13 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
             },
             memory_capacity: swiftlet::cm::machine_memory_bytes().unwrap_or(u64::MAX),
             dns: swiftlet::dns::Settings::default(),
+            container_gc: Default::default(),
+            max_parallel_image_pulls: None,
         },
-    )
+        probes: Default::default(),
+        api_objects: Default::default(),
+        node_credentials: Default::default(),
+    })
 }
 
 /// One floor pod's requests: the manifest swiftlet's run writes, parsed by swiftlet's file

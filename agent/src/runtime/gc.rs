@@ -66,6 +66,16 @@ pub(super) struct GcState {
     stopped: HashSet<String>,
 }
 
+impl GcState {
+    /// A collector that has not run yet, collecting by `policy`.
+    pub(super) fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            ..Self::default()
+        }
+    }
+}
+
 /// What one pod's collection does.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
@@ -265,12 +275,6 @@ fn remaining_units(
 }
 
 impl Manager {
-    /// Sets the container garbage collection policy (the default is the kubelet's).
-    pub fn with_gc_policy(self, policy: Policy) -> Self {
-        self.gc.lock().unwrap_or_else(|p| p.into_inner()).policy = policy;
-        self
-    }
-
     /// Starts a collection off the caller's task when [`GC_PERIOD`] has passed since the last
     /// one and none is running; what it collected is logged and counted.
     pub fn collect_stale_sandboxes_in_background(

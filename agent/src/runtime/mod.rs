@@ -245,6 +245,28 @@ pub struct Config {
     pub memory_capacity: u64,
     /// `--cluster-dns`, `--cluster-domain`, `--resolv-conf`: the pods' DNS configuration.
     pub dns: crate::dns::Settings,
+    /// The container garbage collection policy (the kubelet's by default).
+    pub container_gc: gc::Policy,
+    /// `--max-parallel-image-pulls`: how many distinct images are pulled at once (`None`: no
+    /// limit, the default).
+    pub max_parallel_image_pulls: Option<usize>,
+}
+
+/// What a [`Manager`] is built from: every part it needs, given once by the agent (none is
+/// wired later, so none can be forgotten).
+pub struct Deps {
+    pub cri: Cri,
+    pub cm: ContainerManager,
+    pub cfg: Config,
+    /// Liveness and startup results: a failed probe kills its container.
+    pub probes: crate::pod::probe_results::Results,
+    /// The API server's objects the pods refer to (their RuntimeClass, their image pull
+    /// secrets, the configMaps, secrets and service account tokens of their volumes). An
+    /// `ApiObjects` with no API server: a pod naming a RuntimeClass waits with an error saying
+    /// so, and pull secrets are skipped as missing.
+    pub api_objects: crate::api_objects::ApiObjects,
+    /// The node's docker config files (pull credentials for every pod).
+    pub node_credentials: crate::credentials::NodeFiles,
 }
 
 /// The outcome of one sync: when to look at the pod again even without an event.
@@ -419,15 +441,15 @@ pub(crate) mod tests {
     /// A manager whose CRI client connects to nothing (lazily) and whose cgroups live under
     /// `mount`.
     pub(crate) fn manager(mount: &std::path::Path) -> Manager {
-        Manager::new(
-            Cri::new("unix:///nonexistent/cri.sock", Metrics::new()).expect("lazy client"),
-            cm::ContainerManager::new(cm::Config {
+        Manager::new(super::Deps {
+            cri: Cri::new("unix:///nonexistent/cri.sock", Metrics::new()).expect("lazy client"),
+            cm: cm::ContainerManager::new(cm::Config {
                 cgroup_root: "/t".into(),
                 cgroups_per_qos: true,
                 mount: mount.into(),
                 pod_pids_limit: -1,
             }),
-            Config {
+            cfg: Config {
                 node_name: "n1".into(),
                 pod_logs_dir: "/logs".into(),
                 pods_dir: "/pods".into(),
@@ -438,8 +460,13 @@ pub(crate) mod tests {
                     resolv_conf: None,
                     ..Default::default()
                 },
+                container_gc: Default::default(),
+                max_parallel_image_pulls: None,
             },
-        )
+            probes: Default::default(),
+            api_objects: Default::default(),
+            node_credentials: Default::default(),
+        })
     }
 
     #[tokio::test]

@@ -165,12 +165,6 @@ impl Manager {
             .remaining_since_update(&image_backoff_key(uid, image), now_nanos())
     }
 
-    /// Limits the pulls of distinct images at once (`None`: no limit; the default).
-    pub fn with_max_parallel_image_pulls(mut self, max: Option<usize>) -> Self {
-        self.pulls = Arc::new(super::pulls::Pulls::new(max));
-        self
-    }
-
     /// Pulls `image` for pod `pod` (`name`): with each matching credential in turn until one
     /// succeeds, or anonymously when none matches. Returns the image's reference. While a pull of
     /// the same image with the same credentials is under way (another pod's), waits for that

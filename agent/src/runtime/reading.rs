@@ -3,25 +3,35 @@
 use super::*;
 
 impl Manager {
-    pub fn new(cri: Cri, cm: ContainerManager, cfg: Config) -> Self {
+    pub fn new(deps: Deps) -> Self {
+        let Deps {
+            cri,
+            cm,
+            cfg,
+            probes,
+            api_objects,
+            node_credentials,
+        } = deps;
+        let gc = gc::GcState::new(cfg.container_gc);
+        let pulls = pulls::Pulls::new(cfg.max_parallel_image_pulls);
         Self {
             cri,
             cm,
             cfg,
             backoff: Arc::default(),
-            probes: crate::pod::probe_results::Results::default(),
+            probes,
             known: Arc::default(),
             resize: Arc::default(),
             fresh: Arc::default(),
             orphan_dirs: Arc::default(),
             orphan_scans: Arc::default(),
-            gc: Arc::default(),
-            runtime_classes: runtime_class::RuntimeClasses::default(),
-            api: Default::default(),
+            gc: Arc::new(Mutex::new(gc)),
+            runtime_classes: runtime_class::RuntimeClasses::new(api_objects.clone()),
+            api: api_objects,
             tokens: Default::default(),
             services: Default::default(),
-            node_credentials: Default::default(),
-            pulls: Arc::default(),
+            node_credentials,
+            pulls: Arc::new(pulls),
         }
     }
 
@@ -121,27 +131,6 @@ impl Manager {
             .runtime_pod_state_reads_total
             .get_or_create(&crate::metrics::SourceLabel { source })
             .inc();
-    }
-
-    /// Pulls with the credentials of the node's docker config `files` too.
-    pub fn with_node_credentials(mut self, files: crate::credentials::NodeFiles) -> Self {
-        self.node_credentials = files;
-        self
-    }
-
-    /// Lets failed liveness and startup probes kill their containers.
-    pub fn with_probe_results(mut self, probes: crate::pod::probe_results::Results) -> Self {
-        self.probes = probes;
-        self
-    }
-
-    /// The API server's objects the pods refer to (their RuntimeClass, their image pull
-    /// secrets, the configMaps, secrets and service account tokens of their volumes). Without this, no API server is known: a pod naming a RuntimeClass waits with an
-    /// error saying so, and pull secrets are skipped as missing.
-    pub fn with_api_objects(mut self, objects: crate::api_objects::ApiObjects) -> Self {
-        self.runtime_classes = runtime_class::RuntimeClasses::new(objects.clone());
-        self.api = objects;
-        self
     }
 
     pub(super) fn known(&self) -> std::sync::MutexGuard<'_, Known> {
