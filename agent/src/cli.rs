@@ -1,5 +1,7 @@
 //! Command-line flags and the `--config` file (a KubeletConfiguration YAML subset), merged into one
 //! [`AgentConfig`]. Flags given on the command line win over the file, as with the kubelet.
+pub mod doc;
+
 use clap::Parser;
 use serde::Deserialize;
 use std::net::IpAddr;
@@ -80,11 +82,8 @@ pub enum Error {
 #[derive(Debug, Parser, Default)]
 #[command(name = "swiftlet", version, about, long_about = None)]
 pub struct Flags {
-    /// KubeletConfiguration file (YAML). Fields: staticPodPath, containerRuntimeEndpoint,
-    /// cgroupRoot, cgroupsPerQOS, cgroupDriver, healthzBindAddress, healthzPort, readOnlyPort,
-    /// fileCheckFrequency, podLogsDir, allowedUnsafeSysctls, seccompDefault,
-    /// runtimeRequestTimeout, clusterDNS, clusterDomain, resolvConf, containerLogMaxSize,
-    /// containerLogMaxFiles, containerLogMonitorInterval, containerLogMaxWorkers.
+    /// KubeletConfiguration file (YAML). docs/configuration.md lists every field swiftlet reads
+    /// and the flag that overrides it; a flag given on the command line wins over the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Directory (or single file) of static pod manifests.
