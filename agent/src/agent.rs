@@ -170,6 +170,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         probes: probe_results.clone(),
         api_objects,
         node_credentials: credentials::NodeFiles::kubelet_search(&cfg.root_dir),
+        pod_cache: crate::pod_cache::PodCache::default(),
     });
     // Container log rotation: a task of its own, beside the pods' syncs.
     tracker.spawn(

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod node;
 pub mod pleg;
 pub mod pod;
+pub mod pod_cache;
 pub mod pod_registry;
 pub mod pod_workers;
 pub mod prober;

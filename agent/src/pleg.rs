@@ -1,7 +1,7 @@
 //! PLEG (the kubelet's generic PLEG): relists the runtime (two CRI calls) every period, compares
 //! each pod's sandboxes and containers with its previous snapshot and generates per-container
 //! events (started, died, removed, changed). For a pod with events it reads the pod's full state
-//! (the kubelet's `GetPodStatus`) into the pod cache (`runtime::fresh`), then sends the events to
+//! (the kubelet's `GetPodStatus`) into the pod cache (`pod_cache`), then sends the events to
 //! the sync loop, which hands the pod's worker a sync; the worker takes the cached read and writes
 //! the pod's status. The PLEG never writes a status itself. A pod whose state read failed keeps
 //! its old snapshot and is inspected again on the next relist, so no event is lost.

@@ -85,6 +85,7 @@ fn main() -> ExitCode {
         probes: Default::default(),
         api_objects: Default::default(),
         node_credentials: Default::default(),
+        pod_cache: Default::default(),
     });
     let is_known = |uid: &str| known.contains(uid);
     let pass = || {

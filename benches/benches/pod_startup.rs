@@ -235,6 +235,7 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
         probes: Default::default(),
         api_objects: Default::default(),
         node_credentials: Default::default(),
+        pod_cache: Default::default(),
     })
 }
 

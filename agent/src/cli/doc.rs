@@ -202,7 +202,7 @@ mod tests {
         for f in CONFIG_FIELDS {
             let top = f.field.split('.').next().unwrap();
             let file: KubeletConfiguration =
-                serde_yaml_ng::from_str(&format!("{top}: null\n")).unwrap();
+                serde_saphyr::from_str(&format!("{top}: null\n")).unwrap();
             assert!(
                 file.unknown.is_empty(),
                 "{} is not a field swiftlet reads",
@@ -217,7 +217,7 @@ mod tests {
             }
         }
         let unread: KubeletConfiguration =
-            serde_yaml_ng::from_str("cpuManagerPolicy: static\n").unwrap();
+            serde_saphyr::from_str("cpuManagerPolicy: static\n").unwrap();
         assert!(unread.unknown.contains_key("cpuManagerPolicy"));
     }
 

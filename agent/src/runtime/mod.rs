@@ -3,7 +3,6 @@
 pub mod actions;
 pub mod backoff;
 pub mod env;
-pub mod fresh;
 pub mod gc;
 pub mod hash;
 mod hooks;
@@ -25,6 +24,7 @@ use crate::pod::state::is_live;
 use crate::pod::{
     ContainerKind, ListedPod, PodState, RelistEntry, full_name, grace_period_secs, labels,
 };
+use crate::pod_cache::{self, Mutating, PodCache};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use std::collections::{HashMap, HashSet};
@@ -228,7 +228,7 @@ impl Default for Backoffs {
 /// What one full relist listed, by pod UID, and the read token taken before it: a changed
 /// pod's read can start from it ([`Manager::pod_state_listed`]).
 pub struct Listing {
-    pub token: fresh::ReadToken,
+    pub token: pod_cache::ReadToken,
     pub pods: HashMap<String, ListedPod>,
 }
 
@@ -267,6 +267,8 @@ pub struct Deps {
     pub api_objects: crate::api_objects::ApiObjects,
     /// The node's docker config files (pull credentials for every pod).
     pub node_credentials: crate::credentials::NodeFiles,
+    /// The pod cache (made once by the agent, shared with the PLEG's side of the agent).
+    pub pod_cache: PodCache,
 }
 
 /// The outcome of one sync: when to look at the pod again even without an event.
@@ -321,7 +323,7 @@ pub struct Manager {
     known: Arc<Mutex<Known>>,
     resize: Arc<Mutex<ResizeState>>,
     /// The PLEG's pod reads handed to the pods' syncs, and the pods being stopped.
-    fresh: Arc<Mutex<fresh::Fresh>>,
+    fresh: PodCache,
     /// Pod log and state directories found orphaned at housekeeping's last pass.
     orphan_dirs: Arc<Mutex<HashSet<PathBuf>>>,
     /// When housekeeping scans for orphans.
@@ -343,24 +345,6 @@ pub struct Manager {
     node_credentials: crate::credentials::NodeFiles,
     /// The image pulls under way, shared by every pod (one pull per image at a time).
     pulls: Arc<pulls::Pulls>,
-}
-
-/// Marks a mutation of one pod (or the stop of one container) for as long as it lives.
-struct Mutating {
-    fresh: Arc<Mutex<fresh::Fresh>>,
-    uid: String,
-    kill: bool,
-    container: Option<String>,
-}
-
-impl Drop for Mutating {
-    fn drop(&mut self) {
-        let mut f = self.fresh.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(id) = &self.container {
-            f.container_stop(id, false);
-        }
-        f.end(&self.uid, self.kill);
-    }
 }
 
 /// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
@@ -466,6 +450,7 @@ pub(crate) mod tests {
             probes: Default::default(),
             api_objects: Default::default(),
             node_credentials: Default::default(),
+            pod_cache: Default::default(),
         })
     }
 

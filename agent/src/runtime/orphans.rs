@@ -190,6 +190,7 @@ mod tests {
             probes: Default::default(),
             api_objects: Default::default(),
             node_credentials: Default::default(),
+            pod_cache: Default::default(),
         })
     }
 

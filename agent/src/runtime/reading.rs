@@ -1,5 +1,5 @@
 //! Reading what the runtime holds: full relists, one pod's state, the reads handed from the
-//! PLEG to a pod's next sync (the pod cache, [`super::fresh`]).
+//! PLEG to a pod's next sync (the pod cache, [`crate::pod_cache`]).
 use super::*;
 
 impl Manager {
@@ -11,6 +11,7 @@ impl Manager {
             probes,
             api_objects,
             node_credentials,
+            pod_cache,
         } = deps;
         let gc = gc::GcState::new(cfg.container_gc);
         let pulls = pulls::Pulls::new(cfg.max_parallel_image_pulls);
@@ -22,7 +23,7 @@ impl Manager {
             probes,
             known: Arc::default(),
             resize: Arc::default(),
-            fresh: Arc::default(),
+            fresh: pod_cache,
             orphan_dirs: Arc::default(),
             orphan_scans: Arc::default(),
             gc: Arc::new(Mutex::new(gc)),
@@ -35,24 +36,14 @@ impl Manager {
         }
     }
 
-    pub(super) fn fresh(&self) -> std::sync::MutexGuard<'_, fresh::Fresh> {
-        self.fresh.lock().unwrap_or_else(|p| p.into_inner())
+    pub(super) fn fresh(&self) -> std::sync::MutexGuard<'_, pod_cache::Fresh> {
+        self.fresh.lock()
     }
 
     /// Marks a mutation of pod `uid` (`kill`: stopping the whole pod; `container`: stopping
     /// that one container) until the returned guard drops.
     pub(super) fn mutating(&self, uid: &str, kill: bool, container: Option<&str>) -> Mutating {
-        let mut f = self.fresh();
-        f.begin(uid, kill);
-        if let Some(id) = container {
-            f.container_stop(id, true);
-        }
-        Mutating {
-            fresh: self.fresh.clone(),
-            uid: uid.to_owned(),
-            kill,
-            container: container.map(str::to_owned),
-        }
+        self.fresh.mutating(uid, kill, container)
     }
 
     /// Whether a mutation of pod `uid` (a sync that creates, starts or stops something, a kill)
@@ -82,7 +73,12 @@ impl Manager {
 
     /// Stores `state`, read from a start at `token`, for pod `uid`'s next sync (the store
     /// rejects it when the pod was mutated since `token`; `None`: not to be stored).
-    pub(super) fn hand_over(&self, uid: &str, token: Option<fresh::ReadToken>, state: &PodState) {
+    pub(super) fn hand_over(
+        &self,
+        uid: &str,
+        token: Option<pod_cache::ReadToken>,
+        state: &PodState,
+    ) {
         if let Some(token) = token {
             self.fresh()
                 .store(uid, token, state.clone(), Instant::now());
@@ -257,7 +253,7 @@ impl Manager {
         &self,
         uid: &str,
         listed: Option<ListedPod>,
-        token: fresh::ReadToken,
+        token: pod_cache::ReadToken,
         source: &'static str,
     ) -> cri::Result<PodState> {
         let Some((sandboxes, containers)) = listed else {

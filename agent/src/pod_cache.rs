@@ -1,4 +1,5 @@
-//! Pod reads handed from the PLEG to the pod's next sync, and which pods are being killed.
+//! The pod cache: pod reads handed from the PLEG to the pod's next sync, and which pods are being
+//! killed. The agent makes one [`PodCache`] and gives it to the runtime manager by constructor.
 //!
 //! The PLEG reads a changed pod's full state (4+ CRI calls) and sends its events; the pod's
 //! worker then syncs and would read the same state again. Instead the PLEG stores its read here
@@ -21,7 +22,55 @@
 use crate::pod::PodState;
 use k8s_cri::v1 as api;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// The one pod cache of the agent, shared by its holders; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct PodCache(Arc<Mutex<Fresh>>);
+
+impl PodCache {
+    /// The cache's bookkeeping, locked (a poisoned lock is taken over: every update leaves it
+    /// consistent).
+    pub fn lock(&self) -> MutexGuard<'_, Fresh> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks a mutation of pod `uid` (`kill`: stopping the whole pod; `container`: stopping
+    /// that one container) until the returned guard drops.
+    pub fn mutating(&self, uid: &str, kill: bool, container: Option<&str>) -> Mutating {
+        let mut f = self.lock();
+        f.begin(uid, kill);
+        if let Some(id) = container {
+            f.container_stop(id, true);
+        }
+        Mutating {
+            cache: self.clone(),
+            uid: uid.to_owned(),
+            kill,
+            container: container.map(str::to_owned),
+        }
+    }
+}
+
+/// Marks a mutation of one pod (or the stop of one container) for as long as it lives.
+#[derive(Debug)]
+pub struct Mutating {
+    cache: PodCache,
+    uid: String,
+    kill: bool,
+    container: Option<String>,
+}
+
+impl Drop for Mutating {
+    fn drop(&mut self) {
+        let mut f = self.cache.lock();
+        if let Some(id) = &self.container {
+            f.container_stop(id, false);
+        }
+        f.end(&self.uid, self.kill);
+    }
+}
 
 /// A stored read older than this is not used (the sync reads the runtime instead).
 pub const MAX_AGE: Duration = Duration::from_secs(5);
