@@ -1199,16 +1199,18 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_duration_flag_wins_over_the_file_which_wins_over_the_default() {
+    /// A KubeletConfiguration file holding `fields` in a fresh temporary directory.
+    fn config_file(fields: &str) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.yaml");
-        std::fs::write(
-            &path,
-            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n\
-             syncFrequency: 1m30s\nnodeStatusUpdateFrequency: 15s\n",
-        )
-        .unwrap();
+        let head = "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n";
+        std::fs::write(&path, format!("{head}{fields}")).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn a_duration_flag_wins_over_the_file_which_wins_over_the_default() {
+        let (_dir, path) = config_file("syncFrequency: 1m30s\nnodeStatusUpdateFrequency: 15s\n");
         let config = path.to_str().unwrap();
         let default = resolve(&[]).unwrap();
         assert_eq!(default.sync_frequency, Duration::from_secs(60));
