@@ -1201,6 +1201,29 @@ mod tests {
         );
     }
 
+    /// A KubeletConfiguration file holding `fields` in a fresh temporary directory.
+    fn config_file(fields: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.yaml");
+        let head = "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n";
+        std::fs::write(&path, format!("{head}{fields}")).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn a_duration_flag_wins_over_the_file_which_wins_over_the_default() {
+        let (_dir, path) = config_file("syncFrequency: 1m30s\nnodeStatusUpdateFrequency: 15s\n");
+        let config = path.to_str().unwrap();
+        let default = resolve(&[]).unwrap();
+        assert_eq!(default.sync_frequency, Duration::from_secs(60));
+        let file = resolve(&["--config", config]).unwrap();
+        assert_eq!(file.sync_frequency, Duration::from_secs(90));
+        assert_eq!(file.node.status_update_frequency, Duration::from_secs(15));
+        let flag = resolve(&["--config", config, "--sync-frequency", "250ms"]).unwrap();
+        assert_eq!(flag.sync_frequency, Duration::from_millis(250));
+        assert_eq!(flag.node.status_update_frequency, Duration::from_secs(15));
+    }
+
     #[test]
     fn flags_win_over_file_and_defaults_apply() {
         let dir = tempfile::tempdir().unwrap();
