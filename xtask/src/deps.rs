@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Errors reading a crate's sources.
+/// Errors reading a crate's sources or its layers.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("reading {path}: {source}", path = path.display())]
@@ -17,6 +17,132 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path}: no ```layers block (the crate's rows of modules, top row first)", path = path.display())]
+    NoLayers { path: PathBuf },
+}
+
+/// The rows of a layered crate's modules, top row first: a module may use modules of lower rows
+/// only, never one of its own row or above.
+pub type Layers = Vec<Vec<String>>;
+
+/// What breaks the layers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// `from` (row `from_row`, counted from the top) names `to`, which is in its row or above.
+    Upward {
+        from: String,
+        to: String,
+        from_row: usize,
+        to_row: usize,
+    },
+    /// A module of the crate that no row names.
+    Unplaced(String),
+    /// A row names a module the crate does not have.
+    Unknown(String),
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Violation::Upward {
+                from,
+                to,
+                from_row,
+                to_row,
+            } if from_row == to_row => write!(
+                f,
+                "{from} -> {to}: both are in row {from_row}; a module uses lower rows only \
+                 (move {to} to a row below {from})"
+            ),
+            Violation::Upward {
+                from,
+                to,
+                from_row,
+                to_row,
+            } => write!(
+                f,
+                "{from} (row {from_row}) -> {to} (row {to_row}): an upward import; a module \
+                 uses lower rows only"
+            ),
+            Violation::Unplaced(m) => write!(
+                f,
+                "{m} is in no row: add it to the ```layers block of docs/architecture.md, \
+                 in a row above every module it uses and below every module that uses it"
+            ),
+            Violation::Unknown(m) => write!(
+                f,
+                "{m} is in a row but the crate has no such module: remove it from the \
+                 ```layers block"
+            ),
+        }
+    }
+}
+
+/// The rows of the first fenced ```layers block of `text`: one row a line, module names
+/// separated by white space; blank lines and `#` comments are skipped.
+pub fn parse_layers(text: &str) -> Option<Layers> {
+    let mut lines = text.lines();
+    lines.find(|l| l.trim() == "```layers")?;
+    let mut rows = Vec::new();
+    for line in lines {
+        let line = line.trim();
+        if line.starts_with("```") {
+            return Some(rows);
+        }
+        let line = line.split('#').next().unwrap_or_default();
+        let row: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        if !row.is_empty() {
+            rows.push(row);
+        }
+    }
+    None
+}
+
+/// The layers written in the document at `path`.
+pub fn read_layers(path: &Path) -> Result<Layers, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_layers(&text).ok_or_else(|| Error::NoLayers {
+        path: path.to_owned(),
+    })
+}
+
+/// Every way `g` breaks `layers`: upward (or same-row) imports, modules in no row, rows naming
+/// modules that do not exist.
+pub fn layer_violations(g: &Graph, layers: &Layers) -> Vec<Violation> {
+    let row_of: BTreeMap<&str, usize> = layers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, row)| row.iter().map(move |m| (m.as_str(), i + 1)))
+        .collect();
+    let mut out = Vec::new();
+    for (from, deps) in g {
+        let Some(&from_row) = row_of.get(from.as_str()) else {
+            out.push(Violation::Unplaced(from.clone()));
+            continue;
+        };
+        for to in deps {
+            if let Some(&to_row) = row_of.get(to.as_str())
+                && to_row <= from_row
+            {
+                out.push(Violation::Upward {
+                    from: from.clone(),
+                    to: to.clone(),
+                    from_row,
+                    to_row,
+                });
+            }
+        }
+    }
+    out.extend(
+        row_of
+            .keys()
+            .filter(|m| !g.contains_key(**m))
+            .map(|m| Violation::Unknown((*m).to_owned())),
+    );
+    out
 }
 
 /// Each module and the modules it names.
@@ -263,6 +389,11 @@ pub fn check(src: &Path) -> Result<(Graph, Vec<Vec<String>>), Error> {
     Ok((g, c))
 }
 
+/// The document whose ```layers block the agent's modules must follow.
+pub fn agent_layers_doc() -> PathBuf {
+    crate::workspace_root().join("docs/architecture.md")
+}
+
 /// The crates `cargo xtask deps` checks when none is named: the agent's and xtask's.
 pub fn default_dirs() -> Vec<PathBuf> {
     let root = crate::workspace_root();
@@ -278,6 +409,95 @@ mod tests {
             .iter()
             .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
             .collect()
+    }
+
+    fn graph_of(edges: &[(&str, &[&str])]) -> Graph {
+        edges
+            .iter()
+            .map(|(m, deps)| {
+                let deps = deps.iter().map(|d| (*d).to_owned()).collect();
+                ((*m).to_owned(), deps)
+            })
+            .collect()
+    }
+
+    const DOC: &str = "# x\n\n```layers\ntop   # the wiring\nmid other\n\nbottom\n```\n";
+
+    #[test]
+    fn layers_are_read_from_the_fenced_block() {
+        let rows = parse_layers(DOC).expect("a block");
+        assert_eq!(rows, [vec!["top"], vec!["mid", "other"], vec!["bottom"]]);
+        assert_eq!(parse_layers("no block here"), None);
+        assert_eq!(parse_layers("```layers\na\n"), None, "an unclosed block");
+    }
+
+    #[test]
+    fn an_upward_import_breaks_the_layers() {
+        let layers = parse_layers(DOC).expect("a block");
+        let clean = graph_of(&[
+            ("top", &["mid", "bottom"]),
+            ("mid", &["bottom"]),
+            ("other", &[]),
+            ("bottom", &[]),
+        ]);
+        assert_eq!(layer_violations(&clean, &layers), []);
+        let upward = graph_of(&[
+            ("top", &["mid"]),
+            ("mid", &["bottom"]),
+            ("other", &["mid"]),
+            ("bottom", &["top"]),
+        ]);
+        let v = layer_violations(&upward, &layers);
+        assert_eq!(
+            v,
+            [
+                Violation::Upward {
+                    from: "bottom".into(),
+                    to: "top".into(),
+                    from_row: 3,
+                    to_row: 1
+                },
+                Violation::Upward {
+                    from: "other".into(),
+                    to: "mid".into(),
+                    from_row: 2,
+                    to_row: 2
+                },
+            ]
+        );
+        assert!(v[0].to_string().contains("upward import"), "{}", v[0]);
+        assert!(v[1].to_string().contains("both are in row 2"), "{}", v[1]);
+    }
+
+    #[test]
+    fn a_module_in_no_row_and_a_row_naming_nothing_are_reported() {
+        let layers = parse_layers(DOC).expect("a block");
+        let g = graph_of(&[("top", &[]), ("mid", &[]), ("bottom", &[]), ("new", &[])]);
+        let v = layer_violations(&g, &layers);
+        assert_eq!(
+            v,
+            [
+                Violation::Unplaced("new".into()),
+                Violation::Unknown("other".into())
+            ]
+        );
+        assert!(
+            v[0].to_string().contains("docs/architecture.md"),
+            "{}",
+            v[0]
+        );
+    }
+
+    #[test]
+    fn the_agent_follows_the_layers_of_docs_architecture() {
+        let root = crate::workspace_root();
+        let layers = read_layers(&agent_layers_doc()).expect("docs/architecture.md");
+        let g = graph(&read_modules(&root.join("agent/src")).expect("agent sources"));
+        let v: Vec<String> = layer_violations(&g, &layers)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert!(v.is_empty(), "{}", v.join("\n"));
     }
 
     #[test]

@@ -227,6 +227,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     clean = false;
                     println!("  CYCLE: {}", cycle.join(" -> "));
                 }
+                // The agent's modules follow the rows of docs/architecture.md.
+                if dir.ends_with("agent/src") {
+                    let doc = xtask::deps::agent_layers_doc();
+                    let layers = xtask::deps::read_layers(&doc)?;
+                    let violations = xtask::deps::layer_violations(&graph, &layers);
+                    if violations.is_empty() {
+                        println!("  the layers of {} hold", doc.display());
+                    }
+                    for v in violations {
+                        clean = false;
+                        println!("  LAYERS: {v}");
+                    }
+                }
             }
             if !clean {
                 return Ok(ExitCode::FAILURE);
