@@ -1286,7 +1286,11 @@ pub fn busybox_api_pod(
         script,
         container_extra,
     );
-    serde_saphyr::from_str(&manifest).expect("a pod")
+    // `spec_extra` may set a field the base manifest sets too: the later one wins here, as
+    // the test means it (the agent itself refuses a manifest with a duplicate key).
+    let mut options = serde_saphyr::Options::default();
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
+    serde_saphyr::from_str_with_options(&manifest, options).expect("a pod")
 }
 
 /// A pod with one busybox container `main` running `script` under `sh -c` (SIGTERM ends it at
