@@ -149,6 +149,14 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     for warning in cfg.dns.check_resolv_conf() {
         tracing::warn!(%warning, "checking the resolver configuration (--resolv-conf)");
     }
+    // The image manager: pulls with the pods' and the node's credentials, one at a time per
+    // image, and their back-offs; the runtime asks it for each container's image.
+    let images = crate::images::Images::new(
+        cri.clone(),
+        api_objects.clone(),
+        credentials::NodeFiles::kubelet_search(&cfg.root_dir),
+        cfg.max_parallel_image_pulls,
+    );
     let runtime = Manager::new(runtime::Deps {
         cri,
         cm,
@@ -165,11 +173,10 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             memory_capacity: memory_capacity(),
             dns: cfg.dns.clone(),
             container_gc: cfg.container_gc,
-            max_parallel_image_pulls: cfg.max_parallel_image_pulls,
         },
         probes: probe_results.clone(),
         api_objects,
-        node_credentials: credentials::NodeFiles::kubelet_search(&cfg.root_dir),
+        images,
         pod_cache: crate::pod_cache::PodCache::default(),
     });
     // Container log rotation: a task of its own, beside the pods' syncs.
@@ -185,9 +192,9 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     );
     // Image garbage collection: a task of its own too; the eviction manager asks it to delete
     // the unused images under disk pressure.
-    let (image_requests, image_requests_rx) = crate::image_gc::Requests::channel();
+    let (image_requests, image_requests_rx) = crate::images::gc::Requests::channel();
     tracker.spawn(
-        crate::image_gc::ImageGc::new(runtime.cri().clone(), cfg.image_gc, metrics.clone())
+        crate::images::gc::ImageGc::new(runtime.cri().clone(), cfg.image_gc, metrics.clone())
             .run(image_requests_rx, cancel.clone()),
     );
     // The desired and rejected pods: the sync loop writes them, everyone else reads.

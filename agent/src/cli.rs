@@ -57,7 +57,7 @@ pub enum Error {
     #[error(transparent)]
     ContainerLogs(#[from] crate::logs::Error),
     #[error(transparent)]
-    ImageGc(#[from] crate::image_gc::Error),
+    ImageGc(#[from] crate::images::gc::Error),
     #[error("--authorization-mode {0:?}: expected AlwaysAllow or Webhook")]
     AuthorizationMode(String),
     #[error("{0} asks the API server, which needs --kubeconfig")]
@@ -530,7 +530,7 @@ pub struct AgentConfig {
     pub container_logs: crate::logs::Policy,
     /// `--image-gc-high-threshold`, `--image-gc-low-threshold`, `--image-minimum-gc-age`,
     /// `--image-gc-period`.
-    pub image_gc: crate::image_gc::Policy,
+    pub image_gc: crate::images::gc::Policy,
     /// `--maximum-dead-containers-per-container`, `--maximum-dead-containers`,
     /// `--minimum-container-ttl-duration`.
     pub container_gc: crate::runtime::gc::Policy,
@@ -795,22 +795,22 @@ impl Flags {
             self.max_parallel_image_pulls
                 .or(file.max_parallel_image_pulls),
         )?;
-        let image_gc = crate::image_gc::Policy::new(
+        let image_gc = crate::images::gc::Policy::new(
             self.image_gc_high_threshold
                 .or(file.image_gc_high_threshold_percent)
-                .unwrap_or(crate::image_gc::DEFAULT_HIGH_THRESHOLD),
+                .unwrap_or(crate::images::gc::DEFAULT_HIGH_THRESHOLD),
             self.image_gc_low_threshold
                 .or(file.image_gc_low_threshold_percent)
-                .unwrap_or(crate::image_gc::DEFAULT_LOW_THRESHOLD),
+                .unwrap_or(crate::images::gc::DEFAULT_LOW_THRESHOLD),
             self.image_minimum_gc_age
                 .or(file.image_minimum_gc_age)
                 .map(|d| parse_duration("--image-minimum-gc-age", &d))
                 .transpose()?
-                .unwrap_or(crate::image_gc::DEFAULT_MINIMUM_AGE),
+                .unwrap_or(crate::images::gc::DEFAULT_MINIMUM_AGE),
             self.image_gc_period
                 .map(|d| parse_duration("--image-gc-period", &d))
                 .transpose()?
-                .unwrap_or(crate::image_gc::DEFAULT_PERIOD),
+                .unwrap_or(crate::images::gc::DEFAULT_PERIOD),
         )?
         .with_max_age(
             self.image_maximum_gc_age

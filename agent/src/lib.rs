@@ -6,6 +6,7 @@
 //! records what the kernel saw.
 pub mod agent;
 pub mod api_objects;
+pub mod backoff;
 pub mod cli;
 pub mod cm;
 pub mod config;
@@ -15,7 +16,7 @@ pub mod dns;
 pub mod ebpf;
 pub mod eviction;
 pub mod handler;
-pub mod image_gc;
+pub mod images;
 pub mod kubelet;
 pub mod logs;
 pub mod memory;

@@ -383,6 +383,7 @@ impl PodSyncer for WorkerContext {
 
     fn housekeeping(&self) {
         self.runtime.gc_backoffs();
+        self.runtime.images().gc_backoffs();
         self.runtime.collect_stale_sandboxes_in_background(
             self.metrics.stale_sandbox_objects_removed_total.clone(),
         );

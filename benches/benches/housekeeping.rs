@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         pod_pids_limit: -1,
     });
     let manager = swiftlet::runtime::Manager::new(swiftlet::runtime::Deps {
-        cri,
+        cri: cri.clone(),
         cm: cm.clone(),
         cfg: swiftlet::runtime::Config {
             node_name: agent.node_name().to_owned(),
@@ -80,11 +80,15 @@ fn main() -> ExitCode {
             memory_capacity: swiftlet::cm::machine_memory_bytes().unwrap_or(8 << 30),
             dns: swiftlet::dns::Settings::default(),
             container_gc: Default::default(),
-            max_parallel_image_pulls: None,
         },
         probes: Default::default(),
         api_objects: Default::default(),
-        node_credentials: Default::default(),
+        images: swiftlet::images::Images::new(
+            cri.clone(),
+            Default::default(),
+            Default::default(),
+            None,
+        ),
         pod_cache: Default::default(),
     });
     let is_known = |uid: &str| known.contains(uid);

@@ -230,11 +230,15 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
             memory_capacity: swiftlet::cm::machine_memory_bytes().unwrap_or(u64::MAX),
             dns: swiftlet::dns::Settings::default(),
             container_gc: Default::default(),
-            max_parallel_image_pulls: None,
         },
         probes: Default::default(),
         api_objects: Default::default(),
-        node_credentials: Default::default(),
+        images: swiftlet::images::Images::new(
+            cri.clone(),
+            Default::default(),
+            Default::default(),
+            None,
+        ),
         pod_cache: Default::default(),
     })
 }

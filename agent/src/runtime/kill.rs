@@ -271,6 +271,7 @@ impl Manager {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .forget_prefix(&format!("{uid}_"));
+        self.images.forget_pod(uid);
         self.tokens.forget(uid);
         self.known().created.remove(uid);
         self.resize

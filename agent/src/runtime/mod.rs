@@ -1,15 +1,12 @@
 //! Runtime manager: turns a pod spec into CRI calls (`sync_pod`), stops pods (`kill_pod`) and reads
 //! back what the runtime holds (`pod_state`, `relist`). Every call goes through [`crate::cri::Cri`].
 pub mod actions;
-pub mod backoff;
 pub mod env;
 pub mod gc;
 pub mod hash;
 mod hooks;
 mod kill;
 mod orphans;
-pub mod pull;
-pub mod pulls;
 mod reading;
 mod resize;
 pub mod runtime_class;
@@ -18,6 +15,7 @@ mod start;
 mod sync;
 pub mod unsupported;
 
+use crate::backoff::Backoff;
 use crate::cm::{self, ContainerManager};
 use crate::cri::{self, Cri};
 use crate::pod::state::is_live;
@@ -62,32 +60,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error(
-        "pod {pod} container {container}: image {image:?} is not present and imagePullPolicy is Never"
-    )]
-    ImageNeverPull {
-        pod: String,
-        container: String,
-        image: String,
-    },
-    #[error(
-        "pod {pod} container {container}: back-off pulling image {image:?} ({}s left)",
-        left.as_secs()
-    )]
-    ImagePullBackOff {
-        pod: String,
-        container: String,
-        image: String,
-        left: Duration,
-    },
-    #[error("pod {pod} container {container}: pulling image {image:?}: {source}")]
-    ImagePull {
-        pod: String,
-        container: String,
-        image: String,
-        #[source]
-        source: Box<pull::PullError>,
-    },
+    /// The container's image is not there to start from (`images::Error` says why).
+    #[error(transparent)]
+    Image(#[from] crate::images::Error),
     /// A lifecycle hook the API server would have rejected.
     #[error("pod {pod} container {container}: {hook}: {reason}")]
     InvalidHook {
@@ -151,9 +126,7 @@ impl Error {
     /// The waiting reason the status shows for a container that could not start because of this.
     pub fn reason(&self) -> &'static str {
         match self {
-            Error::ImageNeverPull { .. } => "ErrImageNeverPull",
-            Error::ImagePull { .. } => "ErrImagePull",
-            Error::ImagePullBackOff { .. } => "ImagePullBackOff",
+            Error::Image(e) => e.reason(),
             Error::Unsupported { .. } | Error::InvalidHook { .. } | Error::Env { .. } => {
                 "CreateContainerConfigError"
             }
@@ -172,9 +145,7 @@ impl Error {
     /// When to try again after this error stopped a container from starting.
     pub fn retry_after(&self) -> Duration {
         match self {
-            Error::ImagePullBackOff { left, .. } => *left,
-            // Look again soon, so the status shows the back-off that follows.
-            Error::ImagePull { .. } => Duration::from_secs(1),
+            Error::Image(e) => e.retry_after().unwrap_or(CRASH_BACKOFF_INITIAL),
             _ => CRASH_BACKOFF_INITIAL,
         }
     }
@@ -197,32 +168,9 @@ struct StartTarget<'a> {
     /// Fires when the pod starts terminating: a postStart hook still running is abandoned.
     cancel: &'a CancellationToken,
     /// The pulls begun while the sandbox was being created, by image.
-    prefetched: &'a pull::Prefetched,
+    prefetched: &'a crate::images::Prefetched,
     /// The pod's QoS class, computed once for all of its starts.
     qos: crate::pod::QosClass,
-}
-
-/// Crash-loop and image-pull back-offs, per pod and container (or image).
-#[derive(Debug)]
-struct Backoffs {
-    crash: backoff::Backoff,
-    image: backoff::Backoff,
-}
-
-impl Backoffs {
-    fn forget_prefix(&mut self, prefix: &str) {
-        self.crash.forget_prefix(prefix);
-        self.image.forget_prefix(prefix);
-    }
-}
-
-impl Default for Backoffs {
-    fn default() -> Self {
-        Self {
-            crash: backoff::Backoff::new(CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX),
-            image: backoff::Backoff::new(CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX),
-        }
-    }
 }
 
 /// What one full relist listed, by pod UID, and the read token taken before it: a changed
@@ -247,9 +195,6 @@ pub struct Config {
     pub dns: crate::dns::Settings,
     /// The container garbage collection policy (the kubelet's by default).
     pub container_gc: gc::Policy,
-    /// `--max-parallel-image-pulls`: how many distinct images are pulled at once (`None`: no
-    /// limit, the default).
-    pub max_parallel_image_pulls: Option<usize>,
 }
 
 /// What a [`Manager`] is built from: every part it needs, given once by the agent (none is
@@ -265,8 +210,8 @@ pub struct Deps {
     /// `ApiObjects` with no API server: a pod naming a RuntimeClass waits with an error saying
     /// so, and pull secrets are skipped as missing.
     pub api_objects: crate::api_objects::ApiObjects,
-    /// The node's docker config files (pull credentials for every pod).
-    pub node_credentials: crate::credentials::NodeFiles,
+    /// The image manager: the runtime asks it for each container's image.
+    pub images: crate::images::Images,
     /// The pod cache (made once by the agent, shared with the PLEG's side of the agent).
     pub pod_cache: PodCache,
 }
@@ -317,7 +262,8 @@ pub struct Manager {
     cri: Cri,
     cm: ContainerManager,
     cfg: Config,
-    backoff: Arc<Mutex<Backoffs>>,
+    /// Crash-loop back-offs, per pod, container and spec hash.
+    backoff: Arc<Mutex<Backoff>>,
     /// Liveness and startup results: a failed probe kills its container.
     probes: crate::pod::probe_results::Results,
     known: Arc<Mutex<Known>>,
@@ -341,10 +287,8 @@ pub struct Manager {
     /// The service account tokens of projected volumes, refreshed as the kubelet's token
     /// manager refreshes them.
     tokens: crate::volume::token::Tokens,
-    /// The node's docker config files (pull credentials for every pod).
-    node_credentials: crate::credentials::NodeFiles,
-    /// The image pulls under way, shared by every pod (one pull per image at a time).
-    pulls: Arc<pulls::Pulls>,
+    /// The image manager (pulls, their back-offs, credentials).
+    images: crate::images::Images,
 }
 
 /// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
@@ -405,13 +349,18 @@ impl Manager {
         &self.cm
     }
 
-    /// Forgets back-off entries untouched for ten minutes (for housekeeping; a killed pod's
-    /// entries are forgotten by `kill_pod` already).
+    /// The image manager the runtime pulls through.
+    pub fn images(&self) -> &crate::images::Images {
+        &self.images
+    }
+
+    /// Forgets crash-loop back-off entries untouched for ten minutes (for housekeeping; a killed
+    /// pod's entries are forgotten by `kill_pod` already).
     pub fn gc_backoffs(&self) {
-        let now = now_nanos();
-        let mut b = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
-        b.crash.gc(now);
-        b.image.gc(now);
+        self.backoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gc(now_nanos());
     }
 }
 
@@ -425,8 +374,9 @@ pub(crate) mod tests {
     /// A manager whose CRI client connects to nothing (lazily) and whose cgroups live under
     /// `mount`.
     pub(crate) fn manager(mount: &std::path::Path) -> Manager {
+        let cri = Cri::new("unix:///nonexistent/cri.sock", Metrics::new()).expect("lazy client");
         Manager::new(super::Deps {
-            cri: Cri::new("unix:///nonexistent/cri.sock", Metrics::new()).expect("lazy client"),
+            cri: cri.clone(),
             cm: cm::ContainerManager::new(cm::Config {
                 cgroup_root: "/t".into(),
                 cgroups_per_qos: true,
@@ -445,11 +395,15 @@ pub(crate) mod tests {
                     ..Default::default()
                 },
                 container_gc: Default::default(),
-                max_parallel_image_pulls: None,
             },
             probes: Default::default(),
             api_objects: Default::default(),
-            node_credentials: Default::default(),
+            images: crate::images::Images::new(
+                cri.clone(),
+                Default::default(),
+                Default::default(),
+                None,
+            ),
             pod_cache: Default::default(),
         })
     }

@@ -166,32 +166,12 @@ fn log_dir_uid(name: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
 
     fn manager(logs: &std::path::Path, mount: &std::path::Path) -> Manager {
-        Manager::new(super::Deps {
-            cri: Cri::new("unix:///nonexistent/cri.sock", Metrics::new()).expect("lazy client"),
-            cm: cm::ContainerManager::new(cm::Config {
-                cgroup_root: "/t".into(),
-                cgroups_per_qos: true,
-                mount: mount.into(),
-                pod_pids_limit: -1,
-            }),
-            cfg: Config {
-                node_name: "n1".into(),
-                pod_logs_dir: logs.into(),
-                pods_dir: logs.join("state"),
-                security: security::Settings::default(),
-                memory_capacity: 1 << 30,
-                dns: crate::dns::Settings::default(),
-                container_gc: Default::default(),
-                max_parallel_image_pulls: None,
-            },
-            probes: Default::default(),
-            api_objects: Default::default(),
-            node_credentials: Default::default(),
-            pod_cache: Default::default(),
-        })
+        let mut m = crate::runtime::tests::manager(mount);
+        m.cfg.pod_logs_dir = logs.into();
+        m.cfg.pods_dir = logs.join("state");
+        m
     }
 
     fn uids(list: &[&str]) -> HashSet<String> {

@@ -10,16 +10,18 @@ impl Manager {
             cfg,
             probes,
             api_objects,
-            node_credentials,
+            images,
             pod_cache,
         } = deps;
         let gc = gc::GcState::new(cfg.container_gc);
-        let pulls = pulls::Pulls::new(cfg.max_parallel_image_pulls);
         Self {
             cri,
             cm,
             cfg,
-            backoff: Arc::default(),
+            backoff: Arc::new(Mutex::new(Backoff::new(
+                CRASH_BACKOFF_INITIAL,
+                CRASH_BACKOFF_MAX,
+            ))),
             probes,
             known: Arc::default(),
             resize: Arc::default(),
@@ -31,8 +33,7 @@ impl Manager {
             api: api_objects,
             tokens: Default::default(),
             services: Default::default(),
-            node_credentials,
-            pulls: Arc::new(pulls),
+            images,
         }
     }
 

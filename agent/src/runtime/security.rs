@@ -121,24 +121,7 @@ impl Refusal {
     }
 }
 
-/// The user an image runs as when the pod does not say (CRI `ImageStatus`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ImageUser {
-    /// A numeric user.
-    pub uid: Option<i64>,
-    /// A user name (when the image's user is not numeric).
-    pub username: String,
-}
-
-impl ImageUser {
-    /// From the runtime's image record.
-    pub fn of(image: &api::Image) -> Self {
-        ImageUser {
-            uid: image.uid.as_ref().map(|u| u.value),
-            username: image.username.clone(),
-        }
-    }
-}
+pub use crate::images::ImageUser;
 
 fn pod_sc(pod: &Pod) -> Option<&PodSecurityContext> {
     pod.spec.as_ref()?.security_context.as_ref()

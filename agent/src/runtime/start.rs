@@ -1,7 +1,7 @@
 //! Starting containers: back-off, image pulls, sandbox and container configs.
 use super::*;
+use crate::images::ImageUser;
 use futures::FutureExt;
-use security::ImageUser;
 
 /// Which instance of a container a config is for.
 #[derive(Debug, Clone, Copy)]
@@ -55,8 +55,8 @@ impl Manager {
             let key = format!("{}_{}_{}", t.uid, c.name, hash::hash_label(hash));
             let now = now_nanos();
             let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(left) = backoffs.crash.remaining(&key, prev.finished_at, now) {
-                let delay = backoffs.crash.delay(&key).unwrap_or(left);
+            if let Some(left) = backoffs.remaining(&key, prev.finished_at, now) {
+                let delay = backoffs.delay(&key).unwrap_or(left);
                 drop(backoffs);
                 outcome.wait(
                     &c.name,
@@ -71,7 +71,7 @@ impl Manager {
                 );
                 return Ok(false);
             }
-            backoffs.crash.next(&key, prev.finished_at, now);
+            backoffs.next(&key, prev.finished_at, now);
         }
         let restart_count = prev
             .and_then(|p| p.metadata.as_ref())
@@ -108,7 +108,13 @@ impl Manager {
         hash: u64,
     ) -> Result<api::ContainerStatus> {
         let image = container.image.clone().unwrap_or_default();
-        let (image_ref, image_user) = self.ensure_image(t, container, &image).await?;
+        let target = crate::images::For {
+            pod: t.pod,
+            name: t.name,
+            uid: t.uid,
+            container,
+        };
+        let (image_ref, image_user) = self.images.ensure(target, &image, t.prefetched).await?;
         let instance = Instance {
             kind,
             restart_count,
@@ -166,95 +172,6 @@ impl Manager {
         // can show the container Running: the worker writes the status after the sync.
         self.post_start(t, container, kind, &started).await?;
         Ok(started)
-    }
-
-    /// Makes the image present as the pull policy says (default IfNotPresent). A failed pull
-    /// backs off per pod and image (10 s doubling to 300 s): ErrImagePull, then ImagePullBackOff.
-    /// Returns the image's reference (its id) as the runtime knows it, and the user it runs as.
-    pub(super) async fn ensure_image(
-        &self,
-        t: &StartTarget<'_>,
-        container: &Container,
-        image: &str,
-    ) -> Result<(String, ImageUser)> {
-        let (pod, uid) = (t.name, t.uid);
-        let policy = pull::image_pull_policy(container);
-        // What a pull begun with the sandbox found or pulled.
-        let prefetched = match t.prefetched.take(image) {
-            Some(handle) => handle.await.ok().flatten(),
-            None => None,
-        };
-        let pulled = match prefetched {
-            Some(pull::Prefetch::Present(found)) => {
-                return Ok((found.id.clone(), ImageUser::of(&found)));
-            }
-            Some(pull::Prefetch::Pulled(res)) => Some(res),
-            None => None,
-        };
-        let found = if policy == "Always" || pulled.is_some() {
-            None
-        } else {
-            self.cri
-                .image_status(image)
-                .await
-                .map_err(Self::cri_err(pod))?
-                .map(|i| (i.id.clone(), ImageUser::of(&i)))
-        };
-        if let Some(found) = found {
-            return Ok(found);
-        }
-        if policy != "Never" {
-            let key = super::pull::image_backoff_key(uid, image);
-            let now = now_nanos();
-            if pulled.is_none()
-                && let Some(left) = self.pull_backoff_left(uid, image)
-            {
-                return Err(Error::ImagePullBackOff {
-                    pod: pod.to_owned(),
-                    container: container.name.clone(),
-                    image: image.to_owned(),
-                    left,
-                });
-            }
-            // The pull begun while the sandbox was created, else one now.
-            let res = match pulled {
-                Some(res) => res,
-                None => self.pull(t.pod, pod, image).await,
-            };
-            let image_ref = {
-                let mut backoffs = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
-                match res {
-                    Ok(image_ref) => {
-                        backoffs.image.forget(&key);
-                        image_ref
-                    }
-                    Err(source) => {
-                        backoffs.image.next(&key, now, now_nanos());
-                        return Err(Error::ImagePull {
-                            pod: pod.to_owned(),
-                            container: container.name.clone(),
-                            image: image.to_owned(),
-                            source: Box::new(source),
-                        });
-                    }
-                }
-            };
-            // Who the pulled image runs as (the pull does not say).
-            let user = self
-                .cri
-                .image_status(image)
-                .await
-                .map_err(Self::cri_err(pod))?
-                .map(|i| ImageUser::of(&i))
-                .unwrap_or_default();
-            Ok((image_ref, user))
-        } else {
-            Err(Error::ImageNeverPull {
-                pod: pod.to_owned(),
-                container: container.name.clone(),
-                image: image.to_owned(),
-            })
-        }
     }
 
     pub(super) fn pod_labels(&self, pod: &Pod, uid: &str) -> HashMap<String, String> {

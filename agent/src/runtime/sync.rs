@@ -162,9 +162,9 @@ impl Manager {
                         .filter_map(|&i| spec.containers.get(i)),
                 )
                 .collect();
-            self.prefetch_images(pod, &name, uid, &wanted)
+            self.images.prefetch(pod, &name, uid, &wanted)
         } else {
-            pull::Prefetched::default()
+            crate::images::Prefetched::default()
         };
         // Before the sandbox, as the kubelet waits for a pod's volumes before creating it.
         self.set_up_volumes(pod, uid, &name).await?;

@@ -1,14 +1,18 @@
 //! Image pulls with credentials, as the kubelet pulls: the credentials of the pod's pull secrets
 //! that match the image, then the node's ([`crate::credentials`]), each tried in turn until one
 //! pull succeeds; anonymously only when no credential matches the image.
-use super::*;
+use super::Images;
 use crate::credentials::{self, Auth, Keyring};
-use k8s_openapi::api::core::v1::Secret;
+use crate::cri;
+use k8s_cri::v1 as api;
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-/// Pulls begun before the sandbox existed ([`Manager::prefetch_images`]), by image: each is
+/// Pulls begun before the sandbox existed ([`Images::prefetch`]), by image: each is
 /// awaited by the first container that pulls its image.
 #[derive(Debug, Default)]
-pub(super) struct Prefetched(Mutex<HashMap<String, PrefetchHandle>>);
+pub struct Prefetched(Mutex<HashMap<String, PrefetchHandle>>);
 
 /// A prefetch's task: `None` when it could not tell (the container's start looks itself).
 type PrefetchHandle = tokio::task::JoinHandle<Option<Prefetch>>;
@@ -33,7 +37,7 @@ impl Prefetched {
 }
 
 /// A container's image pull policy (default `IfNotPresent`).
-pub(super) fn image_pull_policy(c: &Container) -> &str {
+pub fn image_pull_policy(c: &Container) -> &str {
     c.image_pull_policy.as_deref().unwrap_or("IfNotPresent")
 }
 
@@ -68,7 +72,7 @@ fn each_credential(errors: &[cri::Error]) -> String {
     }
 }
 
-impl Manager {
+impl Images {
     /// The pod's pull secrets that could be read. A secret that cannot be (missing, no API
     /// server) is logged and skipped: the pull may still succeed without it.
     async fn pull_secrets(&self, pod: &Pod, name: &str) -> Vec<Secret> {
@@ -112,11 +116,11 @@ impl Manager {
     /// Begins, each on a task of its own, the pulls the pod's containers (`containers`, in start
     /// order) will need, so that they run while the sandbox is created (the kubelet pulls only
     /// after the sandbox, one container at a time). A container's own start awaits its image's
-    /// pull (or the image status it read) instead of pulling ([`Self::ensure_image`]), so the
+    /// pull (or the image status it read) instead of pulling ([`Self::ensure`]), so the
     /// pull policy and the back-off are applied there exactly as without this. An image is begun
     /// here only when the container would pull it: not for `Never`, not when present (unless
     /// `Always`), not while its pull backs off.
-    pub(super) fn prefetch_images(
+    pub fn prefetch(
         &self,
         pod: &Pod,
         name: &str,
@@ -131,7 +135,7 @@ impl Manager {
             if image.is_empty() || policy == "Never" || handles.contains_key(&image) {
                 continue;
             }
-            if self.pull_backoff_left(uid, &image).is_some() {
+            if self.backoff_left(uid, &image).is_some() {
                 continue;
             }
             let pod = shared_pod
@@ -153,16 +157,6 @@ impl Manager {
             handles.insert(image, handle);
         }
         Prefetched(Mutex::new(handles))
-    }
-
-    /// What is left of the pull back-off of pod `uid`'s `image` (keyed by
-    /// [`image_backoff_key`]), if it backs off.
-    pub(super) fn pull_backoff_left(&self, uid: &str, image: &str) -> Option<Duration> {
-        self.backoff
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .image
-            .remaining_since_update(&image_backoff_key(uid, image), now_nanos())
     }
 
     /// Pulls `image` for pod `pod` (`name`): with each matching credential in turn until one
@@ -215,12 +209,6 @@ impl Manager {
             }
         }
     }
-}
-
-/// The key of pod `uid`'s pull back-off for `image`: one back-off per pod and image, as the
-/// kubelet keys it.
-pub(super) fn image_backoff_key(uid: &str, image: &str) -> String {
-    format!("{uid}_{image}")
 }
 
 #[cfg(test)]
