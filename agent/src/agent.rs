@@ -157,6 +157,15 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         credentials::NodeFiles::kubelet_search(&cfg.root_dir),
         cfg.max_parallel_image_pulls,
     );
+    // The pod cache: the PLEG's reads handed to the pods' syncs and the pods being changed,
+    // shared by the runtime manager and the container garbage collector.
+    let pod_cache = crate::pod_cache::PodCache::default();
+    let container_gc = crate::container_gc::ContainerGc::new(
+        cri.clone(),
+        cfg.node_name.clone(),
+        cfg.container_gc,
+        pod_cache.clone(),
+    );
     let runtime = Manager::new(runtime::Deps {
         cri,
         cm,
@@ -172,12 +181,11 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             },
             memory_capacity: memory_capacity(),
             dns: cfg.dns.clone(),
-            container_gc: cfg.container_gc,
         },
         probes: probe_results.clone(),
         api_objects,
         images,
-        pod_cache: crate::pod_cache::PodCache::default(),
+        pod_cache,
     });
     // Container log rotation: a task of its own, beside the pods' syncs.
     tracker.spawn(
@@ -324,7 +332,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // changed configMap's pods.
     let (pressure_tx, pressure_rx) = tokio::sync::watch::channel(Vec::new());
     let reclaim = {
-        let gc = runtime.clone();
+        let gc = container_gc.clone();
         let finished = status.clone();
         let containers: crate::eviction::ReclaimFn = Arc::new(move || {
             let (gc, finished) = (gc.clone(), finished.clone());
@@ -394,6 +402,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let ctx = WorkerContext {
         runtime,
+        container_gc: container_gc.clone(),
         status: status.clone(),
         metrics: metrics.clone(),
         tracer: tracer.clone(),

@@ -533,7 +533,7 @@ pub struct AgentConfig {
     pub image_gc: crate::images::gc::Policy,
     /// `--maximum-dead-containers-per-container`, `--maximum-dead-containers`,
     /// `--minimum-container-ttl-duration`.
-    pub container_gc: crate::runtime::gc::Policy,
+    pub container_gc: crate::container_gc::Policy,
     /// `--serialize-image-pulls`, `--max-parallel-image-pulls`: pulls at once (`None`: no
     /// limit).
     pub max_parallel_image_pulls: Option<usize>,
@@ -775,7 +775,7 @@ impl Flags {
             None => default,
             Some(n) => usize::try_from(n).ok(),
         };
-        let container_gc = crate::runtime::gc::Policy {
+        let container_gc = crate::container_gc::Policy {
             min_age: self
                 .minimum_container_ttl_duration
                 .as_deref()
@@ -784,7 +784,7 @@ impl Flags {
                 .unwrap_or_default(),
             max_per_container: limit(
                 self.maximum_dead_containers_per_container,
-                Some(crate::runtime::gc::MAX_DEAD_PER_CONTAINER),
+                Some(crate::container_gc::MAX_DEAD_PER_CONTAINER),
             ),
             max_containers: limit(self.maximum_dead_containers, None),
         };
@@ -1289,7 +1289,7 @@ mod tests {
         );
         assert!(resolve(&[]).unwrap().enforce_node_allocatable);
         let gc = resolve(&[]).unwrap().container_gc;
-        assert_eq!(gc, crate::runtime::gc::Policy::default());
+        assert_eq!(gc, crate::container_gc::Policy::default());
         assert_eq!((gc.max_per_container, gc.max_containers), (Some(1), None));
         let gc = resolve(&[
             "--maximum-dead-containers",

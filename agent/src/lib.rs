@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod cli;
 pub mod cm;
 pub mod config;
+pub mod container_gc;
 pub mod credentials;
 pub mod cri;
 pub mod dns;

@@ -244,6 +244,8 @@ const STATUS_DURING_KILL: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct WorkerContext {
     pub runtime: Manager,
+    /// The container garbage collector housekeeping starts.
+    pub container_gc: crate::container_gc::ContainerGc,
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
     pub tracer: crate::trace::Tracer,
@@ -384,7 +386,7 @@ impl PodSyncer for WorkerContext {
     fn housekeeping(&self) {
         self.runtime.gc_backoffs();
         self.runtime.images().gc_backoffs();
-        self.runtime.collect_stale_sandboxes_in_background(
+        self.container_gc.collect_stale_sandboxes_in_background(
             self.metrics.stale_sandbox_objects_removed_total.clone(),
         );
     }

@@ -79,7 +79,6 @@ fn main() -> ExitCode {
             security: swiftlet::runtime::security::Settings::default(),
             memory_capacity: swiftlet::cm::machine_memory_bytes().unwrap_or(8 << 30),
             dns: swiftlet::dns::Settings::default(),
-            container_gc: Default::default(),
         },
         probes: Default::default(),
         api_objects: Default::default(),
@@ -91,11 +90,17 @@ fn main() -> ExitCode {
         ),
         pod_cache: Default::default(),
     });
+    let container_gc = swiftlet::container_gc::ContainerGc::new(
+        cri.clone(),
+        agent.node_name().to_owned(),
+        Default::default(),
+        Default::default(),
+    );
     let is_known = |uid: &str| known.contains(uid);
     let pass = || {
         tokio.block_on(async {
             manager.gc_backoffs();
-            let collected = manager
+            let collected = container_gc
                 .collect_stale_sandboxes()
                 .await
                 .expect("listing the runtime");

@@ -229,7 +229,6 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
             },
             memory_capacity: swiftlet::cm::machine_memory_bytes().unwrap_or(u64::MAX),
             dns: swiftlet::dns::Settings::default(),
-            container_gc: Default::default(),
         },
         probes: Default::default(),
         api_objects: Default::default(),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
 use swiftlet::config::manifest::MAX_POD_BYTES;
-use swiftlet::runtime::gc::MAX_DEAD_PER_CONTAINER;
+use swiftlet::container_gc::MAX_DEAD_PER_CONTAINER;
 
 pub use crate::rng::Rng;
 

@@ -26,3 +26,24 @@ pub const POD_QOS_CLASS: &str = "swiftlet.io/qos-class";
 /// Container annotation: the cgroup resources the container was created with ("shares quota
 /// period memory"); after an in-place resize the agent remembers the applied ones.
 pub const CONTAINER_RESOURCES: &str = "swiftlet.io/resources";
+
+/// The CRI list filters of the sandboxes and containers agent `node` created (its
+/// [`NODE_NAME`] label), matching the `extra` label too when given.
+pub fn node_filters(
+    node: &str,
+    extra: Option<(&str, &str)>,
+) -> (k8s_cri::v1::PodSandboxFilter, k8s_cri::v1::ContainerFilter) {
+    let mut selector = std::collections::HashMap::from([(NODE_NAME.to_owned(), node.to_owned())]);
+    if let Some((k, v)) = extra {
+        selector.insert(k.to_owned(), v.to_owned());
+    }
+    let sandboxes = k8s_cri::v1::PodSandboxFilter {
+        label_selector: selector.clone(),
+        ..Default::default()
+    };
+    let containers = k8s_cri::v1::ContainerFilter {
+        label_selector: selector,
+        ..Default::default()
+    };
+    (sandboxes, containers)
+}

@@ -213,6 +213,36 @@ pub fn sandbox_changed(pod: &Pod, state: &PodState) -> (bool, u32, Option<String
     (false, attempt, id)
 }
 
+/// A listing's sandboxes and containers (`C`: full or brief ones, whose pod UID label `uid`
+/// reads) grouped by pod UID (objects without one are not a pod's).
+pub type ByPod<C> = HashMap<String, (Vec<api::PodSandbox>, Vec<C>)>;
+
+/// Groups a listing by pod: see [`ByPod`].
+pub fn by_pod<C>(
+    sandboxes: Vec<api::PodSandbox>,
+    containers: Vec<C>,
+    uid: impl Fn(&C) -> Option<&String>,
+) -> ByPod<C> {
+    let mut pods: ByPod<C> = HashMap::new();
+    for s in sandboxes {
+        if let Some(uid) = s.labels.get(super::labels::POD_UID) {
+            pods.entry(uid.clone())
+                .or_insert_with(|| (Vec::new(), Vec::new()))
+                .0
+                .push(s);
+        }
+    }
+    for c in containers {
+        if let Some(uid) = uid(&c) {
+            pods.entry(uid.clone())
+                .or_insert_with(|| (Vec::new(), Vec::new()))
+                .1
+                .push(c);
+        }
+    }
+    pods
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

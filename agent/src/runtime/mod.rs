@@ -2,7 +2,6 @@
 //! back what the runtime holds (`pod_state`, `relist`). Every call goes through [`crate::cri::Cri`].
 pub mod actions;
 pub mod env;
-pub mod gc;
 pub mod hash;
 mod hooks;
 mod kill;
@@ -193,8 +192,6 @@ pub struct Config {
     pub memory_capacity: u64,
     /// `--cluster-dns`, `--cluster-domain`, `--resolv-conf`: the pods' DNS configuration.
     pub dns: crate::dns::Settings,
-    /// The container garbage collection policy (the kubelet's by default).
-    pub container_gc: gc::Policy,
 }
 
 /// What a [`Manager`] is built from: every part it needs, given once by the agent (none is
@@ -274,8 +271,6 @@ pub struct Manager {
     orphan_dirs: Arc<Mutex<HashSet<PathBuf>>>,
     /// When housekeeping scans for orphans.
     orphan_scans: Arc<Mutex<orphans::OrphanScans>>,
-    /// The stale-sandbox collector's state.
-    gc: Arc<Mutex<gc::GcState>>,
     /// `spec.runtimeClassName` -> CRI runtime handler, through the API server.
     runtime_classes: runtime_class::RuntimeClasses,
     /// Where pods' image pull secrets, the configMaps, secrets and services of their
@@ -394,7 +389,6 @@ pub(crate) mod tests {
                     resolv_conf: None,
                     ..Default::default()
                 },
-                container_gc: Default::default(),
             },
             probes: Default::default(),
             api_objects: Default::default(),

@@ -13,7 +13,6 @@ impl Manager {
             images,
             pod_cache,
         } = deps;
-        let gc = gc::GcState::new(cfg.container_gc);
         Self {
             cri,
             cm,
@@ -28,7 +27,6 @@ impl Manager {
             fresh: pod_cache,
             orphan_dirs: Arc::default(),
             orphan_scans: Arc::default(),
-            gc: Arc::new(Mutex::new(gc)),
             runtime_classes: runtime_class::RuntimeClasses::new(api_objects.clone()),
             api: api_objects,
             tokens: Default::default(),
@@ -149,10 +147,6 @@ impl Manager {
         &self.cri
     }
 
-    pub(super) fn node_selector(&self) -> HashMap<String, String> {
-        HashMap::from([(labels::NODE_NAME.to_owned(), self.cfg.node_name.clone())])
-    }
-
     pub(super) fn cri_err(pod: &str) -> impl FnOnce(cri::Error) -> Error + '_ {
         move |source| Error::Cri {
             pod: pod.to_owned(),
@@ -172,36 +166,11 @@ impl Manager {
         &self,
         extra: Option<(&str, &str)>,
     ) -> (api::PodSandboxFilter, api::ContainerFilter) {
-        let mut selector = self.node_selector();
-        if let Some((k, v)) = extra {
-            selector.insert(k.to_owned(), v.to_owned());
-        }
-        let sandboxes = api::PodSandboxFilter {
-            label_selector: selector.clone(),
-            ..Default::default()
-        };
-        let containers = api::ContainerFilter {
-            label_selector: selector,
-            ..Default::default()
-        };
-        (sandboxes, containers)
+        labels::node_filters(&self.cfg.node_name, extra)
     }
 
-    /// Sandboxes and containers of this agent matching `extra` labels: two CRI calls.
-    pub(super) async fn list(
-        &self,
-        extra: Option<(&str, &str)>,
-    ) -> cri::Result<(Vec<api::PodSandbox>, Vec<api::Container>)> {
-        let (sandboxes, containers) = self.filters(extra);
-        // Both lists at once: a relist takes the longer of the two, not their sum (at 250 pods
-        // each is several milliseconds of the runtime's work and the agent's decoding).
-        tokio::try_join!(
-            self.cri.list_pod_sandbox(Some(sandboxes)),
-            self.cri.list_containers(Some(containers))
-        )
-    }
-
-    /// [`Manager::list`] with the containers listed briefly (their ids and states, by pod):
+    /// This agent's sandboxes and containers matching `extra` labels, the containers listed
+    /// briefly (their ids and states, by pod):
     /// what relists and pod reads need.
     async fn list_brief(
         &self,
@@ -212,7 +181,8 @@ impl Manager {
             self.cri.list_pod_sandbox(Some(sandboxes)),
             self.cri.list_containers_brief(Some(containers))
         )?;
-        let pods = by_pod(sandboxes, containers, |c| c.labels.get(labels::POD_UID));
+        let pods =
+            crate::pod::state::by_pod(sandboxes, containers, |c| c.labels.get(labels::POD_UID));
         Ok(pods
             .into_iter()
             .map(|(uid, (s, c))| (uid, (s, c.into_iter().map(|c| (c.id, c.state)).collect())))
@@ -318,34 +288,4 @@ impl Manager {
             resize_error,
         })
     }
-}
-
-/// A listing's sandboxes and containers (`C`: full or brief ones, whose pod UID label `uid`
-/// reads) grouped by pod UID (objects without one are not a pod's).
-pub(super) type ByPod<C> = HashMap<String, (Vec<api::PodSandbox>, Vec<C>)>;
-
-/// Groups a listing by pod: see [`ByPod`].
-pub(super) fn by_pod<C>(
-    sandboxes: Vec<api::PodSandbox>,
-    containers: Vec<C>,
-    uid: impl Fn(&C) -> Option<&String>,
-) -> ByPod<C> {
-    let mut pods: ByPod<C> = HashMap::new();
-    for s in sandboxes {
-        if let Some(uid) = s.labels.get(labels::POD_UID) {
-            pods.entry(uid.clone())
-                .or_insert_with(|| (Vec::new(), Vec::new()))
-                .0
-                .push(s);
-        }
-    }
-    for c in containers {
-        if let Some(uid) = uid(&c) {
-            pods.entry(uid.clone())
-                .or_insert_with(|| (Vec::new(), Vec::new()))
-                .1
-                .push(c);
-        }
-    }
-    pods
 }

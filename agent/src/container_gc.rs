@@ -1,5 +1,7 @@
-//! Clean-up of what a live pod leaves behind in the runtime: the sandboxes it no longer uses and
-//! the exited containers in them (the sandbox part of the kubelet's container garbage collection).
+//! The container garbage collector: clean-up of what a live pod leaves behind in the runtime, the
+//! sandboxes it no longer uses and the exited containers in them (the kubelet's container garbage
+//! collection). [`ContainerGc`] owns its state; housekeeping starts it, the eviction manager's
+//! disk reclaim runs it, and it skips every pod a worker is changing (the pod cache says which).
 //!
 //! A pod whose sandbox dies (its pause process killed, or the runtime restarted half-way through
 //! creating it) gets a new sandbox from its next sync; the old one stays not ready, and until it is
@@ -20,9 +22,14 @@
 //! (A container the runtime created while its CreateContainer answer was lost, as when the
 //! runtime dies during the call, is such a dead instance: it goes once a newer one of its name is
 //! dead too, or stays as the one dead instance kept.)
-use std::collections::HashMap;
-
-use super::*;
+use crate::cri::{self, Cri};
+use crate::pod::labels;
+use crate::pod_cache::PodCache;
+use k8s_cri::v1 as api;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Time between two collections (the kubelet's is a minute; a node recovering from a runtime
 /// restart should not hold dead sandboxes that long).
@@ -55,10 +62,9 @@ impl Default for Policy {
     }
 }
 
-/// The collector's own state, shared by the manager's clones.
+/// The collector's own state, shared by its clones.
 #[derive(Debug, Default)]
-pub(super) struct GcState {
-    policy: Policy,
+struct GcState {
     /// A collection is running (housekeeping never starts a second one).
     running: bool,
     last: Option<Instant>,
@@ -66,14 +72,34 @@ pub(super) struct GcState {
     stopped: HashSet<String>,
 }
 
-impl GcState {
-    /// A collector that has not run yet, collecting by `policy`.
-    pub(super) fn new(policy: Policy) -> Self {
-        Self {
-            policy,
-            ..Self::default()
-        }
-    }
+/// Why one pod's collection stopped (logged; the next collection tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("pod {pod}: {source}")]
+    Cri {
+        pod: String,
+        #[source]
+        source: cri::Error,
+    },
+    #[error("pod {pod}: removing a dead container's log files: {source}")]
+    ContainerLogs {
+        pod: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The container garbage collector (cheap to clone: clones share its state).
+#[derive(Clone)]
+pub struct ContainerGc {
+    cri: Cri,
+    /// Only this agent's sandboxes and containers are collected.
+    node_name: String,
+    policy: Policy,
+    /// Which pods a worker is changing (skipped), and the mark a collection holds on the pod
+    /// it changes.
+    pod_cache: PodCache,
+    state: Arc<Mutex<GcState>>,
 }
 
 /// What one pod's collection does.
@@ -274,7 +300,22 @@ fn remaining_units(
     units.into_values().collect()
 }
 
-impl Manager {
+impl ContainerGc {
+    /// A collector of agent `node_name`'s sandboxes and containers by `policy`.
+    pub fn new(cri: Cri, node_name: String, policy: Policy, pod_cache: PodCache) -> Self {
+        Self {
+            cri,
+            node_name,
+            policy,
+            pod_cache,
+            state: Arc::default(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, GcState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Starts a collection off the caller's task when [`GC_PERIOD`] has passed since the last
     /// one and none is running; what it collected is logged and counted.
     pub fn collect_stale_sandboxes_in_background(
@@ -282,7 +323,7 @@ impl Manager {
         counter: prometheus_client::metrics::counter::Counter,
     ) {
         {
-            let mut gc = self.gc.lock().unwrap_or_else(|p| p.into_inner());
+            let mut gc = self.state();
             if gc.running || gc.last.is_some_and(|t| t.elapsed() < GC_PERIOD) {
                 return;
             }
@@ -291,7 +332,7 @@ impl Manager {
         let this = self.clone();
         tokio::spawn(async move {
             let result = this.collect_stale_sandboxes().await;
-            let mut gc = this.gc.lock().unwrap_or_else(|p| p.into_inner());
+            let mut gc = this.state();
             gc.running = false;
             gc.last = Some(Instant::now());
             match result {
@@ -315,18 +356,19 @@ impl Manager {
         &self,
         finished: &(dyn Fn(&str) -> bool + Sync),
     ) -> cri::Result<Collected> {
-        let (sandboxes, containers) = self.list(None).await?;
-        let pods = super::reading::by_pod(sandboxes, containers, |c| c.labels.get(labels::POD_UID));
+        let (sandboxes, containers) = labels::node_filters(&self.node_name, None);
+        let (sandboxes, containers) = tokio::try_join!(
+            self.cri.list_pod_sandbox(Some(sandboxes)),
+            self.cri.list_containers(Some(containers))
+        )?;
+        let pods =
+            crate::pod::state::by_pod(sandboxes, containers, |c| c.labels.get(labels::POD_UID));
         let live: HashSet<String> = pods
             .values()
             .flat_map(|(s, _)| s.iter().map(|s| s.id.clone()))
             .collect();
-        self.gc
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stopped
-            .retain(|id| live.contains(id));
-        let policy = self.gc.lock().unwrap_or_else(|p| p.into_inner()).policy;
+        self.state().stopped.retain(|id| live.contains(id));
+        let policy = self.policy;
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
@@ -366,10 +408,10 @@ impl Manager {
         }
         let mut done = Collected::default();
         for (uid, sandboxes, plan) in plans {
-            if plan == Plan::default() || self.fresh().is_mutating(&uid) {
+            if plan == Plan::default() || self.pod_cache.lock().is_mutating(&uid) {
                 continue;
             }
-            let _changing = self.mutating(&uid, false, None);
+            let _changing = self.pod_cache.mutating(&uid, false, None);
             let pod = sandboxes
                 .first()
                 .and_then(|s| s.metadata.as_ref())
@@ -388,11 +430,16 @@ impl Manager {
 
     /// Removes the log files of container `id` (its log and the files rotated from it); a
     /// container the runtime does not know any more has none left to find.
-    async fn remove_container_logs(&self, pod: &str, id: &str) -> Result<()> {
+    async fn remove_container_logs(&self, pod: &str, id: &str) -> Result<(), Error> {
         let status = match self.cri.container_status(id).await {
             Ok(status) => status,
             Err(e) if e.is_not_found() => None,
-            Err(e) => return Err(Self::cri_err(pod)(e)),
+            Err(source) => {
+                return Err(Error::Cri {
+                    pod: pod.to_owned(),
+                    source,
+                });
+            }
         };
         let Some(log) = status.map(|s| s.log_path).filter(|p| !p.is_empty()) else {
             return Ok(());
@@ -413,37 +460,43 @@ impl Manager {
         }
     }
 
-    async fn apply_plan(&self, pod: &str, plan: &Plan) -> Result<Collected> {
+    async fn apply_plan(&self, pod: &str, plan: &Plan) -> Result<Collected, Error> {
         let mut done = Collected::default();
         for id in &plan.remove_containers {
             // Its log files first, as the kubelet does: a failure keeps the container, so that
             // the next collection tries both again.
             self.remove_container_logs(pod, id).await?;
-            self.ignore_not_found(pod, self.cri.remove_container(id).await)?;
+            ignore_not_found(pod, self.cri.remove_container(id).await)?;
             tracing::info!(%pod, container = %id, "removed a superseded container (exited in a stale sandbox, or never started)");
             done.containers += 1;
         }
         for id in &plan.remove_sandboxes {
             // Stopped first: a sandbox the runtime lost half-way may never have been stopped.
-            self.ignore_not_found(pod, self.cri.stop_pod_sandbox(id).await)?;
-            self.ignore_not_found(pod, self.cri.remove_pod_sandbox(id).await)?;
+            ignore_not_found(pod, self.cri.stop_pod_sandbox(id).await)?;
+            ignore_not_found(pod, self.cri.remove_pod_sandbox(id).await)?;
             tracing::info!(%pod, sandbox = %id, "removed a stale sandbox");
             done.sandboxes += 1;
         }
         for id in &plan.stop_sandboxes {
-            let first = self
-                .gc
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .stopped
-                .insert(id.clone());
+            let first = self.state().stopped.insert(id.clone());
             if first {
-                self.ignore_not_found(pod, self.cri.stop_pod_sandbox(id).await)?;
+                ignore_not_found(pod, self.cri.stop_pod_sandbox(id).await)?;
                 tracing::info!(%pod, sandbox = %id, "stopped a stale sandbox that still holds a container");
                 done.stopped += 1;
             }
         }
         Ok(done)
+    }
+}
+
+/// `r`, with an object the runtime no longer knows taken as already removed.
+fn ignore_not_found(pod: &str, r: cri::Result<()>) -> Result<(), Error> {
+    match r {
+        Err(e) if !e.is_not_found() => Err(Error::Cri {
+            pod: pod.to_owned(),
+            source: e,
+        }),
+        _ => Ok(()),
     }
 }
 
