@@ -166,6 +166,11 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cfg.container_gc,
         pod_cache.clone(),
     );
+    let orphans = crate::orphans::Orphans::new(
+        cm.clone(),
+        cfg.pod_logs_dir.clone(),
+        cfg.root_dir.join("pods"),
+    );
     let runtime = Manager::new(runtime::Deps {
         cri,
         cm,
@@ -403,6 +408,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let ctx = WorkerContext {
         runtime,
         container_gc: container_gc.clone(),
+        orphans,
         status: status.clone(),
         metrics: metrics.clone(),
         tracer: tracer.clone(),

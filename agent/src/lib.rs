@@ -23,6 +23,7 @@ pub mod logs;
 pub mod memory;
 pub mod metrics;
 pub mod node;
+pub mod orphans;
 pub mod pleg;
 pub mod pod;
 pub mod pod_cache;

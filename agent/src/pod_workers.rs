@@ -246,6 +246,8 @@ pub struct WorkerContext {
     pub runtime: Manager,
     /// The container garbage collector housekeeping starts.
     pub container_gc: crate::container_gc::ContainerGc,
+    /// Housekeeping's finder of pod cgroups and directories no pod owns.
+    pub orphans: crate::orphans::Orphans,
     pub status: StatusManager,
     pub metrics: crate::metrics::Metrics,
     pub tracer: crate::trace::Tracer,
@@ -393,21 +395,14 @@ impl PodSyncer for WorkerContext {
 
     fn cleanup_orphans(&self, known: HashSet<String>) {
         // Only when an orphan can have appeared (a pod left, one to confirm, or the period).
-        if !self.runtime.begin_orphan_scan(&known) {
+        if !self.orphans.begin_scan(&known) {
             return;
         }
-        let runtime = self.runtime.clone();
+        let orphans = self.orphans.clone();
         // Walking the cgroup tree and the log directory, killing leftovers, rmdir retries and
         // removing files block: off the sync loop's thread.
         tokio::task::spawn_blocking(move || {
-            let cm = runtime.cm();
-            if let Some(due) = cm.orphaned_pod_cgroups(&|uid| known.contains(uid))
-                && !due.is_empty()
-            {
-                cm.remove_orphans(&due);
-            }
-            runtime.remove_orphaned_pod_dirs(&|uid| known.contains(uid));
-            runtime.finish_orphan_scan();
+            orphans.scan(&known);
             // What pods and large inputs freed goes back to the system (at most every 10 s;
             // a scan runs at least that often).
             crate::memory::release_free_memory();

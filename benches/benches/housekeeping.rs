@@ -96,6 +96,11 @@ fn main() -> ExitCode {
         Default::default(),
         Default::default(),
     );
+    let orphans = swiftlet::orphans::Orphans::new(
+        cm.clone(),
+        agent.root_dir().join("pod-logs"),
+        agent.root_dir().join("pods"),
+    );
     let is_known = |uid: &str| known.contains(uid);
     let pass = || {
         tokio.block_on(async {
@@ -112,7 +117,7 @@ fn main() -> ExitCode {
         });
         let due = cm.orphaned_pod_cgroups(&is_known).unwrap_or_default();
         assert!(due.is_empty(), "no orphaned cgroups: {due:?}");
-        assert_eq!(manager.remove_orphaned_pod_dirs(&is_known), 0);
+        assert_eq!(orphans.remove_orphaned_pod_dirs(&is_known), 0);
     };
     for _ in 0..3 {
         pass();

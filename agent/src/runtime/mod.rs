@@ -5,7 +5,6 @@ pub mod env;
 pub mod hash;
 mod hooks;
 mod kill;
-mod orphans;
 mod reading;
 mod resize;
 pub mod runtime_class;
@@ -267,10 +266,6 @@ pub struct Manager {
     resize: Arc<Mutex<ResizeState>>,
     /// The PLEG's pod reads handed to the pods' syncs, and the pods being stopped.
     fresh: PodCache,
-    /// Pod log and state directories found orphaned at housekeeping's last pass.
-    orphan_dirs: Arc<Mutex<HashSet<PathBuf>>>,
-    /// When housekeeping scans for orphans.
-    orphan_scans: Arc<Mutex<orphans::OrphanScans>>,
     /// `spec.runtimeClassName` -> CRI runtime handler, through the API server.
     runtime_classes: runtime_class::RuntimeClasses,
     /// Where pods' image pull secrets, the configMaps, secrets and services of their

@@ -25,8 +25,6 @@ impl Manager {
             known: Arc::default(),
             resize: Arc::default(),
             fresh: pod_cache,
-            orphan_dirs: Arc::default(),
-            orphan_scans: Arc::default(),
             runtime_classes: runtime_class::RuntimeClasses::new(api_objects.clone()),
             api: api_objects,
             tokens: Default::default(),

@@ -1,15 +1,18 @@
-//! Pod log directories no pod owns any more: a pod deleted while the agent was down, or a kill
-//! cut short between removing the sandbox and removing its logs. Housekeeping finds them; one
-//! orphaned at two passes in a row is removed (a pod whose first sync is creating its directory
-//! right now is known by the next pass).
+//! What pods leave behind outside the runtime, found and removed by housekeeping ([`Orphans`]):
+//! pod cgroups, pod log directories and pod state directories no pod owns any more (a pod deleted
+//! while the agent was down, or a kill cut short between removing the sandbox and removing its
+//! logs). One orphaned at two passes in a row is removed (a pod whose first sync is creating its
+//! directory right now is known by the next pass).
 //!
 //! The scans (these directories, and the pod cgroups in every hierarchy) cost tens of directory
 //! reads at a few hundred pods, so housekeeping runs them only when an orphan can have appeared
 //! ([`OrphanScans`]): a pod it knew is gone, the last scan left one to confirm or to retry, or
 //! [`ORPHAN_SCAN_PERIOD`] has passed (an orphan no departure explains: one made by hand, or left
 //! by a previous life and missed by the first scan).
-use super::*;
-use std::path::Path;
+use crate::cm::ContainerManager;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Longest time between two orphan scans when no pod left.
@@ -59,25 +62,59 @@ impl OrphanScans {
     }
 }
 
-impl Manager {
-    /// Whether this housekeeping pass, knowing the pods `known`, scans for orphans
-    /// ([`OrphanScans::begin`]); after a true answer call [`Self::finish_orphan_scan`].
-    pub fn begin_orphan_scan(&self, known: &HashSet<String>) -> bool {
-        let mut scans = self.orphan_scans.lock().unwrap_or_else(|p| p.into_inner());
-        scans.begin(known, Instant::now())
+/// Housekeeping's orphan finder (cheap to clone: clones share what the scans saw).
+#[derive(Clone)]
+pub struct Orphans {
+    /// The pod cgroups.
+    cm: ContainerManager,
+    /// Where the pods' log directories are (`<namespace>_<name>_<uid>`).
+    pod_logs_dir: PathBuf,
+    /// Where the pods' state directories are (`<root-dir>/pods/<uid>`).
+    pods_dir: PathBuf,
+    /// Pod log and state directories found orphaned at the last scan.
+    dirs: Arc<Mutex<HashSet<PathBuf>>>,
+    /// When housekeeping scans.
+    scans: Arc<Mutex<OrphanScans>>,
+}
+
+impl Orphans {
+    pub fn new(cm: ContainerManager, pod_logs_dir: PathBuf, pods_dir: PathBuf) -> Self {
+        Self {
+            cm,
+            pod_logs_dir,
+            pods_dir,
+            dirs: Arc::default(),
+            scans: Arc::default(),
+        }
     }
 
-    /// The orphan scan has ended: the next pass scans again if it left an orphan seen once or
-    /// one it failed to remove (pod cgroups or directories).
-    pub fn finish_orphan_scan(&self) {
-        let dirs = !self
-            .orphan_dirs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty();
-        let pending = dirs || self.cm.orphans_pending();
-        let mut scans = self.orphan_scans.lock().unwrap_or_else(|p| p.into_inner());
-        scans.finish(pending);
+    fn scans(&self) -> MutexGuard<'_, OrphanScans> {
+        self.scans.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn dirs(&self) -> MutexGuard<'_, HashSet<PathBuf>> {
+        self.dirs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether this housekeeping pass, knowing the pods `known`, scans for orphans
+    /// ([`OrphanScans::begin`]); after a true answer call [`Self::scan`].
+    pub fn begin_scan(&self, known: &HashSet<String>) -> bool {
+        self.scans().begin(known, Instant::now())
+    }
+
+    /// The scan [`Self::begin_scan`] allowed: removes the orphaned pod cgroups and pod
+    /// directories of UIDs not in `known`, then marks the scan ended (the next pass scans again
+    /// if it left an orphan seen once or one it failed to remove). Blocking: walks the cgroup
+    /// tree and the directories, kills leftovers, retries rmdir; call it off the async threads.
+    pub fn scan(&self, known: &HashSet<String>) {
+        if let Some(due) = self.cm.orphaned_pod_cgroups(&|uid| known.contains(uid))
+            && !due.is_empty()
+        {
+            self.cm.remove_orphans(&due);
+        }
+        self.remove_orphaned_pod_dirs(&|uid| known.contains(uid));
+        let pending = !self.dirs().is_empty() || self.cm.orphans_pending();
+        self.scans().finish(pending);
     }
 
     /// Removes the pod log directories (`<namespace>_<name>_<uid>` below the pod logs dir) and
@@ -89,8 +126,8 @@ impl Manager {
     pub fn remove_orphaned_pod_dirs(&self, known: &dyn Fn(&str) -> bool) -> usize {
         let mut orphaned = HashSet::new();
         let kinds: [(&Path, UidOf); 2] = [
-            (&self.cfg.pod_logs_dir, log_dir_uid),
-            (&self.cfg.pods_dir, state_dir_uid),
+            (&self.pod_logs_dir, log_dir_uid),
+            (&self.pods_dir, state_dir_uid),
         ];
         for (parent, uid_of) in kinds {
             let entries = match std::fs::read_dir(parent) {
@@ -112,13 +149,13 @@ impl Manager {
                 }
             }
         }
-        let mut previous = self.orphan_dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut previous = self.dirs();
         let due: Vec<PathBuf> = orphaned.intersection(&previous).cloned().collect();
         *previous = orphaned;
         drop(previous);
         let mut removed = 0;
         for dir in due {
-            let what = if dir.starts_with(&self.cfg.pods_dir) {
+            let what = if dir.starts_with(&self.pods_dir) {
                 "state"
             } else {
                 "log"
@@ -126,7 +163,7 @@ impl Manager {
             let result = if what == "state" {
                 // Volumes are torn down first; a mount point left below stops the removal.
                 let uid = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-                crate::volume::remove_pod_dir(&self.cfg.pods_dir, uid)
+                crate::volume::remove_pod_dir(&self.pods_dir, uid)
                     .map_err(|e| std::io::Error::other(e.to_string()))
             } else {
                 std::fs::remove_dir_all(&dir)
@@ -167,11 +204,14 @@ fn log_dir_uid(name: &str) -> Option<&str> {
 mod tests {
     use super::*;
 
-    fn manager(logs: &std::path::Path, mount: &std::path::Path) -> Manager {
-        let mut m = crate::runtime::tests::manager(mount);
-        m.cfg.pod_logs_dir = logs.into();
-        m.cfg.pods_dir = logs.join("state");
-        m
+    fn manager(logs: &std::path::Path, mount: &std::path::Path) -> Orphans {
+        let cm = crate::cm::ContainerManager::new(crate::cm::Config {
+            cgroup_root: "/t".into(),
+            cgroups_per_qos: true,
+            mount: mount.into(),
+            pod_pids_limit: -1,
+        });
+        Orphans::new(cm, logs.into(), logs.join("state"))
     }
 
     fn uids(list: &[&str]) -> HashSet<String> {
