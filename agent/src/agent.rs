@@ -171,6 +171,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cfg.pod_logs_dir.clone(),
         cfg.root_dir.join("pods"),
     );
+    let memory = memory_capacity();
     let runtime = Manager::new(runtime::Deps {
         cri,
         cm,
@@ -184,12 +185,13 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
                 allowed_unsafe_sysctls: cfg.allowed_unsafe_sysctls.clone(),
                 apparmor: runtime::security::Settings::apparmor_enabled(),
             },
-            memory_capacity: memory_capacity(),
+            memory_capacity: memory,
             dns: cfg.dns.clone(),
         },
         probes: probe_results.clone(),
-        api_objects,
+        api_objects: api_objects.clone(),
         images,
+        volumes: crate::volume::Manager::new(cfg.root_dir.join("pods"), memory, api_objects),
         pod_cache,
     });
     // Container log rotation: a task of its own, beside the pods' syncs.

@@ -88,6 +88,11 @@ fn main() -> ExitCode {
             Default::default(),
             None,
         ),
+        volumes: swiftlet::volume::Manager::new(
+            agent.root_dir().join("pods"),
+            8 << 30,
+            Default::default(),
+        ),
         pod_cache: Default::default(),
     });
     let container_gc = swiftlet::container_gc::ContainerGc::new(

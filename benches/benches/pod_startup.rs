@@ -238,6 +238,11 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
             Default::default(),
             None,
         ),
+        volumes: swiftlet::volume::Manager::new(
+            std::path::Path::new(FLOOR_LOGS).join("pods"),
+            8 << 30,
+            Default::default(),
+        ),
         pod_cache: Default::default(),
     })
 }

@@ -31,6 +31,20 @@ pub use resources::{
 };
 pub use usage::{CgroupDirs, CgroupUsage, MemoryUsage};
 
+/// What the node offers a container without a limit (the kubelet's node allocatable; here the
+/// machine's capacity, nothing being reserved), for the downward API: `memory_capacity` bytes,
+/// the CPUs online and the size of the file system holding `pods_dir`'s parent (the root dir).
+pub fn node_allocatable(
+    memory_capacity: u64,
+    pods_dir: &std::path::Path,
+) -> crate::pod::downward::Allocatable {
+    crate::pod::downward::Allocatable {
+        cpu_millis: machine_cpus().saturating_mul(1000),
+        memory_bytes: memory_capacity,
+        ephemeral_storage_bytes: filesystem_bytes(pods_dir.parent().unwrap_or(pods_dir)),
+    }
+}
+
 use crate::pod::qos::{QosClass, pod_qos};
 use crate::pod::resources::pod_resources;
 use cgroups_rs::fs::{MaxValue, cpu::CpuController, memory::MemController, pid::PidController};

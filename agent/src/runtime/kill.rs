@@ -201,12 +201,7 @@ impl Manager {
             .map_err(Self::cri_err(name))?;
         self.stop_runtime_pod(name, &state, grace, false).await?;
         // Nothing will run in the pod again: its volumes go (a hostPath is left as it is).
-        let (pods_dir, uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
-        match tokio::task::spawn_blocking(move || crate::volume::tear_down(&pods_dir, &uid)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(pod = %name, error = %e, "tearing down volumes"),
-            Err(e) => tracing::warn!(pod = %name, %e, "tearing down volumes"),
-        }
+        self.volumes.tear_down(uid, name).await;
         Ok(())
     }
 
@@ -272,7 +267,7 @@ impl Manager {
             .unwrap_or_else(|p| p.into_inner())
             .forget_prefix(&format!("{uid}_"));
         self.images.forget_pod(uid);
-        self.tokens.forget(uid);
+        self.volumes.forget(uid);
         self.known().created.remove(uid);
         self.resize
             .lock()

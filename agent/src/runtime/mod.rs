@@ -208,6 +208,9 @@ pub struct Deps {
     pub api_objects: crate::api_objects::ApiObjects,
     /// The image manager: the runtime asks it for each container's image.
     pub images: crate::images::Images,
+    /// The volume manager: the runtime asks it to set up, refresh and tear down the pods'
+    /// volumes and for each container's mounts.
+    pub volumes: crate::volume::Manager,
     /// The pod cache (made once by the agent, shared with the PLEG's side of the agent).
     pub pod_cache: PodCache,
 }
@@ -274,9 +277,8 @@ pub struct Manager {
     api: crate::api_objects::ApiObjects,
     /// The service list the environments' service variables come from, kept briefly.
     services: env::ServiceCache,
-    /// The service account tokens of projected volumes, refreshed as the kubelet's token
-    /// manager refreshes them.
-    tokens: crate::volume::token::Tokens,
+    /// The volume manager: set-up, refresh, mounts and tear-down of the pods' volumes.
+    volumes: crate::volume::Manager,
     /// The image manager (pulls, their back-offs, credentials).
     images: crate::images::Images,
 }
@@ -393,6 +395,7 @@ pub(crate) mod tests {
                 Default::default(),
                 None,
             ),
+            volumes: crate::volume::Manager::new("/pods".into(), 8 << 30, Default::default()),
             pod_cache: Default::default(),
         })
     }

@@ -11,6 +11,7 @@ impl Manager {
             probes,
             api_objects,
             images,
+            volumes,
             pod_cache,
         } = deps;
         Self {
@@ -27,7 +28,7 @@ impl Manager {
             fresh: pod_cache,
             runtime_classes: runtime_class::RuntimeClasses::new(api_objects.clone()),
             api: api_objects,
-            tokens: Default::default(),
+            volumes,
             services: Default::default(),
             images,
         }

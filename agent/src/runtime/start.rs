@@ -24,16 +24,9 @@ pub(super) struct Inputs<'a> {
 }
 
 impl Manager {
-    /// What the node offers a container without a limit (the kubelet's node allocatable; here
-    /// the machine's capacity, nothing being reserved), for the downward API.
+    /// What the node offers a container without a limit, for the downward API.
     pub(super) fn allocatable(&self) -> env::Allocatable {
-        env::Allocatable {
-            cpu_millis: cm::machine_cpus().saturating_mul(1000),
-            memory_bytes: self.cfg.memory_capacity,
-            ephemeral_storage_bytes: cm::filesystem_bytes(
-                self.cfg.pods_dir.parent().unwrap_or(&self.cfg.pods_dir),
-            ),
-        }
+        cm::node_allocatable(self.cfg.memory_capacity, &self.cfg.pods_dir)
     }
 
     /// Starts one container unless it is in crash-loop back-off. `Ok(true)` when started,
@@ -536,19 +529,13 @@ impl Manager {
             labels::CONTAINER_RESOURCES.to_owned(),
             cm::resources_label(&resources),
         );
-        let volume_err = |source| Error::Volume {
-            pod: name.clone(),
-            source,
-        };
-        let volumes = pod
-            .spec
-            .as_ref()
-            .map(crate::volume::plan)
-            .transpose()
-            .map_err(volume_err)?
-            .unwrap_or_default();
-        let mut mounts = crate::volume::container_mounts(&self.cfg.pods_dir, uid, &volumes, c)
-            .map_err(volume_err)?;
+        let mut mounts = self
+            .volumes
+            .mounts(pod, uid, c)
+            .map_err(|source| Error::Volume {
+                pod: name.clone(),
+                source,
+            })?;
         mounts.extend(
             self.termination_message_mount(uid, c, restart_count)
                 .map_err(|source| Error::TerminationMessage {

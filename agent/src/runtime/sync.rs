@@ -139,7 +139,7 @@ impl Manager {
             if !actions.terminal && !actions.kill_pod {
                 // As the kubelet remounts them at each sync: changed configMaps, secrets and
                 // tokens reach the running pod's volumes.
-                self.refresh_volumes(pod, uid, &name).await;
+                self.volumes.refresh(pod, uid, &name).await;
             }
             outcome.actions = actions;
             if !stops {
@@ -167,7 +167,13 @@ impl Manager {
             crate::images::Prefetched::default()
         };
         // Before the sandbox, as the kubelet waits for a pod's volumes before creating it.
-        self.set_up_volumes(pod, uid, &name).await?;
+        self.volumes
+            .set_up(pod, uid, &name)
+            .await
+            .map_err(|source| Error::Volume {
+                pod: name.clone(),
+                source,
+            })?;
         outcome.volumes_set_up = Some(Instant::now());
         let cgroup = self
             .cm
@@ -365,155 +371,5 @@ impl Manager {
                 .map_err(Self::cri_err(name))?,
         };
         Ok(hooks::sandbox_ips(status.as_ref()))
-    }
-
-    /// Checks the pod's volumes and every container's mounts of them, computes the files of its
-    /// configMap, secret, downwardAPI and projected volumes (reading their objects: one missing
-    /// stops the set-up before anything is made), and sets the volumes up (`volume::set_up`,
-    /// idempotent) in place ([`blocking_here`]).
-    pub(super) async fn set_up_volumes(&self, pod: &Pod, uid: &str, name: &str) -> Result<()> {
-        let Some(spec) = pod.spec.as_ref() else {
-            return Ok(());
-        };
-        let err = |source| Error::Volume {
-            pod: name.to_owned(),
-            source,
-        };
-        let volumes = crate::volume::plan(spec).map_err(err)?;
-        let init = spec.init_containers.iter().flatten();
-        for c in spec.containers.iter().chain(init) {
-            crate::volume::check_mounts(&volumes, c).map_err(err)?;
-        }
-        if volumes.is_empty() {
-            return Ok(());
-        }
-        let mut payloads = HashMap::new();
-        for (volume, payload) in self.volume_payloads(pod, &volumes).await {
-            match payload {
-                Ok(p) => {
-                    payloads.insert(volume, p);
-                }
-                // Set up before (the pod runs): it keeps its files, as the kubelet keeps a
-                // mounted volume whose remount failed, and the containers still start.
-                Err(e) if crate::volume::is_written(&self.cfg.pods_dir, uid, &volumes, &volume) => {
-                    tracing::warn!(pod = %name, error = %e, "volume not updated");
-                }
-                Err(e) => return Err(err(e)),
-            }
-        }
-        let ctx = crate::volume::Context {
-            node_memory: self.cfg.memory_capacity,
-            pod_memory_limit: cm::resource_config_for_pod(pod)
-                .ok()
-                .and_then(|r| r.memory_limit),
-            fs_group: spec.security_context.as_ref().and_then(|s| s.fs_group),
-        };
-        // Here, not on the blocking pool: a few file-system calls and mounts, on the start's
-        // critical path, where the hand-over to a pool thread and back costs more on a busy
-        // node than the work itself.
-        blocking_here(|| crate::volume::set_up(&self.cfg.pods_dir, uid, &volumes, ctx, &payloads))
-            .map_err(err)
-    }
-
-    /// The files of each configMap, secret, downwardAPI and projected volume of the pod, by
-    /// volume name, in the pod's order: for a volume whose objects are missing (and not
-    /// optional) or unreadable, the kubelet's `MountVolume.SetUp failed` error naming it.
-    async fn volume_payloads(
-        &self,
-        pod: &Pod,
-        volumes: &[crate::volume::Volume],
-    ) -> Vec<(
-        String,
-        std::result::Result<crate::volume::atomic::Payload, crate::volume::Error>,
-    )> {
-        use crate::volume::{Source, projection};
-        let projections: Vec<(&str, &projection::Projection)> = volumes
-            .iter()
-            .filter_map(|v| match &v.source {
-                Source::Projection(p) => Some((v.name.as_str(), p)),
-                _ => None,
-            })
-            .collect();
-        if projections.is_empty() {
-            return Vec::new();
-        }
-        let all: Vec<&projection::Projection> = projections.iter().map(|(_, p)| *p).collect();
-        let objects = projection::fetch(&self.api, &self.tokens, pod, &all).await;
-        let node = projection::NodeContext {
-            allocatable: self.allocatable(),
-            fs_user: projection::fs_user(pod),
-            fs_group: pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.security_context.as_ref())
-                .and_then(|s| s.fs_group)
-                .and_then(|g| u32::try_from(g).ok()),
-        };
-        projections
-            .into_iter()
-            .map(|(name, p)| {
-                let payload = projection::payload(pod, p, &objects, &node).map_err(|message| {
-                    crate::volume::Error::SetUp {
-                        volume: name.to_owned(),
-                        message,
-                    }
-                });
-                (name.to_owned(), payload)
-            })
-            .collect()
-    }
-
-    /// Rewrites the pod's configMap, secret, downwardAPI and projected volumes that are set up,
-    /// with what their objects hold now (the atomic writer leaves an unchanged volume alone).
-    /// A volume whose objects cannot be read keeps its files (logged), as the kubelet keeps a
-    /// volume whose remount failed.
-    pub(super) async fn refresh_volumes(&self, pod: &Pod, uid: &str, name: &str) {
-        let Some(spec) = pod.spec.as_ref() else {
-            return;
-        };
-        let Ok(volumes) = crate::volume::plan(spec) else {
-            return;
-        };
-        if !volumes
-            .iter()
-            .any(|v| matches!(v.source, crate::volume::Source::Projection(_)))
-        {
-            return;
-        }
-        let mut payloads = HashMap::new();
-        for (volume, payload) in self.volume_payloads(pod, &volumes).await {
-            match payload {
-                Ok(p) => {
-                    payloads.insert(volume, p);
-                }
-                Err(e) => tracing::warn!(pod = %name, error = %e, "volume not updated"),
-            }
-        }
-        let fs_group = spec.security_context.as_ref().and_then(|s| s.fs_group);
-        let (pods_dir, uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
-        let done = tokio::task::spawn_blocking(move || {
-            crate::volume::refresh(&pods_dir, &uid, &volumes, fs_group, &payloads)
-        })
-        .await;
-        match done {
-            Ok(Ok(changed)) if !changed.is_empty() => {
-                tracing::info!(pod = %name, volumes = ?changed, "volumes updated");
-            }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(pod = %name, error = %e, "refreshing volumes"),
-            Err(e) => tracing::warn!(pod = %name, %e, "refreshing volumes"),
-        }
-    }
-}
-
-/// Runs short blocking work on this very thread, telling a multi-threaded runtime so
-/// (`block_in_place`) that its other tasks move to another worker meanwhile; on a
-/// current-thread runtime (unit tests) it simply runs.
-fn blocking_here<T>(work: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    if Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread) {
-        tokio::task::block_in_place(work)
-    } else {
-        work()
     }
 }

@@ -11,6 +11,7 @@
 //! all but configMap), and rewritten at each pod sync ([`refresh`]). Every other volume type is
 //! refused ([`unsupported`]).
 pub mod atomic;
+mod manager;
 mod mountinfo;
 pub mod projection;
 mod remove;
@@ -24,6 +25,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, Volume as ApiVolume, Volume
 use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
 
+pub use manager::Manager;
 pub use mountinfo::{MountPoint, mount_points};
 pub use remove::{remove_pod_dir, tear_down};
 pub use setup::{Context, is_written, refresh, set_up};
