@@ -12,9 +12,8 @@ use std::{
 use anyhow::{Context as _, bail};
 
 const PROBE_CRATE: &str = "swiftlet-ebpf";
-const TOOLCHAIN: &str = "nightly";
-const SETUP_HINT: &str = "run `cargo xtask setup` (it installs the nightly rust-src component and \
-                          bpf-linker 0.10.0)";
+const SETUP_HINT: &str = "run `cargo xtask setup` (it installs the pinned nightly with rust-src \
+                          and bpf-linker 0.10.0)";
 
 fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(
@@ -23,13 +22,16 @@ fn main() -> anyhow::Result<()> {
     let probe_dir = manifest_dir.join("..").join("agent-ebpf");
     let common_dir = probe_dir.join("common");
     println!("cargo:rerun-if-changed={}", common_dir.display());
+    let toolchain_file = probe_dir.join("rust-toolchain.toml");
+    println!("cargo:rerun-if-changed={}", toolchain_file.display());
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=PATH");
     if env::var_os("CARGO_FEATURE_EBPF").is_none() {
         return Ok(());
     }
 
-    check_prerequisites()?;
+    let toolchain = pinned_nightly(&toolchain_file)?;
+    check_prerequisites(&toolchain)?;
 
     let probe_dir_str = probe_dir
         .to_str()
@@ -40,7 +42,7 @@ fn main() -> anyhow::Result<()> {
             root_dir: probe_dir_str,
             ..Default::default()
         }],
-        aya_build::Toolchain::Nightly,
+        aya_build::Toolchain::Custom(&toolchain),
     )
     .with_context(|| {
         format!("building the eBPF probes ({PROBE_CRATE}); if a tool is missing, {SETUP_HINT}")
@@ -58,19 +60,31 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Fails with a clear message when the nightly toolchain, its `rust-src`, or `bpf-linker` is
-/// missing (the errors from deep inside a nested cargo build are much harder to read).
-fn check_prerequisites() -> anyhow::Result<()> {
+/// The dated nightly channel of `agent-ebpf/rust-toolchain.toml` (its `channel = "..."` line).
+fn pinned_nightly(file: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("reading the probes' toolchain pin {}", file.display()))?;
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("channel"))
+        .filter_map(|l| l.trim_start().strip_prefix('='))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .find(|v| v.starts_with("nightly-"))
+        .with_context(|| format!("{} names no dated nightly channel", file.display()))
+}
+
+/// Fails with a clear message when the pinned nightly toolchain, its `rust-src`, or `bpf-linker`
+/// is missing (the errors from deep inside a nested cargo build are much harder to read).
+fn check_prerequisites(toolchain: &str) -> anyhow::Result<()> {
     if find_in_path("bpf-linker").is_none() {
         bail!("bpf-linker was not found on PATH; {SETUP_HINT}");
     }
     let output = Command::new("rustup")
-        .args(["run", TOOLCHAIN, "rustc", "--print", "sysroot"])
+        .args(["run", toolchain, "rustc", "--print", "sysroot"])
         .output()
-        .with_context(|| format!("running `rustup run {TOOLCHAIN} rustc`; {SETUP_HINT}"))?;
+        .with_context(|| format!("running `rustup run {toolchain} rustc`; {SETUP_HINT}"))?;
     if !output.status.success() {
         bail!(
-            "the {TOOLCHAIN} toolchain is not usable ({}); {SETUP_HINT}",
+            "the {toolchain} toolchain is not usable ({}); {SETUP_HINT}",
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
@@ -78,7 +92,7 @@ fn check_prerequisites() -> anyhow::Result<()> {
     let core_src = sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml");
     if !core_src.is_file() {
         bail!(
-            "the {TOOLCHAIN} toolchain has no rust-src component ({} is missing); {SETUP_HINT}",
+            "the {toolchain} toolchain has no rust-src component ({} is missing); {SETUP_HINT}",
             core_src.display()
         );
     }

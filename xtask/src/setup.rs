@@ -34,7 +34,8 @@ pub enum Error {
     #[error(
         "setup must run as root (it installs Debian packages); run `sudo -E cargo xtask setup`, \
          or install by hand: `apt-get update && apt-get install -y {packages}`, \
-         `rustup component add rust-src --toolchain nightly`, \
+         `rustup toolchain install <the channel of agent-ebpf/rust-toolchain.toml> --profile \
+         minimal --component rust-src`, \
          `cargo install bpf-linker --version {BPF_LINKER_VERSION} --locked`",
         packages = APT_PACKAGES.join(" ")
     )]
@@ -124,12 +125,26 @@ pub fn missing_packages() -> Vec<&'static str> {
         .collect()
 }
 
-fn rust_src_installed() -> bool {
+/// The dated nightly the probes build with: the `channel` of `agent-ebpf/rust-toolchain.toml`
+/// (agent/build.rs reads the same line).
+pub fn pinned_nightly() -> String {
+    let file = crate::workspace_root().join("agent-ebpf/rust-toolchain.toml");
+    std::fs::read_to_string(&file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("channel"))
+        .filter_map(|l| l.trim_start().strip_prefix('='))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .find(|v| v.starts_with("nightly-"))
+        .unwrap_or_else(|| "nightly".to_owned())
+}
+
+fn rust_src_installed(toolchain: &str) -> bool {
     output(Command::new("rustup").args([
         "component",
         "list",
         "--toolchain",
-        "nightly",
+        toolchain,
         "--installed",
     ]))
     .is_some_and(|o| o.lines().any(|l| l.trim().starts_with("rust-src")))
@@ -163,14 +178,24 @@ pub fn ensure_packages(report: &mut Report) -> Result<(), Error> {
     Ok(())
 }
 
-/// Adds `rust-src` to the nightly toolchain when missing (the probes build with `-Z build-std`).
+/// Installs the pinned nightly with `rust-src` when missing (the probes build with
+/// `-Z build-std`).
 pub fn ensure_rust_src(report: &mut Report) -> Result<(), Error> {
-    if rust_src_installed() {
-        note("rust-src (nightly): present");
+    let toolchain = pinned_nightly();
+    if rust_src_installed(&toolchain) {
+        note(format!("{toolchain} with rust-src: present"));
         return Ok(());
     }
-    note("rust-src (nightly): adding");
-    run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+    note(format!("{toolchain} with rust-src: installing"));
+    run(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        &toolchain,
+        "--profile",
+        "minimal",
+        "--component",
+        "rust-src",
+    ]))?;
     report.added_rust_src = true;
     Ok(())
 }
@@ -215,7 +240,9 @@ pub fn run_all(progress: &mut Progress) -> Result<Report, Error> {
     }
     let mut report = Report::default();
     progress.step("apt packages", || ensure_packages(&mut report))?;
-    progress.step("rust-src for nightly", || ensure_rust_src(&mut report))?;
+    progress.step("the probes' nightly with rust-src", || {
+        ensure_rust_src(&mut report)
+    })?;
     progress.step("bpf-linker", || ensure_bpf_linker(&mut report))?;
     Ok(report)
 }
