@@ -633,7 +633,8 @@ impl Monitor {
         let events = {
             let _entered = runtime.enter();
             // SAFETY: the RingBuf owns the map's file descriptor (an `OwnedFd` inside `MapData`),
-            // which stays open and unchanged until the `AsyncFd` drops it; we never swap it out.
+            // which stays open and unchanged until the `AsyncFd` drops it; we never swap it out
+            // (the reader's only `get_mut` use is `reader::drain`, which reads records).
             unsafe { AsyncFd::register_with_interest(events, Interest::READABLE) }
                 .map_err(|e| Error::AsyncFd(e.into_parts().1))?
         };
