@@ -1104,15 +1104,12 @@ pub fn observe(
     let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok());
-    // SAFETY: sysinfo fills the struct before it is read.
-    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
-    if let Some(max) = pid_max
-        && unsafe { libc::sysinfo(&mut info) } == 0
-    {
+    if let Some(max) = pid_max {
+        let procs = rustix::system::sysinfo().procs;
         out.insert(
             Signal::PidAvailable,
             Observation {
-                available: max.saturating_sub(u64::from(info.procs)),
+                available: max.saturating_sub(u64::from(procs)),
                 capacity: max,
             },
         );

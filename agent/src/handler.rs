@@ -45,6 +45,26 @@ pub enum Handler {
     Sleep(Duration),
 }
 
+/// Why a probe's or lifecycle hook's handler is refused, in the API server's validation words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("port {0} is not between 1 and 65535")]
+    Port(i32),
+    #[error("port name is empty")]
+    EmptyPortName,
+    #[error("httpGet.scheme must be HTTP or HTTPS (got {0:?})")]
+    Scheme(String),
+    #[error("grpc.port {0} is not between 1 and 65535")]
+    GrpcPort(i32),
+    #[error("exec.command is empty")]
+    EmptyCommand,
+    /// None of the handlers it may have (named).
+    #[error("no handler ({0})")]
+    NoHandler(&'static str),
+    #[error("more than one handler")]
+    MoreThanOne,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpGet {
     pub host: Option<String>,
@@ -56,13 +76,11 @@ pub struct HttpGet {
 
 impl HttpGet {
     /// Validates an API httpGet action and applies its defaults (scheme HTTP, path `/`).
-    pub fn parse(h: &HTTPGetAction) -> Result<HttpGet, String> {
+    pub fn parse(h: &HTTPGetAction) -> Result<HttpGet, Invalid> {
         check_port(&h.port)?;
         let scheme = h.scheme.clone().unwrap_or_else(|| "HTTP".into());
         if !matches!(scheme.as_str(), "HTTP" | "HTTPS") {
-            return Err(format!(
-                "httpGet.scheme must be HTTP or HTTPS (got {scheme:?})"
-            ));
+            return Err(Invalid::Scheme(scheme));
         }
         let path = match h.path.as_deref() {
             None | Some("") => "/".to_owned(),
@@ -94,11 +112,11 @@ pub struct Grpc {
 
 impl Grpc {
     /// Validates an API grpc action and applies its default (service "").
-    pub fn parse(g: &GRPCAction) -> Result<Grpc, String> {
+    pub fn parse(g: &GRPCAction) -> Result<Grpc, Invalid> {
         let port = u16::try_from(g.port)
             .ok()
             .filter(|&p| p != 0)
-            .ok_or_else(|| format!("grpc.port {} is not between 1 and 65535", g.port))?;
+            .ok_or(Invalid::GrpcPort(g.port))?;
         Ok(Grpc {
             port,
             service: g.service.clone().unwrap_or_default(),
@@ -107,30 +125,28 @@ impl Grpc {
 }
 
 /// An `exec` handler's command; the API requires one.
-pub fn exec_command(e: &ExecAction) -> Result<Vec<String>, String> {
+pub fn exec_command(e: &ExecAction) -> Result<Vec<String>, Invalid> {
     match e.command.as_deref() {
         Some(cmd) if !cmd.is_empty() => Ok(cmd.to_vec()),
-        _ => Err("exec.command is empty".into()),
+        _ => Err(Invalid::EmptyCommand),
     }
 }
 
 /// The one handler a probe or hook declares: none (`kinds` says which it may have) or more than
 /// one is an error, as the API's validation has it.
-pub fn exactly_one<T>(mut handlers: Vec<T>, kinds: &str) -> Result<T, String> {
+pub fn exactly_one<T>(mut handlers: Vec<T>, kinds: &'static str) -> Result<T, Invalid> {
     match handlers.len() {
         1 => Ok(handlers.remove(0)),
-        0 => Err(format!("no handler ({kinds})")),
-        _ => Err("more than one handler".into()),
+        0 => Err(Invalid::NoHandler(kinds)),
+        _ => Err(Invalid::MoreThanOne),
     }
 }
 
 /// A port given by number (1 to 65535) or by a non-empty name.
-pub fn check_port(p: &IntOrString) -> Result<(), String> {
+pub fn check_port(p: &IntOrString) -> Result<(), Invalid> {
     match p {
-        IntOrString::Int(n) if !(1..=65535).contains(n) => {
-            Err(format!("port {n} is not between 1 and 65535"))
-        }
-        IntOrString::String(s) if s.is_empty() => Err("port name is empty".into()),
+        IntOrString::Int(n) if !(1..=65535).contains(n) => Err(Invalid::Port(*n)),
+        IntOrString::String(s) if s.is_empty() => Err(Invalid::EmptyPortName),
         _ => Ok(()),
     }
 }
@@ -980,7 +996,11 @@ mod tests {
             port: 0,
             service: None,
         });
-        assert_eq!(bad.unwrap_err(), "grpc.port 0 is not between 1 and 65535");
+        assert_eq!(bad, Err(Invalid::GrpcPort(0)));
+        assert_eq!(
+            Invalid::GrpcPort(0).to_string(),
+            "grpc.port 0 is not between 1 and 65535"
+        );
     }
 
     #[tokio::test]

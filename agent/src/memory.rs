@@ -36,7 +36,8 @@ pub fn fix_allocator() -> bool {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn fix() -> bool {
     let int = |v: usize| libc::c_int::try_from(v).unwrap_or(libc::c_int::MAX);
-    // SAFETY: mallopt sets one of the allocator's parameters; it takes no pointers.
+    // SAFETY: mallopt takes two integers by value (no pointers) and sets one of glibc malloc's
+    // parameters under its lock; any value is accepted or refused (returns 0), never UB.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, int(MMAP_THRESHOLD)) == 1
             && libc::mallopt(libc::M_ARENA_MAX, int(ARENAS)) == 1
@@ -64,20 +65,24 @@ pub fn release_free_memory() -> bool {
         }
         *last = Some(Instant::now());
     }
-    trim();
+    trim_now();
     true
 }
 
+/// Returns free heap pages to the system now, whenever it was last done (after a one-off peak,
+/// such as loading the eBPF probes). Blocking, as [`release_free_memory`].
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn trim() {
-    // SAFETY: malloc_trim only walks the allocator's own free lists; it takes no pointers.
+pub fn trim_now() {
+    // SAFETY: malloc_trim takes no pointers and only walks the allocator's own free lists under
+    // its locks; glibc's malloc is the allocator in use (Rust's System allocator on gnu), so
+    // there is no other heap it could disturb.
     unsafe {
         libc::malloc_trim(0);
     }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn trim() {}
+pub fn trim_now() {}
 
 #[cfg(test)]
 mod tests {
@@ -97,7 +102,7 @@ mod tests {
     /// Bytes the allocator holds in blocks mapped on their own.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     fn mapped_bytes() -> usize {
-        // SAFETY: mallinfo2 fills in and returns a plain struct of counters.
+        // SAFETY: mallinfo2 takes no arguments and returns a plain struct of counters by value.
         unsafe { libc::mallinfo2() }.hblkhd
     }
 

@@ -263,9 +263,7 @@ fn boot_time() -> Option<String> {
 }
 
 fn processes_now() -> Option<u64> {
-    // SAFETY: sysinfo fills the struct before it is read.
-    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
-    (unsafe { libc::sysinfo(&mut info) } == 0).then_some(u64::from(info.procs))
+    Some(u64::from(rustix::system::sysinfo().procs))
 }
 
 /// What the provider remembers between reads.

@@ -120,9 +120,11 @@ pub(super) fn remove_tree(dir: &Path) -> Result<()> {
         if pids.is_empty() {
             break;
         }
-        for pid in pids {
-            // SAFETY: kill(2) has no memory-safety preconditions.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+        // A process, never a group: 0 and negative numbers (not in a cgroup.procs) are skipped.
+        let procs = pids.into_iter().filter(|&p| p > 0);
+        for pid in procs.filter_map(rustix::process::Pid::from_raw) {
+            // Best effort: one that exited meanwhile is gone anyway.
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

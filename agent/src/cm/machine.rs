@@ -33,22 +33,17 @@ pub fn node_ip() -> Option<IpAddr> {
     node_ips().into_iter().next()
 }
 
-/// The machine's host name (gethostname(2)).
+/// The machine's host name: uname(2)'s node name, which is what glibc's gethostname(2) returns.
 pub fn hostname() -> std::io::Result<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on success.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8(buf[..end].to_vec())
+    let uts = rustix::system::uname();
+    String::from_utf8(uts.nodename().to_bytes().to_vec())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// The CPUs online (the node's cpu capacity).
 pub fn machine_cpus() -> u64 {
-    // SAFETY: sysconf reads a system value; it has no memory effects.
+    // SAFETY: sysconf takes a name by value and returns a number: no pointers, no memory
+    // effects. (rustix has no equivalent: glibc counts the online CPUs from sysfs.)
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     if n > 0 {
         n as u64
@@ -85,19 +80,15 @@ pub struct FsSpace {
 pub fn filesystem_stats(path: &Path) -> std::io::Result<FsSpace> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: statvfs writes the struct before it is read; `c` outlives the call.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let frsize = st.f_frsize as u64;
-    let capacity_bytes = (st.f_blocks as u64).saturating_mul(frsize);
+    let st = rustix::fs::statvfs(c.as_c_str())?;
+    let frsize = st.f_frsize;
+    let capacity_bytes = st.f_blocks.saturating_mul(frsize);
     Ok(FsSpace {
         capacity_bytes,
-        available_bytes: (st.f_bavail as u64).saturating_mul(frsize),
-        used_bytes: capacity_bytes.saturating_sub((st.f_bfree as u64).saturating_mul(frsize)),
-        inodes: st.f_files as u64,
-        inodes_free: st.f_ffree as u64,
+        available_bytes: st.f_bavail.saturating_mul(frsize),
+        used_bytes: capacity_bytes.saturating_sub(st.f_bfree.saturating_mul(frsize)),
+        inodes: st.f_files,
+        inodes_free: st.f_ffree,
     })
 }
 

@@ -79,22 +79,11 @@ pub struct CgroupDirs {
 /// Reads `rel` (relative to `dir`) whole; cgroup files are small, and one buffer read avoids the
 /// size probe of `fs::read_to_string`.
 fn read_at(dir: &fs::File, rel: &str) -> Option<String> {
+    use rustix::fs::{Mode, OFlags};
     use std::io::Read;
-    use std::os::fd::{AsRawFd, FromRawFd};
-    let c = std::ffi::CString::new(rel).ok()?;
-    // SAFETY: `dir` is an open directory and `c` a NUL-terminated path, both valid for the call.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: `fd` was just opened and is owned by nothing else.
-    let mut file = unsafe { fs::File::from_raw_fd(fd) };
+    // A `rel` with a NUL byte fails here too.
+    let fd = rustix::fs::openat(dir, rel, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let mut file = fs::File::from(fd);
     let mut buf = [0u8; 4096];
     let mut out = Vec::new();
     loop {

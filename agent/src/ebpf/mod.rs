@@ -633,7 +633,8 @@ impl Monitor {
         let events = {
             let _entered = runtime.enter();
             // SAFETY: the RingBuf owns the map's file descriptor (an `OwnedFd` inside `MapData`),
-            // which stays open and unchanged until the `AsyncFd` drops it; we never swap it out.
+            // which stays open and unchanged until the `AsyncFd` drops it; we never swap it out
+            // (the reader's only `get_mut` use is `reader::drain`, which reads records).
             unsafe { AsyncFd::register_with_interest(events, Interest::READABLE) }
                 .map_err(|e| Error::AsyncFd(e.into_parts().1))?
         };
@@ -647,8 +648,7 @@ impl Monitor {
         ));
         // Loading parsed the kernel's BTF (several MiB, freed again by now); glibc keeps freed
         // heap pages mapped, so hand them back or they count in the agent's RSS forever.
-        // SAFETY: malloc_trim only releases free memory of the allocator; no pointers are involved.
-        unsafe { libc::malloc_trim(0) };
+        crate::memory::trim_now();
         tracing::info!(
             raw_cgroup_tracepoints = raw_offsets.is_some(),
             process_probes = pod_root.is_some(),
@@ -797,14 +797,15 @@ fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, Error
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones to the memory cgroup.
 /// Raising the limit needs CAP_SYS_RESOURCE, which this agent may lack: failure is not an error.
 fn raise_memlock_rlimit() {
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
+    use rustix::process::{Resource, Rlimit};
+    // `None` is RLIM_INFINITY.
+    let unlimited = Rlimit {
+        current: None,
+        maximum: None,
     };
-    // SAFETY: `unlimited` is a valid rlimit that outlives the call.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
+    if let Err(e) = rustix::process::setrlimit(Resource::Memlock, unlimited) {
         tracing::debug!(
-            error = %std::io::Error::last_os_error(),
+            error = %std::io::Error::from(e),
             "could not raise RLIMIT_MEMLOCK (fine on kernels >= 5.11)"
         );
     }

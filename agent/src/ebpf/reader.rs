@@ -21,7 +21,7 @@
 //! flag read a CPU reordered against the reader's (a store still in its store buffer).
 
 use std::{
-    os::fd::AsRawFd as _,
+    ffi::c_void,
     ptr::NonNull,
     sync::{
         Arc,
@@ -88,42 +88,51 @@ impl Wakeups {
 /// A read-only mapping of a BPF ring buffer's first two pages: the consumer position (page 0)
 /// and the producer position (page 1), each a `u64` the kernel and the reader update.
 struct Positions {
-    base: NonNull<libc::c_void>,
+    base: NonNull<c_void>,
     page: usize,
 }
 
-// SAFETY: the mapping is plain shared memory read through atomics; it is owned by one value.
+// SAFETY: `Positions` owns its mapping (no other value refers to it, and it is unmapped only in
+// `Drop`); the mapping is process-wide shared memory, only ever read through atomics, so moving
+// the owner to another thread is sound. (Not `Sync`: nothing needs it.)
 unsafe impl Send for Positions {}
 
 impl Positions {
     fn map(ring: &RingBuf<MapData>) -> std::io::Result<Self> {
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-            .map_err(|_| std::io::Error::other("page size unknown"))?;
-        // SAFETY: a new read-only shared mapping of the ring's fd; the kernel checks the range.
+        use rustix::mm::{MapFlags, ProtFlags};
+        let page = rustix::param::page_size();
+        // SAFETY: a new mapping at an address the kernel picks (null hint, no MAP_FIXED), so no
+        // existing memory is replaced; read-only and shared, of the ring's own fd, whose first two
+        // pages (consumer and producer positions) the kernel lets user space map read-only.
+        // The kernel checks the length against the map; the mapping is owned by `Self` and
+        // unmapped once, in `Drop`.
         let base = unsafe {
-            libc::mmap(
+            rustix::mm::mmap(
                 std::ptr::null_mut(),
                 2 * page,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                ring.as_raw_fd(),
+                ProtFlags::READ,
+                MapFlags::SHARED,
+                ring,
                 0,
             )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        }?;
         NonNull::new(base)
             .map(|base| Self { base, page })
             .ok_or_else(|| std::io::Error::other("mmap returned null"))
     }
 
     fn load(&self, offset: usize) -> u64 {
-        // SAFETY: `offset` is 0 or one page into a live mapping of two pages; the kernel keeps an
-        // 8-byte aligned u64 at the start of each, updated concurrently, hence the atomic load.
-        unsafe { AtomicU64::from_ptr(self.base.as_ptr().cast::<u8>().add(offset).cast()) }
-            .load(Ordering::Acquire)
+        // SAFETY: `offset` is 0 or one page into a live mapping of two pages (it lives as long as
+        // `self`, which the reference does not outlive); the kernel keeps a page-aligned, hence
+        // 8-byte aligned, u64 at the start of each, updated concurrently, hence the atomic
+        // access. The mapping is read-only: only a Relaxed load of at most 8 bytes is sound on
+        // read-only memory (std's "Atomic accesses to read-only memory"), never a store, so
+        // Acquire is a fence after it.
+        let value =
+            unsafe { AtomicU64::from_ptr(self.base.as_ptr().cast::<u8>().add(offset).cast()) }
+                .load(Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Acquire);
+        value
     }
 
     /// Nothing reserved past what the reader has consumed.
@@ -134,8 +143,9 @@ impl Positions {
 
 impl Drop for Positions {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `map`, once.
-        unsafe { libc::munmap(self.base.as_ptr(), 2 * self.page) };
+        // SAFETY: unmaps exactly the mapping made in `map` (same address and length), once: drop
+        // runs once, and no reference into the mapping outlives `self` (`load` returns a copy).
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr(), 2 * self.page) };
     }
 }
 

@@ -150,8 +150,7 @@ fn on_outside_a_runtime_is_an_error_and_auto_is_not() {
 /// True when this process may load probes. Without root the test is skipped loudly, unless
 /// `SWIFTLET_REQUIRE_RUNTIME=1`, where it fails.
 fn have_root(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if rustix::process::geteuid().is_root() {
         return true;
     }
     assert!(

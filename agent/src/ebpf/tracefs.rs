@@ -57,8 +57,7 @@ pub fn ensure_mounted() -> Result<PathBuf, Error> {
     if let Some(found) = find() {
         return Ok(found);
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Err(Error::NotMountedNotRoot);
     }
     let target = PathBuf::from(TRACEFS_MOUNT);
@@ -90,25 +89,18 @@ fn find() -> Option<PathBuf> {
         .find(|dir| dir.join("events").is_dir())
 }
 
+/// mount("tracefs", target, "tracefs", 0, NULL).
 fn mount_tracefs(target: &Path) -> Result<(), std::io::Error> {
-    let source = CString::new("tracefs").map_err(std::io::Error::other)?;
     let target_c =
         CString::new(target.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: all pointers are valid NUL-terminated strings that outlive the call; data is null.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target_c.as_ptr(),
-            source.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    rustix::mount::mount(
+        c"tracefs",
+        target_c.as_c_str(),
+        c"tracefs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    )?;
+    Ok(())
 }
 
 /// Reads `events/cgroup/<name>/format` under `tracefs`.

@@ -64,24 +64,28 @@ impl Spec {
     }
 
     fn parse_inner(kind: Kind, p: &Probe) -> Result<Spec, String> {
+        let invalid = |e: crate::handler::Invalid| e.to_string();
         let mut handlers = Vec::new();
         if let Some(e) = &p.exec {
-            handlers.push(Handler::Exec(crate::handler::exec_command(e)?));
+            handlers.push(Handler::Exec(
+                crate::handler::exec_command(e).map_err(invalid)?,
+            ));
         }
         if let Some(h) = &p.http_get {
-            handlers.push(Handler::Http(HttpGet::parse(h)?));
+            handlers.push(Handler::Http(HttpGet::parse(h).map_err(invalid)?));
         }
         if let Some(t) = &p.tcp_socket {
-            crate::handler::check_port(&t.port)?;
+            crate::handler::check_port(&t.port).map_err(invalid)?;
             handlers.push(Handler::Tcp {
                 host: t.host.clone().filter(|h| !h.is_empty()),
                 port: t.port.clone(),
             });
         }
         if let Some(g) = &p.grpc {
-            handlers.push(Handler::Grpc(Grpc::parse(g)?));
+            handlers.push(Handler::Grpc(Grpc::parse(g).map_err(invalid)?));
         }
-        let handler = crate::handler::exactly_one(handlers, "exec, httpGet, tcpSocket or grpc")?;
+        let handler = crate::handler::exactly_one(handlers, "exec, httpGet, tcpSocket or grpc")
+            .map_err(invalid)?;
         let success_threshold = seconds(p.success_threshold, 1, "successThreshold")?;
         if kind != Kind::Readiness && success_threshold != 1 {
             return Err(format!(

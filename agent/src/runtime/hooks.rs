@@ -51,7 +51,9 @@ impl Hook {
     pub(super) fn parse(h: &LifecycleHandler, termination_grace_secs: i64) -> Result<Hook, String> {
         let mut hooks = Vec::new();
         if let Some(e) = &h.exec {
-            hooks.push(Hook::Exec(handler::exec_command(e)?));
+            hooks.push(Hook::Exec(
+                handler::exec_command(e).map_err(|e| e.to_string())?,
+            ));
         }
         if let Some(g) = &h.http_get {
             hooks.push(Hook::Http(
@@ -72,7 +74,7 @@ impl Hook {
             }
             hooks.push(Hook::Sleep(Duration::from_secs(s.seconds.unsigned_abs())));
         }
-        handler::exactly_one(hooks, "exec, httpGet or sleep")
+        handler::exactly_one(hooks, "exec, httpGet or sleep").map_err(|e| e.to_string())
     }
 
     /// The kubelet's name of the handler in messages.

@@ -71,34 +71,28 @@ fn c_path(path: &Path) -> std::io::Result<std::ffi::CString> {
 /// attribute (Linux 5.8 and later) instead of the whole mount table; `None` when the kernel
 /// does not say.
 pub fn is_mount_root(path: &Path) -> std::io::Result<Option<bool>> {
+    use rustix::fs::{AtFlags, CWD, StatxAttributes, StatxFlags};
     let c = c_path(path)?;
-    // SAFETY: an all-zero statx is a valid value of the plain C struct.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is NUL-terminated and alive for the call; `stx` is a valid out-pointer.
-    let rc = unsafe {
-        libc::statx(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-            0,
-            &raw mut stx,
-        )
+    let stx = match rustix::fs::statx(CWD, &c, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::empty()) {
+        Ok(stx) => stx,
+        // No statx in the kernel (before 4.11): glibc's statx falls back to fstatat, which has
+        // no attributes to tell; rustix reports ENOSYS instead, so do as glibc does.
+        Err(rustix::io::Errno::NOSYS) => {
+            rustix::fs::statat(CWD, &c, AtFlags::SYMLINK_NOFOLLOW)?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
     };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let bit = libc::STATX_ATTR_MOUNT_ROOT as u64;
-    Ok((stx.stx_attributes_mask & bit != 0).then_some(stx.stx_attributes & bit != 0))
+    let bit = StatxAttributes::MOUNT_ROOT;
+    Ok(stx
+        .stx_attributes_mask
+        .contains(bit)
+        .then_some(stx.stx_attributes.contains(bit)))
 }
 
 /// Whether the file system that holds `path` is a tmpfs.
 pub fn is_tmpfs(path: &Path) -> std::io::Result<bool> {
     let c = c_path(path)?;
-    // SAFETY: an all-zero statfs is a valid value of the plain C struct.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is NUL-terminated and alive for the call; `st` is a valid out-pointer.
-    if unsafe { libc::statfs(c.as_ptr(), &raw mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(st.f_type == libc::TMPFS_MAGIC)
+    let st = rustix::fs::statfs(&c)?;
+    Ok(st.f_type == libc::TMPFS_MAGIC as rustix::fs::FsWord)
 }

@@ -5,8 +5,10 @@
 //! what it points to) and never enters another filesystem. hostPath volumes live outside the
 //! pod's directory and are never looked at.
 use super::{Error, MountPoint, Result, mountinfo, setup, volumes_dir};
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, Stat};
+use rustix::mount::UnmountFlags;
 use std::ffi::{CStr, CString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -93,23 +95,20 @@ pub fn remove_pod_dir(pods_dir: &Path, uid: &str) -> Result<()> {
 }
 
 pub(super) fn unmount(path: &Path) -> std::io::Result<()> {
-    umount(path, libc::UMOUNT_NOFOLLOW)
+    umount(path, UnmountFlags::NOFOLLOW)
 }
 
 /// Detaches a subPath bind an old container instance may still hold.
 pub(super) fn unmount_detached(path: &Path) -> std::io::Result<()> {
-    umount(path, libc::UMOUNT_NOFOLLOW | libc::MNT_DETACH)
+    umount(path, UnmountFlags::NOFOLLOW | UnmountFlags::DETACH)
 }
 
-fn umount(path: &Path, flags: libc::c_int) -> std::io::Result<()> {
+/// umount2(2) of `path` with `flags` (UMOUNT_NOFOLLOW always: a symlink a pod put in the mount
+/// point's place is not followed).
+fn umount(path: &Path, flags: UnmountFlags) -> std::io::Result<()> {
     let target = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: a NUL-terminated path alive for the call.
-    let rc = unsafe { libc::umount2(target.as_ptr(), flags) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    rustix::mount::unmount(target.as_c_str(), flags)?;
+    Ok(())
 }
 
 /// Removes directory `dir` (an absolute path without symlinks) and everything in it, refusing
@@ -122,14 +121,10 @@ pub(super) fn remove_tree(dir: &Path) -> Result<()> {
     let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
         return Err(err("not a directory that can be removed".into()));
     };
-    let parent = open_dir(
-        libc::AT_FDCWD,
-        &cstring(parent.as_os_str().as_bytes())?,
-        false,
-    )
-    .map_err(|e| err(format!("opening its parent: {e}")))?;
+    let parent = open_dir(CWD, &cstring(parent.as_os_str().as_bytes())?, false)
+        .map_err(|e| err(format!("opening its parent: {e}")))?;
     let name = cstring(name.as_bytes())?;
-    let top = match open_dir(parent.as_raw_fd(), &name, true) {
+    let top = match open_dir(parent.as_fd(), &name, true) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
         Err(e) => return Err(err(format!("opening it: {e}"))),
@@ -137,7 +132,7 @@ pub(super) fn remove_tree(dir: &Path) -> Result<()> {
     let dev = stat_fd(&top).map_err(|e| err(e.to_string()))?.st_dev;
     remove_contents(&top, dev, dir)?;
     drop(top);
-    unlink_at(parent.as_raw_fd(), &name, libc::AT_REMOVEDIR).map_err(|e| err(e.to_string()))
+    unlink_at(parent.as_fd(), &name, AtFlags::REMOVEDIR).map_err(|e| err(e.to_string()))
 }
 
 fn refuse_mount_points(mounts: &[MountPoint], dir: &Path) -> Result<()> {
@@ -154,49 +149,30 @@ fn cstring(b: &[u8]) -> Result<CString> {
     CString::new(b).map_err(|_| Error::Invalid("a path with a NUL byte".into()))
 }
 
-/// Opens directory `name` relative to `at`; with `nofollow`, a symlink there is an error.
-fn open_dir(at: RawFd, name: &CStr, nofollow: bool) -> std::io::Result<OwnedFd> {
-    let mut flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+/// Opens directory `name` relative to `at` (openat(2) with O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+/// with `nofollow` (O_NOFOLLOW), a symlink there is an error.
+fn open_dir(at: BorrowedFd<'_>, name: &CStr, nofollow: bool) -> std::io::Result<OwnedFd> {
+    let mut flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     if nofollow {
-        flags |= libc::O_NOFOLLOW;
+        flags |= OFlags::NOFOLLOW;
     }
-    // SAFETY: a NUL-terminated name alive for the call; the fd returned is owned here.
-    let fd = unsafe { libc::openat(at, name.as_ptr(), flags) };
-    if fd < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        // SAFETY: a fresh descriptor nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
+    Ok(rustix::fs::openat(at, name, flags, Mode::empty())?)
 }
 
-fn stat_fd(fd: &OwnedFd) -> std::io::Result<libc::stat> {
-    // SAFETY: `st` is written by fstat before it is read.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0 {
-        Ok(st)
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+/// fstat(2) of an open descriptor.
+fn stat_fd(fd: &OwnedFd) -> std::io::Result<Stat> {
+    Ok(rustix::fs::fstat(fd)?)
 }
 
-fn lstat_at(at: RawFd, name: &CStr) -> std::io::Result<libc::stat> {
-    // SAFETY: as in `stat_fd`; the name is NUL-terminated.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstatat(at, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } == 0 {
-        Ok(st)
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+/// fstatat(2) of `name` relative to `at` with AT_SYMLINK_NOFOLLOW: a symlink is described, not
+/// what it points to.
+fn lstat_at(at: BorrowedFd<'_>, name: &CStr) -> std::io::Result<Stat> {
+    Ok(rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW)?)
 }
 
-fn unlink_at(at: RawFd, name: &CStr, flags: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: a NUL-terminated name alive for the call.
-    if unsafe { libc::unlinkat(at, name.as_ptr(), flags) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+/// unlinkat(2) of `name` relative to `at`; `flags` is AT_REMOVEDIR for a directory.
+fn unlink_at(at: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> std::io::Result<()> {
+    Ok(rustix::fs::unlinkat(at, name, flags)?)
 }
 
 /// Removes what directory `dir` (open, on device `dev`) holds; `shown` is its path, for errors.
@@ -210,13 +186,13 @@ fn remove_contents(dir: &OwnedFd, dev: u64, shown: &Path) -> Result<()> {
         let file = entry.file_name();
         let path: PathBuf = shown.join(&file);
         let name = cstring(file.as_bytes())?;
-        let st = match lstat_at(dir.as_raw_fd(), &name) {
+        let st = match lstat_at(dir.as_fd(), &name) {
             Ok(st) => st,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(e) => return Err(teardown_err(&path)(e.to_string())),
         };
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            let sub = open_dir(dir.as_raw_fd(), &name, true)
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            let sub = open_dir(dir.as_fd(), &name, true)
                 .map_err(|e| teardown_err(&path)(format!("opening: {e}")))?;
             let sub_dev = stat_fd(&sub)
                 .map_err(|e| teardown_err(&path)(e.to_string()))?
@@ -228,11 +204,12 @@ fn remove_contents(dir: &OwnedFd, dev: u64, shown: &Path) -> Result<()> {
             }
             remove_contents(&sub, dev, &path)?;
             drop(sub);
-            unlink_at(dir.as_raw_fd(), &name, libc::AT_REMOVEDIR)
+            unlink_at(dir.as_fd(), &name, AtFlags::REMOVEDIR)
                 .map_err(|e| teardown_err(&path)(e.to_string()))?;
         } else {
             // A file, socket or symlink: the entry itself goes, never what a symlink names.
-            unlink_at(dir.as_raw_fd(), &name, 0).map_err(|e| teardown_err(&path)(e.to_string()))?;
+            unlink_at(dir.as_fd(), &name, AtFlags::empty())
+                .map_err(|e| teardown_err(&path)(e.to_string()))?;
         }
     }
     Ok(())

@@ -2,6 +2,7 @@
 //! hostPath type checks, subPath directories.
 use super::atomic::{self, Payload};
 use super::{EMPTY_DIR_PLUGIN, Error, HostPathType, Result, Source, Volume, mountinfo};
+use rustix::mount::MountFlags;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
@@ -229,30 +230,24 @@ fn give_to_fs_group(dir: &Path, gid: i64) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o2070))
 }
 
+/// mount(2) of a tmpfs on `dir`, `size` bytes big (0: the kernel's default size). The options
+/// are always passed, an empty string when there are none.
 pub(super) fn mount_tmpfs(dir: &Path, size: u64) -> std::io::Result<()> {
     let cstr = |s: &str| CString::new(s).map_err(std::io::Error::other);
     let target = cstr(&dir.to_string_lossy())?;
-    let (source, fs) = (cstr("tmpfs")?, cstr("tmpfs")?);
     let data = cstr(&if size > 0 {
         format!("size={size}")
     } else {
         String::new()
     })?;
-    // SAFETY: every pointer is a NUL-terminated string alive for the call.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            fs.as_ptr(),
-            0,
-            data.as_ptr().cast(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    rustix::mount::mount(
+        c"tmpfs",
+        target.as_c_str(),
+        c"tmpfs",
+        MountFlags::empty(),
+        data.as_c_str(),
+    )?;
+    Ok(())
 }
 
 /// The kubelet's name of a file type, for type mismatches.
@@ -408,45 +403,37 @@ pub(super) fn bind_sub_path(
     resolved: &Path,
     target: &Path,
 ) -> std::result::Result<(), String> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use rustix::fs::{CWD, FileType, Mode, OFlags};
+    use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
     let root = base
         .canonicalize()
         .map_err(|e| format!("volume path {}: {e}", base.display()))?;
     let rel = resolved
         .strip_prefix(&root)
         .map_err(|_| format!("{} is outside the volume", resolved.display()))?;
-    let open = |at: libc::c_int, name: &std::ffi::CStr| -> std::io::Result<OwnedFd> {
-        // SAFETY: a NUL-terminated name alive for the call; the fd returned is owned here.
-        let fd = unsafe {
-            libc::openat(
-                at,
-                name.as_ptr(),
-                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: `st` is written by fstat before it is read.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+    // openat(2) with O_PATH | O_NOFOLLOW | O_CLOEXEC: a symlink is opened itself (never
+    // followed), and fstat(2) of what was opened refuses it.
+    let open = |at: BorrowedFd<'_>, name: &std::ffi::CStr| -> std::io::Result<OwnedFd> {
+        let fd = rustix::fs::openat(
+            at,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let st = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
             return Err(std::io::Error::other("is a symlink"));
         }
         Ok(fd)
     };
     let cstr = |b: &[u8]| CString::new(b).map_err(|_| "a path with a NUL byte".to_owned());
     use std::os::unix::ffi::OsStrExt;
-    let mut fd = open(libc::AT_FDCWD, &cstr(root.as_os_str().as_bytes())?)
+    let mut fd = open(CWD, &cstr(root.as_os_str().as_bytes())?)
         .map_err(|e| format!("opening {}: {e}", root.display()))?;
     let mut at = root.clone();
     for comp in rel.components() {
         at.push(comp);
-        fd = open(fd.as_raw_fd(), &cstr(comp.as_os_str().as_bytes())?)
+        fd = open(fd.as_fd(), &cstr(comp.as_os_str().as_bytes())?)
             .map_err(|e| format!("opening {} without following symlinks: {e}", at.display()))?;
     }
     let is_dir = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
@@ -455,18 +442,9 @@ pub(super) fn bind_sub_path(
     prepare_target(target, is_dir).map_err(|e| format!("{}: {e}", target.display()))?;
     let source = cstr(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_bytes())?;
     let dest = cstr(target.as_os_str().as_bytes())?;
-    // SAFETY: NUL-terminated strings alive for the call; no data for a bind mount.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            dest.as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
+    // mount(source, dest, NULL, MS_BIND, NULL).
+    if let Err(e) = rustix::mount::mount_bind(source.as_c_str(), dest.as_c_str()) {
+        let e = std::io::Error::from(e);
         return Err(format!(
             "binding {} to {}: {e}",
             resolved.display(),

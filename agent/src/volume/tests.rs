@@ -31,8 +31,7 @@ fn invalid(r: Result<impl std::fmt::Debug>) -> String {
 
 /// A pods dir for a test that mounts, `None` (skipped, loudly) when not root.
 fn pods_dir_for_mounts() -> Option<tempfile::TempDir> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         eprintln!("skipped: mounting needs root");
         return None;
     }
@@ -443,8 +442,8 @@ fn tear_down_removes_disk_volumes_and_never_follows_symlinks() {
     let host = tempfile::tempdir().expect("tempdir");
     std::fs::write(host.path().join("host-data"), "host data").expect("write");
     let vols = two_volumes(host.path());
-    // SAFETY: geteuid has no preconditions. Only root may give a file to another group.
-    let root = unsafe { libc::geteuid() } == 0;
+    // Only root may give a file to another group.
+    let root = rustix::process::geteuid().is_root();
     let ctx = Context {
         fs_group: root.then_some(4321),
         ..Context::default()
@@ -510,10 +509,7 @@ fn a_memory_volume_is_a_tmpfs_of_its_size_unmounted_before_removal() {
             .count()
     };
     assert_eq!(tmpfs(&dir), 1);
-    // SAFETY: statvfs writes the struct before it is read.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    let c = std::ffi::CString::new(dir.to_string_lossy().as_bytes()).expect("path");
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    let st = rustix::fs::statvfs(&dir).expect("statvfs");
     assert_eq!(st.f_blocks * st.f_frsize, 8 << 20, "sizeLimit is the size");
     // The tmpfs root (not the directory below it) belongs to the fsGroup, setgid, group rwx.
     use std::os::unix::fs::MetadataExt;
