@@ -41,10 +41,16 @@ pub enum Error {
     Header(String),
     #[error("determining the node name: {0}")]
     Hostname(String),
+    #[error("{what} {value:?}: must be at least {min:?}")]
+    TooShort {
+        what: &'static str,
+        value: Duration,
+        min: Duration,
+    },
     #[error("--pleg-relist-period {0:?}: must be at least 1ms")]
-    RelistPeriod(String),
+    RelistPeriod(Duration),
     #[error("--runtime-request-timeout {0:?}: must be more than zero")]
-    RequestTimeout(String),
+    RequestTimeout(Duration),
     #[error("--cluster-dns {0:?}: not an IP address")]
     ClusterDns(String),
     #[error("--max-parallel-image-pulls {0}: must be at least 1")]
@@ -97,7 +103,7 @@ pub struct Flags {
     /// it, StopContainer the grace period more, ExecSync the command's timeout more. A call past
     /// its deadline fails, and the pod's sync is retried as after any error [default: 2m].
     #[arg(long, value_name = "DURATION")]
-    pub runtime_request_timeout: Option<String>,
+    pub runtime_request_timeout: Option<GoDuration>,
     /// Directory for the agent's own state [default: /var/lib/swiftlet]. Its `config.json` (or
     /// `.dockercfg`) holds the node's image pull credentials, searched first.
     #[arg(long, value_name = "DIR")]
@@ -136,11 +142,11 @@ pub struct Flags {
     pub read_only_port: Option<u16>,
     /// How often the manifest path is rescanned (inotify catches changes in between) [default: 20s].
     #[arg(long, value_name = "DURATION")]
-    pub file_check_frequency: Option<String>,
+    pub file_check_frequency: Option<GoDuration>,
     /// How often a running pod is synced again without an event (jittered by up to 50%); each
     /// sync rewrites its configMap, secret, downwardAPI and projected volumes [default: 1m].
     #[arg(long, value_name = "DURATION")]
-    pub sync_frequency: Option<String>,
+    pub sync_frequency: Option<GoDuration>,
     /// URL of pod manifests (a Pod or a PodList, YAML or JSON), fetched every
     /// --http-check-frequency. http:// only.
     #[arg(long, value_name = "URL")]
@@ -151,7 +157,7 @@ pub struct Flags {
     pub manifest_url_header: Vec<String>,
     /// How often --manifest-url is fetched [default: 20s].
     #[arg(long, value_name = "DURATION")]
-    pub http_check_frequency: Option<String>,
+    pub http_check_frequency: Option<GoDuration>,
     /// kubeconfig of the API server to take this node's pods from (source "api"), and to read
     /// the RuntimeClass a pod's runtimeClassName names and its image pull secrets (any
     /// source's pods).
@@ -163,7 +169,7 @@ pub struct Flags {
     /// How often the PLEG relists the runtime (swiftlet's own flag; the kubelet's is fixed at
     /// 1s). With eBPF a container's exit is relisted at once anyway [default: 1s].
     #[arg(long, value_name = "DURATION")]
-    pub pleg_relist_period: Option<String>,
+    pub pleg_relist_period: Option<GoDuration>,
     /// Unsafe sysctls (or prefixes ending in `*`, e.g. `kernel.msg*`) pods may set beyond the
     /// safe set; comma-separated, repeatable.
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
@@ -202,7 +208,7 @@ pub struct Flags {
     /// How often the running containers' logs are checked for rotation; at least 3s
     /// [default: 10s].
     #[arg(long, value_name = "DURATION")]
-    pub container_log_monitor_interval: Option<String>,
+    pub container_log_monitor_interval: Option<GoDuration>,
     /// Containers whose logs are checked and rotated at once; at least 1 [default: 1].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub container_log_max_workers: Option<i64>,
@@ -216,11 +222,11 @@ pub struct Flags {
     pub image_gc_low_threshold: Option<i64>,
     /// An image first seen less than this long ago is never collected [default: 2m].
     #[arg(long, value_name = "DURATION")]
-    pub image_minimum_gc_age: Option<String>,
+    pub image_minimum_gc_age: Option<GoDuration>,
     /// An image no container has used for this long is removed whatever the disk use; 0 turns
     /// it off. Must exceed --image-minimum-gc-age [default: 0].
     #[arg(long, value_name = "DURATION")]
-    pub image_maximum_gc_age: Option<String>,
+    pub image_maximum_gc_age: Option<GoDuration>,
     /// Dead instances kept per container of a pod, the newest; negative: no limit [default: 1].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub maximum_dead_containers_per_container: Option<i64>,
@@ -230,7 +236,7 @@ pub struct Flags {
     pub maximum_dead_containers: Option<i64>,
     /// A dead container younger than this is never garbage collected [default: 0].
     #[arg(long, value_name = "DURATION")]
-    pub minimum_container_ttl_duration: Option<String>,
+    pub minimum_container_ttl_duration: Option<GoDuration>,
     /// Pull one image at a time (the kubelet's default is true; swiftlet's is false: distinct
     /// images pull in parallel, and pods asking for one image wait for one pull of it)
     /// [default: false].
@@ -243,7 +249,7 @@ pub struct Flags {
     /// How often image garbage collection looks (swiftlet's own flag; the kubelet's period is
     /// fixed at 5m) [default: 5m].
     #[arg(long, value_name = "DURATION")]
-    pub image_gc_period: Option<String>,
+    pub image_gc_period: Option<GoDuration>,
     /// Hard eviction thresholds: comma-separated <signal><<quantity or percent> (memory.available,
     /// allocatableMemory.available, nodefs.available, nodefs.inodesFree, imagefs.available,
     /// pid.available); "" for none [default: memory.available<100Mi,nodefs.available<10%,
@@ -269,10 +275,10 @@ pub struct Flags {
     /// How often the eviction manager observes the signals (swiftlet's own; the kubelet's is
     /// fixed at 10s) [default: 10s].
     #[arg(long, value_name = "DURATION")]
-    pub eviction_monitoring_interval: Option<String>,
+    pub eviction_monitoring_interval: Option<GoDuration>,
     /// How long a node condition stays after its threshold is no longer met [default: 5m].
     #[arg(long, value_name = "DURATION")]
-    pub eviction_pressure_transition_period: Option<String>,
+    pub eviction_pressure_transition_period: Option<GoDuration>,
     /// Resources reserved for the system (memory=<quantity>,...): pods may not use them; the
     /// allocatableMemory.available signal counts from capacity minus both reservations.
     #[arg(long, value_name = "RESOURCES")]
@@ -319,17 +325,17 @@ pub struct Flags {
     pub authorization_mode: Option<String>,
     /// How long an allowed Webhook decision is cached [default: 5m].
     #[arg(long, value_name = "DURATION")]
-    pub authorization_webhook_cache_authorized_ttl: Option<String>,
+    pub authorization_webhook_cache_authorized_ttl: Option<GoDuration>,
     /// How long a denied Webhook decision is cached [default: 30s].
     #[arg(long, value_name = "DURATION")]
-    pub authorization_webhook_cache_unauthorized_ttl: Option<String>,
+    pub authorization_webhook_cache_unauthorized_ttl: Option<GoDuration>,
     /// Authenticate kubelet API bearer tokens with a TokenReview to the API server of
     /// --kubeconfig [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub authentication_token_webhook: Option<bool>,
     /// How long a TokenReview's answer is cached [default: 2m].
     #[arg(long, value_name = "DURATION")]
-    pub authentication_token_webhook_cache_ttl: Option<String>,
+    pub authentication_token_webhook_cache_ttl: Option<GoDuration>,
     /// Register this node with the API server of --kubeconfig (create its Node object); off:
     /// only an existing Node's status is kept [default: true].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -350,7 +356,7 @@ pub struct Flags {
     /// How often the node status is computed; it is written when it changed or
     /// nodeStatusReportFrequency (5m) passed [default: 10s].
     #[arg(long, value_name = "DURATION")]
-    pub node_status_update_frequency: Option<String>,
+    pub node_status_update_frequency: Option<GoDuration>,
     /// How many images (the largest first) the node status lists; -1: all [default: 50].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub node_status_max_images: Option<i32>,
@@ -376,7 +382,7 @@ pub struct KubeletConfiguration {
     pub unknown: std::collections::BTreeMap<String, serde_json::Value>,
     pub static_pod_path: Option<PathBuf>,
     pub container_runtime_endpoint: Option<String>,
-    pub runtime_request_timeout: Option<String>,
+    pub runtime_request_timeout: Option<GoDuration>,
     pub cgroup_root: Option<String>,
     #[serde(rename = "cgroupsPerQOS")]
     pub cgroups_per_qos: Option<bool>,
@@ -385,15 +391,15 @@ pub struct KubeletConfiguration {
     pub healthz_bind_address: Option<IpAddr>,
     pub healthz_port: Option<u16>,
     pub read_only_port: Option<u16>,
-    pub file_check_frequency: Option<String>,
-    pub sync_frequency: Option<String>,
+    pub file_check_frequency: Option<GoDuration>,
+    pub sync_frequency: Option<GoDuration>,
     pub pod_logs_dir: Option<PathBuf>,
     #[serde(rename = "staticPodURL")]
     pub static_pod_url: Option<String>,
     /// Header name -> values.
     #[serde(rename = "staticPodURLHeader")]
     pub static_pod_url_header: Option<std::collections::BTreeMap<String, Vec<String>>>,
-    pub http_check_frequency: Option<String>,
+    pub http_check_frequency: Option<GoDuration>,
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub seccomp_default: Option<bool>,
     pub max_pods: Option<u32>,
@@ -403,18 +409,18 @@ pub struct KubeletConfiguration {
     pub resolv_conf: Option<String>,
     pub container_log_max_size: Option<String>,
     pub container_log_max_files: Option<i64>,
-    pub container_log_monitor_interval: Option<String>,
+    pub container_log_monitor_interval: Option<GoDuration>,
     pub container_log_max_workers: Option<i64>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     pub image_gc_high_threshold_percent: Option<i64>,
     #[serde(rename = "imageGCLowThresholdPercent")]
     pub image_gc_low_threshold_percent: Option<i64>,
     #[serde(rename = "imageMinimumGCAge")]
-    pub image_minimum_gc_age: Option<String>,
+    pub image_minimum_gc_age: Option<GoDuration>,
     pub serialize_image_pulls: Option<bool>,
     pub max_parallel_image_pulls: Option<i64>,
     #[serde(rename = "imageMaximumGCAge")]
-    pub image_maximum_gc_age: Option<String>,
+    pub image_maximum_gc_age: Option<GoDuration>,
     pub port: Option<u16>,
     pub address: Option<IpAddr>,
     pub tls_cert_file: Option<PathBuf>,
@@ -424,8 +430,8 @@ pub struct KubeletConfiguration {
     pub register_node: Option<bool>,
     pub node_labels: Option<std::collections::BTreeMap<String, String>>,
     pub register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
-    pub node_status_update_frequency: Option<String>,
-    pub node_status_report_frequency: Option<String>,
+    pub node_status_update_frequency: Option<GoDuration>,
+    pub node_status_report_frequency: Option<GoDuration>,
     pub node_status_max_images: Option<i32>,
     pub node_lease_duration_seconds: Option<u32>,
     pub system_reserved: Option<std::collections::BTreeMap<String, String>>,
@@ -437,7 +443,7 @@ pub struct KubeletConfiguration {
     pub eviction_soft_grace_period: Option<std::collections::BTreeMap<String, String>>,
     pub eviction_max_pod_grace_period: Option<i64>,
     pub eviction_minimum_reclaim: Option<std::collections::BTreeMap<String, String>>,
-    pub eviction_pressure_transition_period: Option<String>,
+    pub eviction_pressure_transition_period: Option<GoDuration>,
     pub enforce_node_allocatable: Option<Vec<String>>,
 }
 
@@ -455,16 +461,16 @@ pub struct Authentication {
 pub struct WebhookAuthentication {
     pub enabled: Option<bool>,
     #[serde(rename = "cacheTTL")]
-    pub cache_ttl: Option<String>,
+    pub cache_ttl: Option<GoDuration>,
 }
 
 /// `authorization.webhook`: `cacheAuthorizedTTL`, `cacheUnauthorizedTTL`.
 #[derive(Debug, Default, Deserialize)]
 pub struct WebhookAuthorization {
     #[serde(rename = "cacheAuthorizedTTL")]
-    pub cache_authorized_ttl: Option<String>,
+    pub cache_authorized_ttl: Option<GoDuration>,
     #[serde(rename = "cacheUnauthorizedTTL")]
-    pub cache_unauthorized_ttl: Option<String>,
+    pub cache_unauthorized_ttl: Option<GoDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -649,6 +655,36 @@ pub fn parse_duration(what: &'static str, value: &str) -> Result<Duration, Error
     Ok(total)
 }
 
+/// A Go-style duration (`20s`, `1m30s`, `500ms`), parsed once where it is read: a flag's value
+/// by clap (its error names the flag), a config file's field by serde (its error names the
+/// file and where in it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GoDuration(pub Duration);
+
+impl std::str::FromStr for GoDuration {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, String> {
+        parse_duration("duration", value)
+            .map(GoDuration)
+            .map_err(|_| {
+                format!("invalid duration {value:?} (use Go-style durations like 20s, 1m, 1m30s)")
+            })
+    }
+}
+
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// `value`'s duration, else `default`.
+fn duration_or(value: Option<GoDuration>, default: Duration) -> Duration {
+    value.map_or(default, |d| d.0)
+}
+
 /// Parses `--manifest-url-header` values: each is comma-separated `Name:Value` pairs (the value
 /// may itself contain ':').
 pub fn parse_headers(values: &[String]) -> Result<Vec<(String, String)>, Error> {
@@ -691,18 +727,6 @@ impl Flags {
             None => hostname()?,
         }
         .to_lowercase();
-        let freq = self
-            .file_check_frequency
-            .or(file.file_check_frequency)
-            .unwrap_or_else(|| "20s".to_owned());
-        let sync_freq = self
-            .sync_frequency
-            .or(file.sync_frequency)
-            .unwrap_or_else(|| "1m".to_owned());
-        let http_freq = self
-            .http_check_frequency
-            .or(file.http_check_frequency)
-            .unwrap_or_else(|| "20s".to_owned());
         let mut manifest_url_headers = parse_headers(&self.manifest_url_header)?;
         if self.manifest_url_header.is_empty() {
             for (name, values) in file.static_pod_url_header.into_iter().flatten() {
@@ -716,19 +740,17 @@ impl Flags {
         if ebpf == crate::ebpf::Mode::On && !crate::ebpf::BUILT_IN {
             return Err(Error::EbpfNotBuilt);
         }
-        let relist = self.pleg_relist_period.as_deref().unwrap_or("1s");
-        let pleg_relist_period = parse_duration("--pleg-relist-period", relist)
-            .ok()
-            .filter(|d| *d >= Duration::from_millis(1))
-            .ok_or_else(|| Error::RelistPeriod(relist.to_owned()))?;
-        let request_timeout = self
-            .runtime_request_timeout
-            .or(file.runtime_request_timeout)
-            .unwrap_or_else(|| "2m".to_owned());
-        let runtime_request_timeout =
-            parse_duration("--runtime-request-timeout", &request_timeout)?;
+        let pleg_relist_period = duration_or(self.pleg_relist_period, Duration::from_secs(1));
+        if pleg_relist_period < Duration::from_millis(1) {
+            return Err(Error::RelistPeriod(pleg_relist_period));
+        }
+        let runtime_request_timeout = duration_or(
+            self.runtime_request_timeout
+                .or(file.runtime_request_timeout),
+            Duration::from_secs(120),
+        );
         if runtime_request_timeout.is_zero() {
-            return Err(Error::RequestTimeout(request_timeout));
+            return Err(Error::RequestTimeout(runtime_request_timeout));
         }
         let cluster_dns = if self.cluster_dns.is_empty() {
             file.cluster_dns.unwrap_or_default()
@@ -752,12 +774,11 @@ impl Flags {
             resolv_conf: (!resolv_conf.is_empty()).then(|| PathBuf::from(resolv_conf)),
             node_hosts: PathBuf::from(crate::dns::NODE_HOSTS),
         };
-        let monitor_interval = self
-            .container_log_monitor_interval
-            .or(file.container_log_monitor_interval)
-            .map(|d| parse_duration("--container-log-monitor-interval", &d))
-            .transpose()?
-            .unwrap_or(crate::logs::DEFAULT_MONITOR_INTERVAL);
+        let monitor_interval = duration_or(
+            self.container_log_monitor_interval
+                .or(file.container_log_monitor_interval),
+            crate::logs::DEFAULT_MONITOR_INTERVAL,
+        );
         let container_logs = crate::logs::Policy::new(
             self.container_log_max_size
                 .or(file.container_log_max_size)
@@ -776,12 +797,7 @@ impl Flags {
             Some(n) => usize::try_from(n).ok(),
         };
         let container_gc = crate::container_gc::Policy {
-            min_age: self
-                .minimum_container_ttl_duration
-                .as_deref()
-                .map(|v| parse_duration("--minimum-container-ttl-duration", v))
-                .transpose()?
-                .unwrap_or_default(),
+            min_age: duration_or(self.minimum_container_ttl_duration, Duration::ZERO),
             max_per_container: limit(
                 self.maximum_dead_containers_per_container,
                 Some(crate::container_gc::MAX_DEAD_PER_CONTAINER),
@@ -802,23 +818,16 @@ impl Flags {
             self.image_gc_low_threshold
                 .or(file.image_gc_low_threshold_percent)
                 .unwrap_or(crate::images::gc::DEFAULT_LOW_THRESHOLD),
-            self.image_minimum_gc_age
-                .or(file.image_minimum_gc_age)
-                .map(|d| parse_duration("--image-minimum-gc-age", &d))
-                .transpose()?
-                .unwrap_or(crate::images::gc::DEFAULT_MINIMUM_AGE),
-            self.image_gc_period
-                .map(|d| parse_duration("--image-gc-period", &d))
-                .transpose()?
-                .unwrap_or(crate::images::gc::DEFAULT_PERIOD),
+            duration_or(
+                self.image_minimum_gc_age.or(file.image_minimum_gc_age),
+                crate::images::gc::DEFAULT_MINIMUM_AGE,
+            ),
+            duration_or(self.image_gc_period, crate::images::gc::DEFAULT_PERIOD),
         )?
-        .with_max_age(
-            self.image_maximum_gc_age
-                .or(file.image_maximum_gc_age)
-                .map(|d| parse_duration("--image-maximum-gc-age", &d))
-                .transpose()?
-                .unwrap_or_default(),
-        )?;
+        .with_max_age(duration_or(
+            self.image_maximum_gc_age.or(file.image_maximum_gc_age),
+            Duration::ZERO,
+        ))?;
         let root_dir = self
             .root_dir
             .unwrap_or_else(|| PathBuf::from("/var/lib/swiftlet"));
@@ -834,22 +843,17 @@ impl Flags {
             "AlwaysAllow" => None,
             "Webhook" => {
                 let hook = authorization.webhook.unwrap_or_default();
-                let ttl = |flag: Option<String>, file: Option<String>, what, default: &str| {
-                    parse_duration(what, flag.or(file).as_deref().unwrap_or(default))
-                };
                 Some((
-                    ttl(
-                        self.authorization_webhook_cache_authorized_ttl,
-                        hook.cache_authorized_ttl,
-                        "--authorization-webhook-cache-authorized-ttl",
-                        "5m",
-                    )?,
-                    ttl(
-                        self.authorization_webhook_cache_unauthorized_ttl,
-                        hook.cache_unauthorized_ttl,
-                        "--authorization-webhook-cache-unauthorized-ttl",
-                        "30s",
-                    )?,
+                    duration_or(
+                        self.authorization_webhook_cache_authorized_ttl
+                            .or(hook.cache_authorized_ttl),
+                        Duration::from_secs(300),
+                    ),
+                    duration_or(
+                        self.authorization_webhook_cache_unauthorized_ttl
+                            .or(hook.cache_unauthorized_ttl),
+                        Duration::from_secs(30),
+                    ),
                 ))
             }
             _ => return Err(Error::AuthorizationMode(mode)),
@@ -860,13 +864,11 @@ impl Flags {
             .or(token_hook.enabled)
             .unwrap_or(false)
         {
-            Some(parse_duration(
-                "--authentication-token-webhook-cache-ttl",
+            Some(duration_or(
                 self.authentication_token_webhook_cache_ttl
-                    .or(token_hook.cache_ttl)
-                    .as_deref()
-                    .unwrap_or("2m"),
-            )?)
+                    .or(token_hook.cache_ttl),
+                Duration::from_secs(120),
+            ))
         } else {
             None
         };
@@ -953,26 +955,21 @@ impl Flags {
                 .unwrap_or(0),
             pod_logs_dir: pod_logs_dir.clone(),
             interval: {
-                let v = self
-                    .eviction_monitoring_interval
-                    .as_deref()
-                    .unwrap_or("10s");
-                let d = parse_duration("--eviction-monitoring-interval", v)?;
+                let d = duration_or(self.eviction_monitoring_interval, Duration::from_secs(10));
                 if d < Duration::from_millis(100) {
-                    return Err(Error::Duration {
-                        what: "--eviction-monitoring-interval (at least 100ms)",
-                        value: v.to_owned(),
+                    return Err(Error::TooShort {
+                        what: "--eviction-monitoring-interval",
+                        value: d,
+                        min: Duration::from_millis(100),
                     });
                 }
                 d
             },
-            pressure_transition: parse_duration(
-                "--eviction-pressure-transition-period",
+            pressure_transition: duration_or(
                 self.eviction_pressure_transition_period
-                    .or(file.eviction_pressure_transition_period)
-                    .as_deref()
-                    .unwrap_or("5m"),
-            )?,
+                    .or(file.eviction_pressure_transition_period),
+                Duration::from_secs(300),
+            ),
             reserved_memory: reserved.memory,
             root_dir: root_dir.clone(),
         };
@@ -999,17 +996,15 @@ impl Flags {
             max_pods,
             root_dir: root_dir.clone(),
             kubelet_port: port,
-            status_update_frequency: parse_duration(
-                "--node-status-update-frequency",
+            status_update_frequency: duration_or(
                 self.node_status_update_frequency
-                    .or(file.node_status_update_frequency)
-                    .as_deref()
-                    .unwrap_or("10s"),
-            )?,
-            status_report_frequency: parse_duration(
-                "nodeStatusReportFrequency",
-                file.node_status_report_frequency.as_deref().unwrap_or("5m"),
-            )?,
+                    .or(file.node_status_update_frequency),
+                Duration::from_secs(10),
+            ),
+            status_report_frequency: duration_or(
+                file.node_status_report_frequency,
+                Duration::from_secs(300),
+            ),
             max_images: self
                 .node_status_max_images
                 .or(file.node_status_max_images)
@@ -1081,11 +1076,20 @@ impl Flags {
                 .unwrap_or(IpAddr::from([127, 0, 0, 1])),
             healthz_port: self.healthz_port.or(file.healthz_port).unwrap_or(10248),
             read_only_port: self.read_only_port.or(file.read_only_port).unwrap_or(0),
-            file_check_frequency: parse_duration("--file-check-frequency", &freq)?,
-            sync_frequency: parse_duration("--sync-frequency", &sync_freq)?,
+            file_check_frequency: duration_or(
+                self.file_check_frequency.or(file.file_check_frequency),
+                Duration::from_secs(20),
+            ),
+            sync_frequency: duration_or(
+                self.sync_frequency.or(file.sync_frequency),
+                Duration::from_secs(60),
+            ),
             manifest_url: self.manifest_url.or(file.static_pod_url),
             manifest_url_headers,
-            http_check_frequency: parse_duration("--http-check-frequency", &http_freq)?,
+            http_check_frequency: duration_or(
+                self.http_check_frequency.or(file.http_check_frequency),
+                Duration::from_secs(20),
+            ),
             kubeconfig: self.kubeconfig,
             ebpf,
             pleg_relist_period,
@@ -1113,7 +1117,16 @@ mod tests {
     fn resolve(args: &[&str]) -> Result<AgentConfig, Error> {
         let mut all = vec!["swiftlet", "--hostname-override", "n"];
         all.extend(args);
-        Flags::parse_from(all).resolve()
+        Flags::try_parse_from(all).expect("flags parse").resolve()
+    }
+
+    /// clap's error for the flags `args`, which must not parse.
+    fn refused(args: &[&str]) -> String {
+        let mut all = vec!["swiftlet", "--hostname-override", "n"];
+        all.extend(args);
+        Flags::try_parse_from(all)
+            .expect_err("flags refused")
+            .to_string()
     }
 
     #[test]
@@ -1538,13 +1551,11 @@ mod tests {
         let zero = resolve(&["--runtime-request-timeout", "0s"]).unwrap_err();
         assert!(matches!(zero, Error::RequestTimeout(_)), "{zero}");
         assert!(zero.to_string().contains("more than zero"), "{zero}");
-        assert!(matches!(
-            resolve(&["--runtime-request-timeout", "soon"]),
-            Err(Error::Duration {
-                what: "--runtime-request-timeout",
-                ..
-            })
-        ));
+        let soon = refused(&["--runtime-request-timeout", "soon"]);
+        assert!(
+            soon.contains("--runtime-request-timeout") && soon.contains("invalid duration"),
+            "{soon}"
+        );
     }
 
     #[test]
@@ -1649,10 +1660,6 @@ mod tests {
             ),
             (["--container-log-monitor-interval", "1s"], "3s"),
             (
-                ["--container-log-monitor-interval", "often"],
-                "invalid duration",
-            ),
-            (
                 ["--container-log-max-size", "big"],
                 "--container-log-max-size",
             ),
@@ -1660,6 +1667,20 @@ mod tests {
             let err = resolve(&args).unwrap_err();
             assert!(err.to_string().contains(what), "{args:?}: {err}");
         }
+        let often = refused(&["--container-log-monitor-interval", "often"]);
+        assert!(often.contains("invalid duration"), "{often}");
+    }
+
+    /// A duration in the config file is parsed as it is read: a bad one names the file, the
+    /// field's place and the value.
+    #[test]
+    fn a_bad_duration_in_the_file_is_refused_where_it_is_read() {
+        let (_dir, path) = config_file("syncFrequency: often\n");
+        let e = KubeletConfiguration::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains(&path.display().to_string()) && e.contains("invalid duration \"often\""),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1667,7 +1688,7 @@ mod tests {
         let parse = |v: Option<&str>| {
             let mut args = vec!["swiftlet", "--hostname-override", "n"];
             args.extend(v.map(|v| ["--pleg-relist-period", v]).into_iter().flatten());
-            Flags::parse_from(args).resolve()
+            Flags::try_parse_from(args).expect("flags parse").resolve()
         };
         assert_eq!(
             parse(None).unwrap().pleg_relist_period,
@@ -1677,11 +1698,10 @@ mod tests {
             parse(Some("250ms")).unwrap().pleg_relist_period,
             Duration::from_millis(250)
         );
-        for bad in ["0s", "1x", ""] {
-            assert!(
-                matches!(parse(Some(bad)), Err(Error::RelistPeriod(_))),
-                "{bad}"
-            );
+        assert!(matches!(parse(Some("0s")), Err(Error::RelistPeriod(_))));
+        for bad in ["1x", ""] {
+            let e = refused(&["--pleg-relist-period", bad]);
+            assert!(e.contains("--pleg-relist-period"), "{bad}: {e}");
         }
     }
 }
