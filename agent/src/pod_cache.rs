@@ -21,7 +21,7 @@
 //! eBPF fast path need not re-read those, the stopping code reads or forgets the pod itself.
 use crate::pod::PodState;
 use k8s_cri::v1 as api;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -114,6 +114,30 @@ pub struct Fresh {
     exits: HashMap<String, Vec<(String, i32, i64)>>,
     /// Pod UID -> container id -> its last ContainerStatus read ([`Fresh::reuse_statuses`]).
     statuses: HashMap<String, HashMap<String, api::ContainerStatus>>,
+    /// Which pods the runtime can hold, known without asking it.
+    pub known: Known,
+}
+
+/// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
+/// full relist did not have and this agent has not started a sandbox for since holds nothing
+/// (only this agent creates objects with its node name). A new pod's first sync then skips the
+/// read of its runtime state, which under load queues behind other pods' RunPodSandbox. Kept
+/// with the pod cache: the relists write it, the syncs and kills of the runtime manager too.
+#[derive(Debug, Default)]
+pub struct Known {
+    /// UIDs of the last successful relist; `None` before the first (nothing is known then:
+    /// a previous agent may have left pods to adopt).
+    pub relisted: Option<HashSet<String>>,
+    /// UIDs this agent ran a sandbox for, until `kill_pod` removed everything of the pod.
+    pub created: HashSet<String>,
+}
+
+impl Known {
+    pub fn holds_nothing(&self, uid: &str) -> bool {
+        self.relisted
+            .as_ref()
+            .is_some_and(|r| !r.contains(uid) && !self.created.contains(uid))
+    }
 }
 
 /// A container state whose ContainerStatus does not change while a listing shows the container
@@ -603,5 +627,19 @@ mod tests {
         f.kernel_exit("v", "c", 1, 9);
         f.forget("v");
         assert!(f.exits.is_empty());
+    }
+    #[test]
+    fn a_pod_holds_nothing_only_when_the_last_relist_and_our_own_starts_say_so() {
+        let mut k = super::Known::default();
+        // Before the first relist a previous agent's pods may be there to adopt.
+        assert!(!k.holds_nothing("a"));
+        k.relisted = Some(HashSet::from(["b".to_owned()]));
+        assert!(k.holds_nothing("a"));
+        assert!(!k.holds_nothing("b"), "the relist found it");
+        // A sandbox started after the relist listed the runtime.
+        k.created.insert("a".to_owned());
+        assert!(!k.holds_nothing("a"));
+        k.created.remove("a");
+        assert!(k.holds_nothing("a"));
     }
 }

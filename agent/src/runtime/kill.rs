@@ -268,7 +268,7 @@ impl Manager {
             .forget_prefix(&format!("{uid}_"));
         self.images.forget_pod(uid);
         self.volumes.forget(uid);
-        self.known().created.remove(uid);
+        self.fresh().known.created.remove(uid);
         self.resize
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -23,7 +23,7 @@ use crate::pod::{
 use crate::pod_cache::{self, Mutating, PodCache};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -265,7 +265,6 @@ pub struct Manager {
     backoff: Arc<Mutex<Backoff>>,
     /// Liveness and startup results: a failed probe kills its container.
     probes: crate::pod::probe_results::Results,
-    known: Arc<Mutex<Known>>,
     resize: Arc<Mutex<ResizeState>>,
     /// The PLEG's pod reads handed to the pods' syncs, and the pods being stopped.
     fresh: PodCache,
@@ -281,27 +280,6 @@ pub struct Manager {
     volumes: crate::volume::Manager,
     /// The image manager (pulls, their back-offs, credentials).
     images: crate::images::Images,
-}
-
-/// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
-/// full relist did not have and this agent has not started a sandbox for since holds nothing
-/// (only this agent creates objects with its node name). A new pod's first sync then skips the
-/// read of its runtime state, which under load queues behind other pods' RunPodSandbox.
-#[derive(Debug, Default)]
-struct Known {
-    /// UIDs of the last successful relist; `None` before the first (nothing is known then:
-    /// a previous agent may have left pods to adopt).
-    relisted: Option<HashSet<String>>,
-    /// UIDs this agent ran a sandbox for, until `kill_pod` removed everything of the pod.
-    created: HashSet<String>,
-}
-
-impl Known {
-    fn holds_nothing(&self, uid: &str) -> bool {
-        self.relisted
-            .as_ref()
-            .is_some_and(|r| !r.contains(uid) && !self.created.contains(uid))
-    }
 }
 
 /// What in-place resizes left behind (annotations cannot change after create).
@@ -358,10 +336,9 @@ impl Manager {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::{Config, Known, Manager, hash};
+    use super::{Config, Manager, hash};
     use crate::pod::labels;
     use crate::{cm, cri::Cri, metrics::Metrics};
-    use std::collections::HashSet;
 
     /// A manager whose CRI client connects to nothing (lazily) and whose cgroups live under
     /// `mount`.
@@ -510,21 +487,6 @@ pub(crate) mod tests {
         );
         // A container mounting /etc/hosts itself keeps its own mount, only.
         assert_eq!(hosts_mounts(&config(1, &ips)), ["/etc/hosts"]);
-    }
-
-    #[test]
-    fn a_pod_holds_nothing_only_when_the_last_relist_and_our_own_starts_say_so() {
-        let mut k = Known::default();
-        // Before the first relist a previous agent's pods may be there to adopt.
-        assert!(!k.holds_nothing("a"));
-        k.relisted = Some(HashSet::from(["b".to_owned()]));
-        assert!(k.holds_nothing("a"));
-        assert!(!k.holds_nothing("b"), "the relist found it");
-        // A sandbox started after the relist listed the runtime.
-        k.created.insert("a".to_owned());
-        assert!(!k.holds_nothing("a"));
-        k.created.remove("a");
-        assert!(k.holds_nothing("a"));
     }
 
     #[test]

@@ -23,7 +23,6 @@ impl Manager {
                 CRASH_BACKOFF_MAX,
             ))),
             probes,
-            known: Arc::default(),
             resize: Arc::default(),
             fresh: pod_cache,
             runtime_classes: runtime_class::RuntimeClasses::new(api_objects.clone()),
@@ -127,10 +126,6 @@ impl Manager {
             .inc();
     }
 
-    pub(super) fn known(&self) -> std::sync::MutexGuard<'_, Known> {
-        self.known.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Pod `uid` has terminated: the configMaps and secrets only it named are no longer
     /// watched.
     pub fn release_api_objects(&self, uid: &str) {
@@ -209,7 +204,7 @@ impl Manager {
                 (uid.clone(), e)
             })
             .collect();
-        self.known().relisted = Some(out.keys().cloned().collect());
+        self.fresh().known.relisted = Some(out.keys().cloned().collect());
         // Forget the fresh reads and mutation records of pods gone from the runtime.
         self.fresh().retain(|uid| out.contains_key(uid), token);
         Ok((out, listing))

@@ -192,7 +192,7 @@ impl Manager {
     /// What the runtime holds for the pod, for this sync: nothing without asking when the
     /// runtime cannot hold anything of it, else the read the PLEG handed over, else a read now.
     async fn state_for_sync(&self, uid: &str, name: &str) -> Result<PodState> {
-        let known_empty = self.known().holds_nothing(uid);
+        let known_empty = self.fresh().known.holds_nothing(uid);
         let handed = if known_empty {
             None
         } else {
@@ -291,7 +291,7 @@ impl Manager {
         if !handler.is_empty() {
             tracing::info!(pod = %name, runtime_handler = %handler, "running pod with runtime handler");
         }
-        self.known().created.insert(uid.to_owned());
+        self.fresh().known.created.insert(uid.to_owned());
         // The log directory is first needed by CreateContainer: it is made while containerd
         // runs the sandbox, after every other pod ready to start has sent its RunPodSandbox (the
         // yield puts this task behind them), not before this one's.
