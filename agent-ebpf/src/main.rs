@@ -2,7 +2,8 @@
 //! embedded in the agent.
 //!
 //! Probes: `cgroup:cgroup_mkdir` and `cgroup:cgroup_rmdir` tracepoints, each writing a
-//! [`CgroupEvent`] to the `EVENTS` ring buffer; `sched:sched_process_exec` and
+//! [`CgroupEvent`] to the `EVENTS` ring buffer for a cgroup whose path starts with the prefix the
+//! agent set (its pod root, in every hierarchy; see `CGROUP_PREFIX`); `sched:sched_process_exec` and
 //! `sched:sched_process_exit` writing a [`ProcessEvent`] for processes below the pod root cgroup
 //! (everything else is filtered out in the kernel with one helper call and one array lookup); and
 //! two uprobes on the agent's own `swiftlet_cri_call_begin`/`_end` markers writing a
@@ -32,9 +33,10 @@ use aya_ebpf::{
     programs::{ProbeContext, RawTracePointContext, TracePointContext},
 };
 use swiftlet_ebpf_common::{
-    CGROUP_PATH_MAX, COMM_LEN, CRI_UID_MAX, CgroupEvent, CriEvent, EVENTS_RING_BYTES,
-    EXIT_CODE_UNKNOWN, EventHeader, KIND_CGROUP_MKDIR, KIND_CGROUP_RMDIR, KIND_CRI_BEGIN,
-    KIND_CRI_END, KIND_PROCESS_EXEC, KIND_PROCESS_EXIT, ProcessEvent, WAKEUP_THRESHOLD_BYTES, lost,
+    CGROUP_PATH_MAX, CGROUP_PREFIX_MAX, CGROUP_PREFIX_WORDS, COMM_LEN, CRI_UID_MAX, CgroupEvent,
+    CriEvent, EVENTS_RING_BYTES, EXIT_CODE_UNKNOWN, EventHeader, KIND_CGROUP_MKDIR,
+    KIND_CGROUP_RMDIR, KIND_CRI_BEGIN, KIND_CRI_END, KIND_PROCESS_EXEC, KIND_PROCESS_EXIT,
+    ProcessEvent, WAKEUP_THRESHOLD_BYTES, lost, starts_with_prefix,
 };
 
 #[map]
@@ -71,6 +73,15 @@ static CGRP_ROOT_OFFSET: u32 = 0;
 static KN_ID_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static ROOT_HIERARCHY_ID_OFFSET: u32 = 0;
+
+/// The path prefix (relative to each hierarchy's root) of the cgroups the cgroup probes report,
+/// packed by `swiftlet_ebpf_common::cgroup_prefix_words`, and how many of its bytes count (0:
+/// every cgroup). The agent sets it to its pod root: the cgroups the rest of the host makes and
+/// removes then cost it nothing (no record, no wake-up).
+#[unsafe(no_mangle)]
+static CGROUP_PREFIX: [u64; CGROUP_PREFIX_WORDS] = [0; CGROUP_PREFIX_WORDS];
+#[unsafe(no_mangle)]
+static CGROUP_PREFIX_LEN: u32 = 0;
 
 /// cgroup2 level of the pod root cgroup (see `POD_ROOT`).
 #[unsafe(no_mangle)]
@@ -129,6 +140,10 @@ unsafe fn read_field<T>(base: u64, offset: &'static u32) -> Result<T, u32> {
 
 #[inline(always)]
 fn try_cgroup_raw(ctx: &RawTracePointContext, kind: u32) -> Result<(), u32> {
+    let path: u64 = ctx.arg(1);
+    if !in_cgroup_prefix(path as *const u8) {
+        return Ok(());
+    }
     // SAFETY: `submit_with` hands `fill_cgroup_raw` a reserved entry of the right size.
     submit_with(|event| unsafe { fill_cgroup_raw(ctx, kind, event) })
 }
@@ -217,9 +232,42 @@ fn count_lost(counter: u32) {
     }
 }
 
+/// Whether the cgroup path at `path` (kernel memory) starts with `CGROUP_PREFIX`: checked before
+/// a record is reserved, since a discarded record would still wake the reader. A path that
+/// cannot be read is reported (the reader's own checks then apply).
+#[inline(always)]
+fn in_cgroup_prefix(path: *const u8) -> bool {
+    let len = global(&CGROUP_PREFIX_LEN);
+    if len == 0 {
+        return true;
+    }
+    let mut words = [0u64; CGROUP_PREFIX_WORDS];
+    // SAFETY: `words` is plain memory of CGROUP_PREFIX_MAX bytes; the helper fails cleanly on a
+    // bad address. The kernel's path buffers (1 KiB for the raw tracepoint, the trace record's
+    // string followed by the rest of the per-CPU trace buffer for the classic one) hold that many.
+    let read = unsafe {
+        let buf = &mut *core::ptr::addr_of_mut!(words).cast::<[u8; CGROUP_PREFIX_MAX]>();
+        bpf_probe_read_kernel_buf(path, buf)
+    };
+    if read.is_err() {
+        return true;
+    }
+    // SAFETY: a valid, aligned static; read volatile so the loader's value is the one compared.
+    let prefix = unsafe { core::ptr::read_volatile(&CGROUP_PREFIX) };
+    starts_with_prefix(&words, &prefix, len)
+}
+
 /// Fills a ring-buffer entry in place (no 300-byte copy through the 512-byte stack).
 #[inline(always)]
 fn try_cgroup(ctx: &TracePointContext, kind: u32) -> Result<(), u32> {
+    // SAFETY (read_at): the offset comes from the tracepoint's own format description.
+    let loc: u32 =
+        unsafe { ctx.read_at(global(&CGROUP_PATH_OFFSET)) }.map_err(|_| lost::READ_FAILED)?;
+    // SAFETY: the `__data_loc` offset points inside the record.
+    let path = unsafe { ctx.as_ptr().cast::<u8>().add((loc & 0xffff) as usize) };
+    if !in_cgroup_prefix(path) {
+        return Ok(());
+    }
     // SAFETY: `submit_with` hands `fill_cgroup` a reserved entry of the right size.
     submit_with(|event| unsafe { fill_cgroup(ctx, kind, event) })
 }

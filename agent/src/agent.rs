@@ -103,10 +103,21 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     } else {
         format!("{root}/")
     };
+    // The cgroups the agent follows (pods' and containers') are all below the pod root, in every
+    // hierarchy: the probes report no other (a host making and removing cgroups of its own then
+    // never wakes the agent). With the systemd driver the pod root is a slice.
+    let cgroup_prefix = if systemd_cgroups {
+        crate::pod::cgroup_name::slice_dir(&pod_root)
+            .ok()
+            .map(|dir| format!("/{dir}"))
+    } else {
+        Some(pod_root.clone())
+    };
     let monitor = ebpf::Monitor::start(
         cfg.ebpf,
         ebpf::Config {
             pod_root: Some(pod_root),
+            cgroup_prefix,
             events: Some(kernel_tx),
             cri_markers: true,
             classic_cgroup_tracepoints: false,

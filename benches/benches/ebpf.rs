@@ -120,6 +120,8 @@ fn bench(c: &mut Criterion) {
                 Mode::On,
                 Config {
                     pod_root: Some(format!("/{top_name}/kubepods")),
+                    // Every cgroup, as the probes were measured before they filtered.
+                    cgroup_prefix: None,
                     events: Some(tx),
                     cri_markers: true,
                     classic_cgroup_tracepoints: classic,

@@ -97,6 +97,56 @@ pub const MAP_POD_ROOT: &str = "POD_ROOT";
 /// NUL-terminated), so at most `CGROUP_PATH_MAX - 1` bytes of path arrive.
 pub const CGROUP_PATH_MAX: usize = 256;
 
+/// Words (8 bytes each, little-endian) of the cgroup path prefix the cgroup probes compare with
+/// (see [`cgroup_prefix_words`]).
+pub const CGROUP_PREFIX_WORDS: usize = 16;
+/// The longest cgroup path prefix the cgroup probes can filter on; an agent with a longer one
+/// leaves them unfiltered.
+pub const CGROUP_PREFIX_MAX: usize = CGROUP_PREFIX_WORDS * 8;
+
+/// `prefix` as the cgroup probes' `CGROUP_PREFIX` global holds it: its bytes packed into
+/// little-endian words, zero-padded; `None` when it is empty or longer than
+/// [`CGROUP_PREFIX_MAX`] (no filter).
+pub fn cgroup_prefix_words(prefix: &[u8]) -> Option<[u64; CGROUP_PREFIX_WORDS]> {
+    if prefix.is_empty() || prefix.len() > CGROUP_PREFIX_MAX {
+        return None;
+    }
+    let mut words = [0u64; CGROUP_PREFIX_WORDS];
+    for (i, byte) in prefix.iter().enumerate() {
+        words[i / 8] |= u64::from(*byte) << (8 * (i % 8));
+    }
+    Some(words)
+}
+
+/// Whether the first `len` bytes of `path` (as words read from the kernel, see
+/// [`cgroup_prefix_words`]) equal the first `len` bytes of `prefix`: the test the cgroup probes
+/// make before they record a cgroup's creation or removal. `len` 0 lets every path through.
+#[inline(always)]
+pub fn starts_with_prefix(
+    path: &[u64; CGROUP_PREFIX_WORDS],
+    prefix: &[u64; CGROUP_PREFIX_WORDS],
+    len: usize,
+) -> bool {
+    let mut i = 0;
+    while i < CGROUP_PREFIX_WORDS {
+        let done = i * 8;
+        if done >= len {
+            return true;
+        }
+        let left = len - done;
+        let mask = if left >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * left)) - 1
+        };
+        if (path[i] ^ prefix[i]) & mask != 0 {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Name of the ring-buffer map every probe writes to.
 pub const MAP_EVENTS: &str = "EVENTS";
 /// Name of the per-CPU `u64` array counting events the probes could not deliver. Indexes are in
@@ -139,6 +189,11 @@ pub mod globals {
     /// Byte offset of `exit_code` in `struct task_struct`, read from the kernel's BTF; 0 when
     /// unknown (the exit probe then reports no exit code).
     pub const TASK_EXIT_CODE_OFFSET: &str = "TASK_EXIT_CODE_OFFSET";
+    /// `[u64; CGROUP_PREFIX_WORDS]`: the path prefix (relative to each hierarchy's root) of the
+    /// cgroups the cgroup probes report, packed by `cgroup_prefix_words`.
+    pub const CGROUP_PREFIX: &str = "CGROUP_PREFIX";
+    /// `u32`: how many bytes of `CGROUP_PREFIX` are compared; 0 reports every cgroup.
+    pub const CGROUP_PREFIX_LEN: &str = "CGROUP_PREFIX_LEN";
     /// Offsets for the raw-tracepoint cgroup probes, from BTF: `cgroup::level`, `cgroup::kn`,
     /// `cgroup::root`, `kernfs_node::id`, `cgroup_root::hierarchy_id`.
     pub const CGRP_LEVEL_OFFSET: &str = "CGRP_LEVEL_OFFSET";
@@ -494,6 +549,59 @@ mod tests {
         );
         put(offset_of!(CgroupEvent, path), path);
         b
+    }
+
+    /// What the kernel hands the probe: the path's bytes, then whatever follows in its buffer.
+    fn path_words(path: &[u8]) -> [u64; CGROUP_PREFIX_WORDS] {
+        let mut bytes = [0x5Au8; CGROUP_PREFIX_MAX];
+        let n = path.len().min(CGROUP_PREFIX_MAX - 1);
+        bytes[..n].copy_from_slice(&path[..n]);
+        bytes[n] = 0;
+        let mut words = [0u64; CGROUP_PREFIX_WORDS];
+        for (i, w) in words.iter_mut().enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+            *w = u64::from_le_bytes(b);
+        }
+        words
+    }
+
+    #[test]
+    fn the_cgroup_filter_passes_the_pod_roots_subtree_only() {
+        let prefix = b"/swiftlet-test-node-1234-0/kubepods";
+        let words = cgroup_prefix_words(prefix).expect("short enough");
+        let under = |path: &[u8]| starts_with_prefix(&path_words(path), &words, prefix.len());
+        assert!(under(b"/swiftlet-test-node-1234-0/kubepods"));
+        assert!(under(
+            b"/swiftlet-test-node-1234-0/kubepods/burstable/podu1/c1"
+        ));
+        // The systemd spelling of the same root starts with it too.
+        assert!(under(b"/swiftlet-test-node-1234-0/kubepods.slice/x.slice"));
+        assert!(!under(b"/swiftlet-test-node-1234-0"));
+        assert!(!under(b"/swiftlet-test-node-1234-0/kubepod"));
+        assert!(!under(b"/system.slice/cron.service"));
+        assert!(!under(b"/user.slice/user-0.slice/session-1.scope"));
+        assert!(!under(b""));
+        // Every length a path can match (the kernel's copy ends in a NUL), the last byte off.
+        let long = [b'a'; CGROUP_PREFIX_MAX];
+        for len in 1..CGROUP_PREFIX_MAX {
+            let words = cgroup_prefix_words(&long[..len]).expect("fits");
+            let mut path = [b'a'; CGROUP_PREFIX_MAX - 1];
+            assert!(starts_with_prefix(&path_words(&path), &words, len), "{len}");
+            path[len - 1] = b'b';
+            assert!(
+                !starts_with_prefix(&path_words(&path), &words, len),
+                "{len}"
+            );
+        }
+        assert_eq!(cgroup_prefix_words(b""), None);
+        assert_eq!(cgroup_prefix_words(&[b'a'; CGROUP_PREFIX_MAX + 1]), None);
+        // Length 0: no filter.
+        assert!(starts_with_prefix(
+            &path_words(b"/x"),
+            &[0; CGROUP_PREFIX_WORDS],
+            0
+        ));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! to subscribers; every event is also sent to the optional [`Config::events`] sink (the
 //! startup timelines, and the exit detector [`exits`]).
 //!
+//! The cgroup probes report only cgroups whose path starts with [`Config::cgroup_prefix`] (the
+//! agent's pod root), in the kernel: the rest of the host's cgroups never wake the reader.
 //! The process probes only report tasks below the pod root cgroup (`<cgroup-root>/kubepods`) in
 //! the cgroup2 hierarchy (on a hybrid host runc also places containers in
 //! `/sys/fs/cgroup/unified`): the loader makes sure that directory exists and hands its cgroup id
@@ -116,6 +118,11 @@ pub struct Config {
     /// The cgroup (relative to each hierarchy's root, e.g. `/kubepods`) every pod cgroup lives
     /// below. The process probes report only tasks below it; `None` turns them off.
     pub pod_root: Option<String>,
+    /// The path prefix (relative to each hierarchy's root, e.g. `/kubepods`) of the cgroups whose
+    /// creation and removal the cgroup probes report; the kernel drops the others before they
+    /// cost the agent anything. `None` (or a prefix longer than
+    /// `swiftlet_ebpf_common::CGROUP_PREFIX_MAX`) reports every cgroup of the host.
+    pub cgroup_prefix: Option<String>,
     /// Receives every decoded event (cgroup, process, CRI marker) in ring-buffer order.
     pub events: Option<mpsc::UnboundedSender<KernelEvent>>,
     /// Attach the uprobes on this binary's `swiftlet_cri_call_begin`/`_end` markers (a binary that
@@ -559,7 +566,21 @@ impl Monitor {
             }
         };
 
+        let prefix = config.cgroup_prefix.as_deref().unwrap_or_default();
+        let prefix_words = common::cgroup_prefix_words(prefix.as_bytes());
+        if prefix_words.is_none() && !prefix.is_empty() {
+            tracing::warn!(
+                prefix,
+                max = common::CGROUP_PREFIX_MAX,
+                "cgroup prefix too long for the probes: every cgroup of the host is reported"
+            );
+        }
+        let prefix_len = prefix_words.map_or(0u32, |_| prefix.len() as u32);
+        let prefix_words = prefix_words.unwrap_or_default();
         let mut loader = EbpfLoader::new();
+        loader
+            .override_global(common::globals::CGROUP_PREFIX, &prefix_words, true)
+            .override_global(common::globals::CGROUP_PREFIX_LEN, &prefix_len, true);
         if let Some(offsets) = &raw_offsets {
             for (name, offset) in RAW_CGROUP_GLOBALS.iter().zip(offsets) {
                 loader.override_global(name, offset, true);
@@ -653,6 +674,7 @@ impl Monitor {
             raw_cgroup_tracepoints = raw_offsets.is_some(),
             process_probes = pod_root.is_some(),
             pod_root = ?pod_root,
+            cgroup_prefix = prefix,
             exit_code_offset,
             cri_markers = config.cri_markers,
             tracefs = %tracefs.display(),

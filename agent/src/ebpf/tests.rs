@@ -262,6 +262,65 @@ async fn cgroup_mkdir_and_rmdir(classic: bool) {
     cancel.cancel();
 }
 
+/// With a cgroup prefix the probes report the cgroups below it and nothing of the rest of the
+/// host: a cgroup made beside the prefix (whose path is the prefix but its last byte) reaches the
+/// agent as no record and no wake-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cgroup_probes_report_only_cgroups_below_the_prefix() {
+    if !have_root("the_cgroup_probes_report_only_cgroups_below_the_prefix") {
+        return;
+    }
+    let parent = cgroup_parent();
+    let top = unique_name("swiftlet-ebpf-prefix");
+    let prefix = format!("/{top}/kubepods");
+    let cancel = CancellationToken::new();
+    let monitor = Monitor::start(
+        Mode::On,
+        Config {
+            cgroup_prefix: Some(prefix.clone()),
+            ..Config::default()
+        },
+        cancel.clone(),
+    )
+    .expect("probes load as root")
+    .expect("Mode::On returns a monitor");
+    let mut rx = monitor.subscribe();
+    // Removed in reverse order on drop.
+    let top_dir = CgroupDir(parent.join(&top));
+    std::fs::create_dir(&top_dir.0).expect("mkdir cgroup");
+    let outside = CgroupDir(parent.join(&top).join("kubepod"));
+    let root = CgroupDir(parent.join(&prefix[1..]));
+    std::fs::create_dir(&root.0).expect("mkdir cgroup");
+    let inside = CgroupDir(root.0.join("podu1"));
+    let before = (monitor.events_seen(), monitor.reader_wakeups());
+    for _ in 0..20 {
+        std::fs::create_dir(&outside.0).expect("mkdir cgroup");
+        std::fs::remove_dir(&outside.0).expect("rmdir cgroup");
+    }
+    tokio::time::sleep(GATHER * 5).await;
+    let after = (monitor.events_seen(), monitor.reader_wakeups());
+    std::fs::create_dir(&inside.0).expect("mkdir cgroup");
+    wait_for(&mut rx, CgroupEventKind::Mkdir, &format!("{prefix}/podu1")).await;
+    let seen: Vec<String> = monitor
+        .recent_cgroup_events()
+        .into_iter()
+        .map(|e| e.path)
+        .filter(|p| p.starts_with(&format!("/{top}")))
+        .collect();
+    cancel.cancel();
+    assert_eq!(
+        seen,
+        [prefix.clone(), format!("{prefix}/podu1")],
+        "only the cgroups below the prefix are reported"
+    );
+    // Other tests' cgroups outside the prefix are filtered too: nothing arrived meanwhile.
+    assert_eq!(
+        after, before,
+        "(events, wake-ups) for 40 cgroups outside the prefix"
+    );
+    drop((inside, root, outside, top_dir));
+}
+
 /// Probes loaded with the default configuration, or `None` (the test skips) without root.
 fn default_monitor(test: &str) -> Option<(Monitor, CancellationToken)> {
     if !have_root(test) {
@@ -458,6 +517,7 @@ async fn sees_pod_process_exec_exit_and_cri_markers() {
         Mode::On,
         Config {
             pod_root: Some(pod_root.clone()),
+            cgroup_prefix: Some(pod_root.clone()),
             events: Some(tx),
             cri_markers: true,
             classic_cgroup_tracepoints: false,
