@@ -20,8 +20,10 @@ fuzz_target!(|data: &[u8]| {
         Ok(items) => {
             for item in items {
                 match item {
-                    Ok(pod) => {
-                        let _ = StoredPod::new(pod);
+                    // Fingerprinted (and packed) by the parser already; handed over as the
+                    // source hands its pods to the mux.
+                    Ok(mut pod) => {
+                        let _ = pod.hand_over();
                     }
                     Err(e) => assert!(e.to_string().contains(URL), "{e}"),
                 }
