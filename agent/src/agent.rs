@@ -177,11 +177,10 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cfg.container_gc,
         pod_cache.clone(),
     );
-    let orphans = crate::orphans::Orphans::new(
-        cm.clone(),
-        cfg.pod_logs_dir.clone(),
-        cfg.root_dir.join("pods"),
-    );
+    // Each pod's state directory (volumes, termination messages, /etc/hosts) is below it.
+    let pods_dir = cfg.root_dir.join("pods");
+    let orphans =
+        crate::orphans::Orphans::new(cm.clone(), cfg.pod_logs_dir.clone(), pods_dir.clone());
     let memory = memory_capacity();
     let runtime = Manager::new(runtime::Deps {
         cri,
@@ -189,7 +188,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cfg: runtime::Config {
             node_name: cfg.node_name.clone(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
-            pods_dir: cfg.root_dir.join("pods"),
+            pods_dir: pods_dir.clone(),
             security: runtime::security::Settings {
                 seccomp_root: cfg.root_dir.join("seccomp"),
                 seccomp_default: cfg.seccomp_default,
@@ -202,7 +201,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         probes: probe_results.clone(),
         api_objects: api_objects.clone(),
         images,
-        volumes: crate::volume::Manager::new(cfg.root_dir.join("pods"), memory, api_objects),
+        volumes: crate::volume::Manager::new(pods_dir, memory, api_objects),
         pod_cache,
     });
     // Container log rotation: a task of its own, beside the pods' syncs.

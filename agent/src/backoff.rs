@@ -4,6 +4,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// Now, in wall-clock nanoseconds since the Unix epoch (the CRI's clock), for the callers' "now".
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_default()
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     delay: Duration,

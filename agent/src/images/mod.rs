@@ -6,7 +6,7 @@
 //!   per pod and image after a failed pull (10 s doubling to 300 s: ErrImagePull, then
 //!   ImagePullBackOff). The runtime manager asks it for images and holds no pull state.
 //! - [`gc`] removes unused images when the image file system fills (a task of its own).
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, now_nanos};
 use crate::cri::{self, Cri};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -260,13 +260,6 @@ impl Images {
 /// kubelet keys it.
 fn backoff_key(uid: &str, image: &str) -> String {
     format!("{uid}_{image}")
-}
-
-fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ mod start;
 mod sync;
 pub mod unsupported;
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, now_nanos};
 use crate::cm::{self, ContainerManager};
 use crate::cri::{self, Cri};
 use crate::pod::state::is_live;
@@ -305,13 +305,6 @@ impl ResizeState {
 const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 const CRASH_BACKOFF_MAX: Duration = Duration::from_secs(300);
 const MIN_GRACE_SECS: i64 = 2;
-
-fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or_default()
-}
 
 impl Manager {
     /// The container manager (pod cgroups).
