@@ -291,6 +291,9 @@ async fn the_cgroup_probes_report_only_cgroups_below_the_prefix() {
     let outside = CgroupDir(parent.join(&top).join("kubepod"));
     let root = CgroupDir(parent.join(&prefix[1..]));
     std::fs::create_dir(&root.0).expect("mkdir cgroup");
+    // The prefix's own mkdir is reported: counted before the baseline is taken.
+    wait_for(&mut rx, CgroupEventKind::Mkdir, &prefix).await;
+    tokio::time::sleep(GATHER * 2).await;
     let inside = CgroupDir(root.0.join("podu1"));
     let before = (monitor.events_seen(), monitor.reader_wakeups());
     for _ in 0..20 {
