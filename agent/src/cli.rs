@@ -1,15 +1,23 @@
-//! Command-line flags and the `--config` file (a KubeletConfiguration YAML subset), merged into one
-//! [`AgentConfig`]. Flags given on the command line win over the file, as with the kubelet.
+//! The command line and the `--config` file (a KubeletConfiguration YAML subset), as the kubelet
+//! takes them: [`Flags`] are the agent's own flags (no config-file field: `--config`,
+//! `--kubeconfig`, `--root-dir`, ...); [`KubeletConfiguration`] is the file's fields, each with
+//! the flag that sets it, one struct serving both. [`parse`] reads the file and binds every flag
+//! given on the command line over it (a flag wins over the file), and [`AgentConfig::new`]
+//! applies the defaults, checks the values and hands each component its settings.
 pub mod doc;
 
-use clap::Parser;
+use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A flag clap refused, or `--help` / `--version` (print it with `clap::Error::exit`).
+    #[error(transparent)]
+    Usage(#[from] clap::Error),
     #[error("reading config file {path}: {source}")]
     Read {
         path: PathBuf,
@@ -37,8 +45,6 @@ pub enum Error {
     Ebpf(String),
     #[error("--ebpf on: {}", crate::ebpf::Error::NotBuilt)]
     EbpfNotBuilt,
-    #[error("--manifest-url-header {0:?}: expected comma-separated 'Name:Value' pairs")]
-    Header(String),
     #[error("determining the node name: {0}")]
     Hostname(String),
     #[error("{what} {value:?}: must be at least {min:?}")]
@@ -85,6 +91,9 @@ pub enum Error {
 ///
 /// Flags follow the kubelet's names and defaults. Settings can also come from a
 /// KubeletConfiguration YAML file given with --config; command-line flags win.
+///
+/// These are the flags with no config-file field; [`KubeletConfiguration`]'s flags are added to
+/// them by [`command`].
 #[derive(Debug, Parser, Default)]
 #[command(name = "swiftlet", version, about, long_about = None)]
 pub struct Flags {
@@ -92,77 +101,26 @@ pub struct Flags {
     /// and the flag that overrides it; a flag given on the command line wins over the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Directory (or single file) of static pod manifests.
-    #[arg(long, value_name = "PATH")]
-    pub pod_manifest_path: Option<PathBuf>,
-    /// CRI endpoint of the container runtime (unix:// URL). A runtime that does not answer at
-    /// start is waited for (retried every 0.5 s doubling to 5 s, each failure logged).
-    #[arg(long, value_name = "URL")]
-    pub container_runtime_endpoint: Option<String>,
-    /// Deadline of each CRI call, except image pulls, which have none: RunPodSandbox gets twice
-    /// it, StopContainer the grace period more, ExecSync the command's timeout more. A call past
-    /// its deadline fails, and the pod's sync is retried as after any error [default: 2m].
-    #[arg(long, value_name = "DURATION")]
-    pub runtime_request_timeout: Option<GoDuration>,
-    /// Directory for the agent's own state [default: /var/lib/swiftlet]. Its `config.json` (or
-    /// `.dockercfg`) holds the node's image pull credentials, searched first.
-    #[arg(long, value_name = "DIR")]
-    pub root_dir: Option<PathBuf>,
-    /// Directory of pod logs written by the runtime [default: /var/log/pods].
-    #[arg(long, value_name = "DIR")]
-    pub pod_logs_dir: Option<PathBuf>,
-    /// Node name [default: the host name].
-    #[arg(long, value_name = "NAME")]
-    pub hostname_override: Option<String>,
-    /// Root cgroup for pod cgroups [default: /].
-    #[arg(long, value_name = "PATH")]
-    pub cgroup_root: Option<String>,
-    /// Create the kubepods/burstable/besteffort QoS cgroup hierarchy [default: true].
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub cgroups_per_qos: Option<bool>,
-    /// Cgroup driver: cgroupfs (swiftlet writes the cgroup file system) or systemd (pod cgroups
-    /// are slices created through systemd; the runtime must use systemd cgroups too)
-    /// [default: cgroupfs].
-    #[arg(long, value_name = "DRIVER")]
-    pub cgroup_driver: Option<String>,
-    /// Maximum number of processes in each pod (`pids.max` of the pod cgroup); -1 or 0: no
-    /// limit [default: -1].
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub pod_max_pids: Option<i64>,
-    /// Address of the healthz server [default: 127.0.0.1].
-    #[arg(long, value_name = "IP")]
-    pub healthz_bind_address: Option<IpAddr>,
-    /// Port of the healthz server; 0 disables it [default: 10248].
-    #[arg(long, value_name = "PORT")]
-    pub healthz_port: Option<u16>,
-    /// Read-only port (/pods, /metrics, /debug) bound to 127.0.0.1, without authentication:
-    /// /pods shows full pod specs, env values included, to every local user. Off unless asked
-    /// for, as on a hardened kubelet; the kubelet's old port is 10255 [default: 0 (off)].
-    #[arg(long, value_name = "PORT")]
-    pub read_only_port: Option<u16>,
-    /// How often the manifest path is rescanned (inotify catches changes in between) [default: 20s].
-    #[arg(long, value_name = "DURATION")]
-    pub file_check_frequency: Option<GoDuration>,
-    /// How often a running pod is synced again without an event (jittered by up to 50%); each
-    /// sync rewrites its configMap, secret, downwardAPI and projected volumes [default: 1m].
-    #[arg(long, value_name = "DURATION")]
-    pub sync_frequency: Option<GoDuration>,
-    /// URL of pod manifests (a Pod or a PodList, YAML or JSON), fetched every
-    /// --http-check-frequency. http:// only.
-    #[arg(long, value_name = "URL")]
-    pub manifest_url: Option<String>,
-    /// HTTP headers for --manifest-url: comma-separated 'Name:Value' pairs; repeatable. Headers
-    /// with the same name are all sent, in the order given.
-    #[arg(long, value_name = "NAME:VALUE,...")]
-    pub manifest_url_header: Vec<String>,
-    /// How often --manifest-url is fetched [default: 20s].
-    #[arg(long, value_name = "DURATION")]
-    pub http_check_frequency: Option<GoDuration>,
     /// kubeconfig of the API server to take this node's pods from (source "api"), and to read
     /// the RuntimeClass a pod's runtimeClassName names and its image pull secrets (any
     /// source's pods).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
+    /// Node name [default: the host name].
+    #[arg(long, value_name = "NAME")]
+    pub hostname_override: Option<String>,
+    /// Directory for the agent's own state [default: /var/lib/swiftlet]. Its `config.json` (or
+    /// `.dockercfg`) holds the node's image pull credentials, searched first.
+    #[arg(long, value_name = "DIR")]
+    pub root_dir: Option<PathBuf>,
+    /// Where the self-signed serving certificate is kept (kubelet.crt, kubelet.key)
+    /// [default: <root-dir>/pki].
+    #[arg(long, value_name = "DIR")]
+    pub cert_dir: Option<PathBuf>,
+    /// The Node's InternalIP addresses (comma-separated, one per family) [default: the address
+    /// of the default route's interface].
+    #[arg(long, value_name = "IP,...", value_delimiter = ',')]
+    pub node_ip: Vec<IpAddr>,
     /// eBPF probes: auto (load what can be loaded, warn otherwise), on (fail without them), off.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub ebpf: String,
@@ -170,63 +128,10 @@ pub struct Flags {
     /// 1s). With eBPF a container's exit is relisted at once anyway [default: 1s].
     #[arg(long, value_name = "DURATION")]
     pub pleg_relist_period: Option<GoDuration>,
-    /// Unsafe sysctls (or prefixes ending in `*`, e.g. `kernel.msg*`) pods may set beyond the
-    /// safe set; comma-separated, repeatable.
-    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
-    pub allowed_unsafe_sysctls: Vec<String>,
-    /// Containers without a seccomp profile run the runtime's default profile (RuntimeDefault)
-    /// instead of none (Unconfined) [default: false].
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub seccomp_default: Option<bool>,
-    /// Most pods this node runs at once; a pod over it is rejected (phase Failed, reason
-    /// OutOfpods) [default: 110].
-    #[arg(long, value_name = "N")]
-    pub max_pods: Option<u32>,
-    /// IP addresses of the cluster's DNS servers, comma-separated, repeatable: the nameservers
-    /// of pods with dnsPolicy ClusterFirst (and ClusterFirstWithHostNet). Without any, those pods
-    /// get the node's resolver configuration (the Default policy) and a warning is logged.
-    #[arg(long, value_name = "IP,...", value_delimiter = ',')]
-    pub cluster_dns: Vec<String>,
-    /// The cluster's DNS domain (kubeadm uses cluster.local): ClusterFirst pods search
-    /// <namespace>.svc.<domain>, svc.<domain> and <domain> before the node's search domains
-    /// [default: none].
-    #[arg(long, value_name = "DOMAIN")]
-    pub cluster_domain: Option<String>,
-    /// Resolver configuration file the pods' DNS configuration starts from (the Default policy
-    /// takes it whole, ClusterFirst its search domains); "" means none: Default pods then
-    /// resolve through the node itself (nameserver 127.0.0.1) [default: /etc/resolv.conf].
-    #[arg(long, value_name = "FILE")]
-    pub resolv_conf: Option<String>,
-    /// A container's log is rotated once it reaches this size (a quantity: 10Mi, 64Ki, 1G);
-    /// negative turns rotation off [default: 10Mi].
-    #[arg(long, value_name = "QUANTITY", allow_negative_numbers = true)]
-    pub container_log_max_size: Option<String>,
-    /// Log files kept per container: the current one and at most this many minus one rotated
-    /// ones, all but the newest gzip-compressed; at least 2 [default: 5].
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub container_log_max_files: Option<i64>,
-    /// How often the running containers' logs are checked for rotation; at least 3s
-    /// [default: 10s].
+    /// How often image garbage collection looks (swiftlet's own flag; the kubelet's period is
+    /// fixed at 5m) [default: 5m].
     #[arg(long, value_name = "DURATION")]
-    pub container_log_monitor_interval: Option<GoDuration>,
-    /// Containers whose logs are checked and rotated at once; at least 1 [default: 1].
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub container_log_max_workers: Option<i64>,
-    /// Image garbage collection starts when the image file system is at least this full
-    /// (percent; 100 turns it off) [default: 85].
-    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
-    pub image_gc_high_threshold: Option<i64>,
-    /// ... and removes unused images, least recently used first, until the use is down to this
-    /// percent; below the high threshold [default: 80].
-    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
-    pub image_gc_low_threshold: Option<i64>,
-    /// An image first seen less than this long ago is never collected [default: 2m].
-    #[arg(long, value_name = "DURATION")]
-    pub image_minimum_gc_age: Option<GoDuration>,
-    /// An image no container has used for this long is removed whatever the disk use; 0 turns
-    /// it off. Must exceed --image-minimum-gc-age [default: 0].
-    #[arg(long, value_name = "DURATION")]
-    pub image_maximum_gc_age: Option<GoDuration>,
+    pub image_gc_period: Option<GoDuration>,
     /// Dead instances kept per container of a pod, the newest; negative: no limit [default: 1].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub maximum_dead_containers_per_container: Option<i64>,
@@ -237,129 +142,10 @@ pub struct Flags {
     /// A dead container younger than this is never garbage collected [default: 0].
     #[arg(long, value_name = "DURATION")]
     pub minimum_container_ttl_duration: Option<GoDuration>,
-    /// Pull one image at a time (the kubelet's default is true; swiftlet's is false: distinct
-    /// images pull in parallel, and pods asking for one image wait for one pull of it)
-    /// [default: false].
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub serialize_image_pulls: Option<bool>,
-    /// At most this many image pulls at once; at least 1, and only with
-    /// --serialize-image-pulls=false [default: no limit].
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_parallel_image_pulls: Option<i64>,
-    /// How often image garbage collection looks (swiftlet's own flag; the kubelet's period is
-    /// fixed at 5m) [default: 5m].
-    #[arg(long, value_name = "DURATION")]
-    pub image_gc_period: Option<GoDuration>,
-    /// Hard eviction thresholds: comma-separated <signal><<quantity or percent> (memory.available,
-    /// allocatableMemory.available, nodefs.available, nodefs.inodesFree, imagefs.available,
-    /// pid.available); "" for none [default: memory.available<100Mi,nodefs.available<10%,
-    /// nodefs.inodesFree<5%,imagefs.available<15%].
-    #[arg(long, value_name = "THRESHOLDS")]
-    pub eviction_hard: Option<String>,
-    /// Soft eviction thresholds, as --eviction-hard; each acted on only once met for its grace
-    /// period in --eviction-soft-grace-period [default: none].
-    #[arg(long, value_name = "THRESHOLDS")]
-    pub eviction_soft: Option<String>,
-    /// Grace periods of the soft thresholds: comma-separated <signal>=<duration>
-    /// (memory.available=1m30s).
-    #[arg(long, value_name = "GRACE_PERIODS")]
-    pub eviction_soft_grace_period: Option<String>,
-    /// Most seconds of grace a pod evicted for a soft threshold gets (less when its own is less;
-    /// negative: its own) [default: 0].
-    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
-    pub eviction_max_pod_grace_period: Option<i64>,
-    /// Once a threshold is acted on, how much more than it must be available before it is no
-    /// longer met: comma-separated <signal>=<quantity or percent> [default: none].
-    #[arg(long, value_name = "AMOUNTS")]
-    pub eviction_minimum_reclaim: Option<String>,
     /// How often the eviction manager observes the signals (swiftlet's own; the kubelet's is
     /// fixed at 10s) [default: 10s].
     #[arg(long, value_name = "DURATION")]
     pub eviction_monitoring_interval: Option<GoDuration>,
-    /// How long a node condition stays after its threshold is no longer met [default: 5m].
-    #[arg(long, value_name = "DURATION")]
-    pub eviction_pressure_transition_period: Option<GoDuration>,
-    /// Resources reserved for the system (memory=<quantity>,...): pods may not use them; the
-    /// allocatableMemory.available signal counts from capacity minus both reservations.
-    #[arg(long, value_name = "RESOURCES")]
-    pub system_reserved: Option<String>,
-    /// Where node allocatable is enforced: "pods" (the kubepods cgroup gets cpu shares and a
-    /// memory limit of capacity less --system-reserved and --kube-reserved) or "none";
-    /// system-reserved and kube-reserved (their own cgroups) are not implemented [default: pods].
-    #[arg(long, value_name = "LEVELS")]
-    pub enforce_node_allocatable: Option<String>,
-    /// Resources reserved for the node's Kubernetes daemons (memory=<quantity>,...).
-    #[arg(long, value_name = "RESOURCES")]
-    pub kube_reserved: Option<String>,
-    /// Port of the kubelet API (HTTPS: /containerLogs, /exec, /attach, /portForward, /run,
-    /// /pods, /metrics, /healthz); 0 turns it off (swiftlet's own) [default: 10250].
-    #[arg(long, value_name = "PORT")]
-    pub port: Option<u16>,
-    /// Address the kubelet API listens on [default: 0.0.0.0].
-    #[arg(long, value_name = "IP")]
-    pub address: Option<IpAddr>,
-    /// The kubelet API's serving certificate (PEM, leaf first); without it a self-signed one is
-    /// made in --cert-dir.
-    #[arg(long, value_name = "FILE")]
-    pub tls_cert_file: Option<PathBuf>,
-    /// The private key (PEM) of --tls-cert-file.
-    #[arg(long, value_name = "FILE")]
-    pub tls_private_key_file: Option<PathBuf>,
-    /// Where the self-signed serving certificate is kept (kubelet.crt, kubelet.key)
-    /// [default: <root-dir>/pki].
-    #[arg(long, value_name = "DIR")]
-    pub cert_dir: Option<PathBuf>,
-    /// CA certificates (PEM): a kubelet API client presenting a certificate they signed is
-    /// authenticated as the certificate's common name (organizations are its groups).
-    #[arg(long, value_name = "FILE")]
-    pub client_ca_file: Option<PathBuf>,
-    /// Serve kubelet API requests that bring no client certificate, as system:anonymous. Off
-    /// unless asked for (the Go kubelet's flag defaults to on; hardened set-ups turn it off)
-    /// [default: false].
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub anonymous_auth: Option<bool>,
-    /// Authorization of kubelet API requests: AlwaysAllow (every authenticated caller may do
-    /// everything) or Webhook (a SubjectAccessReview to the API server of --kubeconfig on
-    /// nodes/<subresource> per request) [default: AlwaysAllow].
-    #[arg(long, value_name = "MODE")]
-    pub authorization_mode: Option<String>,
-    /// How long an allowed Webhook decision is cached [default: 5m].
-    #[arg(long, value_name = "DURATION")]
-    pub authorization_webhook_cache_authorized_ttl: Option<GoDuration>,
-    /// How long a denied Webhook decision is cached [default: 30s].
-    #[arg(long, value_name = "DURATION")]
-    pub authorization_webhook_cache_unauthorized_ttl: Option<GoDuration>,
-    /// Authenticate kubelet API bearer tokens with a TokenReview to the API server of
-    /// --kubeconfig [default: false].
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub authentication_token_webhook: Option<bool>,
-    /// How long a TokenReview's answer is cached [default: 2m].
-    #[arg(long, value_name = "DURATION")]
-    pub authentication_token_webhook_cache_ttl: Option<GoDuration>,
-    /// Register this node with the API server of --kubeconfig (create its Node object); off:
-    /// only an existing Node's status is kept [default: true].
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub register_node: Option<bool>,
-    /// Labels of the Node at registration: <key>=<value>, comma-separated, repeatable. Keys of
-    /// the kubernetes.io and k8s.io namespaces only with the prefixes kubelet.kubernetes.io and
-    /// node.kubernetes.io or the well-known keys (topology.kubernetes.io/zone, ...).
-    #[arg(long, value_name = "KEY=VALUE,...")]
-    pub node_labels: Vec<String>,
-    /// Taints of the Node at registration: <key>[=<value>]:<effect>, comma-separated,
-    /// repeatable; effect NoSchedule, PreferNoSchedule or NoExecute.
-    #[arg(long, value_name = "TAINTS")]
-    pub register_with_taints: Vec<String>,
-    /// The Node's InternalIP addresses (comma-separated, one per family) [default: the address
-    /// of the default route's interface].
-    #[arg(long, value_name = "IP,...", value_delimiter = ',')]
-    pub node_ip: Vec<IpAddr>,
-    /// How often the node status is computed; it is written when it changed or
-    /// nodeStatusReportFrequency (5m) passed [default: 10s].
-    #[arg(long, value_name = "DURATION")]
-    pub node_status_update_frequency: Option<GoDuration>,
-    /// How many images (the largest first) the node status lists; -1: all [default: 50].
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub node_status_max_images: Option<i32>,
     /// Log verbosity like the kubelet's -v (0-2 info, 3-4 debug, 5+ trace). RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub verbosity: u8,
@@ -369,127 +155,521 @@ pub struct Flags {
     pub logging_format: String,
 }
 
-/// The subset of KubeletConfiguration swiftlet reads. Other fields are not refused, as a kubelet
-/// config written for the Go kubelet carries many fields swiftlet does not implement, but
-/// [`KubeletConfiguration::load`] names them in a warning.
-#[derive(Debug, Default, Deserialize)]
+/// The KubeletConfiguration fields swiftlet reads, each settable by its flag too: the file's
+/// fields come first and every flag given on the command line is bound over them ([`parse`]).
+/// A field's clap id is its path in the file, so docs/configuration.md pairs each field with
+/// its flag from this struct alone. Map-valued fields (`evictionHard`, `nodeLabels`, ...) are
+/// kept in the flag's form, one `<key><sep><value>` entry each, so one parser reads both.
+///
+/// Other fields of the file are not refused, as a kubelet config written for the Go kubelet
+/// carries many fields swiftlet does not implement, but [`AgentConfig::new`] names them in a
+/// warning.
+#[derive(Debug, Default, Deserialize, Args)]
 #[serde(rename_all = "camelCase")]
+#[command(next_help_heading = "Configuration (each flag sets the --config field of its id)")]
 pub struct KubeletConfiguration {
+    #[arg(skip)]
     pub api_version: Option<String>,
+    #[arg(skip)]
     pub kind: Option<String>,
     /// The fields swiftlet does not read, by name.
     #[serde(flatten)]
-    pub unknown: std::collections::BTreeMap<String, serde_json::Value>,
+    #[arg(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+    /// Directory (or single file) of static pod manifests.
+    #[arg(id = "staticPodPath", long = "pod-manifest-path", value_name = "PATH")]
     pub static_pod_path: Option<PathBuf>,
+    /// CRI endpoint of the container runtime (unix:// URL). A runtime that does not answer at
+    /// start is waited for (retried every 0.5 s doubling to 5 s, each failure logged)
+    /// [default: unix:///run/containerd/containerd.sock].
+    #[arg(
+        id = "containerRuntimeEndpoint",
+        long = "container-runtime-endpoint",
+        value_name = "URL"
+    )]
     pub container_runtime_endpoint: Option<String>,
+    /// Deadline of each CRI call, except image pulls, which have none: RunPodSandbox gets twice
+    /// it, StopContainer the grace period more, ExecSync the command's timeout more. A call past
+    /// its deadline fails, and the pod's sync is retried as after any error [default: 2m].
+    #[arg(
+        id = "runtimeRequestTimeout",
+        long = "runtime-request-timeout",
+        value_name = "DURATION"
+    )]
     pub runtime_request_timeout: Option<GoDuration>,
+    /// Root cgroup for pod cgroups [default: /].
+    #[arg(id = "cgroupRoot", long = "cgroup-root", value_name = "PATH")]
     pub cgroup_root: Option<String>,
+    /// Create the kubepods/burstable/besteffort QoS cgroup hierarchy [default: true].
     #[serde(rename = "cgroupsPerQOS")]
+    #[arg(id = "cgroupsPerQOS", long = "cgroups-per-qos", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub cgroups_per_qos: Option<bool>,
+    /// Cgroup driver: cgroupfs (swiftlet writes the cgroup file system) or systemd (pod cgroups
+    /// are slices created through systemd; the runtime must use systemd cgroups too)
+    /// [default: cgroupfs].
+    #[arg(id = "cgroupDriver", long = "cgroup-driver", value_name = "DRIVER")]
     pub cgroup_driver: Option<String>,
+    /// Maximum number of processes in each pod (`pids.max` of the pod cgroup); -1 or 0: no
+    /// limit [default: -1].
+    #[arg(
+        id = "podPidsLimit",
+        long = "pod-max-pids",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub pod_pids_limit: Option<i64>,
+    /// Address of the healthz server [default: 127.0.0.1].
+    #[arg(
+        id = "healthzBindAddress",
+        long = "healthz-bind-address",
+        value_name = "IP"
+    )]
     pub healthz_bind_address: Option<IpAddr>,
+    /// Port of the healthz server; 0 disables it [default: 10248].
+    #[arg(id = "healthzPort", long = "healthz-port", value_name = "PORT")]
     pub healthz_port: Option<u16>,
+    /// Read-only port (/pods, /metrics, /debug) bound to 127.0.0.1, without authentication:
+    /// /pods shows full pod specs, env values included, to every local user. Off unless asked
+    /// for, as on a hardened kubelet; the kubelet's old port is 10255 [default: 0 (off)].
+    #[arg(id = "readOnlyPort", long = "read-only-port", value_name = "PORT")]
     pub read_only_port: Option<u16>,
+    /// How often the manifest path is rescanned (inotify catches changes in between) [default: 20s].
+    #[arg(
+        id = "fileCheckFrequency",
+        long = "file-check-frequency",
+        value_name = "DURATION"
+    )]
     pub file_check_frequency: Option<GoDuration>,
+    /// How often a running pod is synced again without an event (jittered by up to 50%); each
+    /// sync rewrites its configMap, secret, downwardAPI and projected volumes [default: 1m].
+    #[arg(id = "syncFrequency", long = "sync-frequency", value_name = "DURATION")]
     pub sync_frequency: Option<GoDuration>,
+    /// Directory of pod logs written by the runtime [default: /var/log/pods].
+    #[arg(id = "podLogsDir", long = "pod-logs-dir", value_name = "DIR")]
     pub pod_logs_dir: Option<PathBuf>,
+    /// URL of pod manifests (a Pod or a PodList, YAML or JSON), fetched every
+    /// --http-check-frequency. http:// only.
     #[serde(rename = "staticPodURL")]
+    #[arg(id = "staticPodURL", long = "manifest-url", value_name = "URL")]
     pub static_pod_url: Option<String>,
-    /// Header name -> values.
-    #[serde(rename = "staticPodURLHeader")]
-    pub static_pod_url_header: Option<std::collections::BTreeMap<String, Vec<String>>>,
+    /// HTTP headers for --manifest-url: comma-separated 'Name:Value' pairs; repeatable. Headers
+    /// with the same name are all sent, in the order given. (In the file: a map of header name
+    /// to a list of values.)
+    #[serde(
+        rename = "staticPodURLHeader",
+        default,
+        deserialize_with = "header_map"
+    )]
+    #[arg(
+        id = "staticPodURLHeader",
+        long = "manifest-url-header",
+        value_name = "NAME:VALUE,...",
+        value_delimiter = ','
+    )]
+    pub static_pod_url_header: Option<Vec<Header>>,
+    /// How often --manifest-url is fetched [default: 20s].
+    #[arg(
+        id = "httpCheckFrequency",
+        long = "http-check-frequency",
+        value_name = "DURATION"
+    )]
     pub http_check_frequency: Option<GoDuration>,
+    /// Unsafe sysctls (or prefixes ending in `*`, e.g. `kernel.msg*`) pods may set beyond the
+    /// safe set; comma-separated, repeatable.
+    #[arg(
+        id = "allowedUnsafeSysctls",
+        long = "allowed-unsafe-sysctls",
+        value_name = "NAME,...",
+        value_delimiter = ','
+    )]
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
+    /// Containers without a seccomp profile run the runtime's default profile (RuntimeDefault)
+    /// instead of none (Unconfined) [default: false].
+    #[arg(id = "seccompDefault", long = "seccomp-default", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub seccomp_default: Option<bool>,
+    /// Most pods this node runs at once; a pod over it is rejected (phase Failed, reason
+    /// OutOfpods) [default: 110].
+    #[arg(id = "maxPods", long = "max-pods", value_name = "N")]
     pub max_pods: Option<u32>,
+    /// IP addresses of the cluster's DNS servers, comma-separated, repeatable: the nameservers
+    /// of pods with dnsPolicy ClusterFirst (and ClusterFirstWithHostNet). Without any, those pods
+    /// get the node's resolver configuration (the Default policy) and a warning is logged.
     #[serde(rename = "clusterDNS")]
+    #[arg(
+        id = "clusterDNS",
+        long = "cluster-dns",
+        value_name = "IP,...",
+        value_delimiter = ','
+    )]
     pub cluster_dns: Option<Vec<String>>,
+    /// The cluster's DNS domain (kubeadm uses cluster.local): ClusterFirst pods search
+    /// <namespace>.svc.<domain>, svc.<domain> and <domain> before the node's search domains
+    /// [default: none].
+    #[arg(id = "clusterDomain", long = "cluster-domain", value_name = "DOMAIN")]
     pub cluster_domain: Option<String>,
+    /// Resolver configuration file the pods' DNS configuration starts from (the Default policy
+    /// takes it whole, ClusterFirst its search domains); "" means none: Default pods then
+    /// resolve through the node itself (nameserver 127.0.0.1) [default: /etc/resolv.conf].
+    #[arg(id = "resolvConf", long = "resolv-conf", value_name = "FILE")]
     pub resolv_conf: Option<String>,
+    /// A container's log is rotated once it reaches this size (a quantity: 10Mi, 64Ki, 1G);
+    /// negative turns rotation off [default: 10Mi].
+    #[arg(
+        id = "containerLogMaxSize",
+        long = "container-log-max-size",
+        value_name = "QUANTITY",
+        allow_negative_numbers = true
+    )]
     pub container_log_max_size: Option<String>,
+    /// Log files kept per container: the current one and at most this many minus one rotated
+    /// ones, all but the newest gzip-compressed; at least 2 [default: 5].
+    #[arg(
+        id = "containerLogMaxFiles",
+        long = "container-log-max-files",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub container_log_max_files: Option<i64>,
+    /// How often the running containers' logs are checked for rotation; at least 3s
+    /// [default: 10s].
+    #[arg(
+        id = "containerLogMonitorInterval",
+        long = "container-log-monitor-interval",
+        value_name = "DURATION"
+    )]
     pub container_log_monitor_interval: Option<GoDuration>,
+    /// Containers whose logs are checked and rotated at once; at least 1 [default: 1].
+    #[arg(
+        id = "containerLogMaxWorkers",
+        long = "container-log-max-workers",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub container_log_max_workers: Option<i64>,
+    /// Image garbage collection starts when the image file system is at least this full
+    /// (percent; 100 turns it off) [default: 85].
     #[serde(rename = "imageGCHighThresholdPercent")]
+    #[arg(
+        id = "imageGCHighThresholdPercent",
+        long = "image-gc-high-threshold",
+        value_name = "PERCENT",
+        allow_negative_numbers = true
+    )]
     pub image_gc_high_threshold_percent: Option<i64>,
+    /// ... and removes unused images, least recently used first, until the use is down to this
+    /// percent; below the high threshold [default: 80].
     #[serde(rename = "imageGCLowThresholdPercent")]
+    #[arg(
+        id = "imageGCLowThresholdPercent",
+        long = "image-gc-low-threshold",
+        value_name = "PERCENT",
+        allow_negative_numbers = true
+    )]
     pub image_gc_low_threshold_percent: Option<i64>,
+    /// An image first seen less than this long ago is never collected [default: 2m].
     #[serde(rename = "imageMinimumGCAge")]
+    #[arg(
+        id = "imageMinimumGCAge",
+        long = "image-minimum-gc-age",
+        value_name = "DURATION"
+    )]
     pub image_minimum_gc_age: Option<GoDuration>,
-    pub serialize_image_pulls: Option<bool>,
-    pub max_parallel_image_pulls: Option<i64>,
+    /// An image no container has used for this long is removed whatever the disk use; 0 turns
+    /// it off. Must exceed --image-minimum-gc-age [default: 0].
     #[serde(rename = "imageMaximumGCAge")]
+    #[arg(
+        id = "imageMaximumGCAge",
+        long = "image-maximum-gc-age",
+        value_name = "DURATION"
+    )]
     pub image_maximum_gc_age: Option<GoDuration>,
+    /// Pull one image at a time (the kubelet's default is true; swiftlet's is false: distinct
+    /// images pull in parallel, and pods asking for one image wait for one pull of it)
+    /// [default: false].
+    #[arg(id = "serializeImagePulls", long = "serialize-image-pulls", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub serialize_image_pulls: Option<bool>,
+    /// At most this many image pulls at once; at least 1, and only with
+    /// --serialize-image-pulls=false [default: no limit].
+    #[arg(
+        id = "maxParallelImagePulls",
+        long = "max-parallel-image-pulls",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub max_parallel_image_pulls: Option<i64>,
+    /// Port of the kubelet API (HTTPS: /containerLogs, /exec, /attach, /portForward, /run,
+    /// /pods, /metrics, /healthz); 0 turns it off (swiftlet's own) [default: 10250].
+    #[arg(id = "port", long = "port", value_name = "PORT")]
     pub port: Option<u16>,
+    /// Address the kubelet API listens on [default: 0.0.0.0].
+    #[arg(id = "address", long = "address", value_name = "IP")]
     pub address: Option<IpAddr>,
+    /// The kubelet API's serving certificate (PEM, leaf first); without it a self-signed one is
+    /// made in --cert-dir.
+    #[arg(id = "tlsCertFile", long = "tls-cert-file", value_name = "FILE")]
     pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert-file.
+    #[arg(
+        id = "tlsPrivateKeyFile",
+        long = "tls-private-key-file",
+        value_name = "FILE"
+    )]
     pub tls_private_key_file: Option<PathBuf>,
-    pub authentication: Option<Authentication>,
-    pub authorization: Option<Authorization>,
+    #[serde(default)]
+    #[command(flatten)]
+    pub authentication: Authentication,
+    #[serde(default)]
+    #[command(flatten)]
+    pub authorization: Authorization,
+    /// Register this node with the API server of --kubeconfig (create its Node object); off:
+    /// only an existing Node's status is kept [default: true].
+    #[arg(id = "registerNode", long = "register-node", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub register_node: Option<bool>,
-    pub node_labels: Option<std::collections::BTreeMap<String, String>>,
-    pub register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
+    /// Labels of the Node at registration: <key>=<value>, comma-separated, repeatable. Keys of
+    /// the kubernetes.io and k8s.io namespaces only with the prefixes kubelet.kubernetes.io and
+    /// node.kubernetes.io or the well-known keys (topology.kubernetes.io/zone, ...).
+    #[serde(default, deserialize_with = "map_with_equals")]
+    #[arg(
+        id = "nodeLabels",
+        long = "node-labels",
+        value_name = "KEY=VALUE,...",
+        value_delimiter = ','
+    )]
+    pub node_labels: Option<Vec<String>>,
+    /// Taints of the Node at registration: <key>[=<value>]:<effect>, comma-separated,
+    /// repeatable; effect NoSchedule, PreferNoSchedule or NoExecute.
+    #[serde(default, deserialize_with = "taint_list")]
+    #[arg(
+        id = "registerWithTaints",
+        long = "register-with-taints",
+        value_name = "TAINTS",
+        value_delimiter = ','
+    )]
+    pub register_with_taints: Option<Vec<String>>,
+    /// How often the node status is computed; it is written when it changed or
+    /// nodeStatusReportFrequency (5m) passed [default: 10s].
+    #[arg(
+        id = "nodeStatusUpdateFrequency",
+        long = "node-status-update-frequency",
+        value_name = "DURATION"
+    )]
     pub node_status_update_frequency: Option<GoDuration>,
+    #[arg(skip)]
     pub node_status_report_frequency: Option<GoDuration>,
+    /// How many images (the largest first) the node status lists; -1: all [default: 50].
+    #[arg(
+        id = "nodeStatusMaxImages",
+        long = "node-status-max-images",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub node_status_max_images: Option<i32>,
+    #[arg(skip)]
     pub node_lease_duration_seconds: Option<u32>,
-    pub system_reserved: Option<std::collections::BTreeMap<String, String>>,
-    pub kube_reserved: Option<std::collections::BTreeMap<String, String>>,
-    /// Signal -> quantity or percent.
-    pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
-    pub eviction_soft: Option<std::collections::BTreeMap<String, String>>,
-    /// Signal -> duration.
-    pub eviction_soft_grace_period: Option<std::collections::BTreeMap<String, String>>,
+    /// Resources reserved for the system (memory=<quantity>,...): pods may not use them; the
+    /// allocatableMemory.available signal counts from capacity minus both reservations.
+    #[serde(default, deserialize_with = "map_with_equals")]
+    #[arg(
+        id = "systemReserved",
+        long = "system-reserved",
+        value_name = "RESOURCES",
+        value_delimiter = ','
+    )]
+    pub system_reserved: Option<Vec<String>>,
+    /// Resources reserved for the node's Kubernetes daemons (memory=<quantity>,...).
+    #[serde(default, deserialize_with = "map_with_equals")]
+    #[arg(
+        id = "kubeReserved",
+        long = "kube-reserved",
+        value_name = "RESOURCES",
+        value_delimiter = ','
+    )]
+    pub kube_reserved: Option<Vec<String>>,
+    /// Hard eviction thresholds: comma-separated <signal><<quantity or percent> (memory.available,
+    /// allocatableMemory.available, nodefs.available, nodefs.inodesFree, imagefs.available,
+    /// pid.available); "" for none [default: memory.available<100Mi,nodefs.available<10%,
+    /// nodefs.inodesFree<5%,imagefs.available<15%].
+    #[serde(default, deserialize_with = "map_with_less_than")]
+    #[arg(
+        id = "evictionHard",
+        long = "eviction-hard",
+        value_name = "THRESHOLDS",
+        value_delimiter = ','
+    )]
+    pub eviction_hard: Option<Vec<String>>,
+    /// Soft eviction thresholds, as --eviction-hard; each acted on only once met for its grace
+    /// period in --eviction-soft-grace-period [default: none].
+    #[serde(default, deserialize_with = "map_with_less_than")]
+    #[arg(
+        id = "evictionSoft",
+        long = "eviction-soft",
+        value_name = "THRESHOLDS",
+        value_delimiter = ','
+    )]
+    pub eviction_soft: Option<Vec<String>>,
+    /// Grace periods of the soft thresholds: comma-separated <signal>=<duration>
+    /// (memory.available=1m30s).
+    #[serde(default, deserialize_with = "map_with_equals")]
+    #[arg(
+        id = "evictionSoftGracePeriod",
+        long = "eviction-soft-grace-period",
+        value_name = "GRACE_PERIODS",
+        value_delimiter = ','
+    )]
+    pub eviction_soft_grace_period: Option<Vec<String>>,
+    /// Most seconds of grace a pod evicted for a soft threshold gets (less when its own is less;
+    /// negative: its own) [default: 0].
+    #[arg(
+        id = "evictionMaxPodGracePeriod",
+        long = "eviction-max-pod-grace-period",
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub eviction_max_pod_grace_period: Option<i64>,
-    pub eviction_minimum_reclaim: Option<std::collections::BTreeMap<String, String>>,
+    /// Once a threshold is acted on, how much more than it must be available before it is no
+    /// longer met: comma-separated <signal>=<quantity or percent> [default: none].
+    #[serde(default, deserialize_with = "map_with_equals")]
+    #[arg(
+        id = "evictionMinimumReclaim",
+        long = "eviction-minimum-reclaim",
+        value_name = "AMOUNTS",
+        value_delimiter = ','
+    )]
+    pub eviction_minimum_reclaim: Option<Vec<String>>,
+    /// How long a node condition stays after its threshold is no longer met [default: 5m].
+    #[arg(
+        id = "evictionPressureTransitionPeriod",
+        long = "eviction-pressure-transition-period",
+        value_name = "DURATION"
+    )]
     pub eviction_pressure_transition_period: Option<GoDuration>,
+    /// Where node allocatable is enforced: "pods" (the kubepods cgroup gets cpu shares and a
+    /// memory limit of capacity less --system-reserved and --kube-reserved) or "none";
+    /// system-reserved and kube-reserved (their own cgroups) are not implemented [default: pods].
+    #[arg(
+        id = "enforceNodeAllocatable",
+        long = "enforce-node-allocatable",
+        value_name = "LEVELS",
+        value_delimiter = ','
+    )]
     pub enforce_node_allocatable: Option<Vec<String>>,
 }
 
-/// `authentication` of a KubeletConfiguration: `x509.clientCAFile`, `anonymous.enabled`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// `authentication` of a KubeletConfiguration.
+#[derive(Debug, Default, Deserialize, Args)]
+#[serde(default)]
 pub struct Authentication {
-    pub x509: Option<X509Authentication>,
-    pub anonymous: Option<AnonymousAuthentication>,
-    pub webhook: Option<WebhookAuthentication>,
+    #[command(flatten)]
+    pub x509: X509Authentication,
+    #[command(flatten)]
+    pub anonymous: AnonymousAuthentication,
+    #[command(flatten)]
+    pub webhook: WebhookAuthentication,
 }
 
-/// `authentication.webhook`: `enabled`, `cacheTTL`.
-#[derive(Debug, Default, Deserialize)]
-pub struct WebhookAuthentication {
-    pub enabled: Option<bool>,
-    #[serde(rename = "cacheTTL")]
-    pub cache_ttl: Option<GoDuration>,
-}
-
-/// `authorization.webhook`: `cacheAuthorizedTTL`, `cacheUnauthorizedTTL`.
-#[derive(Debug, Default, Deserialize)]
-pub struct WebhookAuthorization {
-    #[serde(rename = "cacheAuthorizedTTL")]
-    pub cache_authorized_ttl: Option<GoDuration>,
-    #[serde(rename = "cacheUnauthorizedTTL")]
-    pub cache_unauthorized_ttl: Option<GoDuration>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Deserialize, Args)]
 pub struct X509Authentication {
+    /// CA certificates (PEM): a kubelet API client presenting a certificate they signed is
+    /// authenticated as the certificate's common name (organizations are its groups).
     #[serde(rename = "clientCAFile")]
+    #[arg(
+        id = "authentication.x509.clientCAFile",
+        long = "client-ca-file",
+        value_name = "FILE"
+    )]
     pub client_ca_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Args)]
 pub struct AnonymousAuthentication {
+    /// Serve kubelet API requests that bring no client certificate, as system:anonymous. Off
+    /// unless asked for (the Go kubelet's flag defaults to on; hardened set-ups turn it off)
+    /// [default: false].
+    #[arg(id = "authentication.anonymous.enabled", long = "anonymous-auth", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub enabled: Option<bool>,
 }
 
-/// `authorization` of a KubeletConfiguration: `mode`, `webhook`.
-#[derive(Debug, Default, Deserialize)]
+/// `authentication.webhook`.
+#[derive(Debug, Default, Deserialize, Args)]
+pub struct WebhookAuthentication {
+    /// Authenticate kubelet API bearer tokens with a TokenReview to the API server of
+    /// --kubeconfig [default: false].
+    #[arg(id = "authentication.webhook.enabled", long = "authentication-token-webhook", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub enabled: Option<bool>,
+    /// How long a TokenReview's answer is cached [default: 2m].
+    #[serde(rename = "cacheTTL")]
+    #[arg(
+        id = "authentication.webhook.cacheTTL",
+        long = "authentication-token-webhook-cache-ttl",
+        value_name = "DURATION"
+    )]
+    pub cache_ttl: Option<GoDuration>,
+}
+
+/// `authorization` of a KubeletConfiguration.
+#[derive(Debug, Default, Deserialize, Args)]
+#[serde(default)]
 pub struct Authorization {
+    /// Authorization of kubelet API requests: AlwaysAllow (every authenticated caller may do
+    /// everything) or Webhook (a SubjectAccessReview to the API server of --kubeconfig on
+    /// nodes/<subresource> per request) [default: AlwaysAllow].
+    #[arg(
+        id = "authorization.mode",
+        long = "authorization-mode",
+        value_name = "MODE"
+    )]
     pub mode: Option<String>,
-    pub webhook: Option<WebhookAuthorization>,
+    #[command(flatten)]
+    pub webhook: WebhookAuthorization,
+}
+
+/// `authorization.webhook`.
+#[derive(Debug, Default, Deserialize, Args)]
+pub struct WebhookAuthorization {
+    /// How long an allowed Webhook decision is cached [default: 5m].
+    #[serde(rename = "cacheAuthorizedTTL")]
+    #[arg(
+        id = "authorization.webhook.cacheAuthorizedTTL",
+        long = "authorization-webhook-cache-authorized-ttl",
+        value_name = "DURATION"
+    )]
+    pub cache_authorized_ttl: Option<GoDuration>,
+    /// How long a denied Webhook decision is cached [default: 30s].
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    #[arg(
+        id = "authorization.webhook.cacheUnauthorizedTTL",
+        long = "authorization-webhook-cache-unauthorized-ttl",
+        value_name = "DURATION"
+    )]
+    pub cache_unauthorized_ttl: Option<GoDuration>,
+}
+
+/// The whole command line: [`Flags`] and [`KubeletConfiguration`]'s flags.
+pub fn command() -> clap::Command {
+    let flags = Flags::command();
+    // The configuration's doc comment would otherwise become the program's description.
+    let about = flags.get_about().cloned().unwrap_or_default();
+    KubeletConfiguration::augment_args(flags)
+        .about(about)
+        .long_about(None)
+}
+
+/// Parses the command line `args` (program name first) as the kubelet does: the `--config`
+/// file is read first (none: every field unset), then each flag given on the command line is
+/// bound over its field. Defaults are applied later, by [`AgentConfig::new`].
+pub fn parse<I, T>(args: I) -> Result<(Flags, KubeletConfiguration), Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = command().try_get_matches_from(args)?;
+    let flags = Flags::from_arg_matches(&matches)?;
+    let mut config = match &flags.config {
+        Some(path) => KubeletConfiguration::load(path)?,
+        None => KubeletConfiguration::default(),
+    };
+    config.update_from_arg_matches(&matches)?;
+    Ok((flags, config))
 }
 
 /// Everything the agent needs, defaults applied.
@@ -594,16 +774,306 @@ impl KubeletConfiguration {
                 version: version.to_owned(),
             });
         }
+        Ok(cfg)
+    }
+}
+
+impl AgentConfig {
+    /// The components' settings from the agent's flags and the configuration [`parse`] made:
+    /// each unset field takes its default, and each value is checked, the error naming its
+    /// flag.
+    pub fn new(flags: Flags, cfg: KubeletConfiguration) -> Result<Self, Error> {
         if !cfg.unknown.is_empty() {
             let names: Vec<&str> = cfg.unknown.keys().map(String::as_str).collect();
             tracing::warn!(
-                path = %path.display(),
+                path = %flags.config.as_deref().unwrap_or(Path::new("")).display(),
                 fields = %names.join(", "),
                 "config file: fields swiftlet does not implement are ignored"
             );
         }
-        Ok(cfg)
+        let systemd_cgroups = match cfg.cgroup_driver.as_deref().unwrap_or("cgroupfs") {
+            "cgroupfs" => false,
+            "systemd" => true,
+            other => return Err(Error::CgroupDriver(other.to_owned())),
+        };
+        let node_name = match flags.hostname_override {
+            Some(n) => n,
+            None => hostname()?,
+        }
+        .to_lowercase();
+        let ebpf: crate::ebpf::Mode = flags
+            .ebpf
+            .parse()
+            .map_err(|_| Error::Ebpf(flags.ebpf.clone()))?;
+        if ebpf == crate::ebpf::Mode::On && !crate::ebpf::BUILT_IN {
+            return Err(Error::EbpfNotBuilt);
+        }
+        let pleg_relist_period = duration_or(flags.pleg_relist_period, Duration::from_secs(1));
+        if pleg_relist_period < Duration::from_millis(1) {
+            return Err(Error::RelistPeriod(pleg_relist_period));
+        }
+        let runtime_request_timeout =
+            duration_or(cfg.runtime_request_timeout, Duration::from_secs(120));
+        if runtime_request_timeout.is_zero() {
+            return Err(Error::RequestTimeout(runtime_request_timeout));
+        }
+        let resolv_conf = cfg
+            .resolv_conf
+            .unwrap_or_else(|| crate::dns::DEFAULT_RESOLV_CONF.to_owned());
+        let dns = crate::dns::Settings {
+            cluster_dns: cfg
+                .cluster_dns
+                .iter()
+                .flatten()
+                .filter(|ip| !ip.trim().is_empty())
+                .map(|ip| ip.trim().parse().map_err(|_| Error::ClusterDns(ip.clone())))
+                .collect::<Result<_, _>>()?,
+            cluster_domain: cfg.cluster_domain.unwrap_or_default(),
+            resolv_conf: (!resolv_conf.is_empty()).then(|| PathBuf::from(resolv_conf)),
+            node_hosts: PathBuf::from(crate::dns::NODE_HOSTS),
+        };
+        let container_logs = crate::logs::Policy::new(
+            cfg.container_log_max_size
+                .as_deref()
+                .unwrap_or(crate::logs::DEFAULT_MAX_SIZE),
+            cfg.container_log_max_files
+                .unwrap_or(crate::logs::DEFAULT_MAX_FILES),
+            duration_or(
+                cfg.container_log_monitor_interval,
+                crate::logs::DEFAULT_MONITOR_INTERVAL,
+            ),
+            cfg.container_log_max_workers
+                .unwrap_or(crate::logs::DEFAULT_MAX_WORKERS),
+        )?;
+        let limit = |v: Option<i64>, default: Option<usize>| match v {
+            None => default,
+            Some(n) => usize::try_from(n).ok(),
+        };
+        let container_gc = crate::container_gc::Policy {
+            min_age: duration_or(flags.minimum_container_ttl_duration, Duration::ZERO),
+            max_per_container: limit(
+                flags.maximum_dead_containers_per_container,
+                Some(crate::container_gc::MAX_DEAD_PER_CONTAINER),
+            ),
+            max_containers: limit(flags.maximum_dead_containers, None),
+        };
+        let max_parallel_image_pulls = image_pull_limit(
+            cfg.serialize_image_pulls.unwrap_or(false),
+            cfg.max_parallel_image_pulls,
+        )?;
+        let image_gc = crate::images::gc::Policy::new(
+            cfg.image_gc_high_threshold_percent
+                .unwrap_or(crate::images::gc::DEFAULT_HIGH_THRESHOLD),
+            cfg.image_gc_low_threshold_percent
+                .unwrap_or(crate::images::gc::DEFAULT_LOW_THRESHOLD),
+            duration_or(
+                cfg.image_minimum_gc_age,
+                crate::images::gc::DEFAULT_MINIMUM_AGE,
+            ),
+            duration_or(flags.image_gc_period, crate::images::gc::DEFAULT_PERIOD),
+        )?
+        .with_max_age(duration_or(cfg.image_maximum_gc_age, Duration::ZERO))?;
+        let root_dir = flags
+            .root_dir
+            .unwrap_or_else(|| PathBuf::from("/var/lib/swiftlet"));
+        let pod_logs_dir = cfg
+            .pod_logs_dir
+            .unwrap_or_else(|| PathBuf::from("/var/log/pods"));
+        let reserved = |v: Option<Vec<String>>| -> Result<crate::eviction::Reserved, Error> {
+            Ok(crate::eviction::Reserved::parse(&joined(v))?)
+        };
+        let reserved = reserved(cfg.system_reserved)?.plus(reserved(cfg.kube_reserved)?);
+        let mut thresholds = crate::eviction::parse_thresholds(
+            &cfg.eviction_hard
+                .map_or_else(|| crate::eviction::DEFAULT_HARD.to_owned(), |v| v.join(",")),
+        )?;
+        let grace_periods = joined(cfg.eviction_soft_grace_period);
+        let grace_periods =
+            crate::eviction::parse_pairs("--eviction-soft-grace-period", &grace_periods)?
+                .into_iter()
+                .map(|(signal, v)| Ok((signal, parse_duration("--eviction-soft-grace-period", v)?)))
+                .collect::<Result<Vec<_>, Error>>()?;
+        thresholds.extend(crate::eviction::parse_soft(
+            &joined(cfg.eviction_soft),
+            &grace_periods,
+        )?);
+        crate::eviction::apply_min_reclaim(&mut thresholds, &joined(cfg.eviction_minimum_reclaim))?;
+        let interval = duration_or(flags.eviction_monitoring_interval, Duration::from_secs(10));
+        if interval < Duration::from_millis(100) {
+            return Err(Error::TooShort {
+                what: "--eviction-monitoring-interval",
+                value: interval,
+                min: Duration::from_millis(100),
+            });
+        }
+        let eviction = crate::eviction::Config {
+            thresholds,
+            max_pod_grace_period: cfg.eviction_max_pod_grace_period.unwrap_or(0),
+            pod_logs_dir: pod_logs_dir.clone(),
+            interval,
+            pressure_transition: duration_or(
+                cfg.eviction_pressure_transition_period,
+                Duration::from_secs(300),
+            ),
+            reserved_memory: reserved.memory,
+            root_dir: root_dir.clone(),
+        };
+        let mut enforce_node_allocatable = false;
+        for level in cfg
+            .enforce_node_allocatable
+            .unwrap_or_else(|| vec!["pods".to_owned()])
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+        {
+            match level {
+                "pods" => enforce_node_allocatable = true,
+                "none" => {}
+                other => return Err(Error::EnforceNodeAllocatable(other.to_owned())),
+            }
+        }
+        let port = cfg.port.unwrap_or(10250);
+        let max_pods = cfg.max_pods.unwrap_or(110);
+        let node = crate::node::Config {
+            node_name: node_name.clone(),
+            register: cfg.register_node.unwrap_or(true),
+            labels: crate::node::parse_labels(&joined(cfg.node_labels))?,
+            taints: crate::node::parse_taints(&joined(cfg.register_with_taints))?,
+            node_ips: flags.node_ip,
+            max_pods,
+            root_dir: root_dir.clone(),
+            kubelet_port: port,
+            status_update_frequency: duration_or(
+                cfg.node_status_update_frequency,
+                Duration::from_secs(10),
+            ),
+            status_report_frequency: duration_or(
+                cfg.node_status_report_frequency,
+                Duration::from_secs(300),
+            ),
+            max_images: cfg.node_status_max_images.unwrap_or(50),
+            lease_duration: Duration::from_secs(
+                cfg.node_lease_duration_seconds.unwrap_or(40).max(1).into(),
+            ),
+            reserved,
+            eviction_hard: eviction.hard(),
+        };
+        let kubelet_api = kubelet_api(
+            port,
+            cfg.address,
+            (cfg.tls_cert_file, cfg.tls_private_key_file),
+            flags.cert_dir.unwrap_or_else(|| root_dir.join("pki")),
+            cfg.authentication,
+            cfg.authorization,
+            flags.kubeconfig.is_some(),
+        )?;
+        Ok(AgentConfig {
+            systemd_cgroups,
+            node,
+            enforce_node_allocatable,
+            eviction,
+            kubelet_api,
+            image_gc,
+            container_gc,
+            max_parallel_image_pulls,
+            pod_manifest_path: cfg.static_pod_path,
+            container_runtime_endpoint: cfg
+                .container_runtime_endpoint
+                .unwrap_or_else(|| DEFAULT_RUNTIME_ENDPOINT.to_owned()),
+            runtime_request_timeout,
+            root_dir,
+            pod_logs_dir,
+            node_name,
+            cgroup_root: cfg.cgroup_root.unwrap_or_else(|| "/".to_owned()),
+            cgroups_per_qos: cfg.cgroups_per_qos.unwrap_or(true),
+            pod_pids_limit: cfg.pod_pids_limit.unwrap_or(-1),
+            healthz_bind_address: cfg
+                .healthz_bind_address
+                .unwrap_or(IpAddr::from([127, 0, 0, 1])),
+            healthz_port: cfg.healthz_port.unwrap_or(10248),
+            read_only_port: cfg.read_only_port.unwrap_or(0),
+            file_check_frequency: duration_or(cfg.file_check_frequency, Duration::from_secs(20)),
+            sync_frequency: duration_or(cfg.sync_frequency, Duration::from_secs(60)),
+            manifest_url: cfg.static_pod_url,
+            manifest_url_headers: cfg
+                .static_pod_url_header
+                .into_iter()
+                .flatten()
+                .map(|Header(name, value)| (name, value))
+                .collect(),
+            http_check_frequency: duration_or(cfg.http_check_frequency, Duration::from_secs(20)),
+            kubeconfig: flags.kubeconfig,
+            ebpf,
+            pleg_relist_period,
+            allowed_unsafe_sysctls: cfg.allowed_unsafe_sysctls.unwrap_or_default(),
+            seccomp_default: cfg.seccomp_default.unwrap_or(false),
+            max_pods,
+            dns,
+            container_logs,
+        })
     }
+}
+
+/// The kubelet API's settings (`None`: `port` is 0), with the webhooks' checks.
+fn kubelet_api(
+    port: u16,
+    address: Option<IpAddr>,
+    (cert, key): (Option<PathBuf>, Option<PathBuf>),
+    cert_dir: PathBuf,
+    authentication: Authentication,
+    authorization: Authorization,
+    has_api: bool,
+) -> Result<Option<KubeletApi>, Error> {
+    let access_ttls = match authorization.mode.as_deref().unwrap_or("AlwaysAllow") {
+        "AlwaysAllow" => None,
+        "Webhook" => Some((
+            duration_or(
+                authorization.webhook.cache_authorized_ttl,
+                Duration::from_secs(300),
+            ),
+            duration_or(
+                authorization.webhook.cache_unauthorized_ttl,
+                Duration::from_secs(30),
+            ),
+        )),
+        other => return Err(Error::AuthorizationMode(other.to_owned())),
+    };
+    let hook = authentication.webhook;
+    let token_ttl = hook
+        .enabled
+        .unwrap_or(false)
+        .then(|| duration_or(hook.cache_ttl, Duration::from_secs(120)));
+    if !has_api {
+        if access_ttls.is_some() {
+            return Err(Error::WebhookWithoutApi("--authorization-mode=Webhook"));
+        }
+        if token_ttl.is_some() {
+            return Err(Error::WebhookWithoutApi("--authentication-token-webhook"));
+        }
+    }
+    let cert_and_key = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => return Err(Error::TlsPair),
+    };
+    Ok((port != 0).then(|| KubeletApi {
+        addr: std::net::SocketAddr::new(address.unwrap_or(IpAddr::from([0, 0, 0, 0])), port),
+        tls: crate::server::tls::Files {
+            cert_and_key,
+            cert_dir,
+            client_ca: authentication.x509.client_ca_file,
+        },
+        anonymous: authentication.anonymous.enabled.unwrap_or(false),
+        webhook: crate::server::webhook::Settings {
+            token_ttl,
+            access_ttls,
+        },
+    }))
+}
+
+/// A list setting's entries as its flag's comma-separated text ("" when unset).
+fn joined(entries: Option<Vec<String>>) -> String {
+    entries.unwrap_or_default().join(",")
 }
 
 /// How many image pulls may run at once (`None`: no limit), from `--serialize-image-pulls` and
@@ -685,448 +1155,102 @@ fn duration_or(value: Option<GoDuration>, default: Duration) -> Duration {
     value.map_or(default, |d| d.0)
 }
 
-/// Parses `--manifest-url-header` values: each is comma-separated `Name:Value` pairs (the value
-/// may itself contain ':').
-pub fn parse_headers(values: &[String]) -> Result<Vec<(String, String)>, Error> {
-    let mut out = Vec::new();
-    for value in values {
-        for pair in value.split(',') {
-            match pair.split_once(':') {
-                Some((name, v)) if !name.trim().is_empty() => {
-                    out.push((name.trim().to_owned(), v.trim().to_owned()));
-                }
-                _ => return Err(Error::Header(value.clone())),
+/// One `--manifest-url-header` pair, `Name:Value` (the value may itself contain ':').
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header(pub String, pub String);
+
+impl std::str::FromStr for Header {
+    type Err = &'static str;
+
+    fn from_str(pair: &str) -> Result<Self, Self::Err> {
+        match pair.split_once(':') {
+            Some((name, value)) if !name.trim().is_empty() => {
+                Ok(Self(name.trim().to_owned(), value.trim().to_owned()))
             }
+            _ => Err("expected comma-separated 'Name:Value' pairs"),
         }
     }
-    Ok(out)
+}
+
+/// `staticPodURLHeader` (header name -> values) as `--manifest-url-header`'s pairs.
+fn header_map<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<Header>>, D::Error> {
+    let map = BTreeMap::<String, Vec<String>>::deserialize(d)?;
+    Ok(Some(
+        map.into_iter()
+            .flat_map(|(name, values)| values.into_iter().map(move |v| Header(name.clone(), v)))
+            .collect(),
+    ))
+}
+
+/// A map field (`systemReserved: {memory: 1Gi}`) as its flag's entries (`memory=1Gi`).
+fn map_with_equals<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    map_entries(d, "=")
+}
+
+/// A thresholds map (`evictionHard: {memory.available: 100Mi}`) as its flag's entries
+/// (`memory.available<100Mi`).
+fn map_with_less_than<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    map_entries(d, "<")
+}
+
+fn map_entries<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    sep: &str,
+) -> Result<Option<Vec<String>>, D::Error> {
+    let map = BTreeMap::<String, String>::deserialize(d)?;
+    Ok(Some(
+        map.iter().map(|(k, v)| format!("{k}{sep}{v}")).collect(),
+    ))
+}
+
+/// `registerWithTaints` (a list of Taint objects) as `--register-with-taints` entries
+/// (`key=value:Effect`), checked then as the flag's are.
+fn taint_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    let taints = Vec::<k8s_openapi::api::core::v1::Taint>::deserialize(d)?;
+    Ok(Some(
+        taints
+            .iter()
+            .map(|t| match &t.value {
+                Some(v) => format!("{}={v}:{}", t.key, t.effect),
+                None => format!("{}:{}", t.key, t.effect),
+            })
+            .collect(),
+    ))
 }
 
 fn hostname() -> Result<String, Error> {
     crate::cm::hostname().map_err(|e| Error::Hostname(e.to_string()))
 }
 
-impl Flags {
-    /// Merges flags over the config file over the defaults.
-    pub fn resolve(self) -> Result<AgentConfig, Error> {
-        let file = match &self.config {
-            Some(path) => KubeletConfiguration::load(path)?,
-            None => KubeletConfiguration::default(),
-        };
-        let driver = self
-            .cgroup_driver
-            .or(file.cgroup_driver)
-            .unwrap_or_else(|| "cgroupfs".to_owned());
-        let systemd_cgroups = match driver.as_str() {
-            "cgroupfs" => false,
-            "systemd" => true,
-            _ => return Err(Error::CgroupDriver(driver)),
-        };
-        let node_name = match self.hostname_override {
-            Some(n) => n,
-            None => hostname()?,
-        }
-        .to_lowercase();
-        let mut manifest_url_headers = parse_headers(&self.manifest_url_header)?;
-        if self.manifest_url_header.is_empty() {
-            for (name, values) in file.static_pod_url_header.into_iter().flatten() {
-                manifest_url_headers.extend(values.into_iter().map(|v| (name.clone(), v)));
-            }
-        }
-        let ebpf: crate::ebpf::Mode = self
-            .ebpf
-            .parse()
-            .map_err(|_| Error::Ebpf(self.ebpf.clone()))?;
-        if ebpf == crate::ebpf::Mode::On && !crate::ebpf::BUILT_IN {
-            return Err(Error::EbpfNotBuilt);
-        }
-        let pleg_relist_period = duration_or(self.pleg_relist_period, Duration::from_secs(1));
-        if pleg_relist_period < Duration::from_millis(1) {
-            return Err(Error::RelistPeriod(pleg_relist_period));
-        }
-        let runtime_request_timeout = duration_or(
-            self.runtime_request_timeout
-                .or(file.runtime_request_timeout),
-            Duration::from_secs(120),
-        );
-        if runtime_request_timeout.is_zero() {
-            return Err(Error::RequestTimeout(runtime_request_timeout));
-        }
-        let cluster_dns = if self.cluster_dns.is_empty() {
-            file.cluster_dns.unwrap_or_default()
-        } else {
-            self.cluster_dns
-        };
-        let resolv_conf = self
-            .resolv_conf
-            .or(file.resolv_conf)
-            .unwrap_or_else(|| crate::dns::DEFAULT_RESOLV_CONF.to_owned());
-        let dns = crate::dns::Settings {
-            cluster_dns: cluster_dns
-                .iter()
-                .filter(|ip| !ip.trim().is_empty())
-                .map(|ip| ip.trim().parse().map_err(|_| Error::ClusterDns(ip.clone())))
-                .collect::<Result<_, _>>()?,
-            cluster_domain: self
-                .cluster_domain
-                .or(file.cluster_domain)
-                .unwrap_or_default(),
-            resolv_conf: (!resolv_conf.is_empty()).then(|| PathBuf::from(resolv_conf)),
-            node_hosts: PathBuf::from(crate::dns::NODE_HOSTS),
-        };
-        let monitor_interval = duration_or(
-            self.container_log_monitor_interval
-                .or(file.container_log_monitor_interval),
-            crate::logs::DEFAULT_MONITOR_INTERVAL,
-        );
-        let container_logs = crate::logs::Policy::new(
-            self.container_log_max_size
-                .or(file.container_log_max_size)
-                .as_deref()
-                .unwrap_or(crate::logs::DEFAULT_MAX_SIZE),
-            self.container_log_max_files
-                .or(file.container_log_max_files)
-                .unwrap_or(crate::logs::DEFAULT_MAX_FILES),
-            monitor_interval,
-            self.container_log_max_workers
-                .or(file.container_log_max_workers)
-                .unwrap_or(crate::logs::DEFAULT_MAX_WORKERS),
-        )?;
-        let limit = |v: Option<i64>, default: Option<usize>| match v {
-            None => default,
-            Some(n) => usize::try_from(n).ok(),
-        };
-        let container_gc = crate::container_gc::Policy {
-            min_age: duration_or(self.minimum_container_ttl_duration, Duration::ZERO),
-            max_per_container: limit(
-                self.maximum_dead_containers_per_container,
-                Some(crate::container_gc::MAX_DEAD_PER_CONTAINER),
-            ),
-            max_containers: limit(self.maximum_dead_containers, None),
-        };
-        let max_parallel_image_pulls = image_pull_limit(
-            self.serialize_image_pulls
-                .or(file.serialize_image_pulls)
-                .unwrap_or(false),
-            self.max_parallel_image_pulls
-                .or(file.max_parallel_image_pulls),
-        )?;
-        let image_gc = crate::images::gc::Policy::new(
-            self.image_gc_high_threshold
-                .or(file.image_gc_high_threshold_percent)
-                .unwrap_or(crate::images::gc::DEFAULT_HIGH_THRESHOLD),
-            self.image_gc_low_threshold
-                .or(file.image_gc_low_threshold_percent)
-                .unwrap_or(crate::images::gc::DEFAULT_LOW_THRESHOLD),
-            duration_or(
-                self.image_minimum_gc_age.or(file.image_minimum_gc_age),
-                crate::images::gc::DEFAULT_MINIMUM_AGE,
-            ),
-            duration_or(self.image_gc_period, crate::images::gc::DEFAULT_PERIOD),
-        )?
-        .with_max_age(duration_or(
-            self.image_maximum_gc_age.or(file.image_maximum_gc_age),
-            Duration::ZERO,
-        ))?;
-        let root_dir = self
-            .root_dir
-            .unwrap_or_else(|| PathBuf::from("/var/lib/swiftlet"));
-        let (authentication, authorization) = (
-            file.authentication.unwrap_or_default(),
-            file.authorization.unwrap_or_default(),
-        );
-        let mode = self
-            .authorization_mode
-            .or(authorization.mode)
-            .unwrap_or_else(|| "AlwaysAllow".to_owned());
-        let access_ttls = match mode.as_str() {
-            "AlwaysAllow" => None,
-            "Webhook" => {
-                let hook = authorization.webhook.unwrap_or_default();
-                Some((
-                    duration_or(
-                        self.authorization_webhook_cache_authorized_ttl
-                            .or(hook.cache_authorized_ttl),
-                        Duration::from_secs(300),
-                    ),
-                    duration_or(
-                        self.authorization_webhook_cache_unauthorized_ttl
-                            .or(hook.cache_unauthorized_ttl),
-                        Duration::from_secs(30),
-                    ),
-                ))
-            }
-            _ => return Err(Error::AuthorizationMode(mode)),
-        };
-        let token_hook = authentication.webhook.unwrap_or_default();
-        let token_ttl = if self
-            .authentication_token_webhook
-            .or(token_hook.enabled)
-            .unwrap_or(false)
-        {
-            Some(duration_or(
-                self.authentication_token_webhook_cache_ttl
-                    .or(token_hook.cache_ttl),
-                Duration::from_secs(120),
-            ))
-        } else {
-            None
-        };
-        let webhook = crate::server::webhook::Settings {
-            token_ttl,
-            access_ttls,
-        };
-        let cert_and_key = match (
-            self.tls_cert_file.or(file.tls_cert_file),
-            self.tls_private_key_file.or(file.tls_private_key_file),
-        ) {
-            (Some(c), Some(k)) => Some((c, k)),
-            (None, None) => None,
-            _ => return Err(Error::TlsPair),
-        };
-        // A config file's map form (`systemReserved: {memory: 1Gi}`) reads as the flag's.
-        // The config file's maps as the flags' comma-separated lists (`k=v` or `k<v`).
-        let listed = |m: Option<std::collections::BTreeMap<String, String>>, sep: &str| {
-            m.map(|m| {
-                m.iter()
-                    .map(|(k, v)| format!("{k}{sep}{v}"))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
-        };
-        let reserved = |v: Option<String>| -> Result<crate::eviction::Reserved, Error> {
-            Ok(v.map(|v| crate::eviction::Reserved::parse(&v))
-                .transpose()?
-                .unwrap_or_default())
-        };
-        let reserved = reserved(self.system_reserved.or(listed(file.system_reserved, "=")))?.plus(
-            reserved(self.kube_reserved.or(listed(file.kube_reserved, "=")))?,
-        );
-        let pod_logs_dir = self
-            .pod_logs_dir
-            .or(file.pod_logs_dir)
-            .unwrap_or_else(|| PathBuf::from("/var/log/pods"));
-        let mut thresholds = crate::eviction::parse_thresholds(
-            &self
-                .eviction_hard
-                .or(listed(file.eviction_hard, "<"))
-                .unwrap_or_else(|| crate::eviction::DEFAULT_HARD.to_owned()),
-        )?;
-        let grace_periods = self
-            .eviction_soft_grace_period
-            .or(listed(file.eviction_soft_grace_period, "="))
-            .unwrap_or_default();
-        let grace_periods =
-            crate::eviction::parse_pairs("--eviction-soft-grace-period", &grace_periods)?
-                .into_iter()
-                .map(|(signal, v)| Ok((signal, parse_duration("--eviction-soft-grace-period", v)?)))
-                .collect::<Result<Vec<_>, Error>>()?;
-        thresholds.extend(crate::eviction::parse_soft(
-            &self
-                .eviction_soft
-                .or(listed(file.eviction_soft, "<"))
-                .unwrap_or_default(),
-            &grace_periods,
-        )?);
-        crate::eviction::apply_min_reclaim(
-            &mut thresholds,
-            &self
-                .eviction_minimum_reclaim
-                .or(listed(file.eviction_minimum_reclaim, "="))
-                .unwrap_or_default(),
-        )?;
-        let enforce = self
-            .enforce_node_allocatable
-            .or(file.enforce_node_allocatable.map(|l| l.join(",")))
-            .unwrap_or_else(|| "pods".to_owned());
-        let mut enforce_node_allocatable = false;
-        for level in enforce.split(',').map(str::trim).filter(|l| !l.is_empty()) {
-            match level {
-                "pods" => enforce_node_allocatable = true,
-                "none" => {}
-                other => return Err(Error::EnforceNodeAllocatable(other.to_owned())),
-            }
-        }
-        let eviction = crate::eviction::Config {
-            thresholds,
-            max_pod_grace_period: self
-                .eviction_max_pod_grace_period
-                .or(file.eviction_max_pod_grace_period)
-                .unwrap_or(0),
-            pod_logs_dir: pod_logs_dir.clone(),
-            interval: {
-                let d = duration_or(self.eviction_monitoring_interval, Duration::from_secs(10));
-                if d < Duration::from_millis(100) {
-                    return Err(Error::TooShort {
-                        what: "--eviction-monitoring-interval",
-                        value: d,
-                        min: Duration::from_millis(100),
-                    });
-                }
-                d
-            },
-            pressure_transition: duration_or(
-                self.eviction_pressure_transition_period
-                    .or(file.eviction_pressure_transition_period),
-                Duration::from_secs(300),
-            ),
-            reserved_memory: reserved.memory,
-            root_dir: root_dir.clone(),
-        };
-        let port = self.port.or(file.port).unwrap_or(10250);
-        let max_pods = self.max_pods.or(file.max_pods).unwrap_or(110);
-        let node = crate::node::Config {
-            node_name: node_name.clone(),
-            register: self.register_node.or(file.register_node).unwrap_or(true),
-            labels: if self.node_labels.is_empty() {
-                let labels = file.node_labels.unwrap_or_default();
-                for (k, v) in &labels {
-                    crate::node::check_label(k, v)?;
-                }
-                labels
-            } else {
-                crate::node::parse_labels(&self.node_labels.join(","))?
-            },
-            taints: if self.register_with_taints.is_empty() {
-                file.register_with_taints.unwrap_or_default()
-            } else {
-                crate::node::parse_taints(&self.register_with_taints.join(","))?
-            },
-            node_ips: self.node_ip,
-            max_pods,
-            root_dir: root_dir.clone(),
-            kubelet_port: port,
-            status_update_frequency: duration_or(
-                self.node_status_update_frequency
-                    .or(file.node_status_update_frequency),
-                Duration::from_secs(10),
-            ),
-            status_report_frequency: duration_or(
-                file.node_status_report_frequency,
-                Duration::from_secs(300),
-            ),
-            max_images: self
-                .node_status_max_images
-                .or(file.node_status_max_images)
-                .unwrap_or(50),
-            lease_duration: Duration::from_secs(
-                file.node_lease_duration_seconds.unwrap_or(40).max(1).into(),
-            ),
-            reserved,
-            eviction_hard: eviction.hard(),
-        };
-        if self.kubeconfig.is_none() {
-            if webhook.access_ttls.is_some() {
-                return Err(Error::WebhookWithoutApi("--authorization-mode=Webhook"));
-            }
-            if webhook.token_ttl.is_some() {
-                return Err(Error::WebhookWithoutApi("--authentication-token-webhook"));
-            }
-        }
-        let kubelet_api = (port != 0).then(|| KubeletApi {
-            addr: std::net::SocketAddr::new(
-                self.address
-                    .or(file.address)
-                    .unwrap_or(IpAddr::from([0, 0, 0, 0])),
-                port,
-            ),
-            tls: crate::server::tls::Files {
-                cert_and_key,
-                cert_dir: self.cert_dir.unwrap_or_else(|| root_dir.join("pki")),
-                client_ca: self
-                    .client_ca_file
-                    .or(authentication.x509.and_then(|x| x.client_ca_file)),
-            },
-            anonymous: self
-                .anonymous_auth
-                .or(authentication.anonymous.and_then(|a| a.enabled))
-                .unwrap_or(false),
-            webhook,
-        });
-        Ok(AgentConfig {
-            systemd_cgroups,
-            node,
-            enforce_node_allocatable,
-            eviction,
-            kubelet_api,
-            image_gc,
-            container_gc,
-            max_parallel_image_pulls,
-            pod_manifest_path: self.pod_manifest_path.or(file.static_pod_path),
-            container_runtime_endpoint: self
-                .container_runtime_endpoint
-                .or(file.container_runtime_endpoint)
-                .unwrap_or_else(|| DEFAULT_RUNTIME_ENDPOINT.to_owned()),
-            runtime_request_timeout,
-            root_dir,
-            pod_logs_dir,
-            node_name,
-            cgroup_root: self
-                .cgroup_root
-                .or(file.cgroup_root)
-                .unwrap_or_else(|| "/".to_owned()),
-            cgroups_per_qos: self
-                .cgroups_per_qos
-                .or(file.cgroups_per_qos)
-                .unwrap_or(true),
-            pod_pids_limit: self.pod_max_pids.or(file.pod_pids_limit).unwrap_or(-1),
-            healthz_bind_address: self
-                .healthz_bind_address
-                .or(file.healthz_bind_address)
-                .unwrap_or(IpAddr::from([127, 0, 0, 1])),
-            healthz_port: self.healthz_port.or(file.healthz_port).unwrap_or(10248),
-            read_only_port: self.read_only_port.or(file.read_only_port).unwrap_or(0),
-            file_check_frequency: duration_or(
-                self.file_check_frequency.or(file.file_check_frequency),
-                Duration::from_secs(20),
-            ),
-            sync_frequency: duration_or(
-                self.sync_frequency.or(file.sync_frequency),
-                Duration::from_secs(60),
-            ),
-            manifest_url: self.manifest_url.or(file.static_pod_url),
-            manifest_url_headers,
-            http_check_frequency: duration_or(
-                self.http_check_frequency.or(file.http_check_frequency),
-                Duration::from_secs(20),
-            ),
-            kubeconfig: self.kubeconfig,
-            ebpf,
-            pleg_relist_period,
-            allowed_unsafe_sysctls: if self.allowed_unsafe_sysctls.is_empty() {
-                file.allowed_unsafe_sysctls.unwrap_or_default()
-            } else {
-                self.allowed_unsafe_sysctls
-            },
-            seccomp_default: self
-                .seccomp_default
-                .or(file.seccomp_default)
-                .unwrap_or(false),
-            max_pods,
-            dns,
-            container_logs,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Resolves the flags `args` (with a node name, so the host's does not matter).
+    /// The agent's settings from the command line `args` (program name first).
+    fn settings(args: &[&str]) -> Result<AgentConfig, Error> {
+        let (flags, config) = parse(args)?;
+        AgentConfig::new(flags, config)
+    }
+
+    /// The settings from the flags `args` (with a node name, so the host's does not matter).
     fn resolve(args: &[&str]) -> Result<AgentConfig, Error> {
         let mut all = vec!["swiftlet", "--hostname-override", "n"];
         all.extend(args);
-        Flags::try_parse_from(all).expect("flags parse").resolve()
+        settings(&all)
     }
 
     /// clap's error for the flags `args`, which must not parse.
     fn refused(args: &[&str]) -> String {
         let mut all = vec!["swiftlet", "--hostname-override", "n"];
         all.extend(args);
-        Flags::try_parse_from(all)
-            .expect_err("flags refused")
-            .to_string()
+        match parse(&all) {
+            Err(Error::Usage(e)) => e.to_string(),
+            other => panic!("flags not refused by clap: {other:?}"),
+        }
     }
 
     #[test]
@@ -1164,8 +1288,7 @@ mod tests {
             .unwrap();
             let mut all = vec!["swiftlet", "--config", path.to_str().unwrap()];
             all.extend_from_slice(args);
-            Flags::parse_from(all)
-                .resolve()
+            settings(&all)
                 .map(|c| c.max_parallel_image_pulls)
                 .map_err(|e| e.to_string())
         };
@@ -1237,6 +1360,64 @@ mod tests {
         assert_eq!(flag.node.status_update_frequency, Duration::from_secs(15));
     }
 
+    /// A flag replaces only its own field: the file's other fields, its siblings in a nested
+    /// section included, stay as the file says.
+    #[test]
+    fn a_flag_binds_over_its_field_and_leaves_the_files_others() {
+        let (_dir, path) = config_file(
+            "authentication:\n  x509:\n    clientCAFile: /file-ca\n  anonymous:\n    enabled: true\n\
+             nodeLabels:\n  node.kubernetes.io/pool: file\n\
+             evictionHard:\n  memory.available: 1Gi\n  pid.available: 10%\n\
+             registerWithTaints:\n  - {key: dedicated, value: db, effect: NoSchedule}\n",
+        );
+        let config = path.to_str().unwrap();
+        let file = resolve(&["--config", config]).unwrap();
+        let api = file.kubelet_api.unwrap();
+        assert_eq!(api.tls.client_ca, Some(PathBuf::from("/file-ca")));
+        assert!(api.anonymous);
+        assert_eq!(file.node.labels["node.kubernetes.io/pool"], "file");
+        assert_eq!(file.eviction.thresholds.len(), 2);
+        assert_eq!(file.node.taints.len(), 1);
+        assert_eq!(file.node.taints[0].value.as_deref(), Some("db"));
+        let flags = resolve(&[
+            "--config",
+            config,
+            "--client-ca-file",
+            "/flag-ca",
+            "--eviction-hard",
+            "memory.available<2Gi",
+        ])
+        .unwrap();
+        let api = flags.kubelet_api.unwrap();
+        assert_eq!(api.tls.client_ca, Some(PathBuf::from("/flag-ca")));
+        assert!(api.anonymous, "the sibling field stays the file's");
+        let hard = &flags.eviction.thresholds;
+        assert_eq!(hard.len(), 1, "the flag replaces the file's map: {hard:?}");
+        assert_eq!(hard[0].amount, crate::eviction::Amount::Absolute(2 << 30));
+        assert_eq!(flags.node.labels["node.kubernetes.io/pool"], "file");
+        // A repeated map flag adds to itself, and replaces the file's map.
+        let labels = resolve(&[
+            "--config",
+            config,
+            "--node-labels",
+            "a.example/x=1",
+            "--node-labels",
+            "a.example/y=2,a.example/z=3",
+        ])
+        .unwrap()
+        .node
+        .labels;
+        assert_eq!(
+            labels.keys().collect::<Vec<_>>(),
+            ["a.example/x", "a.example/y", "a.example/z"]
+        );
+        // The file's taints are checked as the flag's are.
+        let (_bad_dir, bad) =
+            config_file("registerWithTaints:\n  - {key: dedicated, effect: Sometimes}\n");
+        let e = resolve(&["--config", bad.to_str().unwrap()]).unwrap_err();
+        assert!(e.to_string().contains("dedicated:Sometimes"), "{e}");
+    }
+
     #[test]
     fn flags_win_over_file_and_defaults_apply() {
         let dir = tempfile::tempdir().unwrap();
@@ -1248,7 +1429,7 @@ mod tests {
              fileCheckFrequency: 5s\nunknownField: [1]\n",
         )
         .unwrap();
-        let flags = Flags::parse_from([
+        let cfg = settings(&[
             "swiftlet",
             "--config",
             path.to_str().unwrap(),
@@ -1256,8 +1437,8 @@ mod tests {
             "2222",
             "--hostname-override",
             "Node-A",
-        ]);
-        let cfg = flags.resolve().unwrap();
+        ])
+        .unwrap();
         assert_eq!(cfg.pod_manifest_path, Some(PathBuf::from("/etc/pods")));
         assert_eq!(cfg.read_only_port, 0);
         assert_eq!(cfg.healthz_port, 2222);
@@ -1430,10 +1611,7 @@ mod tests {
 
     #[test]
     fn manifest_url_flags() {
-        let flags = Flags::parse_from([
-            "swiftlet",
-            "--hostname-override",
-            "n",
+        let cfg = resolve(&[
             "--manifest-url",
             "http://127.0.0.1:8080/pods",
             "--manifest-url-header",
@@ -1442,8 +1620,8 @@ mod tests {
             "b:x:y",
             "--http-check-frequency",
             "5s",
-        ]);
-        let cfg = flags.resolve().unwrap();
+        ])
+        .unwrap();
         assert_eq!(
             cfg.manifest_url.as_deref(),
             Some("http://127.0.0.1:8080/pods")
@@ -1455,9 +1633,7 @@ mod tests {
             .collect();
         assert_eq!(pairs, [("a", "hello"), ("b", "again"), ("b", "x:y")]);
         assert_eq!(cfg.http_check_frequency, Duration::from_secs(5));
-        let defaults = Flags::parse_from(["swiftlet", "--hostname-override", "n"])
-            .resolve()
-            .unwrap();
+        let defaults = resolve(&[]).unwrap();
         assert_eq!(defaults.http_check_frequency, Duration::from_secs(20));
         assert!(defaults.manifest_url.is_none() && defaults.kubeconfig.is_none());
         // Unauthenticated endpoints are off unless asked for; the kubelet's pod count applies.
@@ -1465,22 +1641,14 @@ mod tests {
         assert_eq!(defaults.healthz_port, 10248);
         assert_eq!(defaults.max_pods, 110);
         for bad in ["novalue", ":v", "a:b,"] {
-            assert!(parse_headers(&[bad.to_owned()]).is_err(), "{bad}");
+            let e = refused(&["--manifest-url-header", bad]);
+            assert!(e.contains("'Name:Value'"), "{bad}: {e}");
         }
     }
 
     #[test]
     fn takes_both_cgroup_drivers_and_rejects_others_and_a_wrong_kind() {
-        let driver = |name: &str| {
-            Flags::parse_from([
-                "swiftlet",
-                "--cgroup-driver",
-                name,
-                "--hostname-override",
-                "n",
-            ])
-            .resolve()
-        };
+        let driver = |name: &str| resolve(&["--cgroup-driver", name]);
         assert!(driver("systemd").unwrap().systemd_cgroups);
         assert!(!driver("cgroupfs").unwrap().systemd_cgroups);
         assert!(matches!(driver("cgroupv3"), Err(Error::CgroupDriver(_))));
@@ -1686,9 +1854,12 @@ mod tests {
     #[test]
     fn pleg_relist_period() {
         let parse = |v: Option<&str>| {
-            let mut args = vec!["swiftlet", "--hostname-override", "n"];
-            args.extend(v.map(|v| ["--pleg-relist-period", v]).into_iter().flatten());
-            Flags::try_parse_from(args).expect("flags parse").resolve()
+            let args: Vec<&str> = v
+                .map(|v| ["--pleg-relist-period", v])
+                .into_iter()
+                .flatten()
+                .collect();
+            resolve(&args)
         };
         assert_eq!(
             parse(None).unwrap().pleg_relist_period,

@@ -1,5 +1,4 @@
-use clap::Parser;
-use swiftlet::cli::Flags;
+use swiftlet::cli;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -31,9 +30,17 @@ fn main() -> std::process::ExitCode {
             .chain(std::env::args_os().skip(2));
         return swiftlet::trace::cli::main(args);
     }
-    let flags = Flags::parse();
+    let (flags, config) = match cli::parse(std::env::args_os()) {
+        Ok(parsed) => parsed,
+        // --help, --version and refused flags, printed and exited as clap does.
+        Err(cli::Error::Usage(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("swiftlet: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     init_logging(flags.verbosity, &flags.logging_format);
-    let cfg = match flags.resolve() {
+    let cfg = match cli::AgentConfig::new(flags, config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("swiftlet: {e}");
