@@ -69,10 +69,10 @@ fn main() -> ExitCode {
         mount: swiftlet::cm::CGROUP_MOUNT.into(),
         pod_pids_limit: -1,
     });
-    let manager = swiftlet::runtime::Manager::new(swiftlet::runtime::Deps {
-        cri: cri.clone(),
-        cm: cm.clone(),
-        cfg: swiftlet::runtime::Config {
+    let manager = swiftlet_benches::runtime_manager(
+        &cri,
+        cm.clone(),
+        swiftlet::runtime::Config {
             node_name: agent.node_name().to_owned(),
             pod_logs_dir: agent.root_dir().join("pod-logs"),
             pods_dir: agent.root_dir().join("pods"),
@@ -80,21 +80,7 @@ fn main() -> ExitCode {
             memory_capacity: swiftlet::cm::machine_memory_bytes().unwrap_or(8 << 30),
             dns: swiftlet::dns::Settings::default(),
         },
-        probes: Default::default(),
-        api_objects: Default::default(),
-        images: swiftlet::images::Images::new(
-            cri.clone(),
-            Default::default(),
-            Default::default(),
-            None,
-        ),
-        volumes: swiftlet::volume::Manager::new(
-            agent.root_dir().join("pods"),
-            8 << 30,
-            Default::default(),
-        ),
-        pod_cache: Default::default(),
-    });
+    );
     let container_gc = swiftlet::container_gc::ContainerGc::new(
         cri.clone(),
         agent.node_name().to_owned(),

@@ -215,10 +215,10 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
         mount: swiftlet::cm::CGROUP_MOUNT.into(),
         pod_pids_limit: -1,
     });
-    swiftlet::runtime::Manager::new(swiftlet::runtime::Deps {
-        cri: cri.clone(),
+    swiftlet_benches::runtime_manager(
+        cri,
         cm,
-        cfg: swiftlet::runtime::Config {
+        swiftlet::runtime::Config {
             node_name: FLOOR_NODE.into(),
             pod_logs_dir: FLOOR_LOGS.into(),
             pods_dir: std::path::Path::new(FLOOR_LOGS).join("pods"),
@@ -230,21 +230,7 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
             memory_capacity: swiftlet::cm::machine_memory_bytes().unwrap_or(u64::MAX),
             dns: swiftlet::dns::Settings::default(),
         },
-        probes: Default::default(),
-        api_objects: Default::default(),
-        images: swiftlet::images::Images::new(
-            cri.clone(),
-            Default::default(),
-            Default::default(),
-            None,
-        ),
-        volumes: swiftlet::volume::Manager::new(
-            std::path::Path::new(FLOOR_LOGS).join("pods"),
-            8 << 30,
-            Default::default(),
-        ),
-        pod_cache: Default::default(),
-    })
+    )
 }
 
 /// One floor pod's requests: the manifest swiftlet's run writes, parsed by swiftlet's file

@@ -2,6 +2,31 @@
 
 pub mod link;
 
+/// A runtime manager as a bench drives it outside an agent: `cfg` with the agent's other
+/// managers at their defaults (no probe results, no API objects, no pull limit, volumes under
+/// `cfg.pods_dir`).
+pub fn runtime_manager(
+    cri: &swiftlet::cri::Cri,
+    cm: swiftlet::cm::ContainerManager,
+    cfg: swiftlet::runtime::Config,
+) -> swiftlet::runtime::Manager {
+    swiftlet::runtime::Manager::new(swiftlet::runtime::Deps {
+        cri: cri.clone(),
+        cm,
+        images: swiftlet::images::Images::new(
+            cri.clone(),
+            Default::default(),
+            Default::default(),
+            None,
+        ),
+        volumes: swiftlet::volume::Manager::new(cfg.pods_dir.clone(), 8 << 30, Default::default()),
+        cfg,
+        probes: Default::default(),
+        api_objects: Default::default(),
+        pod_cache: Default::default(),
+    })
+}
+
 /// A process's resident set size in KiB (`VmRSS` of `/proc/<pid>/status`).
 pub fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
