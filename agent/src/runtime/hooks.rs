@@ -33,6 +33,21 @@ impl HookKind {
     }
 }
 
+/// Why a lifecycle handler is refused, in the API server's validation words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidHandler {
+    #[error(transparent)]
+    Handler(#[from] handler::Invalid),
+    #[error("httpGet: {0}")]
+    HttpGet(handler::Invalid),
+    #[error("tcpSocket: {0}")]
+    TcpSocket(handler::Invalid),
+    #[error(
+        "sleep.seconds must be between 0 and terminationGracePeriodSeconds ({grace}) (got {seconds})"
+    )]
+    Sleep { seconds: i64, grace: i64 },
+}
+
 /// A validated lifecycle handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Hook {
@@ -48,33 +63,33 @@ impl Hook {
     /// exec command, a valid httpGet port and scheme, and a sleep of 0 to
     /// `termination_grace_secs` seconds (the API's bound; zero is allowed, as with the
     /// `PodLifecycleSleepActionAllowZero` feature that current releases enable).
-    pub(super) fn parse(h: &LifecycleHandler, termination_grace_secs: i64) -> Result<Hook, String> {
+    pub(super) fn parse(
+        h: &LifecycleHandler,
+        termination_grace_secs: i64,
+    ) -> Result<Hook, InvalidHandler> {
         let mut hooks = Vec::new();
         if let Some(e) = &h.exec {
-            hooks.push(Hook::Exec(
-                handler::exec_command(e).map_err(|e| e.to_string())?,
-            ));
+            hooks.push(Hook::Exec(handler::exec_command(e)?));
         }
         if let Some(g) = &h.http_get {
             hooks.push(Hook::Http(
-                HttpGet::parse(g).map_err(|e| format!("httpGet: {e}"))?,
+                HttpGet::parse(g).map_err(InvalidHandler::HttpGet)?,
             ));
         }
         if let Some(t) = &h.tcp_socket {
-            handler::check_port(&t.port).map_err(|e| format!("tcpSocket: {e}"))?;
+            handler::check_port(&t.port).map_err(InvalidHandler::TcpSocket)?;
             hooks.push(Hook::TcpSocket);
         }
         if let Some(s) = &h.sleep {
             if s.seconds < 0 || s.seconds > termination_grace_secs {
-                return Err(format!(
-                    "sleep.seconds must be between 0 and terminationGracePeriodSeconds \
-                     ({termination_grace_secs}) (got {})",
-                    s.seconds
-                ));
+                return Err(InvalidHandler::Sleep {
+                    seconds: s.seconds,
+                    grace: termination_grace_secs,
+                });
             }
             hooks.push(Hook::Sleep(Duration::from_secs(s.seconds.unsigned_abs())));
         }
-        handler::exactly_one(hooks, "exec, httpGet or sleep").map_err(|e| e.to_string())
+        Ok(handler::exactly_one(hooks, "exec, httpGet or sleep")?)
     }
 
     /// The kubelet's name of the handler in messages.
@@ -346,7 +361,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use serde_json::json;
 
-    fn hook(v: serde_json::Value) -> Result<Hook, String> {
+    fn hook(v: serde_json::Value) -> Result<Hook, InvalidHandler> {
         Hook::parse(&serde_json::from_value(v).expect("handler"), 30)
     }
 
@@ -374,7 +389,7 @@ mod tests {
             Ok(Hook::TcpSocket),
             "accepted as the API accepts it; fails when run"
         );
-        let bad = |v| hook(v).unwrap_err();
+        let bad = |v| hook(v).unwrap_err().to_string();
         assert!(bad(json!({"sleep": {"seconds": -1}})).contains("between 0 and"));
         assert!(bad(json!({"sleep": {"seconds": 31}})).contains("(30) (got 31)"));
         assert_eq!(bad(json!({"exec": {}})), "exec.command is empty");
