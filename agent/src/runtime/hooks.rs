@@ -48,6 +48,17 @@ pub enum InvalidHandler {
     Sleep { seconds: i64, grace: i64 },
 }
 
+/// A lifecycle hook that failed, as the kubelet words it: `hook` is the handler's description
+/// (`Exec lifecycle hook ([cmd])` ...), `error` what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{hook} for Container {container:?} in Pod {pod:?} failed - error: {error}")]
+pub struct HookFailed {
+    pub hook: String,
+    pub container: String,
+    pub pod: String,
+    pub error: String,
+}
+
 /// A validated lifecycle handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Hook {
@@ -215,7 +226,11 @@ fn truncated(s: &str) -> &str {
 impl Manager {
     /// Runs `hook` to its end (callers bound it: the grace period for preStop, the pod's
     /// termination for postStart). `Err` is the kubelet's message for a failed hook.
-    pub(super) async fn run_hook(&self, hook: &Hook, run: &HookRun<'_>) -> Result<(), String> {
+    pub(super) async fn run_hook(
+        &self,
+        hook: &Hook,
+        run: &HookRun<'_>,
+    ) -> std::result::Result<(), HookFailed> {
         let error = match hook {
             Hook::Exec(cmd) => {
                 match self
@@ -254,12 +269,12 @@ impl Manager {
                     .to_owned()
             }
         };
-        Err(format!(
-            "{} for Container {:?} in Pod {:?} failed - error: {error}",
-            hook.describe(),
-            run.container,
-            run.pod
-        ))
+        Err(HookFailed {
+            hook: hook.describe(),
+            container: run.container.to_owned(),
+            pod: run.pod.clone(),
+            error,
+        })
     }
 
     /// Runs a container's postStart hook right after it started. The hook runs until it ends
@@ -312,11 +327,11 @@ impl Manager {
                 });
             }
         };
-        let Err(message) = result else {
+        let Err(failed) = result else {
             tracing::debug!(pod = %t.name, container = %c.name, elapsed = ?begun.elapsed(), "postStart hook done");
             return Ok(());
         };
-        tracing::warn!(pod = %t.name, container = %c.name, reason = "FailedPostStartHook", %message, "PostStartHook failed; killing the container");
+        tracing::warn!(pod = %t.name, container = %c.name, reason = "FailedPostStartHook", message = %failed, "PostStartHook failed; killing the container");
         let _stopping = self.mutating(t.uid, false, Some(&started.id));
         if let Err(e) = self
             .kill_container(
@@ -338,7 +353,7 @@ impl Manager {
         Err(Error::PostStartHook {
             pod: t.name.to_owned(),
             container: c.name.clone(),
-            message,
+            message: failed.to_string(),
             restarts: restarts_after_kill(RestartPolicy::of(t.pod), kind, exit_code),
         })
     }
@@ -502,7 +517,7 @@ mod tests {
         let req = server.await.expect("server");
         assert!(req.starts_with("GET /stop HTTP/1.1"), "{req}");
         // Nothing listens any more.
-        let e = m.run_hook(&h, &run(port)).await.unwrap_err();
+        let e = m.run_hook(&h, &run(port)).await.unwrap_err().to_string();
         assert!(
             e.starts_with(
                 "HTTP lifecycle hook (/stop) for Container \"c\" in Pod \"p_ns(u1)\" failed - error: \
@@ -512,7 +527,7 @@ mod tests {
         );
         let mut no_ip = run(port);
         no_ip.target.pod_ip = None;
-        let e = m.run_hook(&h, &no_ip).await.unwrap_err();
+        let e = m.run_hook(&h, &no_ip).await.unwrap_err().to_string();
         assert!(e.ends_with("error: the pod has no IP yet"), "{e}");
     }
 
@@ -520,7 +535,11 @@ mod tests {
     async fn tcp_socket_hooks_fail_and_sleep_hooks_sleep() {
         let mount = tempfile::tempdir().expect("tempdir");
         let m = super::super::tests::manager(mount.path());
-        let e = m.run_hook(&Hook::TcpSocket, &run(80)).await.unwrap_err();
+        let e = m
+            .run_hook(&Hook::TcpSocket, &run(80))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("TCPSocket lifecycle hook for Container \"c\" in Pod \"p_ns(u1)\" failed - error: invalid handler"),
             "{e}"
