@@ -216,18 +216,27 @@ fn short(s: &str) -> String {
     }
 }
 
+/// Why a port names no port to connect to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnknownPort {
+    #[error("invalid port {0}")]
+    Number(i32),
+    #[error("the container has no port named {0:?}")]
+    Name(String),
+}
+
 /// The port number: a number, or the name of one of the container's ports.
-pub fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, String> {
+pub fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, UnknownPort> {
     match port {
         IntOrString::Int(n) => u16::try_from(*n)
             .ok()
             .filter(|&p| p != 0)
-            .ok_or_else(|| format!("invalid port {n}")),
+            .ok_or(UnknownPort::Number(*n)),
         IntOrString::String(name) => ports
             .iter()
             .find(|p| p.name.as_deref() == Some(name.as_str()))
             .and_then(|p| u16::try_from(p.container_port).ok())
-            .ok_or_else(|| format!("the container has no port named {name:?}")),
+            .ok_or_else(|| UnknownPort::Name(name.clone())),
     }
 }
 
@@ -242,7 +251,8 @@ fn endpoint(
         .map(str::to_owned)
         .or_else(|| target.pod_ip.clone())
         .ok_or((ProbeResult::Unknown, "the pod has no IP yet".to_owned()))?;
-    let port = resolve_port(port, &target.ports).map_err(|e| (ProbeResult::Unknown, e))?;
+    let port =
+        resolve_port(port, &target.ports).map_err(|e| (ProbeResult::Unknown, e.to_string()))?;
     Ok((host, port))
 }
 
@@ -671,6 +681,7 @@ mod tests {
         assert!(
             resolve_port(&IntOrString::String("db".into()), &t.ports)
                 .unwrap_err()
+                .to_string()
                 .contains("no port named \"db\"")
         );
     }

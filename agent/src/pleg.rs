@@ -99,27 +99,23 @@ impl RuntimeState {
         &self,
         now: Instant,
         sync_threshold: Duration,
-    ) -> Vec<(&'static str, Result<(), String>)> {
+    ) -> Vec<(&'static str, Result<(), Unhealthy>)> {
         let t = *self.lock_times();
         let ago = |at: Instant| now.saturating_duration_since(at);
         let sync = match t.sync_loop {
-            Some(at) if ago(at) > sync_threshold => Err(format!(
-                "the sync loop last ran {:?} ago; threshold is {sync_threshold:?}",
-                ago(at)
-            )),
+            Some(at) if ago(at) > sync_threshold => Err(Unhealthy::SyncLoop {
+                ago: ago(at),
+                threshold: sync_threshold,
+            }),
             _ => Ok(()),
         };
         let since = t.relisted.unwrap_or(t.created);
         let runtime = if ago(since) > RELIST_THRESHOLD {
-            let last = match t.relisted {
-                Some(_) => format!("the runtime last answered a relist {:?} ago", ago(since)),
-                None => format!(
-                    "the runtime has not answered a relist in the {:?} since the start",
-                    ago(since)
-                ),
-            };
-            let error = self.error().map(|e| format!(": {e}")).unwrap_or_default();
-            Err(format!("{last}; threshold is {RELIST_THRESHOLD:?}{error}"))
+            let (ago, error) = (ago(since), self.error());
+            Err(match t.relisted {
+                Some(_) => Unhealthy::Relist { ago, error },
+                None => Unhealthy::NoRelist { ago, error },
+            })
         } else {
             Ok(())
         };
@@ -132,6 +128,34 @@ impl RuntimeState {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+}
+
+/// Why a `/healthz` check fails. `error`: the last relist's error, if it failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unhealthy {
+    #[error("the sync loop last ran {ago:?} ago; threshold is {threshold:?}")]
+    SyncLoop { ago: Duration, threshold: Duration },
+    #[error(
+        "the runtime last answered a relist {ago:?} ago; threshold is {RELIST_THRESHOLD:?}{}",
+        colon(error)
+    )]
+    Relist {
+        ago: Duration,
+        error: Option<String>,
+    },
+    #[error(
+        "the runtime has not answered a relist in the {ago:?} since the start; threshold is {RELIST_THRESHOLD:?}{}",
+        colon(error)
+    )]
+    NoRelist {
+        ago: Duration,
+        error: Option<String>,
+    },
+}
+
+/// `": <error>"`, or nothing.
+fn colon(error: &Option<String>) -> String {
+    error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
 }
 
 /// How many pods' states are read at once.
@@ -815,7 +839,8 @@ mod tests {
         let why = state.health(t0 + Duration::from_secs(181), sync)[2]
             .1
             .clone()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             why.contains("since the start") && why.ends_with(": connection refused"),
             "{why}"

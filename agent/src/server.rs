@@ -57,7 +57,7 @@ async fn healthz(State(s): State<AppState>, uri: axum::http::Uri) -> impl IntoRe
 }
 
 fn render_health(
-    checks: &[(&'static str, Result<(), String>)],
+    checks: &[(&'static str, Result<(), crate::pleg::Unhealthy>)],
     verbose: bool,
 ) -> (axum::http::StatusCode, String) {
     let healthy = checks.iter().all(|(_, r)| r.is_ok());
@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn healthz_says_ok_or_lists_the_checks_with_the_failing_ones_reason() {
-        let ok: Vec<(&'static str, Result<(), String>)> =
+        let ok: Vec<(&'static str, Result<(), crate::pleg::Unhealthy>)> =
             vec![("ping", Ok(())), ("syncloop", Ok(())), ("runtime", Ok(()))];
         assert_eq!(
             render_health(&ok, false),
@@ -290,13 +290,19 @@ mod tests {
         );
         let bad = vec![
             ("ping", Ok(())),
-            ("runtime", Err("no relist for 4m".into())),
+            (
+                "runtime",
+                Err(crate::pleg::Unhealthy::Relist {
+                    ago: std::time::Duration::from_secs(240),
+                    error: None,
+                }),
+            ),
         ];
         let (code, body) = render_health(&bad, false);
         assert_eq!(code, axum::http::StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(
             body,
-            "[+]ping ok\n[-]runtime failed: no relist for 4m\nhealthz check failed\n"
+            "[+]ping ok\n[-]runtime failed: the runtime last answered a relist 240s ago; threshold is 180s\nhealthz check failed\n"
         );
     }
 }

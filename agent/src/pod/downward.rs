@@ -4,6 +4,25 @@
 use super::quantity::Quantity;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceFieldSelector};
 
+/// Why a `resourceFieldRef` has no value.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("container {0} not found")]
+    ContainerNotFound(String),
+    /// `what`: the quantity's place (`resourceFieldRef divisor`, `node allocatable` ...).
+    #[error("{what}: {source}")]
+    Quantity {
+        what: String,
+        source: super::quantity::Error,
+    },
+    #[error("unsupported container resource: {0}")]
+    UnsupportedResource(String),
+    #[error("the node's allocatable resources are not known")]
+    NoAllocatable,
+    #[error("the node's ephemeral-storage capacity is not known")]
+    NoEphemeralStorage,
+}
+
 /// What the node offers a container without a limit (the kubelet's node allocatable; here the
 /// machine's capacity, nothing being reserved).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +40,7 @@ pub fn resource_field_ref(
     pod: &Pod,
     own: &Container,
     allocatable: Option<&Allocatable>,
-) -> Result<String, String> {
+) -> Result<String, Error> {
     let c = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
         None => own,
         Some(name) => pod
@@ -33,16 +52,20 @@ pub fn resource_field_ref(
                     .chain(s.init_containers.iter().flatten())
             })
             .find(|c| c.name == name)
-            .ok_or_else(|| format!("container {name} not found"))?,
+            .ok_or_else(|| Error::ContainerNotFound(name.to_owned()))?,
     };
-    let parse =
-        |what: &str, text: &str| Quantity::parse_amount(text).map_err(|e| format!("{what}: {e}"));
+    let parse = |what: &str, text: &str| {
+        Quantity::parse_amount(text).map_err(|source| Error::Quantity {
+            what: what.to_owned(),
+            source,
+        })
+    };
     let divisor = match &r.divisor {
         Some(d) => parse("resourceFieldRef divisor", &d.0)?,
         None => Quantity::ZERO,
     };
     let divisor = if divisor.is_zero() {
-        Quantity::parse("1").map_err(|e| e.to_string())?
+        parse("resourceFieldRef divisor", "1")?
     } else {
         divisor
     };
@@ -50,14 +73,14 @@ pub fn resource_field_ref(
         .resource
         .split_once('.')
         .filter(|(k, _)| *k == "limits" || *k == "requests")
-        .ok_or_else(|| format!("unsupported container resource: {}", r.resource))?;
+        .ok_or_else(|| Error::UnsupportedResource(r.resource.clone()))?;
     let cpu = resource == "cpu";
     if !cpu
         && resource != "memory"
         && resource != "ephemeral-storage"
         && !resource.starts_with("hugepages-")
     {
-        return Err(format!("unsupported container resource: {}", r.resource));
+        return Err(Error::UnsupportedResource(r.resource.clone()));
     }
     let set = c.resources.as_ref().and_then(|res| {
         if kind == "limits" {
@@ -79,13 +102,13 @@ pub fn resource_field_ref(
     let amount = match declared {
         Some(q) => q,
         None if kind == "limits" => {
-            let node = allocatable.ok_or("the node's allocatable resources are not known")?;
+            let node = allocatable.ok_or(Error::NoAllocatable)?;
             let text = match resource {
                 "cpu" => format!("{}m", node.cpu_millis),
                 "memory" => node.memory_bytes.to_string(),
                 "ephemeral-storage" => node
                     .ephemeral_storage_bytes
-                    .ok_or("the node's ephemeral-storage capacity is not known")?
+                    .ok_or(Error::NoEphemeralStorage)?
                     .to_string(),
                 // No huge pages are allocatable here.
                 _ => "0".to_owned(),

@@ -28,7 +28,18 @@ pub use crate::pod::probe_results::{Kind, ProbeResult, Results, Update};
 pub struct InvalidProbe {
     pub container: String,
     pub kind: &'static str,
-    pub reason: String,
+    pub reason: Reason,
+}
+
+/// What is wrong with a probe, in the API server's validation words.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Reason {
+    #[error(transparent)]
+    Handler(#[from] crate::handler::Invalid),
+    #[error("{field} must not be negative (got {value})")]
+    Negative { field: &'static str, value: i32 },
+    #[error("successThreshold must be 1 (got {0})")]
+    SuccessThreshold(u32),
 }
 
 pub use crate::handler::{Grpc, Handler, HttpGet};
@@ -45,10 +56,10 @@ pub struct Spec {
 }
 
 /// A non-negative seconds field; 0 or unset takes `default` (the API's defaulting).
-fn seconds(v: Option<i32>, default: u32, field: &str) -> Result<u32, String> {
+fn seconds(v: Option<i32>, default: u32, field: &'static str) -> Result<u32, Reason> {
     match v {
         None | Some(0) => Ok(default),
-        Some(n) if n < 0 => Err(format!("{field} must not be negative (got {n})")),
+        Some(value) if value < 0 => Err(Reason::Negative { field, value }),
         Some(n) => Ok(n.unsigned_abs()),
     }
 }
@@ -63,34 +74,28 @@ impl Spec {
         })
     }
 
-    fn parse_inner(kind: Kind, p: &Probe) -> Result<Spec, String> {
-        let invalid = |e: crate::handler::Invalid| e.to_string();
+    fn parse_inner(kind: Kind, p: &Probe) -> Result<Spec, Reason> {
         let mut handlers = Vec::new();
         if let Some(e) = &p.exec {
-            handlers.push(Handler::Exec(
-                crate::handler::exec_command(e).map_err(invalid)?,
-            ));
+            handlers.push(Handler::Exec(crate::handler::exec_command(e)?));
         }
         if let Some(h) = &p.http_get {
-            handlers.push(Handler::Http(HttpGet::parse(h).map_err(invalid)?));
+            handlers.push(Handler::Http(HttpGet::parse(h)?));
         }
         if let Some(t) = &p.tcp_socket {
-            crate::handler::check_port(&t.port).map_err(invalid)?;
+            crate::handler::check_port(&t.port)?;
             handlers.push(Handler::Tcp {
                 host: t.host.clone().filter(|h| !h.is_empty()),
                 port: t.port.clone(),
             });
         }
         if let Some(g) = &p.grpc {
-            handlers.push(Handler::Grpc(Grpc::parse(g).map_err(invalid)?));
+            handlers.push(Handler::Grpc(Grpc::parse(g)?));
         }
-        let handler = crate::handler::exactly_one(handlers, "exec, httpGet, tcpSocket or grpc")
-            .map_err(invalid)?;
+        let handler = crate::handler::exactly_one(handlers, "exec, httpGet, tcpSocket or grpc")?;
         let success_threshold = seconds(p.success_threshold, 1, "successThreshold")?;
         if kind != Kind::Readiness && success_threshold != 1 {
-            return Err(format!(
-                "successThreshold must be 1 (got {success_threshold})"
-            ));
+            return Err(Reason::SuccessThreshold(success_threshold));
         }
         Ok(Spec {
             handler,
@@ -276,7 +281,7 @@ mod tests {
 
     #[test]
     fn invalid_probes_are_rejected_with_a_reason() {
-        let bad = |p: Probe, kind: Kind| Spec::parse(kind, "c", &p).unwrap_err().reason;
+        let bad = |p: Probe, kind: Kind| Spec::parse(kind, "c", &p).unwrap_err().reason.to_string();
         assert!(bad(Probe::default(), Kind::Readiness).contains("no handler"));
         let mut two = exec();
         two.tcp_socket = Some(TCPSocketAction {

@@ -49,7 +49,26 @@ pub enum Error {
     Services(api_objects::Error),
     /// A `valueFrom` swiftlet cannot resolve: the reason names what is wrong.
     #[error("env {name}: {reason}")]
-    Invalid { name: String, reason: String },
+    Invalid { name: String, reason: Invalid },
+}
+
+/// Why a `valueFrom` cannot be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum Invalid {
+    #[error("unsupported pod version: {0}")]
+    PodVersion(String),
+    /// `status.hostIP(s)` (the path) without a known node address.
+    #[error("{0}: the node's IP address is not known (the machine has no default route)")]
+    NoHostIp(String),
+    #[error("unsupported fieldPath: {0}")]
+    FieldPath(String),
+    #[error(transparent)]
+    Resource(#[from] crate::pod::downward::Error),
+    #[error("valueFrom names no source")]
+    NoSource,
+    /// The environment was asked for where API objects cannot be read.
+    #[error("first_start_requests cannot read API objects")]
+    FirstStart,
 }
 
 pub use crate::pod::downward::Allocatable;
@@ -326,7 +345,7 @@ pub(crate) async fn build<O: Objects>(
                     .or_else(|| service_env.get(name).map(String::as_str))
             }),
             (_, Some(from)) => {
-                let invalid = |reason: String| Error::Invalid {
+                let invalid = |reason: Invalid| Error::Invalid {
                     name: e.name.clone(),
                     reason,
                 };
@@ -334,7 +353,7 @@ pub(crate) async fn build<O: Objects>(
                     field_ref(f, pod, uid, ctx).map_err(invalid)?
                 } else if let Some(r) = &from.resource_field_ref {
                     crate::pod::downward::resource_field_ref(r, pod, c, ctx.allocatable.as_ref())
-                        .map_err(invalid)?
+                        .map_err(|e| invalid(e.into()))?
                 } else if let Some(r) = &from.config_map_key_ref {
                     let optional = r.optional.unwrap_or(false);
                     match key_of(&mut fetched, false, &r.name, &r.key, optional).await? {
@@ -348,7 +367,7 @@ pub(crate) async fn build<O: Objects>(
                         None => continue,
                     }
                 } else {
-                    return Err(invalid("valueFrom names no source".to_owned()));
+                    return Err(invalid(Invalid::NoSource));
                 }
             }
             _ => String::new(),
@@ -457,22 +476,20 @@ fn field_ref(
     pod: &Pod,
     uid: &str,
     ctx: &Context,
-) -> Result<String, String> {
+) -> Result<String, Invalid> {
     if let Some(v) = f
         .api_version
         .as_deref()
         .filter(|v| !v.is_empty() && *v != "v1")
     {
-        return Err(format!("unsupported pod version: {v}"));
+        return Err(Invalid::PodVersion(v.to_owned()));
     }
     let path = f.field_path.as_str();
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let host_ips = || {
         if ctx.host_ips.is_empty() {
-            Err(format!(
-                "{path}: the node's IP address is not known (the machine has no default route)"
-            ))
+            Err(Invalid::NoHostIp(path.to_owned()))
         } else {
             Ok(ctx
                 .host_ips
@@ -511,7 +528,7 @@ fn field_ref(
                     .and_then(|l| l.get(&k).cloned())
                     .unwrap_or_default()
             } else {
-                return Err(format!("unsupported fieldPath: {path}"));
+                return Err(Invalid::FieldPath(path.to_owned()));
             }
         }
     })

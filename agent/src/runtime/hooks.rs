@@ -33,6 +33,32 @@ impl HookKind {
     }
 }
 
+/// Why a lifecycle handler is refused, in the API server's validation words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidHandler {
+    #[error(transparent)]
+    Handler(#[from] handler::Invalid),
+    #[error("httpGet: {0}")]
+    HttpGet(handler::Invalid),
+    #[error("tcpSocket: {0}")]
+    TcpSocket(handler::Invalid),
+    #[error(
+        "sleep.seconds must be between 0 and terminationGracePeriodSeconds ({grace}) (got {seconds})"
+    )]
+    Sleep { seconds: i64, grace: i64 },
+}
+
+/// A lifecycle hook that failed, as the kubelet words it: `hook` is the handler's description
+/// (`Exec lifecycle hook ([cmd])` ...), `error` what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{hook} for Container {container:?} in Pod {pod:?} failed - error: {error}")]
+pub struct HookFailed {
+    pub hook: String,
+    pub container: String,
+    pub pod: String,
+    pub error: String,
+}
+
 /// A validated lifecycle handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Hook {
@@ -48,33 +74,33 @@ impl Hook {
     /// exec command, a valid httpGet port and scheme, and a sleep of 0 to
     /// `termination_grace_secs` seconds (the API's bound; zero is allowed, as with the
     /// `PodLifecycleSleepActionAllowZero` feature that current releases enable).
-    pub(super) fn parse(h: &LifecycleHandler, termination_grace_secs: i64) -> Result<Hook, String> {
+    pub(super) fn parse(
+        h: &LifecycleHandler,
+        termination_grace_secs: i64,
+    ) -> Result<Hook, InvalidHandler> {
         let mut hooks = Vec::new();
         if let Some(e) = &h.exec {
-            hooks.push(Hook::Exec(
-                handler::exec_command(e).map_err(|e| e.to_string())?,
-            ));
+            hooks.push(Hook::Exec(handler::exec_command(e)?));
         }
         if let Some(g) = &h.http_get {
             hooks.push(Hook::Http(
-                HttpGet::parse(g).map_err(|e| format!("httpGet: {e}"))?,
+                HttpGet::parse(g).map_err(InvalidHandler::HttpGet)?,
             ));
         }
         if let Some(t) = &h.tcp_socket {
-            handler::check_port(&t.port).map_err(|e| format!("tcpSocket: {e}"))?;
+            handler::check_port(&t.port).map_err(InvalidHandler::TcpSocket)?;
             hooks.push(Hook::TcpSocket);
         }
         if let Some(s) = &h.sleep {
             if s.seconds < 0 || s.seconds > termination_grace_secs {
-                return Err(format!(
-                    "sleep.seconds must be between 0 and terminationGracePeriodSeconds \
-                     ({termination_grace_secs}) (got {})",
-                    s.seconds
-                ));
+                return Err(InvalidHandler::Sleep {
+                    seconds: s.seconds,
+                    grace: termination_grace_secs,
+                });
             }
             hooks.push(Hook::Sleep(Duration::from_secs(s.seconds.unsigned_abs())));
         }
-        handler::exactly_one(hooks, "exec, httpGet or sleep").map_err(|e| e.to_string())
+        Ok(handler::exactly_one(hooks, "exec, httpGet or sleep")?)
     }
 
     /// The kubelet's name of the handler in messages.
@@ -200,7 +226,11 @@ fn truncated(s: &str) -> &str {
 impl Manager {
     /// Runs `hook` to its end (callers bound it: the grace period for preStop, the pod's
     /// termination for postStart). `Err` is the kubelet's message for a failed hook.
-    pub(super) async fn run_hook(&self, hook: &Hook, run: &HookRun<'_>) -> Result<(), String> {
+    pub(super) async fn run_hook(
+        &self,
+        hook: &Hook,
+        run: &HookRun<'_>,
+    ) -> std::result::Result<(), HookFailed> {
         let error = match hook {
             Hook::Exec(cmd) => {
                 match self
@@ -239,12 +269,12 @@ impl Manager {
                     .to_owned()
             }
         };
-        Err(format!(
-            "{} for Container {:?} in Pod {:?} failed - error: {error}",
-            hook.describe(),
-            run.container,
-            run.pod
-        ))
+        Err(HookFailed {
+            hook: hook.describe(),
+            container: run.container.to_owned(),
+            pod: run.pod.clone(),
+            error,
+        })
     }
 
     /// Runs a container's postStart hook right after it started. The hook runs until it ends
@@ -297,11 +327,11 @@ impl Manager {
                 });
             }
         };
-        let Err(message) = result else {
+        let Err(failed) = result else {
             tracing::debug!(pod = %t.name, container = %c.name, elapsed = ?begun.elapsed(), "postStart hook done");
             return Ok(());
         };
-        tracing::warn!(pod = %t.name, container = %c.name, reason = "FailedPostStartHook", %message, "PostStartHook failed; killing the container");
+        tracing::warn!(pod = %t.name, container = %c.name, reason = "FailedPostStartHook", message = %failed, "PostStartHook failed; killing the container");
         let _stopping = self.mutating(t.uid, false, Some(&started.id));
         if let Err(e) = self
             .kill_container(
@@ -323,7 +353,7 @@ impl Manager {
         Err(Error::PostStartHook {
             pod: t.name.to_owned(),
             container: c.name.clone(),
-            message,
+            message: failed.to_string(),
             restarts: restarts_after_kill(RestartPolicy::of(t.pod), kind, exit_code),
         })
     }
@@ -346,7 +376,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use serde_json::json;
 
-    fn hook(v: serde_json::Value) -> Result<Hook, String> {
+    fn hook(v: serde_json::Value) -> Result<Hook, InvalidHandler> {
         Hook::parse(&serde_json::from_value(v).expect("handler"), 30)
     }
 
@@ -374,7 +404,7 @@ mod tests {
             Ok(Hook::TcpSocket),
             "accepted as the API accepts it; fails when run"
         );
-        let bad = |v| hook(v).unwrap_err();
+        let bad = |v| hook(v).unwrap_err().to_string();
         assert!(bad(json!({"sleep": {"seconds": -1}})).contains("between 0 and"));
         assert!(bad(json!({"sleep": {"seconds": 31}})).contains("(30) (got 31)"));
         assert_eq!(bad(json!({"exec": {}})), "exec.command is empty");
@@ -487,7 +517,7 @@ mod tests {
         let req = server.await.expect("server");
         assert!(req.starts_with("GET /stop HTTP/1.1"), "{req}");
         // Nothing listens any more.
-        let e = m.run_hook(&h, &run(port)).await.unwrap_err();
+        let e = m.run_hook(&h, &run(port)).await.unwrap_err().to_string();
         assert!(
             e.starts_with(
                 "HTTP lifecycle hook (/stop) for Container \"c\" in Pod \"p_ns(u1)\" failed - error: \
@@ -497,7 +527,7 @@ mod tests {
         );
         let mut no_ip = run(port);
         no_ip.target.pod_ip = None;
-        let e = m.run_hook(&h, &no_ip).await.unwrap_err();
+        let e = m.run_hook(&h, &no_ip).await.unwrap_err().to_string();
         assert!(e.ends_with("error: the pod has no IP yet"), "{e}");
     }
 
@@ -505,7 +535,11 @@ mod tests {
     async fn tcp_socket_hooks_fail_and_sleep_hooks_sleep() {
         let mount = tempfile::tempdir().expect("tempdir");
         let m = super::super::tests::manager(mount.path());
-        let e = m.run_hook(&Hook::TcpSocket, &run(80)).await.unwrap_err();
+        let e = m
+            .run_hook(&Hook::TcpSocket, &run(80))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("TCPSocket lifecycle hook for Container \"c\" in Pod \"p_ns(u1)\" failed - error: invalid handler"),
             "{e}"

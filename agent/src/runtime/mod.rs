@@ -67,7 +67,7 @@ pub enum Error {
         pod: String,
         container: String,
         hook: &'static str,
-        reason: String,
+        reason: hooks::InvalidHandler,
     },
     /// A postStart hook failed (the kubelet's message); the container was killed.
     #[error("{message}")]

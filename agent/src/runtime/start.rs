@@ -364,7 +364,7 @@ impl Manager {
                         container: c.name.clone(),
                         source: Box::new(env::Error::Invalid {
                             name: "*".into(),
-                            reason: "first_start_requests cannot read API objects".into(),
+                            reason: env::Invalid::FirstStart,
                         }),
                     })??;
                 // A pod without a security context needs nothing from the image; its IP is

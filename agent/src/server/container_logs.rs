@@ -17,44 +17,67 @@ pub struct Options {
     pub since: Option<jiff::Timestamp>,
 }
 
-fn flag(value: &str) -> Result<bool, String> {
+/// Why a query option is refused; `name`: the option.
+#[derive(Debug, thiserror::Error)]
+pub enum BadOption {
+    #[error("{name}: {value:?} is not a boolean")]
+    NotBoolean { name: String, value: String },
+    #[error("{name}: {value:?} is not an integer")]
+    NotInteger { name: String, value: String },
+    #[error("{0}: must not be negative")]
+    Negative(String),
+    #[error("{0}: must be greater than 0")]
+    NotPositive(String),
+    #[error("{name}: {value:?}: {source}")]
+    Time {
+        name: String,
+        value: String,
+        source: jiff::Error,
+    },
+}
+
+fn flag(name: &str, value: &str) -> Result<bool, BadOption> {
     match value {
         "" | "true" | "1" => Ok(true),
         "false" | "0" => Ok(false),
-        _ => Err(format!("{value:?} is not a boolean")),
+        _ => Err(BadOption::NotBoolean {
+            name: name.to_owned(),
+            value: value.to_owned(),
+        }),
     }
 }
 
 impl Options {
     /// Reads the query string; a bad value is named.
-    pub fn parse(query: &str, now: jiff::Timestamp) -> Result<Self, String> {
+    pub fn parse(query: &str, now: jiff::Timestamp) -> Result<Self, BadOption> {
         let mut o = Self::default();
         let number = |name: &str, v: &str| {
-            v.parse::<i64>()
-                .map_err(|_| format!("{name}: {v:?} is not an integer"))
+            v.parse::<i64>().map_err(|_| BadOption::NotInteger {
+                name: name.to_owned(),
+                value: v.to_owned(),
+            })
         };
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-            let bad = |e: String| format!("{k}: {e}");
             match &*k {
-                "follow" => o.follow = flag(&v).map_err(bad)?,
-                "previous" => o.previous = flag(&v).map_err(bad)?,
-                "timestamps" => o.timestamps = flag(&v).map_err(bad)?,
+                "follow" => o.follow = flag(&k, &v)?,
+                "previous" => o.previous = flag(&k, &v)?,
+                "timestamps" => o.timestamps = flag(&k, &v)?,
                 "tailLines" => {
                     let n = number(&k, &v)?;
                     o.tail_lines =
-                        Some(u64::try_from(n).map_err(|_| bad("must not be negative".into()))?);
+                        Some(u64::try_from(n).map_err(|_| BadOption::Negative(k.to_string()))?);
                 }
                 "limitBytes" => {
                     let n = number(&k, &v)?;
                     if n < 1 {
-                        return Err(bad("must be greater than 0".into()));
+                        return Err(BadOption::NotPositive(k.to_string()));
                     }
                     o.limit_bytes = u64::try_from(n).ok();
                 }
                 "sinceSeconds" => {
                     let n = number(&k, &v)?;
                     if n < 1 {
-                        return Err(bad("must be greater than 0".into()));
+                        return Err(BadOption::NotPositive(k.to_string()));
                     }
                     o.since = Some(
                         now.checked_sub(jiff::SignedDuration::from_secs(n))
@@ -62,7 +85,11 @@ impl Options {
                     );
                 }
                 "sinceTime" => {
-                    o.since = Some(v.parse().map_err(|e| bad(format!("{v:?}: {e}")))?);
+                    o.since = Some(v.parse().map_err(|source| BadOption::Time {
+                        name: k.to_string(),
+                        value: v.to_string(),
+                        source,
+                    })?);
                 }
                 _ => {}
             }
@@ -349,7 +376,7 @@ mod tests {
             ("sinceTime=yesterday", "sinceTime"),
             ("follow=maybe", "follow"),
         ] {
-            let e = Options::parse(q, now).unwrap_err();
+            let e = Options::parse(q, now).unwrap_err().to_string();
             assert!(e.contains(named), "{q}: {e}");
         }
     }

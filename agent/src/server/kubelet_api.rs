@@ -423,7 +423,7 @@ async fn container_logs(
     uri: axum::http::Uri,
 ) -> Answer {
     let opts = LogOptions::parse(uri.query().unwrap_or(""), jiff::Timestamp::now())
-        .map_err(|why| Refusal::new(StatusCode::BAD_REQUEST, why))?;
+        .map_err(|why| Refusal::new(StatusCode::BAD_REQUEST, why.to_string()))?;
     let (_, status) = find_pod(&s, &namespace, &pod, None)?;
     let id = container_id(&status, &pod, &container, opts.previous)?;
     let path = match s.cri.container_status(&id).await {

@@ -37,36 +37,61 @@ pub struct FileProjection {
 /// What a volume shows: path (relative, `/`-separated) -> file.
 pub type Payload = BTreeMap<String, FileProjection>;
 
+/// Why a payload path is refused (the API server's rules for `items[].path`), or why a write
+/// failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("an empty path")]
+    EmptyPath,
+    #[error("path {0:?} is longer than {MAX_PATH} bytes", MAX_PATH = MAX_PATH)]
+    TooLong(String),
+    #[error("path {0:?} must be relative")]
+    NotRelative(String),
+    #[error("path {0:?} must not contain '..'")]
+    Backstep(String),
+    #[error("path {0:?} has a segment longer than {MAX_SEGMENT} bytes", MAX_SEGMENT = MAX_SEGMENT)]
+    LongSegment(String),
+    #[error("path {0:?} must not start with '..'")]
+    DotsFirst(String),
+    #[error("path {0:?} names the volume itself")]
+    Itself(String),
+    /// `doing`: what failed (`reading`, `renaming over` ...), of `path`.
+    #[error("{doing} {}: {source}", path.display())]
+    Io {
+        doing: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is in the way of the symlink the payload needs", .0.display())]
+    InTheWay(PathBuf),
+}
+
 /// Why a payload path is refused (the API server's rules for `items[].path`).
-pub fn check_path(path: &str) -> Result<(), String> {
+pub fn check_path(path: &str) -> Result<(), Error> {
     if path.is_empty() {
-        return Err("an empty path".into());
+        return Err(Error::EmptyPath);
     }
     if path.len() > MAX_PATH {
-        return Err(format!("path {path:?} is longer than {MAX_PATH} bytes"));
+        return Err(Error::TooLong(path.to_owned()));
     }
     if path.starts_with('/') {
-        return Err(format!("path {path:?} must be relative"));
+        return Err(Error::NotRelative(path.to_owned()));
     }
     for c in Path::new(path).components() {
         match c {
-            Component::ParentDir => {
-                return Err(format!("path {path:?} must not contain '..'"));
-            }
+            Component::ParentDir => return Err(Error::Backstep(path.to_owned())),
             Component::Normal(s) if s.len() > MAX_SEGMENT => {
-                return Err(format!(
-                    "path {path:?} has a segment longer than {MAX_SEGMENT} bytes"
-                ));
+                return Err(Error::LongSegment(path.to_owned()));
             }
             Component::Normal(_) | Component::CurDir => {}
-            _ => return Err(format!("path {path:?} must be relative")),
+            _ => return Err(Error::NotRelative(path.to_owned())),
         }
     }
     if path.starts_with("..") {
-        return Err(format!("path {path:?} must not start with '..'"));
+        return Err(Error::DotsFirst(path.to_owned()));
     }
     if Path::new(path).components().all(|c| c == Component::CurDir) {
-        return Err(format!("path {path:?} names the volume itself"));
+        return Err(Error::Itself(path.to_owned()));
     }
     Ok(())
 }
@@ -91,16 +116,19 @@ pub fn write(
     dir: &Path,
     payload: &Payload,
     prepare: impl FnOnce(&Path) -> std::io::Result<()>,
-) -> Result<bool, String> {
+) -> Result<bool, Error> {
     let mut cleaned = Payload::new();
     for (path, file) in payload {
         check_path(path)?;
         cleaned.insert(clean(path), file.clone());
     }
-    let io = |what: &str, p: &Path| {
-        let shown = p.display().to_string();
-        let what = what.to_owned();
-        move |e: std::io::Error| format!("{what} {shown}: {e}")
+    let io = |doing: &'static str, p: &Path| {
+        let path = p.to_owned();
+        move |source: std::io::Error| Error::Io {
+            doing,
+            path,
+            source,
+        }
     };
     let data_link = dir.join(DATA_DIR);
     let old_ts = match std::fs::read_link(&data_link) {
@@ -130,7 +158,7 @@ pub fn write(
     let written = write_payload(&ts, &cleaned).and_then(|()| prepare(&ts));
     if let Err(e) = written {
         let _ = std::fs::remove_dir_all(&ts);
-        return Err(format!("writing {}: {e}", ts.display()));
+        return Err(io("writing", &ts)(e));
     }
     let ts_name = ts.file_name().map(PathBuf::from).unwrap_or_default();
     let tmp = dir.join(DATA_DIR_TMP);
@@ -151,12 +179,7 @@ pub fn write(
                 std::os::unix::fs::symlink(&want, &link)
                     .map_err(io("making the symlink", &link))?;
             }
-            Err(_) => {
-                return Err(format!(
-                    "{} is in the way of the symlink the payload needs",
-                    link.display()
-                ));
-            }
+            Err(_) => return Err(Error::InTheWay(link)),
         }
     }
     for top in &stale_tops {
@@ -382,6 +405,7 @@ mod tests {
         for bad in ["../x", "a/../../x", "/etc/passwd", "..x", "", "a/../b", "."] {
             let dir = tempfile::tempdir().expect("tempdir");
             let e = write(dir.path(), &payload(&[(bad, "x", 0o644)]), |_| Ok(())).expect_err(bad);
+            let e = e.to_string();
             assert!(e.contains("path") || e.contains("empty"), "{bad}: {e}");
             assert_eq!(
                 std::fs::read_dir(dir.path()).expect("list").count(),

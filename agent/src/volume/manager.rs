@@ -112,9 +112,9 @@ impl Manager {
             .into_iter()
             .map(|(name, p)| {
                 let payload =
-                    projection::payload(pod, p, &objects, &node).map_err(|message| Error::SetUp {
+                    projection::payload(pod, p, &objects, &node).map_err(|e| Error::SetUp {
                         volume: name.to_owned(),
-                        message,
+                        message: e.to_string(),
                     });
                 (name.to_owned(), payload)
             })

@@ -282,7 +282,7 @@ pub fn plan(spec: &PodSpec) -> Result<Vec<Volume>> {
         if types.iter().filter(|t| **t).count() > 1 {
             return Err(bad("more than one volume type is set".into()));
         }
-        if let Some(p) = projection::plan(v).map_err(bad)? {
+        if let Some(p) = projection::plan(v).map_err(|e| bad(e.to_string()))? {
             out.push(Volume {
                 name: v.name.clone(),
                 source: Source::Projection(p),

@@ -11,6 +11,99 @@ use k8s_openapi::api::core::v1::{
     Volume as ApiVolume,
 };
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Why a volume's spec is refused ([`plan`], the API server's words where it has them), or why
+/// its files cannot be computed ([`payload`], the kubelet's words).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what} {mode} (0{mode:o}) must be a number between 0 and 0777 (octal)")]
+    Mode { what: &'static str, mode: i32 },
+    #[error("items[].key must not be empty")]
+    EmptyKey,
+    /// A path the atomic writer would refuse; `at` names it (`items[].path`, `key "k"` ...).
+    #[error("{at}: {source}")]
+    Path { at: String, source: atomic::Error },
+    #[error("items[{path:?}].fieldRef.apiVersion {api_version:?}: only \"v1\" is supported")]
+    ApiVersion {
+        path: String,
+        api_version: Option<String>,
+    },
+    #[error(
+        "items[{path:?}].fieldRef.fieldPath {field_path:?} is not supported in a volume (metadata.name, metadata.namespace, metadata.uid, metadata.labels, metadata.annotations, metadata.labels['<key>'], metadata.annotations['<key>'])"
+    )]
+    FieldPath { path: String, field_path: String },
+    #[error(
+        "items[{path:?}].resourceFieldRef.resource {resource:?} is not supported ({})",
+        RESOURCES.join(", ")
+    )]
+    Resource { path: String, resource: String },
+    #[error("items[{0:?}].resourceFieldRef.containerName must be set in a volume")]
+    NoContainerName(String),
+    #[error("items[{path:?}].resourceFieldRef.divisor: {source}")]
+    Divisor { path: String, source: DivisorError },
+    #[error("items[{0:?}]: one of fieldRef and resourceFieldRef must be set")]
+    NoField(String),
+    #[error("items[{0:?}]: fieldRef and resourceFieldRef are mutually exclusive")]
+    BothFields(String),
+    #[error(
+        "each projected source must set exactly one of configMap, secret, downwardAPI, serviceAccountToken, clusterTrustBundle"
+    )]
+    SourceCount,
+    #[error(
+        "serviceAccountToken.expirationSeconds may not specify a duration less than 10 minutes"
+    )]
+    TokenTooShort,
+    #[error(
+        "serviceAccountToken.expirationSeconds may not specify a duration larger than 2^32 seconds"
+    )]
+    TokenTooLong,
+    #[error("projected source clusterTrustBundle is not supported yet")]
+    ClusterTrustBundle,
+    #[error("conflicting duplicate paths: {0:?}")]
+    DuplicatePath(String),
+    /// `field`: `configMap`, `secret.secretName` ...
+    #[error("{field} name must be set")]
+    NoName { field: &'static str },
+    /// `kind`: `configmap` or `secret`.
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: &'static str, name: String },
+    /// `kind`: `configmap` or `secret`; `key_word`: `config` or `secret`.
+    #[error("{kind} references non-existent {key_word} key: {key}")]
+    MissingKey {
+        kind: &'static str,
+        key_word: &'static str,
+        key: String,
+    },
+    #[error(transparent)]
+    Read(Arc<crate::api_objects::Error>),
+    #[error(transparent)]
+    Token(Arc<super::token::Error>),
+    #[error("no token was requested")]
+    NoToken,
+    #[error("fieldPath {0:?} is not supported")]
+    UnsupportedFieldPath(String),
+    #[error("the pod has no containers")]
+    NoContainers,
+    #[error(transparent)]
+    ResourceValue(#[from] crate::pod::downward::Error),
+}
+
+/// Why a resourceFieldRef's divisor is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DivisorError {
+    #[error("{text:?}: {source}")]
+    Quantity {
+        text: String,
+        source: crate::pod::quantity::Error,
+    },
+    #[error("{text:?} is not one of {} for {resource}", allowed.join(", "))]
+    NotAllowed {
+        text: String,
+        allowed: &'static [&'static str],
+        resource: String,
+    },
+}
 
 /// The API default of `defaultMode` (and of a downwardAPI item's mode).
 pub const DEFAULT_MODE: u32 = 0o644;
@@ -114,24 +207,30 @@ impl Projection {
     }
 }
 
-fn mode(what: &str, m: Option<i32>) -> Result<Option<u32>, String> {
+fn mode(what: &'static str, m: Option<i32>) -> Result<Option<u32>, Error> {
     match m {
         None => Ok(None),
         Some(m) if (0..=0o777).contains(&m) => Ok(Some(m as u32)),
-        Some(m) => Err(format!(
-            "{what} {m} (0{m:o}) must be a number between 0 and 0777 (octal)"
-        )),
+        Some(mode) => Err(Error::Mode { what, mode }),
     }
 }
 
-fn items(list: Option<&Vec<KeyToPath>>) -> Result<Option<Vec<Item>>, String> {
+/// `path` checked as the atomic writer checks it; `at` names it in the error.
+fn check_path(at: impl Into<String>, path: &str) -> Result<(), Error> {
+    atomic::check_path(path).map_err(|source| Error::Path {
+        at: at.into(),
+        source,
+    })
+}
+
+fn items(list: Option<&Vec<KeyToPath>>) -> Result<Option<Vec<Item>>, Error> {
     let Some(list) = list else { return Ok(None) };
     list.iter()
         .map(|i| {
             if i.key.is_empty() {
-                return Err("items[].key must not be empty".to_owned());
+                return Err(Error::EmptyKey);
             }
-            atomic::check_path(&i.path).map_err(|e| format!("items[].path: {e}"))?;
+            check_path("items[].path", &i.path)?;
             Ok(Item {
                 key: i.key.clone(),
                 path: i.path.clone(),
@@ -172,65 +271,51 @@ const RESOURCES: [&str; 6] = [
     "requests.ephemeral-storage",
 ];
 
-fn downward_items(list: &[DownwardAPIVolumeFile]) -> Result<Vec<DownwardItem>, String> {
+fn downward_items(list: &[DownwardAPIVolumeFile]) -> Result<Vec<DownwardItem>, Error> {
     list.iter()
         .map(|i| {
-            atomic::check_path(&i.path).map_err(|e| format!("items[].path: {e}"))?;
+            check_path("items[].path", &i.path)?;
             let field = match (&i.field_ref, &i.resource_field_ref) {
                 (Some(f), None) => {
                     if f.api_version.as_deref().is_some_and(|v| v != "v1") {
-                        return Err(format!(
-                            "items[{:?}].fieldRef.apiVersion {:?}: only \"v1\" is supported",
-                            i.path, f.api_version
-                        ));
+                        return Err(Error::ApiVersion {
+                            path: i.path.clone(),
+                            api_version: f.api_version.clone(),
+                        });
                     }
                     if !volume_field_path(&f.field_path) {
-                        return Err(format!(
-                            "items[{:?}].fieldRef.fieldPath {:?} is not supported in a volume (metadata.name, metadata.namespace, metadata.uid, metadata.labels, metadata.annotations, metadata.labels['<key>'], metadata.annotations['<key>'])",
-                            i.path, f.field_path
-                        ));
+                        return Err(Error::FieldPath {
+                            path: i.path.clone(),
+                            field_path: f.field_path.clone(),
+                        });
                     }
                     Field::Path(f.field_path.clone())
                 }
                 (None, Some(r)) => {
                     if !RESOURCES.contains(&r.resource.as_str()) {
-                        return Err(format!(
-                            "items[{:?}].resourceFieldRef.resource {:?} is not supported ({})",
-                            i.path,
-                            r.resource,
-                            RESOURCES.join(", ")
-                        ));
+                        return Err(Error::Resource {
+                            path: i.path.clone(),
+                            resource: r.resource.clone(),
+                        });
                     }
                     let container = r
                         .container_name
                         .clone()
                         .filter(|c| !c.is_empty())
-                        .ok_or_else(|| {
-                            format!(
-                                "items[{:?}].resourceFieldRef.containerName must be set in a volume",
-                                i.path
-                            )
-                        })?;
+                        .ok_or_else(|| Error::NoContainerName(i.path.clone()))?;
                     divisor(&r.resource, r.divisor.as_ref().map(|q| q.0.as_str())).map_err(
-                        |e| format!("items[{:?}].resourceFieldRef.divisor: {e}", i.path),
+                        |source| Error::Divisor {
+                            path: i.path.clone(),
+                            source,
+                        },
                     )?;
                     Field::Resource(ResourceFieldSelector {
                         container_name: Some(container),
                         ..r.clone()
                     })
                 }
-                (None, None) => {
-                    return Err(format!(
-                        "items[{:?}]: one of fieldRef and resourceFieldRef must be set",
-                        i.path
-                    ));
-                }
-                (Some(_), Some(_)) => {
-                    return Err(format!(
-                        "items[{:?}]: fieldRef and resourceFieldRef are mutually exclusive",
-                        i.path
-                    ));
-                }
+                (None, None) => return Err(Error::NoField(i.path.clone())),
+                (Some(_), Some(_)) => return Err(Error::BothFields(i.path.clone())),
             };
             Ok(DownwardItem {
                 path: i.path.clone(),
@@ -243,10 +328,13 @@ fn downward_items(list: &[DownwardAPIVolumeFile]) -> Result<Vec<DownwardItem>, S
 
 /// A resourceFieldRef's divisor, as the API server allows it: for cpu `1m` or `1`, for memory
 /// and ephemeral storage `1`, or 1 of a decimal or binary suffix.
-fn divisor(resource: &str, text: Option<&str>) -> Result<Quantity, String> {
+fn divisor(resource: &str, text: Option<&str>) -> Result<Quantity, DivisorError> {
     let text = text.unwrap_or("1");
-    let q = Quantity::parse(text).map_err(|e| format!("{text:?}: {e}"))?;
-    let allowed: &[&str] = if resource.ends_with(".cpu") {
+    let q = Quantity::parse(text).map_err(|source| DivisorError::Quantity {
+        text: text.to_owned(),
+        source,
+    })?;
+    let allowed: &'static [&'static str] = if resource.ends_with(".cpu") {
         &["1m", "1"]
     } else {
         &[
@@ -259,16 +347,17 @@ fn divisor(resource: &str, text: Option<&str>) -> Result<Quantity, String> {
     if ok {
         Ok(q)
     } else {
-        Err(format!(
-            "{text:?} is not one of {} for {resource}",
-            allowed.join(", ")
-        ))
+        Err(DivisorError::NotAllowed {
+            text: text.to_owned(),
+            allowed,
+            resource: resource.to_owned(),
+        })
     }
 }
 
 /// The projection of `v` when it is a configMap, secret, downwardAPI or projected volume;
 /// `Ok(None)` for other types. Errors name what is wrong (the volume is named by the caller).
-pub fn plan(v: &ApiVolume) -> Result<Option<Projection>, String> {
+pub fn plan(v: &ApiVolume) -> Result<Option<Projection>, Error> {
     let default = |m: Option<i32>| mode("defaultMode", m).map(|m| m.unwrap_or(DEFAULT_MODE));
     let p = if let Some(c) = &v.config_map {
         Projection {
@@ -309,7 +398,7 @@ pub fn plan(v: &ApiVolume) -> Result<Option<Projection>, String> {
                 s.cluster_trust_bundle.is_some(),
             ];
             if set.iter().filter(|s| **s).count() != 1 {
-                return Err("each projected source must set exactly one of configMap, secret, downwardAPI, serviceAccountToken, clusterTrustBundle".into());
+                return Err(Error::SourceCount);
             }
             sources.push(if let Some(c) = &s.config_map {
                 Projected::ConfigMap {
@@ -328,24 +417,19 @@ pub fn plan(v: &ApiVolume) -> Result<Option<Projection>, String> {
             } else if let Some(t) = &s.service_account_token {
                 let expiration_seconds = t.expiration_seconds.unwrap_or(3600);
                 if expiration_seconds < 600 {
-                    return Err(
-                        "serviceAccountToken.expirationSeconds may not specify a duration less than 10 minutes".into(),
-                    );
+                    return Err(Error::TokenTooShort);
                 }
                 if expiration_seconds > 1 << 32 {
-                    return Err(
-                        "serviceAccountToken.expirationSeconds may not specify a duration larger than 2^32 seconds".into(),
-                    );
+                    return Err(Error::TokenTooLong);
                 }
-                atomic::check_path(&t.path)
-                    .map_err(|e| format!("serviceAccountToken.path: {e}"))?;
+                check_path("serviceAccountToken.path", &t.path)?;
                 Projected::Token {
                     audience: t.audience.clone().unwrap_or_default(),
                     expiration_seconds,
                     path: t.path.clone(),
                 }
             } else {
-                return Err("projected source clusterTrustBundle is not supported yet".into());
+                return Err(Error::ClusterTrustBundle);
             });
         }
         Projection {
@@ -360,16 +444,16 @@ pub fn plan(v: &ApiVolume) -> Result<Option<Projection>, String> {
     let mut seen = std::collections::HashSet::new();
     for path in p.sources.iter().flat_map(named_paths) {
         if !seen.insert(atomic::clean(&path)) {
-            return Err(format!("conflicting duplicate paths: {path:?}"));
+            return Err(Error::DuplicatePath(path));
         }
     }
     Ok(Some(p))
 }
 
-fn object_name(field: &str, name: Option<&String>) -> Result<String, String> {
+fn object_name(field: &'static str, name: Option<&String>) -> Result<String, Error> {
     name.filter(|n| !n.is_empty())
         .cloned()
-        .ok_or_else(|| format!("{field} name must be set"))
+        .ok_or(Error::NoName { field })
 }
 
 /// The paths a source names in its spec (its `items`, a token's path).
@@ -384,12 +468,13 @@ fn named_paths(s: &Projected) -> Vec<String> {
 }
 
 /// The API objects of a pod's projections, as read: `None` for one that does not exist, `Err`
-/// for one that could not be read. Tokens by (audience, expirationSeconds).
+/// for one that could not be read (shared: several volumes may name it). Tokens by (audience,
+/// expirationSeconds).
 #[derive(Debug, Default)]
 pub struct Objects {
-    pub config_maps: HashMap<String, Result<Option<ConfigMap>, String>>,
-    pub secrets: HashMap<String, Result<Option<Secret>, String>>,
-    pub tokens: HashMap<(String, i64), Result<String, String>>,
+    pub config_maps: HashMap<String, Result<Option<ConfigMap>, Arc<crate::api_objects::Error>>>,
+    pub secrets: HashMap<String, Result<Option<Secret>, Arc<crate::api_objects::Error>>>,
+    pub tokens: HashMap<(String, i64), Result<String, Arc<super::token::Error>>>,
 }
 
 /// What the payload needs of the node and the pod beyond the pod itself.
@@ -428,7 +513,8 @@ pub async fn fetch(
             } => {
                 let key = (audience.clone(), *expiration_seconds);
                 if let std::collections::hash_map::Entry::Vacant(slot) = out.tokens.entry(key) {
-                    slot.insert(tokens.get(api, pod, audience, *expiration_seconds).await);
+                    let got = tokens.get(api, pod, audience, *expiration_seconds).await;
+                    slot.insert(got.map_err(Arc::new));
                 }
             }
             _ => {}
@@ -437,11 +523,13 @@ pub async fn fetch(
     out
 }
 
-fn lookup<T>(r: Result<T, crate::api_objects::Error>) -> Result<Option<T>, String> {
+fn lookup<T>(
+    r: Result<T, crate::api_objects::Error>,
+) -> Result<Option<T>, Arc<crate::api_objects::Error>> {
     match r {
         Ok(o) => Ok(Some(o)),
         Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(Arc::new(e)),
     }
 }
 
@@ -453,7 +541,7 @@ pub fn payload(
     p: &Projection,
     objects: &Objects,
     node: &NodeContext,
-) -> Result<Payload, String> {
+) -> Result<Payload, Error> {
     let mut out = Payload::new();
     for s in &p.sources {
         match s {
@@ -468,11 +556,13 @@ pub fn payload(
                 optional,
             } => {
                 let (kind, key_word, got) = if matches!(s, Projected::ConfigMap { .. }) {
-                    let got = objects.config_maps.get(name).cloned().unwrap_or(Ok(None))?;
+                    let got = objects.config_maps.get(name).cloned().unwrap_or(Ok(None));
+                    let got = got.map_err(Error::Read)?;
                     let data = got.map(|c| keys_of(c.data.as_ref(), c.binary_data.as_ref()));
                     ("configmap", "config", data)
                 } else {
-                    let got = objects.secrets.get(name).cloned().unwrap_or(Ok(None))?;
+                    let got = objects.secrets.get(name).cloned().unwrap_or(Ok(None));
+                    let got = got.map_err(Error::Read)?;
                     let data = got.map(|s| keys_of(s.string_data.as_ref(), s.data.as_ref()));
                     ("secret", "secret", data)
                 };
@@ -480,10 +570,16 @@ pub fn payload(
                     if *optional {
                         continue;
                     }
-                    return Err(format!("{kind} {name:?} not found"));
+                    return Err(Error::NotFound {
+                        kind,
+                        name: name.clone(),
+                    });
                 };
-                let missing =
-                    |k: &str| format!("{kind} references non-existent {key_word} key: {k}");
+                let missing = |k: &str| Error::MissingKey {
+                    kind,
+                    key_word,
+                    key: k.to_owned(),
+                };
                 add_keys(
                     &mut out,
                     &data,
@@ -511,11 +607,11 @@ pub fn payload(
                 expiration_seconds,
                 path,
             } => {
-                let token = objects
-                    .tokens
-                    .get(&(audience.clone(), *expiration_seconds))
-                    .cloned()
-                    .unwrap_or_else(|| Err("no token was requested".into()))?;
+                let token = match objects.tokens.get(&(audience.clone(), *expiration_seconds)) {
+                    Some(Ok(token)) => token.clone(),
+                    Some(Err(e)) => return Err(Error::Token(e.clone())),
+                    None => return Err(Error::NoToken),
+                };
                 // The kubelet's rule: defaultMode, but 0600 (and the file given to the pod's
                 // user) when the pod has an fsUser or fsGroup; fsGroup ownership then adds
                 // group read.
@@ -555,12 +651,12 @@ fn add_keys(
     items: Option<&[Item]>,
     optional: bool,
     default_mode: u32,
-    missing: impl Fn(&str) -> String,
-) -> Result<(), String> {
+    missing: impl Fn(&str) -> Error,
+) -> Result<(), Error> {
     match items {
         None => {
             for (k, v) in data {
-                atomic::check_path(k).map_err(|e| format!("key {k:?}: {e}"))?;
+                check_path(format!("key {k:?}"), k)?;
                 out.insert(
                     atomic::clean(k),
                     FileProjection {
@@ -626,7 +722,7 @@ fn go_quote(s: &str) -> String {
     out
 }
 
-fn field_value(pod: &Pod, field: &Field, node: &NodeContext) -> Result<String, String> {
+fn field_value(pod: &Pod, field: &Field, node: &NodeContext) -> Result<String, Error> {
     let meta = &pod.metadata;
     let empty = BTreeMap::new();
     let labels = meta.labels.as_ref().unwrap_or(&empty);
@@ -644,14 +740,19 @@ fn field_value(pod: &Pod, field: &Field, node: &NodeContext) -> Result<String, S
                 } else if let Some(k) = subscript(p, "metadata.annotations") {
                     annotations.get(k).cloned().unwrap_or_default()
                 } else {
-                    return Err(format!("fieldPath {p:?} is not supported"));
+                    return Err(Error::UnsupportedFieldPath(p.to_owned()));
                 }
             }
         }),
         Field::Resource(r) => {
             let first = pod.spec.as_ref().and_then(|s| s.containers.first());
-            let own = first.ok_or("the pod has no containers")?;
-            crate::pod::downward::resource_field_ref(r, pod, own, Some(&node.allocatable))
+            let own = first.ok_or(Error::NoContainers)?;
+            Ok(crate::pod::downward::resource_field_ref(
+                r,
+                pod,
+                own,
+                Some(&node.allocatable),
+            )?)
         }
     }
 }
@@ -782,7 +883,10 @@ mod tests {
             Ok(Some(cm("settings", json!({"a": "1"}), json!({})))),
         );
         let e = payload(&pod(), &p, &objects, &NODE).expect_err("missing key");
-        assert_eq!(e, "configmap references non-existent config key: b");
+        assert_eq!(
+            e.to_string(),
+            "configmap references non-existent config key: b"
+        );
     }
 
     #[test]
@@ -792,7 +896,7 @@ mod tests {
         let mut objects = Objects::default();
         objects.secrets.insert("creds".into(), Ok(None));
         let e = payload(&pod(), &p, &objects, &NODE).expect_err("missing");
-        assert_eq!(e, "secret \"creds\" not found");
+        assert_eq!(e.to_string(), "secret \"creds\" not found");
         let v = volume(
             json!({"name": "s", "secret": {"secretName": "creds", "optional": true,
             "items": [{"key": "k", "path": "k"}]}}),
@@ -815,14 +919,19 @@ mod tests {
                 .is_empty()
         );
         // An unreadable object is an error even when optional.
+        let refused = crate::api_objects::Error::Watch {
+            kind: "Secret",
+            name: "creds".into(),
+            message: "connection refused".into(),
+        };
         objects
             .secrets
-            .insert("creds".into(), Err("connection refused".into()));
+            .insert("creds".into(), Err(Arc::new(refused)));
         assert!(payload(&pod(), &p, &objects, &NODE).is_err());
         let v = volume(json!({"name": "c", "configMap": {"name": "nope"}}));
         let p = plan(&v).expect("plan").expect("a projection");
         let e = payload(&pod(), &p, &Objects::default(), &NODE).expect_err("missing");
-        assert_eq!(e, "configmap \"nope\" not found");
+        assert_eq!(e.to_string(), "configmap \"nope\" not found");
     }
 
     #[test]
@@ -903,6 +1012,7 @@ mod tests {
         for (mut v, want) in cases {
             v["name"] = json!("v");
             let e = plan(&volume(v.clone())).expect_err(&v.to_string());
+            let e = e.to_string();
             assert!(e.contains(want), "{v}: {e}");
         }
     }

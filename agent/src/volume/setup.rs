@@ -8,6 +8,103 @@ use std::ffi::CString;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+/// Why a volume could not be set up, or a subPath made or bound (the messages are the
+/// kubelet's where it has one).
+#[derive(Debug, thiserror::Error)]
+pub enum SetUpError {
+    /// `doing` (`creating directory`, `opening` ...) of `path` failed.
+    #[error("{doing} {}: {source}", path.display())]
+    Io {
+        doing: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Path {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("reading the mount table: {0}")]
+    MountTable(std::io::Error),
+    #[error("{} is a {fs_type} mount, not the tmpfs it should be", dir.display())]
+    NotTmpfs { dir: PathBuf, fs_type: String },
+    #[error("fsGroup {gid} on {}: {source}", dir.display())]
+    FsGroup {
+        gid: i64,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Write(#[from] atomic::Error),
+    #[error("its files were not computed")]
+    NotComputed,
+    #[error("hostPath {} doesn't exist", .0.display())]
+    HostPathMissing(PathBuf),
+    #[error(
+        "hostPath type check failed, {} is not a {description}, unable to determine its type: {source}",
+        path.display()
+    )]
+    HostPathUnknownType {
+        path: PathBuf,
+        description: &'static str,
+        source: std::io::Error,
+    },
+    #[error("hostPath type check failed: {} is not a {description}, it's a {actual}", path.display())]
+    HostPathType {
+        path: PathBuf,
+        description: &'static str,
+        actual: &'static str,
+    },
+    #[error("must be a relative path without '..'")]
+    NotRelative,
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    #[error(
+        "{} resolves to {}, outside the volume {}",
+        path.display(),
+        resolved.display(),
+        root.display()
+    )]
+    Escapes {
+        path: PathBuf,
+        resolved: PathBuf,
+        root: PathBuf,
+    },
+    #[error("{} is outside the volume", .0.display())]
+    Outside(PathBuf),
+    #[error("a path with a NUL byte")]
+    NulByte,
+    #[error("opening {} without following symlinks: {source}", path.display())]
+    OpenNoFollow {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("binding {} to {}: {source}", from.display(), to.display())]
+    Bind {
+        from: PathBuf,
+        to: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+type SetUpResult<T> = std::result::Result<T, SetUpError>;
+
+/// `doing` of `path` failed, for `map_err`.
+fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SetUpError {
+    let path = path.to_owned();
+    move |source| SetUpError::Io {
+        doing,
+        path,
+        source,
+    }
+}
+
+/// An error about `path` itself, for `map_err`.
+fn about(path: &Path) -> impl FnOnce(std::io::Error) -> SetUpError {
+    let path = path.to_owned();
+    move |source| SetUpError::Path { path, source }
+}
+
 /// What sizes and owns a pod's volumes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Context {
@@ -33,9 +130,9 @@ pub fn set_up(
 ) -> Result<()> {
     let mut mounts = None;
     for v in volumes {
-        let fail = |message: String| Error::SetUp {
+        let fail = |e: SetUpError| Error::SetUp {
             volume: v.name.clone(),
-            message,
+            message: e.to_string(),
         };
         match &v.source {
             Source::EmptyDir { memory, size_limit } => {
@@ -45,8 +142,13 @@ pub fn set_up(
                 let dir = v.host_path(pods_dir, uid);
                 volume_dir(&dir, size, &mut mounts, &v.name).map_err(fail)?;
                 if let Some(gid) = ctx.fs_group {
-                    give_to_fs_group(&dir, gid)
-                        .map_err(|e| fail(format!("fsGroup {gid} on {}: {e}", dir.display())))?;
+                    give_to_fs_group(&dir, gid).map_err(|source| {
+                        fail(SetUpError::FsGroup {
+                            gid,
+                            dir: dir.clone(),
+                            source,
+                        })
+                    })?;
                 }
             }
             Source::HostPath { path, kind } => check_host_path(path, *kind).map_err(fail)?,
@@ -63,7 +165,7 @@ pub fn set_up(
                     }
                     // Written before: it keeps its files.
                     None if is_written_dir(&dir) => {}
-                    None => return Err(fail("its files were not computed".into())),
+                    None => return Err(fail(SetUpError::NotComputed)),
                 }
             }
         }
@@ -90,9 +192,9 @@ pub fn refresh(
         if !is_written_dir(&dir) {
             continue;
         }
-        let fail = |message: String| Error::SetUp {
+        let fail = |e: SetUpError| Error::SetUp {
             volume: v.name.clone(),
-            message,
+            message: e.to_string(),
         };
         if write_projection(&dir, payload, fs_group).map_err(fail)? {
             changed.push(v.name.clone());
@@ -116,11 +218,7 @@ pub fn is_written(pods_dir: &Path, uid: &str, volumes: &[Volume], name: &str) ->
     })
 }
 
-fn write_projection(
-    dir: &Path,
-    payload: &Payload,
-    fs_group: Option<i64>,
-) -> std::result::Result<bool, String> {
+fn write_projection(dir: &Path, payload: &Payload, fs_group: Option<i64>) -> SetUpResult<bool> {
     let changed = atomic::write(dir, payload, |ts| match fs_group {
         Some(gid) => own_tree(ts, gid),
         None => Ok(()),
@@ -162,38 +260,34 @@ fn volume_dir(
     size: Option<u64>,
     mounts: &mut Option<Vec<mountinfo::MountPoint>>,
     volume: &str,
-) -> std::result::Result<(), String> {
-    empty_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+) -> SetUpResult<()> {
+    empty_dir(dir).map_err(about(dir))?;
     let Some(size) = size else { return Ok(()) };
-    let dir = dir
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = dir.canonicalize().map_err(about(dir))?;
     // The common answers without the mount table (which grows with every container on the
     // node): no mount here yet, or the tmpfs of an earlier set-up.
-    let root = mountinfo::is_mount_root(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let root = mountinfo::is_mount_root(&dir).map_err(about(&dir))?;
     match root {
         Some(false) => return tmpfs_on(&dir, size, volume),
         Some(true) if mountinfo::is_tmpfs(&dir).unwrap_or(false) => return Ok(()),
         _ => {}
     }
     if mounts.is_none() {
-        *mounts =
-            Some(mountinfo::mount_points().map_err(|e| format!("reading the mount table: {e}"))?);
+        *mounts = Some(mountinfo::mount_points().map_err(SetUpError::MountTable)?);
     }
     let mounted = mounts.iter().flatten().rev().find(|m| m.path == dir);
     match mounted {
         Some(m) if m.fs_type == "tmpfs" => Ok(()),
-        Some(m) => Err(format!(
-            "{} is a {} mount, not the tmpfs it should be",
-            dir.display(),
-            m.fs_type
-        )),
+        Some(m) => Err(SetUpError::NotTmpfs {
+            dir: dir.clone(),
+            fs_type: m.fs_type.clone(),
+        }),
         None => tmpfs_on(&dir, size, volume),
     }
 }
 
-fn tmpfs_on(dir: &Path, size: u64, volume: &str) -> std::result::Result<(), String> {
-    mount_tmpfs(dir, size).map_err(|e| format!("mounting a tmpfs on {}: {e}", dir.display()))?;
+fn tmpfs_on(dir: &Path, size: u64, volume: &str) -> SetUpResult<()> {
+    mount_tmpfs(dir, size).map_err(io("mounting a tmpfs on", dir))?;
     tracing::info!(volume, dir = %dir.display(), size, "tmpfs mounted");
     Ok(())
 }
@@ -270,8 +364,7 @@ fn type_name(t: std::fs::FileType) -> &'static str {
 /// The kubelet's hostPath checks: `...OrCreate` makes a missing directory (0755) or empty file
 /// (0644, its directory must exist); every other type must find what it names (symlinks
 /// followed). Messages as the kubelet's.
-pub(super) fn check_host_path(path: &Path, kind: HostPathType) -> std::result::Result<(), String> {
-    let shown = path.display();
+pub(super) fn check_host_path(path: &Path, kind: HostPathType) -> SetUpResult<()> {
     let (expected, description) = match kind {
         HostPathType::Unset => return Ok(()),
         HostPathType::DirectoryOrCreate | HostPathType::Directory => ("Directory", "directory"),
@@ -288,7 +381,7 @@ pub(super) fn check_host_path(path: &Path, kind: HostPathType) -> std::result::R
                     .recursive(true)
                     .mode(0o755)
                     .create(path)
-                    .map_err(|e| format!("creating directory {shown}: {e}"));
+                    .map_err(io("creating directory", path));
             }
             HostPathType::FileOrCreate => {
                 return std::fs::OpenOptions::new()
@@ -298,22 +391,26 @@ pub(super) fn check_host_path(path: &Path, kind: HostPathType) -> std::result::R
                     .mode(0o644)
                     .open(path)
                     .map(drop)
-                    .map_err(|e| format!("creating file {shown}: {e}"));
+                    .map_err(io("creating file", path));
             }
-            _ => return Err(format!("hostPath {shown} doesn't exist")),
+            _ => return Err(SetUpError::HostPathMissing(path.to_owned())),
         }
     }
     let actual = std::fs::metadata(path)
         .map(|m| type_name(m.file_type()))
-        .map_err(|e| {
-            format!("hostPath type check failed, {shown} is not a {description}, unable to determine its type: {e}")
+        .map_err(|source| SetUpError::HostPathUnknownType {
+            path: path.to_owned(),
+            description,
+            source,
         })?;
     if actual == expected {
         Ok(())
     } else {
-        Err(format!(
-            "hostPath type check failed: {shown} is not a {description}, it's a {actual}"
-        ))
+        Err(SetUpError::HostPathType {
+            path: path.to_owned(),
+            description,
+            actual,
+        })
     }
 }
 
@@ -323,12 +420,10 @@ use std::os::unix::fs::OpenOptionsExt;
 /// what exists is resolved (symlinks followed) and must stay inside the volume; what is missing
 /// is created as directories with the volume's mode, never through a symlink. `sub` was checked
 /// to be relative without `..`.
-pub(super) fn sub_path(base: &Path, sub: &str) -> std::result::Result<PathBuf, String> {
-    let root = base
-        .canonicalize()
-        .map_err(|e| format!("volume path {}: {e}", base.display()))?;
+pub(super) fn sub_path(base: &Path, sub: &str) -> SetUpResult<PathBuf> {
+    let root = base.canonicalize().map_err(io("volume path", base))?;
     let mode = std::fs::metadata(&root)
-        .map_err(|e| format!("volume path {}: {e}", root.display()))?
+        .map_err(io("volume path", &root))?
         .permissions()
         .mode()
         & 0o7777;
@@ -337,13 +432,13 @@ pub(super) fn sub_path(base: &Path, sub: &str) -> std::result::Result<PathBuf, S
         let name = match comp {
             Component::Normal(n) => n,
             Component::CurDir => continue,
-            _ => return Err("must be a relative path without '..'".into()),
+            _ => return Err(SetUpError::NotRelative),
         };
         let next = cur.join(name);
         match std::fs::symlink_metadata(&next) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if !cur.is_dir() {
-                    return Err(format!("{} is not a directory", cur.display()));
+                    return Err(SetUpError::NotADirectory(cur));
                 }
                 // mkdir does not follow a symlink put in its place: it fails instead.
                 match std::fs::DirBuilder::new().mode(mode).create(&next) {
@@ -352,21 +447,18 @@ pub(super) fn sub_path(base: &Path, sub: &str) -> std::result::Result<PathBuf, S
                             std::fs::set_permissions(&next, std::fs::Permissions::from_mode(mode));
                         cur = next;
                     }
-                    Err(e) => return Err(format!("creating {}: {e}", next.display())),
+                    Err(e) => return Err(io("creating", &next)(e)),
                 }
             }
-            Err(e) => return Err(format!("{}: {e}", next.display())),
+            Err(e) => return Err(about(&next)(e)),
             Ok(_) => {
-                let resolved = next
-                    .canonicalize()
-                    .map_err(|e| format!("{}: {e}", next.display()))?;
+                let resolved = next.canonicalize().map_err(about(&next))?;
                 if !resolved.starts_with(&root) {
-                    return Err(format!(
-                        "{} resolves to {}, outside the volume {}",
-                        next.display(),
-                        resolved.display(),
-                        root.display()
-                    ));
+                    return Err(SetUpError::Escapes {
+                        path: next,
+                        resolved,
+                        root,
+                    });
                 }
                 cur = resolved;
             }
@@ -398,19 +490,13 @@ pub(super) fn sub_path_target(
 /// was opened, by its file descriptor, is what gets mounted. The runtime then mounts `target`,
 /// which no container can redirect. A bind left on `target` by an earlier instance of the
 /// container is replaced.
-pub(super) fn bind_sub_path(
-    base: &Path,
-    resolved: &Path,
-    target: &Path,
-) -> std::result::Result<(), String> {
+pub(super) fn bind_sub_path(base: &Path, resolved: &Path, target: &Path) -> SetUpResult<()> {
     use rustix::fs::{CWD, FileType, Mode, OFlags};
     use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-    let root = base
-        .canonicalize()
-        .map_err(|e| format!("volume path {}: {e}", base.display()))?;
+    let root = base.canonicalize().map_err(io("volume path", base))?;
     let rel = resolved
         .strip_prefix(&root)
-        .map_err(|_| format!("{} is outside the volume", resolved.display()))?;
+        .map_err(|_| SetUpError::Outside(resolved.to_owned()))?;
     // openat(2) with O_PATH | O_NOFOLLOW | O_CLOEXEC: a symlink is opened itself (never
     // followed), and fstat(2) of what was opened refuses it.
     let open = |at: BorrowedFd<'_>, name: &std::ffi::CStr| -> std::io::Result<OwnedFd> {
@@ -426,32 +512,31 @@ pub(super) fn bind_sub_path(
         }
         Ok(fd)
     };
-    let cstr = |b: &[u8]| CString::new(b).map_err(|_| "a path with a NUL byte".to_owned());
+    let cstr = |b: &[u8]| CString::new(b).map_err(|_| SetUpError::NulByte);
     use std::os::unix::ffi::OsStrExt;
-    let mut fd = open(CWD, &cstr(root.as_os_str().as_bytes())?)
-        .map_err(|e| format!("opening {}: {e}", root.display()))?;
+    let mut fd = open(CWD, &cstr(root.as_os_str().as_bytes())?).map_err(io("opening", &root))?;
     let mut at = root.clone();
     for comp in rel.components() {
         at.push(comp);
-        fd = open(fd.as_fd(), &cstr(comp.as_os_str().as_bytes())?)
-            .map_err(|e| format!("opening {} without following symlinks: {e}", at.display()))?;
+        fd = open(fd.as_fd(), &cstr(comp.as_os_str().as_bytes())?).map_err(|source| {
+            SetUpError::OpenNoFollow {
+                path: at.clone(),
+                source,
+            }
+        })?;
     }
     let is_dir = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .map_err(|e| format!("{}: {e}", resolved.display()))?
+        .map_err(about(resolved))?
         .is_dir();
-    prepare_target(target, is_dir).map_err(|e| format!("{}: {e}", target.display()))?;
+    prepare_target(target, is_dir).map_err(about(target))?;
     let source = cstr(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_bytes())?;
     let dest = cstr(target.as_os_str().as_bytes())?;
     // mount(source, dest, NULL, MS_BIND, NULL).
-    if let Err(e) = rustix::mount::mount_bind(source.as_c_str(), dest.as_c_str()) {
-        let e = std::io::Error::from(e);
-        return Err(format!(
-            "binding {} to {}: {e}",
-            resolved.display(),
-            target.display()
-        ));
-    }
-    Ok(())
+    rustix::mount::mount_bind(source.as_c_str(), dest.as_c_str()).map_err(|e| SetUpError::Bind {
+        from: resolved.to_owned(),
+        to: target.to_owned(),
+        source: e.into(),
+    })
 }
 
 /// Makes `target` an unmounted directory (`dir`) or empty file to bind onto: a bind an earlier

@@ -321,12 +321,16 @@ fn a_sub_path_never_leaves_its_volume() {
     );
     assert!(root.join("real/x").is_dir(), "created");
     for escape in ["out", "out/x", "real/up", "real/up/etc"] {
-        let why = setup::sub_path(vol.path(), escape).expect_err(escape);
+        let why = setup::sub_path(vol.path(), escape)
+            .expect_err(escape)
+            .to_string();
         assert!(why.contains("outside the volume"), "{escape}: {why}");
     }
     // Nothing was created outside.
     assert_eq!(std::fs::read_dir(outside.path()).expect("ls").count(), 0);
-    let why = setup::sub_path(vol.path(), "../x").expect_err("..");
+    let why = setup::sub_path(vol.path(), "../x")
+        .expect_err("..")
+        .to_string();
     assert!(why.contains(".."), "{why}");
     // A file in the way of a directory.
     std::fs::write(vol.path().join("f"), "x").expect("write");
@@ -339,7 +343,9 @@ fn a_sub_path_never_leaves_its_volume() {
     std::os::unix::fs::symlink(outside.path(), vol.path().join("swap")).expect("symlink");
     std::fs::create_dir(outside.path().join("x")).expect("mkdir");
     let target = vol.path().join("never-bound");
-    let why = setup::bind_sub_path(vol.path(), &resolved, &target).expect_err("swapped");
+    let why = setup::bind_sub_path(vol.path(), &resolved, &target)
+        .expect_err("swapped")
+        .to_string();
     assert!(why.contains("without following symlinks"), "{why}");
     assert!(!target.exists(), "nothing was prepared");
 }
@@ -351,7 +357,7 @@ fn host_path_types_are_checked_as_the_kubelet_checks_them() {
     let d = dir.path();
     std::fs::write(d.join("file"), "x").expect("write");
     let _sock = std::os::unix::net::UnixListener::bind(d.join("sock")).expect("bind");
-    let check = |p: &Path, t| setup::check_host_path(p, t);
+    let check = |p: &Path, t| setup::check_host_path(p, t).map_err(|e| e.to_string());
     check(&d.join("anything-missing"), T::Unset).expect("unset checks nothing");
     check(d, T::Directory).expect("a directory");
     check(&d.join("file"), T::File).expect("a file");

@@ -10,6 +10,23 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+/// Why no token could be had for a pod's service account.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to fetch token for service account {service_account:?}: {source}")]
+pub struct Error {
+    pub service_account: String,
+    pub source: RequestError,
+}
+
+/// Why a TokenRequest gave no token.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error(transparent)]
+    Api(#[from] crate::api_objects::Error),
+    #[error("the TokenRequest answer has no status")]
+    NoStatus,
+}
+
 const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 const MAX_JITTER_SECS: f64 = 10.0;
 
@@ -65,7 +82,7 @@ impl Tokens {
         pod: &Pod,
         audience: &str,
         expiration_seconds: i64,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let namespace = pod.metadata.namespace.clone().unwrap_or("default".into());
         let spec = pod.spec.as_ref();
         let service_account = spec
@@ -109,10 +126,8 @@ impl Tokens {
         let answer = api
             .create_token(&key.namespace, &key.service_account, &request)
             .await;
-        let fresh = answer.map_err(|e| e.to_string()).and_then(|t| {
-            let status = t
-                .status
-                .ok_or_else(|| "the TokenRequest answer has no status".to_owned())?;
+        let fresh = answer.map_err(RequestError::Api).and_then(|t| {
+            let status = t.status.ok_or(RequestError::NoStatus)?;
             let expires = SystemTime::UNIX_EPOCH
                 + Duration::from_secs(
                     u64::try_from(status.expiration_timestamp.0.as_second()).unwrap_or(0),
@@ -133,10 +148,10 @@ impl Tokens {
                 tracing::warn!(service_account = %key.service_account, error = %e, "refreshing a service account token failed: the cached one is still valid");
                 Ok(c.token)
             }
-            (Err(e), _) => Err(format!(
-                "failed to fetch token for service account {:?}: {e}",
-                key.service_account
-            )),
+            (Err(source), _) => Err(Error {
+                service_account: key.service_account,
+                source,
+            }),
         }
     }
 

@@ -131,14 +131,15 @@ fn each_field_ref() {
     assert_eq!(ok("status.podIP"), "10.1.0.5");
     assert_eq!(ok("status.podIPs"), "10.1.0.5,fd00::5");
     assert_eq!(
-        f("spec.restartPolicy").unwrap_err(),
+        f("spec.restartPolicy").unwrap_err().to_string(),
         "unsupported fieldPath: spec.restartPolicy"
     );
     let v2 = ObjectFieldSelector {
         field_path: "metadata.name".into(),
         api_version: Some("v2".into()),
     };
-    assert!(field_ref(&v2, &p, "u", &ctx()).unwrap_err().contains("v2"));
+    let e = field_ref(&v2, &p, "u", &ctx()).unwrap_err();
+    assert!(e.to_string().contains("v2"));
     let no_route = Context {
         host_ips: vec![],
         ..ctx()
@@ -150,6 +151,7 @@ fn each_field_ref() {
     assert!(
         field_ref(&sel, &p, "u", &no_route)
             .unwrap_err()
+            .to_string()
             .contains("default route")
     );
 }
@@ -234,22 +236,27 @@ fn resources_round_up_by_divisor_and_unset_limits_are_the_nodes() {
         "64"
     );
     assert_eq!(
-        v(c, resource("limits.cpu", None, Some("ghost"))).unwrap_err(),
+        v(c, resource("limits.cpu", None, Some("ghost")))
+            .unwrap_err()
+            .to_string(),
         "container ghost not found"
     );
     assert!(
         v(c, resource("limits.gpu", None, None))
             .unwrap_err()
+            .to_string()
             .contains("limits.gpu")
     );
     assert!(
         v(c, resource("cpu", None, None))
             .unwrap_err()
+            .to_string()
             .contains("unsupported")
     );
     assert!(
         v(c, resource("limits.cpu", Some("-1"), None))
             .unwrap_err()
+            .to_string()
             .contains("divisor")
     );
 }
