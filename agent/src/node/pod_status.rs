@@ -123,6 +123,15 @@ pub fn mirror_pod(pod: &Pod, hash: &str, owner: OwnerReference) -> Pod {
     }
 }
 
+/// A mirror pod's owner: its Node, as the controller reference NodeRestriction requires of a
+/// node's pod create (a plain owner reference, as the Lease has, is refused with 403).
+pub fn mirror_owner(node_name: &str, node_uid: &str) -> OwnerReference {
+    OwnerReference {
+        controller: Some(true),
+        ..super::lease::node_owner(node_name, node_uid)
+    }
+}
+
 /// Delete options with grace 0 and a UID precondition (the node's deletes).
 fn delete_now(uid: &str) -> DeleteParams {
     DeleteParams {
@@ -178,8 +187,7 @@ impl Writer {
         let Some(node_uid) = self.node.borrow().clone() else {
             return Err(());
         };
-        let owner = super::lease::node_owner(&self.node_name, &node_uid);
-        let mirror = mirror_pod(pod, &hash, owner);
+        let mirror = mirror_pod(pod, &hash, mirror_owner(&self.node_name, &node_uid));
         match api.create(&PostParams::default(), &mirror).await {
             Ok(created) => {
                 self.metrics.node_api_request("mirror_create", "ok");
@@ -416,8 +424,7 @@ mod tests {
         p.metadata.resource_version = Some("7".into());
         p.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
         p.spec = Some(Default::default());
-        let owner = super::super::lease::node_owner("n1", "node-uid");
-        let m = mirror_pod(&p, "hash-1", owner);
+        let m = mirror_pod(&p, "hash-1", mirror_owner("n1", "node-uid"));
         assert_eq!(m.metadata.name.as_deref(), Some("web-n1"));
         assert!(m.metadata.uid.is_none() && m.metadata.resource_version.is_none());
         assert_eq!(m.metadata.labels, p.metadata.labels);
@@ -425,7 +432,16 @@ mod tests {
             m.metadata.annotations.unwrap()[crate::pod::annotations::CONFIG_MIRROR],
             "hash-1"
         );
-        assert_eq!(m.metadata.owner_references.unwrap()[0].uid, "node-uid");
+        let owner = &m.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Node", "node-uid")
+        );
+        assert_eq!(
+            owner.controller,
+            Some(true),
+            "NodeRestriction needs a controller reference"
+        );
         assert!(m.spec.is_some() && m.status.is_none());
     }
 

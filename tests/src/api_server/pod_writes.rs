@@ -14,7 +14,8 @@
 //!
 //! - `POST /api/v1/namespaces/{ns}/pods` creates a pod (a node creates mirror pods this way):
 //!   the server sets its UID, creationTimestamp and resourceVersion; a taken name answers 409
-//!   `AlreadyExists`.
+//!   `AlreadyExists`. A mirror pod is held to NodeRestriction's owner rule: at most one owner
+//!   reference, a controller reference to its own Node with that Node's UID, else 403.
 //!
 //! Every write is recorded ([`super::ApiServer::pod_writes`]) with its time, so tests can
 //! count them.
@@ -127,6 +128,7 @@ impl ApiServer {
             &name,
             &serde_json::to_value(&pod).unwrap_or_default(),
         );
+        self.node_restriction(&pod)?;
         if self.pod_named(ns, &name).is_some() {
             return Err(error(
                 StatusCode::CONFLICT,
@@ -144,6 +146,61 @@ impl ApiServer {
         pod.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         self.put(pod);
         Ok(serde_json::to_value(self.lock().pods.get(&uid)).unwrap_or(Value::Null))
+    }
+
+    /// NodeRestriction's rule for a mirror pod (which only a node creates): at most one owner
+    /// reference, and that one a controller reference to its own Node (API version, kind, name
+    /// and the stored Node's uid), without blockOwnerDeletion. Anything else is 403, as the
+    /// admission plugin answers a node.
+    fn node_restriction(&self, pod: &Pod) -> Result<(), ApiError> {
+        let mirror = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+        let owners = pod.metadata.owner_references.as_deref().unwrap_or_default();
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        let forbidden = |why: String| {
+            Err(error(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                format!("pod is forbidden: node \"{node}\" {why}"),
+            ))
+        };
+        match owners {
+            _ if !mirror => Ok(()),
+            [] => Ok(()),
+            [owner] => {
+                if owner.api_version != "v1" || owner.kind != "Node" || owner.name != node {
+                    return forbidden(
+                        "can only create pods with an owner reference set to itself".into(),
+                    );
+                }
+                if owner.controller != Some(true) {
+                    return forbidden(
+                        "can only create pods with a controller owner reference set to itself"
+                            .into(),
+                    );
+                }
+                if owner.block_owner_deletion == Some(true) {
+                    return forbidden(
+                        "must not set blockOwnerDeletion on an owner reference".into(),
+                    );
+                }
+                let uid = self.node(&node).and_then(|n| n.metadata.uid);
+                if uid.as_deref() != Some(owner.uid.as_str()) {
+                    return forbidden(format!("UID mismatch: {} is not its uid", owner.uid));
+                }
+                Ok(())
+            }
+            _ => {
+                forbidden("can only create pods with a single owner reference set to itself".into())
+            }
+        }
     }
 
     fn delete_pod(&self, ns: &str, name: &str, body: &[u8]) -> Result<Value, ApiError> {
