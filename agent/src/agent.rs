@@ -168,8 +168,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         credentials::NodeFiles::kubelet_search(&cfg.root_dir),
         cfg.max_parallel_image_pulls,
     );
-    // The pod cache: the PLEG's reads handed to the pods' syncs and the pods being changed,
-    // shared by the runtime manager and the container garbage collector.
+    // The pod cache: the PLEG writes its reads and the exits the kernel saw; the pods' syncs
+    // take the reads and mark what they change; the container garbage collector reads it.
     let pod_cache = crate::pod_cache::PodCache::default();
     let container_gc = crate::container_gc::ContainerGc::new(
         cri.clone(),
@@ -187,6 +187,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cm,
         cfg: runtime::Config {
             node_name: cfg.node_name.clone(),
+            node_ips: cfg.node.node_ips.clone(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             pods_dir: pods_dir.clone(),
             security: runtime::security::Settings {
@@ -202,7 +203,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         api_objects: api_objects.clone(),
         images,
         volumes: crate::volume::Manager::new(pods_dir, memory, api_objects),
-        pod_cache,
+        pod_cache: pod_cache.clone(),
     });
     // Container log rotation: a task of its own, beside the pods' syncs.
     tracker.spawn(
@@ -224,7 +225,12 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     );
     // The desired and rejected pods: the sync loop writes them, everyone else reads.
     let registry = crate::pod_registry::PodRegistry::new();
-    let status = StatusManager::new(metrics.clone(), registry.reader(), probe_results.clone());
+    let status = StatusManager::new(
+        metrics.clone(),
+        registry.reader(),
+        probe_results.clone(),
+        cm::node_ips(&cfg.node.node_ips),
+    );
     let probes = prober::Manager::new(
         probe_results,
         prober::probe::Prober::new(runtime.cri().clone()),
@@ -286,6 +292,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let runtime_state = pleg::RuntimeState::default();
     let pleg = pleg::Pleg {
         runtime: runtime.clone(),
+        cache: pod_cache.clone(),
         status: status.clone(),
         tx: pleg_tx,
         pods: runtime_pods.clone(),
@@ -332,7 +339,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             addr: api.addr,
             tls: api.tls.clone(),
             anonymous: api.anonymous,
-            names: serving_names(&cfg.node_name),
+            names: serving_names(&cfg.node_name, &cfg.node.node_ips),
             webhook,
         };
         server::kubelet_api::start(
@@ -419,6 +426,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let ctx = WorkerContext {
         runtime,
+        pod_cache,
         container_gc: container_gc.clone(),
         orphans,
         status: status.clone(),
@@ -492,13 +500,13 @@ fn cgroup_driver(configured: bool, reported: Option<bool>) -> (bool, Option<Stri
     }
 }
 
-fn serving_names(node: &str) -> Vec<String> {
+fn serving_names(node: &str, node_ips: &[std::net::IpAddr]) -> Vec<String> {
     let mut names = vec![
         node.to_owned(),
         "localhost".to_owned(),
         "127.0.0.1".to_owned(),
     ];
-    names.extend(cm::node_ips().iter().map(ToString::to_string));
+    names.extend(cm::node_ips(node_ips).iter().map(ToString::to_string));
     names.dedup();
     names
 }

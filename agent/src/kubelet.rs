@@ -492,6 +492,7 @@ mod tests {
             metrics.clone(),
             registry.reader(),
             crate::pod::probe_results::Results::default(),
+            Vec::new(),
         );
         let sync_loop = SyncLoop {
             config_rx,

@@ -21,9 +21,9 @@ pub struct MethodLabel {
 
 /// Labels of `swiftlet_node_api_requests_total`: which membership request (`register`,
 /// `status`, `lease`, `pod_status`, `pod_delete`, `mirror_create`, `mirror_delete`; the Node
-/// watch's failures as `node_watch`) and how it ended (`ok`, `conflict`, `unauthorized`,
-/// `forbidden`, `not_found`, `server_error`, `tls`, `unreachable`, `kubeconfig`, `expired`,
-/// `error`).
+/// watch's failures as `node_watch`; the heartbeat client made anew after repeated failures as
+/// `reconnect`) and how it ended (`ok`, `conflict`, `unauthorized`, `forbidden`, `not_found`,
+/// `server_error`, `tls`, `timeout`, `unreachable`, `kubeconfig`, `expired`, `error`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeApiLabel {
     pub operation: &'static str,

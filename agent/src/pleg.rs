@@ -19,6 +19,7 @@
 use crate::ebpf::exits::KernelExit;
 use crate::metrics::{Metrics, ResultLabel};
 use crate::pod::{PodState, RelistEntry};
+use crate::pod_cache::PodCache;
 use crate::runtime::Manager;
 use crate::status::StatusManager;
 use futures::StreamExt;
@@ -372,7 +373,10 @@ impl Snapshots {
 
 /// What the PLEG works with. Drive it with [`Pleg::run`].
 pub struct Pleg {
+    /// Read from: relists and pod reads.
     pub runtime: Manager,
+    /// Written: the reads handed to the pods' next syncs, the exits the kernel saw.
+    pub cache: PodCache,
     /// Read only: which pods the agent reports on (the PLEG never writes a status).
     pub status: StatusManager,
     /// The sync loop's PLEG channel.
@@ -457,9 +461,14 @@ impl Relister {
             return;
         }
         if let (Some(id), Some((code, at))) = (&container_id, exit) {
-            self.p.runtime.record_kernel_exit(&uid, id, code, at);
+            self.p.cache.lock().kernel_exit(&uid, id, code, at);
         }
-        if self.p.runtime.is_stopping(&uid, container_id.as_deref()) {
+        if self
+            .p
+            .cache
+            .lock()
+            .is_stopping(&uid, container_id.as_deref())
+        {
             // The worker stopping it reads (or forgets) the pod when the stop is done.
             tracing::debug!(%uid, ?container_id, ?exit, "PLEG fast path: the agent is stopping it; no relist");
             self.count_skipped(1);
@@ -501,10 +510,11 @@ impl Relister {
     /// A pod the agent started stopping meanwhile is left to the stopping code.
     async fn relist_due(&mut self) {
         let now = Instant::now();
-        let runtime = &self.p.runtime;
         let before = self.pending.len();
-        self.pending
-            .retain(|uid, _| !runtime.is_stopping(uid, None));
+        {
+            let cache = self.p.cache.lock();
+            self.pending.retain(|uid, _| !cache.is_stopping(uid, None));
+        }
         self.count_skipped(before - self.pending.len());
         let due: Vec<String> = self
             .pending
@@ -515,9 +525,16 @@ impl Relister {
         if due.is_empty() {
             return;
         }
+        let (runtime, cache) = (&self.p.runtime, &self.p.cache);
         let reads: Vec<_> = futures::stream::iter(due)
             .map(|uid| async move {
-                let state = runtime.pod_state_for_sync(&uid, "fast_path").await;
+                let token = cache.lock().token(&uid);
+                let state = runtime.pod_state_counted(&uid, "fast_path").await;
+                if let (Some(token), Ok(state)) = (token, &state) {
+                    cache
+                        .lock()
+                        .store(&uid, token, state.clone(), std::time::Instant::now());
+                }
                 (uid, state)
             })
             .buffer_unordered(READ_CONCURRENCY)
@@ -580,7 +597,10 @@ impl Relister {
                 .pleg_relist_interval_seconds
                 .observe(start.duration_since(last).as_secs_f64());
         }
-        let (new, mut listing) = match self.p.runtime.relist().await {
+        // Taken before the listing: a changed pod's read, which starts from the listing, is
+        // handed to its next sync only when nothing mutated the pod since.
+        let token = self.p.cache.lock().token_for_all();
+        let mut listed = match self.p.runtime.relist().await {
             Ok(n) => n,
             Err(e) => {
                 // Keep every snapshot: the events are generated on the next good relist.
@@ -600,6 +620,24 @@ impl Relister {
             .metrics
             .pleg_last_seen_seconds
             .set(i64::try_from(unix).unwrap_or(i64::MAX));
+        let new: HashMap<String, RelistEntry> = listed
+            .iter()
+            .map(|(uid, (sandboxes, containers))| {
+                let mut e = RelistEntry {
+                    sandboxes: sandboxes.iter().map(|s| (s.id.clone(), s.state)).collect(),
+                    containers: containers.clone(),
+                };
+                e.sandboxes.sort();
+                e.containers.sort();
+                (uid.clone(), e)
+            })
+            .collect();
+        {
+            let mut cache = self.p.cache.lock();
+            cache.known.relisted = Some(new.keys().cloned().collect());
+            // Forget the stored reads and mutation records of pods gone from the runtime.
+            cache.retain(|uid| new.contains_key(uid), token);
+        }
         if let Ok(mut p) = self.p.pods.write() {
             *p = new.keys().cloned().collect();
         }
@@ -608,7 +646,7 @@ impl Relister {
         let mut reads = Vec::new();
         for step in self.snap.plan(new, |uid| status.knows(uid)) {
             match step {
-                Step::Read(uid, ..) if self.p.runtime.is_mutating(&uid) => {
+                Step::Read(uid, ..) if self.p.cache.lock().is_mutating(&uid) => {
                     // Its worker is changing it: a read now could not be handed to the next
                     // sync (the change makes it stale) and the busy worker cannot act on the
                     // events. The snapshot stays, so the first relist after the change reads
@@ -617,18 +655,21 @@ impl Relister {
                     self.snap.read_failed(uid);
                 }
                 Step::Read(uid, entry, events) => {
-                    let listed = listing.pods.remove(&uid);
+                    let listed = listed.remove(&uid).unwrap_or_default();
                     reads.push((uid, entry, events, listed));
                 }
                 Step::Send(events) => self.send(events),
             }
         }
-        let runtime = &self.p.runtime;
+        let (runtime, cache) = (&self.p.runtime, &self.p.cache);
         let results: Vec<_> = futures::stream::iter(reads)
             .map(|(uid, entry, events, listed)| async move {
-                let state = runtime
-                    .pod_state_listed(&uid, listed, listing.token, "pleg")
-                    .await;
+                let state = runtime.pod_state_listed(&uid, listed, "pleg").await;
+                if let Ok(state) = &state {
+                    cache
+                        .lock()
+                        .store(&uid, token, state.clone(), std::time::Instant::now());
+                }
                 (uid, entry, events, state)
             })
             .buffer_unordered(READ_CONCURRENCY)

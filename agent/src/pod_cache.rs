@@ -1,5 +1,6 @@
 //! The pod cache: pod reads handed from the PLEG to the pod's next sync, and which pods are being
-//! killed. The agent makes one [`PodCache`] and gives it to the runtime manager by constructor.
+//! killed. The agent makes one [`PodCache`] and gives a handle to the PLEG (its writer), the
+//! runtime manager, the pod workers and container GC by constructor.
 //!
 //! The PLEG reads a changed pod's full state (4+ CRI calls) and sends its events; the pod's
 //! worker then syncs and would read the same state again. Instead the PLEG stores its read here

@@ -237,6 +237,8 @@ const STATUS_DURING_KILL: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct WorkerContext {
     pub runtime: Manager,
+    /// The pod cache, read for the container exits the kernel saw before the runtime did.
+    pub pod_cache: crate::pod_cache::PodCache,
     /// The container garbage collector housekeeping starts.
     pub container_gc: crate::container_gc::ContainerGc,
     /// Housekeeping's finder of pod cgroups and directories no pod owns.
@@ -298,7 +300,7 @@ impl PodSyncer for WorkerContext {
         let mut kernel_seen = false;
         match state {
             Ok(state) => {
-                let (state, overlaid) = self.runtime.with_kernel_exits(uid, state);
+                let (state, overlaid) = self.with_kernel_exits(uid, state);
                 kernel_seen = overlaid;
                 if self.status.update(uid, &state, &waiting) {
                     self.tracer.running_observed(uid);
@@ -413,6 +415,17 @@ impl PodSyncer for WorkerContext {
 }
 
 impl WorkerContext {
+    /// `state` with the container exits the kernel saw and the runtime has not recorded yet,
+    /// and whether there were any.
+    fn with_kernel_exits(
+        &self,
+        uid: &str,
+        mut state: crate::pod::PodState,
+    ) -> (crate::pod::PodState, bool) {
+        let overlaid = self.pod_cache.lock().overlay(uid, &mut state);
+        (state, overlaid)
+    }
+
     /// A pod past its active deadline: nothing is started or restarted any more. Its status,
     /// from what the runtime holds now, shows phase Failed with reason `DeadlineExceeded`, and
     /// the pod is terminal, so the worker stops it with its grace period (the kubelet's syncPod
@@ -426,7 +439,7 @@ impl WorkerContext {
                 pod: crate::pod::full_name(pod),
                 source,
             })?;
-        let (state, _) = self.runtime.with_kernel_exits(uid, state);
+        let (state, _) = self.with_kernel_exits(uid, state);
         self.status.update(uid, &state, &HashMap::new());
         Ok(Synced {
             terminal: self.status.is_terminal(uid),

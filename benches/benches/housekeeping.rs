@@ -74,6 +74,7 @@ fn main() -> ExitCode {
         cm.clone(),
         swiftlet::runtime::Config {
             node_name: agent.node_name().to_owned(),
+            node_ips: Vec::new(),
             pod_logs_dir: agent.root_dir().join("pod-logs"),
             pods_dir: agent.root_dir().join("pods"),
             security: swiftlet::runtime::security::Settings::default(),

@@ -220,6 +220,7 @@ fn floor_builder(cri: &Cri) -> swiftlet::runtime::Manager {
         cm,
         swiftlet::runtime::Config {
             node_name: FLOOR_NODE.into(),
+            node_ips: Vec::new(),
             pod_logs_dir: FLOOR_LOGS.into(),
             pods_dir: std::path::Path::new(FLOOR_LOGS).join("pods"),
             // As the agent sets them, so that the floor's requests equal swiftlet's.

@@ -34,6 +34,10 @@
 //!   module).
 //! - [`ApiServer::set_available`]`(false)` answers every request with 503, an API server that
 //!   is down; every request's method and path is logged ([`ApiServer::request_log`]).
+//! - [`ApiServer::black_hole`]`(true)` stops answering without closing anything, as a load
+//!   balancer failing over or a dropped NAT entry does: requests on the connections open then or
+//!   made meanwhile are never answered (they are logged), and those connections stay dead for
+//!   good after `black_hole(false)`; only connections made after it are answered again.
 //! - [`ApiServer::start_tls`] serves HTTPS and authenticates every request (client certificate
 //!   or bearer token, else 401; see the `tls` module); [`ApiServer::forbid`] answers requests to
 //!   matching paths with 403, as RBAC or the node authorizer refuses them.
@@ -186,6 +190,13 @@ struct Store {
     uids: u64,
     /// Answer every request with 503 while set.
     unavailable: bool,
+    /// Connections accepted so far (each request carries its connection's number, [`Conn`]).
+    connections: u64,
+    /// Never answer a request while set ([`ApiServer::black_hole`]).
+    black_hole: bool,
+    /// Never answer a request on a connection numbered below this (connections a black hole
+    /// killed).
+    dead_below: u64,
     /// Requests whose path contains one of these get 403.
     forbidden: Vec<String>,
     /// HTTPS only: requests by the user they authenticated as (`""`: refused with 401).
@@ -362,10 +373,27 @@ impl ApiServer {
             ))
             .with_state(server.clone());
         match &server.tls {
-            Some(material) => material.serve(listener, app),
+            Some(material) => material.serve(listener, app, server.clone()),
             None => {
+                let numbering = server.clone();
                 tokio::spawn(async move {
-                    let _ = axum::serve(listener, app).await;
+                    while let Ok((tcp, _)) = listener.accept().await {
+                        let conn = numbering.connection_opened();
+                        let svc = tower::ServiceExt::map_request(
+                            app.clone(),
+                            move |mut r: axum::http::Request<hyper::body::Incoming>| {
+                                r.extensions_mut().insert(conn);
+                                r
+                            },
+                        );
+                        let svc = hyper_util::service::TowerToHyperService::new(svc);
+                        tokio::spawn(async move {
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                                .with_upgrades()
+                                .await;
+                        });
+                    }
                 });
             }
         }
@@ -508,6 +536,23 @@ impl ApiServer {
     /// `false`: every request is answered with 503 Service Unavailable until set back.
     pub fn set_available(&self, available: bool) {
         self.lock().unavailable = !available;
+    }
+
+    /// `true`: stop answering, leaving every connection open. `false`: answer again on new
+    /// connections; the ones open during the black hole stay unanswered for good.
+    pub fn black_hole(&self, on: bool) {
+        let mut s = self.lock();
+        s.black_hole = on;
+        if !on {
+            s.dead_below = s.connections;
+        }
+    }
+
+    /// Numbers a new connection.
+    pub(crate) fn connection_opened(&self) -> Conn {
+        let mut s = self.lock();
+        s.connections += 1;
+        Conn(s.connections - 1)
     }
 
     /// (when, method, path) of every request so far.
@@ -765,6 +810,10 @@ async fn api_versions() -> Response {
 }
 
 /// Every request is logged; while the server is unavailable it is answered with 503.
+/// The number of the connection a request came on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Conn(u64);
+
 async fn log_and_gate(
     State(server): State<ApiServer>,
     request: axum::extract::Request,
@@ -778,7 +827,8 @@ async fn log_and_gate(
         Material::authenticate(request.extensions().get(), authorization).unwrap_or_default()
     });
     let path = request.uri().path().to_owned();
-    let (unavailable, forbidden) = {
+    let conn = request.extensions().get::<Conn>().map_or(0, |c| c.0);
+    let (unavailable, forbidden, dead) = {
         let mut s = server.lock();
         let entry = (
             std::time::Instant::now(),
@@ -790,8 +840,13 @@ async fn log_and_gate(
             *s.users.entry(user.clone()).or_default() += 1;
         }
         let forbidden = s.forbidden.iter().any(|f| path.contains(f.as_str()));
-        (s.unavailable, forbidden)
+        let dead = s.black_hole || conn < s.dead_below;
+        (s.unavailable, forbidden, dead)
     };
+    if dead {
+        // Black-holed: no answer, the connection left open.
+        return std::future::pending().await;
+    }
     if unavailable {
         return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
     }

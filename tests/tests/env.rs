@@ -276,3 +276,97 @@ fn a_missing_key_waits_with_create_container_config_error_until_the_config_map_h
     drop(agent);
     drop(tokio);
 }
+
+/// `--node-ip` is the node's address everywhere the node's address shows: the Node's
+/// InternalIP, the pods' `status.hostIP(s)`, the `status.hostIP` environment source and a
+/// host-network pod's IP (never the default route's address the agent would detect).
+#[test]
+fn the_node_ip_flag_is_the_pods_host_ip() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    // A documentation address: no interface of this machine has it, so it cannot be detected.
+    const NODE_IP: &str = "192.0.2.77";
+    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = tokio.block_on(ApiServer::start());
+    let mut opts = AgentOptions::new("env-node-ip");
+    opts.extra_args = vec!["--node-ip".into(), NODE_IP.into()];
+    let _dir = server.point_agent(&mut opts);
+    let agent = Agent::start(rt, opts);
+    let node = agent.node_name().to_owned();
+    let host_env = "    env:\n    - {name: HOST_IP, valueFrom: {fieldRef: {fieldPath: status.hostIP}}}\n    \
+                    - {name: HOST_IPS, valueFrom: {fieldRef: {fieldPath: status.hostIPs}}}\n    \
+                    - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}\n";
+    server.put(api_pod(&node, "env-ip", "", "sleep 3600 & wait", host_env));
+    server.put(api_pod(
+        &node,
+        "env-ip-host",
+        "  hostNetwork: true\n",
+        "sleep 3600 & wait",
+        host_env,
+    ));
+    let list = agent.wait_for(
+        |l| l.is_running("env-ip") && l.is_running("env-ip-host"),
+        RUNNING_TIMEOUT,
+    );
+    for pod in ["env-ip", "env-ip-host"] {
+        let status = list
+            .get(pod)
+            .and_then(|p| p.status.clone())
+            .expect("status");
+        assert_eq!(status.host_ip.as_deref(), Some(NODE_IP), "{pod}");
+        let host_ips: Vec<String> = status
+            .host_ips
+            .iter()
+            .flatten()
+            .map(|h| h.ip.clone())
+            .collect();
+        assert_eq!(host_ips, [NODE_IP], "{pod}");
+        let env = environ(&agent, &list, pod);
+        assert_eq!(
+            env.get("HOST_IP").map(String::as_str),
+            Some(NODE_IP),
+            "{pod}"
+        );
+        assert_eq!(
+            env.get("HOST_IPS").map(String::as_str),
+            Some(NODE_IP),
+            "{pod}"
+        );
+        // The API server holds what the agent reports (its status write follows shortly).
+        let stored = || {
+            server
+                .pod_named("default", pod)
+                .and_then(|p| p.status)
+                .and_then(|s| s.host_ip)
+        };
+        let deadline = std::time::Instant::now() + RETRY_TIMEOUT;
+        while stored().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(stored().as_deref(), Some(NODE_IP), "{pod} in the API");
+    }
+    let host = list
+        .get("env-ip-host")
+        .and_then(|p| p.status.clone())
+        .expect("status");
+    assert_eq!(
+        host.pod_ip.as_deref(),
+        Some(NODE_IP),
+        "a host-network pod's IP"
+    );
+    let env = environ(&agent, &list, "env-ip-host");
+    assert_eq!(env.get("POD_IP").map(String::as_str), Some(NODE_IP));
+    let internal: Vec<String> = server
+        .node(&node)
+        .and_then(|n| n.status)
+        .and_then(|s| s.addresses)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .map(|a| a.address)
+        .collect();
+    assert_eq!(internal, [NODE_IP], "the Node's InternalIP");
+    drop(agent);
+    drop(tokio);
+}

@@ -349,6 +349,20 @@ fn a_runtime_that_stops_answering_turns_the_node_not_ready_and_back() {
     );
 }
 
+/// An agent with [`fast_config`] (`report`: the report frequency) joined to a new API server,
+/// once its node is Ready: the cluster, the node's name and the config's directory (`None`
+/// without a runtime).
+fn ready_node(name: &str, report: &str) -> Option<(Cluster, String, tempfile::TempDir)> {
+    let rt = Runtime::shared()?;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = start(rt, name, fast_config(dir.path(), report), None, |_| {});
+    let name = c.agent.node_name().to_owned();
+    eventually(&c.agent, "the node to be Ready", || {
+        c.server.node(&name).filter(is_ready)
+    });
+    Some((c, name, dir))
+}
+
 /// Count of status writes of node `name` so far.
 fn status_writes(server: &ApiServer, name: &str) -> usize {
     let path = format!("/api/v1/nodes/{name}/status");
@@ -361,21 +375,9 @@ fn status_writes(server: &ApiServer, name: &str) -> usize {
 
 #[test]
 fn an_unchanged_status_is_written_only_at_the_report_frequency() {
-    let Some(rt) = Runtime::shared() else {
+    let Some((c, name, _dir)) = ready_node("node-quiet", "4s") else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let c = start(
-        rt,
-        "node-quiet",
-        fast_config(dir.path(), "4s"),
-        None,
-        |_| {},
-    );
-    let name = c.agent.node_name().to_owned();
-    eventually(&c.agent, "the node to be Ready", || {
-        c.server.node(&name).filter(is_ready)
-    });
     // Computed every second for 9 s, nothing changing: written about every 4 s, never every
     // second.
     let before = status_writes(&c.server, &name);
@@ -403,6 +405,127 @@ fn an_unchanged_status_is_written_only_at_the_report_frequency() {
         (6..=12).contains(&renewals),
         "{renewals} lease renewals in 9 s"
     );
+}
+
+/// The status writes merge: a condition and an address another component put on the Node
+/// (the network plugin's `NetworkUnavailable`, a cloud controller's `ExternalIP`) survive ten
+/// of the agent's status writes, while the agent's own conditions go on being written.
+#[test]
+fn another_components_condition_and_address_survive_the_status_writes() {
+    let Some((c, name, _dir)) = ready_node("node-merge", "1s") else {
+        return;
+    };
+    let client = c.tokio.block_on(async { c.server.client() });
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    let theirs = serde_json::json!({"status": {
+        "conditions": [{
+            "type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated",
+            "message": "the route controller made a route",
+            "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }],
+        "addresses": [{"type": "ExternalIP", "address": "192.0.2.200"}],
+    }});
+    c.tokio
+        .block_on(nodes.patch_status(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(&theirs),
+        ))
+        .expect("the third party's status patch");
+    let before = status_writes(&c.server, &name);
+    let first_beat = c
+        .server
+        .node(&name)
+        .and_then(|n| condition(&n, "Ready"))
+        .and_then(|c| c.last_heartbeat_time);
+    eventually(&c.agent, "ten more status writes", || {
+        (status_writes(&c.server, &name) >= before + 10).then_some(())
+    });
+    let node = c.server.node(&name).expect("the node");
+    let network = condition(&node, "NetworkUnavailable").expect("NetworkUnavailable kept");
+    assert_eq!(
+        (network.status.as_str(), network.reason.as_deref()),
+        ("False", Some("RouteCreated"))
+    );
+    let addresses = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.clone())
+        .unwrap_or_default();
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a.type_ == "ExternalIP" && a.address == "192.0.2.200"),
+        "{addresses:?}"
+    );
+    assert!(
+        addresses.iter().any(|a| a.type_ == "InternalIP"),
+        "{addresses:?}"
+    );
+    let ready = condition(&node, "Ready").expect("Ready");
+    assert!(
+        ready.last_heartbeat_time > first_beat,
+        "the agent's own condition is written"
+    );
+    for own in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        assert!(condition(&node, own).is_some(), "{own}");
+    }
+}
+
+/// The lease's last renewal time.
+fn renewed_at(server: &ApiServer, name: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    let lease = server.lease("kube-node-lease", name)?;
+    Some(lease.spec?.renew_time?.0)
+}
+
+/// The API server stops answering without closing anything for 60 s (its connections are dead
+/// for good, as after a load balancer's failover); once it answers new connections again, the
+/// heartbeats are back within 20 s: each was bounded by the heartbeat timeout and the agent
+/// dialled anew. From then on the Lease never lags by more than its duration.
+#[test]
+fn heartbeats_survive_an_api_server_that_stops_answering() {
+    let Some((c, name, _dir)) = ready_node("node-blackhole", "1s") else {
+        return;
+    };
+    eventually(&c.agent, "a renewed lease", || renewed_at(&c.server, &name));
+    c.server.black_hole(true);
+    std::thread::sleep(Duration::from_secs(60));
+    c.server.black_hole(false);
+    let answering = k8s_openapi::jiff::Timestamp::now();
+    let since = Instant::now();
+    let renewed = c.agent.eventually(
+        "a lease renewal after the API server answers again",
+        Duration::from_secs(20),
+        || {
+            renewed_at(&c.server, &name)
+                .filter(|t| *t > answering)
+                .ok_or_else(|| "not yet".to_owned())
+        },
+    );
+    eprintln!(
+        "lease renewed {:?} after the API server answered again ({renewed})",
+        since.elapsed()
+    );
+    c.agent.eventually(
+        "a status write after the API server answers again",
+        Duration::from_secs(20),
+        || {
+            let node = c.server.node(&name).ok_or_else(|| "no node".to_owned())?;
+            let beat = condition(&node, "Ready").and_then(|c| c.last_heartbeat_time);
+            beat.filter(|t| t.0 > answering)
+                .map(|_| ())
+                .ok_or_else(|| "not yet".to_owned())
+        },
+    );
+    // The lease duration is 4 s: for 10 s the last renewal is never older than that.
+    let lease_duration = k8s_openapi::jiff::SignedDuration::from_secs(4);
+    for _ in 0..20 {
+        let last = renewed_at(&c.server, &name).expect("a lease");
+        let age = k8s_openapi::jiff::Timestamp::now().duration_since(last);
+        assert!(age < lease_duration, "the lease is {age:?} old");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 #[test]

@@ -4,10 +4,21 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::Path;
 
-/// The node's addresses: per IP family, the source address the kernel would use to reach
+/// The node's addresses, as its Node shows them and its pods' `status.hostIP(s)`: the ones
+/// configured (`--node-ip`, the first is the primary) when there are any, else the detected
+/// ones ([`detected_ips`]).
+pub fn node_ips(configured: &[IpAddr]) -> Vec<IpAddr> {
+    if configured.is_empty() {
+        detected_ips()
+    } else {
+        configured.to_vec()
+    }
+}
+
+/// The machine's addresses: per IP family, the source address the kernel would use to reach
 /// outside (the address of the default route's interface), IPv4 first. No packet is sent.
 /// Empty when the machine has no default route.
-pub fn node_ips() -> Vec<IpAddr> {
+pub fn detected_ips() -> Vec<IpAddr> {
     let outside: [(IpAddr, IpAddr); 2] = [
         (
             Ipv4Addr::UNSPECIFIED.into(),
@@ -26,11 +37,6 @@ pub fn node_ips() -> Vec<IpAddr> {
             sock.local_addr().ok().map(|a| a.ip())
         })
         .collect()
-}
-
-/// The node's first address ([`node_ips`]).
-pub fn node_ip() -> Option<IpAddr> {
-    node_ips().into_iter().next()
 }
 
 /// The machine's host name: uname(2)'s node name, which is what glibc's gethostname(2) returns.
@@ -101,10 +107,16 @@ mod tests {
         assert!(machine_cpus() >= 1);
         assert!(filesystem_bytes(Path::new("/")).is_some_and(|b| b > 0));
         assert_eq!(filesystem_bytes(Path::new("/nonexistent/x")), None);
-        let ips = node_ips();
+        let ips = detected_ips();
         if ips.len() == 2 {
             assert!(ips[0].is_ipv4() && ips[1].is_ipv6(), "{ips:?}");
         }
-        assert_eq!(node_ip(), ips.first().copied());
+        assert_eq!(node_ips(&[]), ips);
+        let configured: Vec<IpAddr> = vec!["10.9.8.7".parse().unwrap(), "fd00::7".parse().unwrap()];
+        assert_eq!(
+            node_ips(&configured),
+            configured,
+            "--node-ip wins over detection"
+        );
     }
 }

@@ -21,8 +21,8 @@ mod usage;
 
 pub use driver::{Controller, Driver, Hierarchy, Settings, shares_to_weight};
 pub use machine::{
-    FsSpace, filesystem_bytes, filesystem_space, filesystem_stats, hostname, machine_cpus, node_ip,
-    node_ips,
+    FsSpace, detected_ips, filesystem_bytes, filesystem_space, filesystem_stats, hostname,
+    machine_cpus, node_ips,
 };
 use resources::{MIN_SHARES, QUOTA_PERIOD_US};
 pub use resources::{

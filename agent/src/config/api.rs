@@ -146,6 +146,7 @@ pub fn error_result(e: &kube::Error) -> &'static str {
             500..=599 => "server_error",
             _ => "error",
         },
+        kube::Error::Service(inner) if inner.is::<TimedOut>() => "timeout",
         other if is_tls_failure(other) => "tls",
         _ => "unreachable",
     }
@@ -169,8 +170,23 @@ fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// A request that did not finish within the time it was given (the node's heartbeats are
+/// bounded so), as the `kube::Error::Service` it fails with holds it.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer from the API server within {0:?}")]
+pub struct TimedOut(pub std::time::Duration);
+
 /// Builds a client from the kubeconfig file.
 pub async fn client(kubeconfig: &std::path::Path) -> Result<Client, Error> {
+    let config = client_config(kubeconfig).await?;
+    Client::try_from(config).map_err(|source| Error::Client {
+        path: kubeconfig.to_path_buf(),
+        source,
+    })
+}
+
+/// The client settings the kubeconfig file gives (server, credentials, trust).
+pub async fn client_config(kubeconfig: &std::path::Path) -> Result<kube::Config, Error> {
     let path = || kubeconfig.to_path_buf();
     let kc =
         kube::config::Kubeconfig::read_from(kubeconfig).map_err(|source| Error::Kubeconfig {
@@ -178,16 +194,12 @@ pub async fn client(kubeconfig: &std::path::Path) -> Result<Client, Error> {
             source,
         })?;
     let options = kube::config::KubeConfigOptions::default();
-    let config = kube::Config::from_custom_kubeconfig(kc, &options)
+    kube::Config::from_custom_kubeconfig(kc, &options)
         .await
         .map_err(|source| Error::Kubeconfig {
             path: path(),
             source,
-        })?;
-    Client::try_from(config).map_err(|source| Error::Client {
-        path: path(),
-        source,
-    })
+        })
 }
 
 /// Runs the API-server source until `cancel` fires or the mux's receiver is gone: builds the

@@ -1,6 +1,8 @@
 //! The node's heartbeat: the Lease `kube-node-lease/<node>`, held by the node, renewed every
 //! quarter of its duration (10 s of 40 s by default), owned by the Node once the Node is known.
-//! Renewal is independent of node status writes: a failing status write never stops it.
+//! Renewal is independent of node status writes: a failing status write never stops it. Each
+//! renewal is bounded by the heartbeat timeout and a dead connection is replaced
+//! ([`super::heartbeat`]).
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -86,10 +88,11 @@ async fn renew_once(
     }
 }
 
-/// Renews the lease of `node` every quarter of `duration` until `cancel`; after a failure,
+/// Renews the lease of `node` every quarter of `duration` until `cancel`, through the heartbeat
+/// client (each renewal bounded by its timeout, see [`super::heartbeat`]); after a failure,
 /// retries sooner (from 200 ms, doubling up to the renew interval).
 pub async fn run(
-    api: Api<Lease>,
+    heartbeats: super::heartbeat::Heartbeats,
     node: String,
     duration: Duration,
     owner: watch::Receiver<Option<String>>,
@@ -101,23 +104,28 @@ pub async fn run(
     let mut retry = RETRY_FIRST;
     loop {
         let owner_uid = owner.borrow().clone();
-        let wait =
-            match renew_once(&api, &node, duration, owner_uid.as_deref(), latest.take()).await {
-                Ok(lease) => {
-                    metrics.node_api_request("lease", "ok");
-                    latest = Some(lease);
-                    retry = RETRY_FIRST;
-                    interval
-                }
-                Err(e) => {
-                    let result = super::error_result(&e);
-                    metrics.node_api_request("lease", result);
-                    tracing::warn!(node, error = %e, result, "renewing the node lease failed");
-                    let wait = retry.min(interval);
-                    retry = (retry * 2).min(interval);
-                    wait
-                }
-            };
+        let base = latest.take();
+        let renewal = heartbeats.request(|client| {
+            let api = Api::<Lease>::namespaced(client, NAMESPACE);
+            let (node, owner_uid) = (node.clone(), owner_uid.clone());
+            async move { renew_once(&api, &node, duration, owner_uid.as_deref(), base).await }
+        });
+        let wait = match renewal.await {
+            Ok(lease) => {
+                metrics.node_api_request("lease", "ok");
+                latest = Some(lease);
+                retry = RETRY_FIRST;
+                interval
+            }
+            Err(e) => {
+                let result = super::error_result(&e);
+                metrics.node_api_request("lease", result);
+                tracing::warn!(node, error = %e, result, "renewing the node lease failed");
+                let wait = retry.min(interval);
+                retry = (retry * 2).min(interval);
+                wait
+            }
+        };
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(wait) => {}

@@ -9,15 +9,20 @@
 //!   everything else is left as it is (as the kubelet does). Failures are retried with a
 //!   backoff from 100 ms to 7 s; static pods run meanwhile.
 //! - Every `--node-status-update-frequency` (10 s) the status is computed; it is written (a
-//!   merge patch of `nodes/<name>/status`) only when it says something new, heartbeats aside,
+//!   strategic merge patch of `nodes/<name>/status` that leaves other components' conditions
+//!   alone, see [`status_patch`]) only when it says something new, heartbeats aside,
 //!   or `nodeStatusReportFrequency` (5 m) has passed since the last write. A status write that
 //!   finds the Node gone registers it again (the Go kubelet only does so on a restart).
 //! - The Lease (see [`lease`]) is renewed on its own schedule, whatever the status writes do.
+//! - Both heartbeats, the status writes and the Lease renewals, go through a client of their own
+//!   whose requests are bounded by the heartbeat timeout and whose connections are replaced after
+//!   repeated failures (see [`heartbeat`]).
 //! - The pods' statuses are written back, and pods deleted through the API are removed once
 //!   terminated (see [`pod_status`]).
 //!
 //! Every request's outcome is counted in `swiftlet_node_api_requests_total{operation,result}`;
 //! 401 and 403 are logged as credential problems.
+pub mod heartbeat;
 pub mod informer;
 pub mod lease;
 pub mod pod_status;
@@ -295,11 +300,7 @@ impl Inputs {
             .map(|v| format!("{}://{}", v.runtime_name, v.runtime_version));
         // Kept from the last answer when the runtime does not answer.
         let images = self.cri.list_images().await.ok();
-        let addresses = if cfg.node_ips.is_empty() {
-            crate::cm::node_ips()
-        } else {
-            cfg.node_ips.clone()
-        };
+        let addresses = crate::cm::node_ips(&cfg.node_ips);
         status::Observed {
             not_ready,
             pressure: self.pressure.borrow().clone(),
@@ -352,13 +353,38 @@ async fn sleep(d: Duration, cancel: &CancellationToken) -> bool {
     }
 }
 
+/// The strategic merge patch that writes `new` over the Node's status, as the kubelet's status
+/// patch does: the API server merges `conditions` by `type`, so the conditions other components
+/// own (`NetworkUnavailable` from the network plugin, node-problem-detector's) stay; maps such as
+/// `capacity` merge key by key. `addresses` are sent only when they differ from `prev` (the
+/// status last written; `None`: nothing written yet), and then whole, with the `replace`
+/// directive: their schema's merge key `type` is not unique (two `InternalIP`s would merge into
+/// one).
+fn status_patch(prev: Option<&NodeStatus>, new: &NodeStatus) -> serde_json::Value {
+    let mut status = serde_json::to_value(new).unwrap_or_default();
+    if let Some(fields) = status.as_object_mut() {
+        let addresses = fields.remove("addresses");
+        if prev.is_none_or(|p| p.addresses != new.addresses) {
+            let mut list = vec![serde_json::json!({"$patch": "replace"})];
+            if let Some(serde_json::Value::Array(items)) = addresses {
+                list.extend(items);
+            }
+            fields.insert("addresses".into(), serde_json::Value::Array(list));
+        }
+    }
+    serde_json::json!({ "status": status })
+}
+
 /// Registration backoff: from 100 ms, doubling, at most 7 s (the kubelet's).
 const REGISTER_FIRST: Duration = Duration::from_millis(100);
 const REGISTER_MAX: Duration = Duration::from_secs(7);
 
 /// The Node's side of membership: registration, then status updates, until `cancel`.
 struct NodeStatusLoop {
+    /// Registration's client.
     api: Api<Node>,
+    /// The status writes' client (bounded, replaced when its connections die).
+    heartbeats: heartbeat::Heartbeats,
     cfg: Config,
     machine: status::Machine,
     inputs: Inputs,
@@ -427,14 +453,15 @@ impl NodeStatusLoop {
         if !due {
             return Ok(());
         }
-        let patch = serde_json::json!({ "status": new });
+        let patch = status_patch(prev, &new);
+        let name = &self.cfg.node_name;
         let sent = self
-            .api
-            .patch_status(
-                &self.cfg.node_name,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
+            .heartbeats
+            .request(|client| async move {
+                Api::<Node>::all(client)
+                    .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
+                    .await
+            })
             .await;
         match sent {
             Ok(_) => {
@@ -498,12 +525,26 @@ pub async fn run(
     cancel: CancellationToken,
 ) {
     let mut backoff = REGISTER_FIRST;
-    let client = loop {
-        match crate::config::api::client(&kubeconfig).await {
+    let heartbeat_timeout = heartbeat::timeout(cfg.status_update_frequency, cfg.lease_duration);
+    let (client, heartbeats) = loop {
+        let clients = match crate::config::api::client_config(&kubeconfig).await {
+            Ok(config) => kube::Client::try_from(config.clone())
+                .and_then(|client| {
+                    let hb = heartbeat::Heartbeats::new(
+                        config,
+                        heartbeat_timeout,
+                        inputs.metrics.clone(),
+                    )?;
+                    Ok((client, hb))
+                })
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match clients {
             Ok(c) => break c,
-            Err(e) => {
+            Err(error) => {
                 inputs.metrics.node_api_request("register", "kubeconfig");
-                tracing::error!(error = %e, "cluster membership: cannot build the API client");
+                tracing::error!(%error, "cluster membership: cannot build the API client");
             }
         }
         if !sleep(backoff, &cancel).await {
@@ -513,7 +554,7 @@ pub async fn run(
     };
     let (owner_tx, owner_rx) = watch::channel(None);
     let leases = lease::run(
-        Api::namespaced(client.clone(), lease::NAMESPACE),
+        heartbeats.clone(),
         cfg.node_name.clone(),
         cfg.lease_duration,
         owner_rx.clone(),
@@ -539,6 +580,7 @@ pub async fn run(
     );
     let node = NodeStatusLoop {
         api: Api::all(client),
+        heartbeats,
         cfg,
         machine,
         inputs,
@@ -552,6 +594,40 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_status_patch_sends_addresses_whole_and_only_when_they_change() {
+        use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition};
+        let address = |a: &str| NodeAddress {
+            type_: "InternalIP".into(),
+            address: a.into(),
+        };
+        let status = |addresses: Vec<NodeAddress>| NodeStatus {
+            addresses: Some(addresses),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let a = status(vec![address("10.0.0.1"), address("10.0.0.2")]);
+        let first = status_patch(None, &a);
+        assert_eq!(
+            first["status"]["addresses"],
+            serde_json::json!([
+                {"$patch": "replace"},
+                {"type": "InternalIP", "address": "10.0.0.1"},
+                {"type": "InternalIP", "address": "10.0.0.2"},
+            ])
+        );
+        assert_eq!(first["status"]["conditions"][0]["type"], "Ready");
+        let same = status_patch(Some(&a), &a);
+        assert!(same["status"].get("addresses").is_none(), "{same}");
+        assert_eq!(same["status"]["conditions"][0]["type"], "Ready");
+        let moved = status_patch(Some(&a), &status(vec![address("10.0.0.3")]));
+        assert_eq!(moved["status"]["addresses"][1]["address"], "10.0.0.3");
+    }
 
     #[test]
     fn node_labels_parse_and_reserved_namespaces_are_guarded() {

@@ -377,6 +377,7 @@ mod tests {
                 metrics.clone(),
                 crate::pod_registry::PodRegistry::new().reader(),
                 Results::default(),
+                Vec::new(),
             ),
             metrics,
             tokio::time::Instant::now(),

@@ -17,9 +17,7 @@ use crate::backoff::{Backoff, now_nanos};
 use crate::cm::{self, ContainerManager};
 use crate::cri::{self, Cri};
 use crate::pod::state::is_live;
-use crate::pod::{
-    ContainerKind, ListedPod, PodState, RelistEntry, full_name, grace_period_secs, labels,
-};
+use crate::pod::{ContainerKind, ListedPod, PodState, full_name, grace_period_secs, labels};
 use crate::pod_cache::{self, Mutating, PodCache};
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
@@ -171,16 +169,12 @@ struct StartTarget<'a> {
     qos: crate::pod::QosClass,
 }
 
-/// What one full relist listed, by pod UID, and the read token taken before it: a changed
-/// pod's read can start from it ([`Manager::pod_state_listed`]).
-pub struct Listing {
-    pub token: pod_cache::ReadToken,
-    pub pods: HashMap<String, ListedPod>,
-}
-
 #[derive(Debug, Clone)]
 pub struct Config {
     pub node_name: String,
+    /// `--node-ip`: the node's configured addresses (none: detected), for host-network pods'
+    /// IPs and the `status.hostIP(s)` environment sources.
+    pub node_ips: Vec<std::net::IpAddr>,
     pub pod_logs_dir: PathBuf,
     /// `<root-dir>/pods`: per pod (by UID) the files the agent mounts into its containers (the
     /// termination message files, emptyDir volumes, subPath binds).
@@ -347,6 +341,7 @@ pub(crate) mod tests {
             }),
             cfg: Config {
                 node_name: "n1".into(),
+                node_ips: Vec::new(),
                 pod_logs_dir: "/logs".into(),
                 pods_dir: "/pods".into(),
                 security: super::security::Settings::default(),

@@ -1,5 +1,5 @@
-//! Reading what the runtime holds: full relists, one pod's state, the reads handed from the
-//! PLEG to a pod's next sync (the pod cache, [`crate::pod_cache`]).
+//! Reading what the runtime holds: full relists and one pod's state (the PLEG stores its reads
+//! in the pod cache, [`crate::pod_cache`], for the pod's next sync; a sync takes them there).
 use super::*;
 
 impl Manager {
@@ -43,31 +43,6 @@ impl Manager {
         self.fresh.mutating(uid, kill, container)
     }
 
-    /// Whether a mutation of pod `uid` (a sync that creates, starts or stops something, a kill)
-    /// runs now.
-    pub fn is_mutating(&self, uid: &str) -> bool {
-        self.fresh().is_mutating(uid)
-    }
-
-    /// Whether this agent is stopping pod `uid` as a whole, or its container `container`,
-    /// right now: the stopping code reads (or forgets) the pod when done.
-    pub fn is_stopping(&self, uid: &str, container: Option<&str>) -> bool {
-        self.fresh().is_stopping(uid, container)
-    }
-
-    /// Reads pod `uid` for its next sync (the PLEG's read): counted as `source`, and stored for
-    /// the pod's next sync when no mutation of the pod began since the read began.
-    pub async fn pod_state_for_sync(
-        &self,
-        uid: &str,
-        source: &'static str,
-    ) -> cri::Result<PodState> {
-        let token = self.fresh().token(uid);
-        let state = self.pod_state_counted(uid, source).await?;
-        self.hand_over(uid, token, &state);
-        Ok(state)
-    }
-
     /// Stores `state`, read from a start at `token`, for pod `uid`'s next sync (the store
     /// rejects it when the pod was mutated since `token`; `None`: not to be stored).
     pub(super) fn hand_over(
@@ -103,19 +78,6 @@ impl Manager {
         let state = self.pod_state_counted(uid, source).await?;
         self.fresh().used(uid, seq);
         Ok(state)
-    }
-
-    /// Records a container exit the kernel saw before the runtime recorded it, for the pod's
-    /// next status ([`Manager::with_kernel_exits`]).
-    pub fn record_kernel_exit(&self, uid: &str, id: &str, code: i32, finished_ns: i64) {
-        self.fresh().kernel_exit(uid, id, code, finished_ns);
-    }
-
-    /// `state` with the container exits the kernel saw and the runtime has not recorded yet,
-    /// and whether there were any.
-    pub fn with_kernel_exits(&self, uid: &str, mut state: PodState) -> (PodState, bool) {
-        let overlaid = self.fresh().overlay(uid, &mut state);
-        (state, overlaid)
     }
 
     pub(super) fn count_read(&self, source: &'static str) {
@@ -183,51 +145,23 @@ impl Manager {
             .collect())
     }
 
-    /// Every pod this agent has in the runtime, by UID, and what the listing said of each
-    /// (for [`Manager::pod_state_listed`]).
-    pub async fn relist(&self) -> cri::Result<(HashMap<String, RelistEntry>, Listing)> {
-        let token = self.fresh().token_for_all();
-        let listing = Listing {
-            token,
-            pods: self.list_brief(None).await?,
-        };
-        let out: HashMap<String, RelistEntry> = listing
-            .pods
-            .iter()
-            .map(|(uid, (sandboxes, containers))| {
-                let mut e = RelistEntry {
-                    sandboxes: sandboxes.iter().map(|s| (s.id.clone(), s.state)).collect(),
-                    containers: containers.clone(),
-                };
-                e.sandboxes.sort();
-                e.containers.sort();
-                (uid.clone(), e)
-            })
-            .collect();
-        self.fresh().known.relisted = Some(out.keys().cloned().collect());
-        // Forget the fresh reads and mutation records of pods gone from the runtime.
-        self.fresh().retain(|uid| out.contains_key(uid), token);
-        Ok((out, listing))
+    /// Every pod this agent has in the runtime, by UID, its sandboxes and containers listed
+    /// briefly (the PLEG's relist: two CRI calls).
+    pub async fn relist(&self) -> cri::Result<HashMap<String, ListedPod>> {
+        self.list_brief(None).await
     }
 
-    /// The PLEG's read of pod `uid` right after a relist: the relist already listed the pod's
-    /// sandboxes and containers (`listed`, taken from its [`Listing`]), so only their statuses
-    /// are asked for (2 CRI calls fewer than [`Manager::pod_state`]). Counted and handed to the
-    /// pod's next sync as [`Manager::pod_state_for_sync`] does; without `listed`, it is that.
+    /// A pod's state from what a relist listed of it (`listed`): only the statuses of its
+    /// sandbox and containers are asked for (2 CRI calls fewer than [`Manager::pod_state`]);
+    /// counted as `source`.
     pub async fn pod_state_listed(
         &self,
         uid: &str,
-        listed: Option<ListedPod>,
-        token: pod_cache::ReadToken,
+        (sandboxes, containers): ListedPod,
         source: &'static str,
     ) -> cri::Result<PodState> {
-        let Some((sandboxes, containers)) = listed else {
-            return self.pod_state_for_sync(uid, source).await;
-        };
         self.count_read(source);
-        let state = self.state_of(uid, sandboxes, containers).await?;
-        self.hand_over(uid, Some(token), &state);
-        Ok(state)
+        self.state_of(uid, sandboxes, containers).await
     }
 
     /// Everything the runtime knows about one pod.

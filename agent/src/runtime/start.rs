@@ -416,7 +416,7 @@ impl Manager {
         };
         let host_network = Self::host_network(pod);
         let host_ips = if host_network || env::needs_host_ips(c) {
-            cm::node_ips()
+            cm::node_ips(&self.cfg.node_ips)
         } else {
             Vec::new()
         };

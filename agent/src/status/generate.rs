@@ -338,6 +338,11 @@ pub(super) fn resize_condition(
     status.conditions.get_or_insert_with(Vec::new).push(cond);
 }
 
+/// `status.hostIPs`: every address of the node, primary first (`None` when it has none).
+pub(super) fn host_ip_list(ips: &[IpAddr]) -> Option<Vec<HostIP>> {
+    (!ips.is_empty()).then(|| ips.iter().map(|ip| HostIP { ip: ip.to_string() }).collect())
+}
+
 /// Builds a PodStatus (phase, conditions, init and app container statuses) from the spec and
 /// runtime state, ignoring probes.
 pub fn generate(
@@ -345,9 +350,9 @@ pub fn generate(
     state: &PodState,
     waiting: &HashMap<String, (String, String)>,
     prev: Option<&PodStatus>,
-    host_ip: Option<IpAddr>,
+    host_ips: &[IpAddr],
 ) -> PodStatus {
-    generate_probed(pod, state, waiting, prev, host_ip, None)
+    generate_probed(pod, state, waiting, prev, host_ips, None)
 }
 
 /// [`generate`] with readiness and startup probe results.
@@ -356,7 +361,7 @@ pub fn generate_probed(
     state: &PodState,
     waiting: &HashMap<String, (String, String)>,
     prev: Option<&PodStatus>,
-    host_ip: Option<IpAddr>,
+    host_ips: &[IpAddr],
     probes: Option<&crate::pod::probe_results::Results>,
 ) -> PodStatus {
     let now = Time(Timestamp::now());
@@ -409,12 +414,11 @@ pub fn generate_probed(
         .filter(|ip| !ip.is_empty())
         .or_else(|| {
             (host_net && sandbox_id.is_some())
-                .then(|| host_ip.map(|ip| ip.to_string()))
+                .then(|| super::host_ip(host_ips))
                 .flatten()
         })
         // A stopped sandbox has no IP any more: the pod keeps the one it had (as the kubelet).
         .or_else(|| prev.and_then(|p| p.pod_ip.clone()));
-    let host_ip = host_ip.map(|ip| ip.to_string());
     let mut status = PodStatus {
         phase: Some(phase.as_str().to_owned()),
         conditions: Some(vec![
@@ -429,8 +433,8 @@ pub fn generate_probed(
             condition("ContainersReady", containers_ready, prev, &now),
             condition("PodScheduled", Cond::TRUE, prev, &now),
         ]),
-        host_ips: host_ip.clone().map(|ip| vec![HostIP { ip }]),
-        host_ip,
+        host_ip: super::host_ip(host_ips),
+        host_ips: host_ip_list(host_ips),
         pod_ip: pod_ip.clone(),
         pod_ips: pod_ip.map(|ip| vec![PodIP { ip }]),
         qos_class: crate::pod::pod_qos(pod).ok().map(|q| q.as_str().to_owned()),

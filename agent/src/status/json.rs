@@ -24,7 +24,7 @@ struct PodListView<'a> {
 struct Items<'a> {
     registry: &'a crate::pod_registry::Store,
     statuses: &'a super::Statuses,
-    host_ip: Option<std::net::IpAddr>,
+    host_ips: &'a [std::net::IpAddr],
 }
 
 impl serde::Serialize for Items<'_> {
@@ -47,7 +47,7 @@ impl serde::Serialize for Items<'_> {
                 let status = match self.statuses.get(uid) {
                     Some(e) => &e.status,
                     None => {
-                        initial = super::initial_status(pod, self.host_ip);
+                        initial = super::initial_status(pod, self.host_ips);
                         &initial
                     }
                 };
@@ -61,7 +61,7 @@ impl serde::Serialize for Items<'_> {
                 continue;
             }
             let Some((_, r)) = rejected.next() else { break };
-            let status = super::rejected_status(r, self.host_ip);
+            let status = super::rejected_status(r, self.host_ips);
             let decoded;
             let spec = match r.pod() {
                 crate::config::PodRef::Whole(p) => p.spec.as_ref(),
@@ -109,7 +109,7 @@ impl StatusManager {
             .desired_pods()
             .map(|(uid, pod)| {
                 let mut p = (**pod).clone();
-                p.status = Some(super::status_of(&map, uid, pod, self.host_ip));
+                p.status = Some(super::status_of(&map, uid, pod, &self.host_ips));
                 (uid.clone(), p)
             })
             .collect();
@@ -117,7 +117,7 @@ impl StatusManager {
             let Ok(mut p) = r.pod().clone().into_pod() else {
                 continue;
             };
-            p.status = Some(super::rejected_status(r, self.host_ip));
+            p.status = Some(super::rejected_status(r, &self.host_ips));
             pods.push((uid.clone(), p));
         }
         pods.sort_by(|a, b| a.0.cmp(&b.0));
@@ -150,7 +150,7 @@ impl StatusManager {
             items: Items {
                 registry: &reg,
                 statuses: &map,
-                host_ip: self.host_ip,
+                host_ips: &self.host_ips,
             },
             metadata: EmptyMeta {},
         };

@@ -57,24 +57,31 @@ pub const PREEMPTED_MESSAGE: &str = "Preempted in order to admit critical pod";
 /// The reason of an evicted pod's status.
 pub const EVICTED: &str = "Evicted";
 
+/// `status.hostIP`: the node's primary address.
+fn host_ip(ips: &[IpAddr]) -> Option<String> {
+    ips.first().map(ToString::to_string)
+}
+
 /// The status of a pod admission rejected (kubelet `rejectPod`: phase Failed, the reason,
 /// "Pod was rejected: ..."), made when it is read.
-fn rejected_status(r: &Rejected, host_ip: Option<IpAddr>) -> PodStatus {
+fn rejected_status(r: &Rejected, host_ips: &[IpAddr]) -> PodStatus {
     PodStatus {
         phase: Some(Phase::Failed.as_str().into()),
         reason: Some(r.reason().to_owned()),
         message: Some(r.message().to_owned()),
-        host_ip: host_ip.map(|ip| ip.to_string()),
+        host_ip: host_ip(host_ips),
+        host_ips: generate::host_ip_list(host_ips),
         ..Default::default()
     }
 }
 
 /// The status of a desired pod no worker has written yet: Pending, with the node's IP and the
 /// pod's QoS class.
-fn initial_status(pod: &Pod, host_ip: Option<IpAddr>) -> PodStatus {
+fn initial_status(pod: &Pod, host_ips: &[IpAddr]) -> PodStatus {
     PodStatus {
         phase: Some(Phase::Pending.as_str().into()),
-        host_ip: host_ip.map(|ip| ip.to_string()),
+        host_ip: host_ip(host_ips),
+        host_ips: generate::host_ip_list(host_ips),
         qos_class: crate::pod::pod_qos(pod).ok().map(|q| q.as_str().to_owned()),
         ..Default::default()
     }
@@ -85,9 +92,9 @@ fn initial_status(pod: &Pod, host_ip: Option<IpAddr>) -> PodStatus {
 type Statuses = BTreeMap<String, Entry>;
 
 /// The status of desired pod `uid` (`pod`), from its entry or, before any, its initial one.
-fn status_of(map: &Statuses, uid: &str, pod: &Pod, host_ip: Option<IpAddr>) -> PodStatus {
+fn status_of(map: &Statuses, uid: &str, pod: &Pod, host_ips: &[IpAddr]) -> PodStatus {
     map.get(uid)
-        .map_or_else(|| initial_status(pod, host_ip), |e| e.status.clone())
+        .map_or_else(|| initial_status(pod, host_ips), |e| e.status.clone())
 }
 
 /// Shared, cheap to clone. The pod's worker is the only writer of a pod's status
@@ -106,7 +113,9 @@ pub struct StatusManager {
     /// tests) ask far more often than statuses change: serving the same bytes again costs a
     /// reference count instead of a deep copy and a serialisation of every pod.
     pods_json: Arc<Mutex<Option<(u64, bytes::Bytes)>>>,
-    host_ip: Option<IpAddr>,
+    /// The node's addresses (`--node-ip`, else detected), primary first: the pods'
+    /// `status.hostIP(s)`.
+    host_ips: Arc<[IpAddr]>,
     metrics: crate::metrics::Metrics,
     /// Readiness and startup probe results, for `ready` and `started`.
     probes: crate::pod::probe_results::Results,
@@ -114,18 +123,19 @@ pub struct StatusManager {
 
 impl StatusManager {
     /// The statuses of the pods `pods` holds; `probes` decide the containers' `ready` and
-    /// `started`.
+    /// `started`; `host_ips` are the node's addresses, primary first.
     pub fn new(
         metrics: crate::metrics::Metrics,
         pods: Pods,
         probes: crate::pod::probe_results::Results,
+        host_ips: Vec<IpAddr>,
     ) -> Self {
         Self {
             changes: pods.changes().clone(),
             pods,
             inner: Arc::default(),
             pods_json: Arc::default(),
-            host_ip: crate::cm::node_ip(),
+            host_ips: host_ips.into(),
             metrics,
             probes,
         }
@@ -157,7 +167,7 @@ impl StatusManager {
         let mut map: RwLockWriteGuard<'_, Statuses> = self.inner.write().ok()?;
         let entry = map
             .entry(uid.to_owned())
-            .or_insert_with(|| Entry::new(initial_status(pod, self.host_ip)));
+            .or_insert_with(|| Entry::new(initial_status(pod, &self.host_ips)));
         Some(f(pod, entry))
     }
 
@@ -188,12 +198,12 @@ impl StatusManager {
         let (reg, map) = self.read()?;
         if let Some(pod) = reg.desired(uid) {
             let terminated = map.get(uid).is_some_and(|e| e.terminated);
-            let status = status_of(&map, uid, pod, self.host_ip);
+            let status = status_of(&map, uid, pod, &self.host_ips);
             return Some((pod.clone(), status, terminated));
         }
         let r = reg.rejected(uid)?;
         let pod = r.pod().whole().ok()?;
-        Some((pod, rejected_status(r, self.host_ip), true))
+        Some((pod, rejected_status(r, &self.host_ips), true))
     }
 
     /// The pod's worker finished it: its containers are stopped and its cgroup and directories
@@ -236,7 +246,7 @@ impl StatusManager {
                 state,
                 waiting,
                 Some(&entry.status),
-                self.host_ip,
+                &self.host_ips,
                 Some(&self.probes),
             );
             if entry.terminating {
@@ -416,8 +426,10 @@ impl StatusManager {
     pub fn status(&self, uid: &str) -> Option<PodStatus> {
         let (reg, map) = self.read()?;
         match reg.desired(uid) {
-            Some(pod) => Some(status_of(&map, uid, pod, self.host_ip)),
-            None => reg.rejected(uid).map(|r| rejected_status(r, self.host_ip)),
+            Some(pod) => Some(status_of(&map, uid, pod, &self.host_ips)),
+            None => reg
+                .rejected(uid)
+                .map(|r| rejected_status(r, &self.host_ips)),
         }
     }
 

@@ -20,6 +20,10 @@ fn manager() -> (crate::pod_registry::PodRegistry, StatusManager) {
         crate::metrics::Metrics::new(),
         r.reader(),
         crate::pod::probe_results::Results::default(),
+        vec![
+            "192.0.2.10".parse().unwrap(),
+            "2001:db8::10".parse().unwrap(),
+        ],
     );
     (r, m)
 }
@@ -93,7 +97,7 @@ fn state(containers: Vec<api::ContainerStatus>) -> PodState {
 use api::ContainerState::{ContainerExited as EXITED, ContainerRunning as RUNNING};
 
 fn gen_state(p: &Pod, s: &PodState) -> PodStatus {
-    generate(p, s, &HashMap::new(), None, None)
+    generate(p, s, &HashMap::new(), None, &[])
 }
 
 fn status_of(p: &Pod, containers: Vec<api::ContainerStatus>) -> PodStatus {
@@ -155,7 +159,7 @@ fn crash_loop_shows_waiting_reason_and_last_state() {
         "a".to_owned(),
         ("CrashLoopBackOff".to_owned(), "back-off 20s".to_owned()),
     )]);
-    let st = generate(&p, &s, &waiting, None, None);
+    let st = generate(&p, &s, &waiting, None, &[]);
     let c = &st.container_statuses.unwrap_or_default()[0];
     assert_eq!(waiting_reason(c), Some("CrashLoopBackOff"));
     assert_eq!(c.restart_count, 2);
@@ -200,7 +204,7 @@ fn image_pull_errors_are_the_waiting_reason() {
         "a".to_owned(),
         ("ImagePullBackOff".to_owned(), "back-off".to_owned()),
     )]);
-    let st = generate(&p, &PodState::default(), &waiting, None, None);
+    let st = generate(&p, &PodState::default(), &waiting, None, &[]);
     let c = &st.container_statuses.unwrap_or_default()[0];
     assert_eq!(waiting_reason(c), Some("ImagePullBackOff"));
     assert_eq!(st.phase.as_deref(), Some("Pending"));
@@ -309,13 +313,7 @@ fn conditions_follow_an_init_container_and_an_app_that_exits() {
 
     // App exited 3 under Never: Failed; the sandbox is stopped, the pod keeps its IP.
     let done = vec![inst("a", 0, EXITED, 3), inst("i", 0, EXITED, 0)];
-    let s3 = generate(
-        &p,
-        &sandboxed(false, done),
-        &HashMap::new(),
-        Some(&s2),
-        None,
-    );
+    let s3 = generate(&p, &sandboxed(false, done), &HashMap::new(), Some(&s2), &[]);
     assert_eq!(s3.phase.as_deref(), Some("Failed"));
     assert_eq!(cond_of(&s3, "ContainersReady"), f("PodFailed", None));
     assert_eq!(cond_of(&s3, "Ready"), f("PodFailed", None));
@@ -353,7 +351,7 @@ fn transition_time_changes_only_on_a_transition() {
             &sandboxed(true, vec![c]),
             &HashMap::new(),
             Some(prev),
-            None,
+            &[],
         )
     };
     // Same values: every time is kept.
@@ -653,7 +651,7 @@ fn next_status(
     phase: &str,
     why: (Option<&str>, Option<&str>),
 ) -> PodStatus {
-    let st = generate(p, s, &HashMap::new(), Some(prev), None);
+    let st = generate(p, s, &HashMap::new(), Some(prev), &[]);
     assert_eq!(st.phase.as_deref(), Some(phase));
     assert_eq!(reason_and_message(&st), why);
     st
@@ -904,4 +902,44 @@ fn a_status_counts_only_while_its_pod_is_desired() {
         m.update("u", &running, &HashMap::new()),
         "seen Running afresh"
     );
+}
+
+#[test]
+fn host_ips_are_the_nodes_addresses_primary_first() {
+    let (r, m) = manager();
+    let ips = |s: &PodStatus| {
+        let all: Vec<String> = s.host_ips.iter().flatten().map(|h| h.ip.clone()).collect();
+        (s.host_ip.clone().unwrap_or_default(), all)
+    };
+    let node = (
+        "192.0.2.10".to_owned(),
+        vec!["192.0.2.10".to_owned(), "2001:db8::10".to_owned()],
+    );
+    r.set_pod("u", Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+    assert_eq!(ips(&m.pod_status("u").unwrap_or_default()), node, "pending");
+    m.update(
+        "u",
+        &sandboxed(true, vec![inst("a", 0, RUNNING, 0)]),
+        &HashMap::new(),
+    );
+    let running = m.pod_status("u").unwrap_or_default();
+    assert_eq!(ips(&running), node, "running");
+    assert_eq!(running.pod_ip.as_deref(), Some("10.0.0.7"));
+
+    // A host-network pod's IP is the node's primary address.
+    let mut host = pod("Always", vec![], vec![spec("a", false)]);
+    if let Some(s) = host.spec.as_mut() {
+        s.host_network = Some(true);
+    }
+    let mut state = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+    if let Some(s) = state.sandbox_status.as_mut() {
+        s.network = None;
+    }
+    let node_ips: Vec<std::net::IpAddr> = vec!["192.0.2.10".parse().unwrap()];
+    let st = generate(&host, &state, &HashMap::new(), None, &node_ips);
+    assert_eq!(st.pod_ip.as_deref(), Some("192.0.2.10"));
+    assert_eq!(st.host_ip.as_deref(), Some("192.0.2.10"));
+    // Without an address there is no host IP at all (not an empty list).
+    let st = generate(&host, &state, &HashMap::new(), None, &[]);
+    assert_eq!((st.host_ip, st.host_ips, st.pod_ip), (None, None, None));
 }

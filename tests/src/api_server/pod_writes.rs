@@ -100,7 +100,7 @@ impl ApiServer {
             .cloned()
             .ok_or_else(|| not_found(name))?;
         let mut status = serde_json::to_value(&pod.status).unwrap_or(Value::Null);
-        merge(&mut status, &patch["status"], strategic, "");
+        merge(&mut status, &patch["status"], strategic, "").map_err(super::writable::bad_patch)?;
         let mut pod = pod;
         pod.status = serde_json::from_value(status).map_err(|e| {
             error(

@@ -96,7 +96,12 @@ impl Material {
     }
 
     /// Serves `app` over TLS on `listener` until the runtime ends.
-    pub(super) fn serve(&self, listener: tokio::net::TcpListener, app: axum::Router) {
+    pub(super) fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        app: axum::Router,
+        numbering: super::ApiServer,
+    ) {
         let files = swiftlet::server::tls::Files {
             cert_and_key: Some((self.path("server.pem"), self.path("server.key"))),
             cert_dir: self.dir.path().to_owned(),
@@ -106,7 +111,8 @@ impl Material {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                tokio::spawn(connection(tcp, acceptor.clone(), app.clone()));
+                let conn = numbering.connection_opened();
+                tokio::spawn(connection(tcp, acceptor.clone(), app.clone(), conn));
             }
         });
     }
@@ -120,6 +126,7 @@ async fn connection(
     tcp: tokio::net::TcpStream,
     acceptor: tokio_rustls::TlsAcceptor,
     app: axum::Router,
+    conn: super::Conn,
 ) {
     // A failed handshake (an untrusted client certificate) just closes the connection.
     let Ok(tls) = acceptor.accept(tcp).await else {
@@ -135,6 +142,7 @@ async fn connection(
     let peer = Peer(user);
     let svc = tower::ServiceExt::map_request(app, move |mut r: Request<hyper::body::Incoming>| {
         r.extensions_mut().insert(peer.clone());
+        r.extensions_mut().insert(conn);
         r
     });
     let svc = hyper_util::service::TowerToHyperService::new(svc);

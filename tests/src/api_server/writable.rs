@@ -82,6 +82,11 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A patch the server cannot apply: 400, as the API server answers one.
+pub(super) fn bad_patch(message: String) -> ApiError {
+    error(StatusCode::BAD_REQUEST, "BadRequest", message)
+}
+
 pub(super) fn error(code: StatusCode, reason: &'static str, message: String) -> ApiError {
     ApiError {
         code,
@@ -289,7 +294,7 @@ impl ApiServer {
         {
             return Err(conflict(kind, name));
         }
-        merge(&mut patched, &patch, strategic, "");
+        merge(&mut patched, &patch, strategic, "").map_err(bad_patch)?;
         Ok(self.write(kind, ns, name, part, patched))
     }
 
@@ -522,43 +527,147 @@ fn merge_key(field: &str) -> Option<&'static str> {
 }
 
 /// Applies merge patch `patch` to `target` (RFC 7386: objects merge key by key, `null`
-/// removes, anything else replaces). `strategic`: the lists [`merge_key`] names merge item by
-/// item on their key (an item of the patch merges into the target's item with the same key,
-/// new keys are appended), as the API's strategic merge does for them.
-pub(super) fn merge(target: &mut Value, patch: &Value, strategic: bool, field: &str) {
+/// removes, anything else replaces). `strategic`: a strategic merge patch, as the API server
+/// applies one (checked against `kubectl patch --local --type strategic` in the tests below):
+/// the lists [`merge_key`] names merge item by item on their key ([`merge_list`]), and the
+/// `$patch` directives `replace` and `delete` are honoured in objects and list items. The
+/// directives this server does not implement (`$setElementOrder`, `$retainKeys`,
+/// `$deleteFromPrimitiveList`) are refused with an error naming them, never stored.
+pub(super) fn merge(
+    target: &mut Value,
+    patch: &Value,
+    strategic: bool,
+    field: &str,
+) -> Result<(), String> {
     match patch {
         Value::Object(p) => {
+            if strategic {
+                if let Some(k) = p.keys().find(|k| k.starts_with('$') && *k != "$patch") {
+                    return Err(format!(
+                        "the strategic merge directive {k:?} is not implemented by this test server"
+                    ));
+                }
+                match p.get("$patch").map(|d| d.as_str()) {
+                    None => {}
+                    Some(Some("replace")) => {
+                        let mut replaced = p.clone();
+                        replaced.remove("$patch");
+                        *target = Value::Object(replaced);
+                        return Ok(());
+                    }
+                    Some(Some("delete")) => {
+                        *target = Value::Null;
+                        return Ok(());
+                    }
+                    Some(other) => return Err(format!("unknown $patch directive {other:?}")),
+                }
+            }
             if !target.is_object() {
                 *target = Value::Object(serde_json::Map::new());
             }
             let Value::Object(t) = target else {
-                return;
+                return Ok(());
             };
             for (k, v) in p {
                 if v.is_null() {
                     t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v, strategic, k);
+                    continue;
+                }
+                let slot = t.entry(k.clone()).or_insert(Value::Null);
+                merge(slot, v, strategic, k)?;
+                if strategic && slot.is_null() {
+                    // `$patch: delete` of a whole object.
+                    t.remove(k);
                 }
             }
+            Ok(())
         }
-        Value::Array(items) if strategic => {
-            let Some(key) = merge_key(field).filter(|k| items.iter().all(|i| i[k].is_string()))
-            else {
+        Value::Array(items) if strategic => match merge_key(field) {
+            Some(key) => merge_list(target, items, key),
+            None => {
                 *target = patch.clone();
-                return;
-            };
-            let mut merged: Vec<Value> = target.as_array().cloned().unwrap_or_default();
-            for item in items {
-                match merged.iter_mut().find(|m| m[key] == item[key]) {
-                    Some(m) => merge(m, item, strategic, ""),
-                    None => merged.push(item.clone()),
-                }
+                Ok(())
             }
-            *target = Value::Array(merged);
+        },
+        other => {
+            *target = other.clone();
+            Ok(())
         }
-        other => *target = other.clone(),
     }
+}
+
+/// A strategic merge of list `items` into the list `target`, whose items merge on `key`:
+/// `{"$patch": "replace"}` among the items replaces the list with the others; an item with
+/// `"$patch": "delete"` removes the item with its key; every other item merges into the
+/// first item with its key, or is added. The result puts the patch's items in the patch's
+/// order and places the items only the target had between them by their old positions (an
+/// item only the target had comes before a patch item the target had later), as the API
+/// server's strategic merge orders a list without `$setElementOrder`.
+fn merge_list(target: &mut Value, items: &[Value], key: &str) -> Result<(), String> {
+    let directive = |i: &Value| i.get("$patch").and_then(Value::as_str).map(str::to_owned);
+    if items
+        .iter()
+        .any(|i| directive(i).as_deref() == Some("replace"))
+    {
+        *target = Value::Array(
+            items
+                .iter()
+                .filter(|i| directive(i).is_none())
+                .cloned()
+                .collect(),
+        );
+        return Ok(());
+    }
+    let original: Vec<Value> = target.as_array().cloned().unwrap_or_default();
+    let mut deleted = Vec::new();
+    let mut merged = original.clone();
+    let mut patch_keys: Vec<&Value> = Vec::new();
+    for item in items {
+        let Some(k) = item.get(key).filter(|k| !k.is_null()) else {
+            return Err(format!("a list item without its merge key {key:?}: {item}"));
+        };
+        match directive(item).as_deref() {
+            None => {}
+            Some("delete") => {
+                deleted.push(k);
+                continue;
+            }
+            Some(other) => return Err(format!("unknown $patch directive {other:?} in a list")),
+        }
+        patch_keys.push(k);
+        match merged.iter_mut().find(|m| m.get(key) == Some(k)) {
+            Some(m) => merge(m, item, true, "")?,
+            None => {
+                let mut added = Value::Null;
+                merge(&mut added, item, true, "")?;
+                merged.push(added);
+            }
+        }
+    }
+    merged.retain(|m| !deleted.iter().any(|d| m.get(key) == Some(*d)));
+    let patch_index = |v: &Value| patch_keys.iter().position(|k| v.get(key) == Some(*k));
+    let server_index = |v: &Value| original.iter().position(|o| o.get(key) == v.get(key));
+    let (mut patched, server_only): (Vec<Value>, Vec<Value>) =
+        merged.into_iter().partition(|m| patch_index(m).is_some());
+    patched.sort_by_key(|m| patch_index(m));
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        patched.into_iter().peekable(),
+    );
+    let mut out = Vec::new();
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => {
+                matches!((server_index(l), server_index(r)), (Some(i), Some(j)) if i < j)
+            }
+        };
+        out.extend(if take_left { left.next() } else { right.next() });
+    }
+    *target = Value::Array(out);
+    Ok(())
 }
 
 type PathMap = Path<HashMap<String, String>>;
@@ -709,45 +818,122 @@ fn object_routes(kind: Kind, part: Part) -> axum::routing::MethodRouter<ApiServe
 #[cfg(test)]
 mod tests {
     use super::merge;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     #[test]
     fn merge_patch_merges_objects_removes_nulls_and_replaces_lists() {
         let mut t = json!({"a": {"b": 1, "c": 2}, "l": [1, 2], "conditions": [{"type": "X"}]});
-        merge(
-            &mut t,
-            &json!({"a": {"b": null, "d": 3}, "l": [3], "conditions": [{"type": "Y"}]}),
-            false,
-            "",
-        );
+        let patch = json!({"a": {"b": null, "d": 3}, "l": [3], "conditions": [{"type": "Y"}]});
+        assert_eq!(merge(&mut t, &patch, false, ""), Ok(()));
         assert_eq!(
             t,
             json!({"a": {"c": 2, "d": 3}, "l": [3], "conditions": [{"type": "Y"}]})
         );
     }
 
-    #[test]
-    fn strategic_merge_merges_conditions_by_type() {
-        let mut t = json!({"status": {"conditions": [
-            {"type": "Ready", "status": "False", "reason": "A"},
-            {"type": "MemoryPressure", "status": "False"},
-        ]}});
-        merge(
-            &mut t,
-            &json!({"status": {"conditions": [
-                {"type": "Ready", "status": "True"},
-                {"type": "PIDPressure", "status": "False"},
-            ]}}),
-            true,
-            "",
-        );
-        assert_eq!(
-            t["status"]["conditions"],
-            json!([
-                {"type": "Ready", "status": "True", "reason": "A"},
+    /// A Node whose lists the cases below patch: conditions (merge key `type`), addresses
+    /// (merge key `type`, with a type twice) and images (no merge key: replaced).
+    fn node() -> Value {
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"},
                 {"type": "MemoryPressure", "status": "False"},
+                {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"},
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": "10.0.0.1"},
+                {"type": "InternalIP", "address": "10.0.0.2"},
+                {"type": "Hostname", "address": "n1"},
+            ],
+            "images": [{"names": ["a"], "sizeBytes": 1}],
+            "capacity": {"cpu": "2", "example.com/dongle": "1"},
+        }})
+    }
+
+    /// Strategic merge patches of a Node's status, each as a node agent or another component
+    /// sends one.
+    fn cases() -> Vec<Value> {
+        vec![
+            // The agent's own conditions: the others stay, placed as the API server places them.
+            json!({"status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "KubeletNotReady"},
+                {"type": "DiskPressure", "status": "False"},
+            ]}}),
+            json!({"status": {"conditions": [
                 {"type": "PIDPressure", "status": "False"},
+                {"type": "Ready", "status": "True"},
+            ]}}),
+            // A field of one item removed by null; an item deleted; a map key removed.
+            json!({"status": {"conditions": [
+                {"type": "Ready", "message": null},
+                {"type": "NetworkUnavailable", "$patch": "delete"},
+            ], "capacity": {"example.com/dongle": null}}}),
+            // The addresses replaced whole (merging on `type` would fold the two InternalIPs).
+            json!({"status": {"addresses": [
+                {"$patch": "replace"},
+                {"type": "InternalIP", "address": "10.0.0.9"},
+                {"type": "Hostname", "address": "n1"},
+            ]}}),
+            json!({"status": {"addresses": [{"type": "ExternalIP", "address": "192.0.2.1"}]}}),
+            // A list without a merge key is replaced; a null list is removed.
+            json!({"status": {"images": [{"names": ["b"], "sizeBytes": 2}], "conditions": null}}),
+            // A whole object replaced.
+            json!({"status": {"capacity": {"$patch": "replace", "cpu": "4"}}}),
+        ]
+    }
+
+    /// What kubectl's own strategic merge (the API server's code, with the Node schema's merge
+    /// keys) makes of `patch` applied to `original`.
+    fn kubectl_patch(kubectl: &std::path::Path, original: &Value, patch: &Value) -> Value {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = dir.path().join("node.json");
+        std::fs::write(&file, original.to_string()).expect("writing the node");
+        let out = std::process::Command::new(kubectl)
+            .args([
+                "patch",
+                "--local",
+                "--type",
+                "strategic",
+                "-o",
+                "json",
+                "-f",
             ])
+            .arg(&file)
+            .arg("-p")
+            .arg(patch.to_string())
+            .output()
+            .expect("running kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl patch {patch}: {}",
+            String::from_utf8_lossy(&out.stderr)
         );
+        serde_json::from_slice(&out.stdout).expect("kubectl's JSON")
+    }
+
+    #[test]
+    fn strategic_merge_is_kubectls() {
+        let Some(kubectl) = crate::find_tool("kubectl", "apt-get install kubectl") else {
+            return;
+        };
+        for patch in cases() {
+            let want = kubectl_patch(&kubectl, &node(), &patch);
+            let mut got = node();
+            assert_eq!(merge(&mut got, &patch, true, ""), Ok(()), "{patch}");
+            assert_eq!(got["status"], want["status"], "patch {patch}");
+        }
+    }
+
+    #[test]
+    fn the_directives_not_implemented_are_refused_not_stored() {
+        for patch in [
+            json!({"status": {"$setElementOrder/conditions": [{"type": "Ready"}]}}),
+            json!({"metadata": {"$retainKeys": ["name"]}}),
+            json!({"status": {"conditions": [{"type": "Ready", "$patch": "merge-all"}]}}),
+            json!({"status": {"conditions": [{"status": "True"}]}}),
+        ] {
+            let mut t = node();
+            assert!(merge(&mut t, &patch, true, "").is_err(), "{patch}");
+        }
     }
 }
