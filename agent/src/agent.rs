@@ -43,7 +43,9 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let started = tokio::time::Instant::now();
     let tracker = TaskTracker::new();
     let metrics = Metrics::new();
-    for dir in [&cfg.root_dir, &cfg.pod_logs_dir] {
+    // The containers' log links go beside the pod logs (`logs::links`).
+    let links_dir = crate::logs::links::dir_for(&cfg.pod_logs_dir);
+    for dir in [&cfg.root_dir, &cfg.pod_logs_dir, &links_dir] {
         std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
             path: dir.clone(),
             source,
@@ -176,6 +178,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cfg.node_name.clone(),
         cfg.container_gc,
         pod_cache.clone(),
+        links_dir,
     );
     // Each pod's state directory (volumes, termination messages, /etc/hosts) is below it.
     let pods_dir = cfg.root_dir.join("pods");

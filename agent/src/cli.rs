@@ -244,7 +244,9 @@ pub struct KubeletConfiguration {
     /// sync rewrites its configMap, secret, downwardAPI and projected volumes [default: 1m].
     #[arg(id = "syncFrequency", long = "sync-frequency", value_name = "DURATION")]
     pub sync_frequency: Option<GoDuration>,
-    /// Directory of pod logs written by the runtime [default: /var/log/pods].
+    /// Directory of pod logs written by the runtime [default: /var/log/pods]. Each container's
+    /// log is also linked into its sibling directory `containers` (/var/log/containers by
+    /// default), where log shippers read it.
     #[arg(id = "podLogsDir", long = "pod-logs-dir", value_name = "DIR")]
     pub pod_logs_dir: Option<PathBuf>,
     /// URL of pod manifests (a Pod or a PodList, YAML or JSON), fetched every

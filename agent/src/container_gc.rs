@@ -18,7 +18,9 @@
 //! default `--maximum-dead-containers-per-container`; without it a crash loop or a runtime that
 //! keeps failing starts would leave one more container behind each time. A container's log files
 //! (its `<restart>.log` and the files rotated from it, see `crate::logs`) are removed just before
-//! the container, as the kubelet removes them, so a crash loop does not leave a log per restart.
+//! the container, as the kubelet removes them, so a crash loop does not leave a log per restart;
+//! its log link (`crate::logs::links`) goes with them, and each collection ends by removing the
+//! log links that lead to nothing.
 //! (A container the runtime created while its CreateContainer answer was lost, as when the
 //! runtime dies during the call, is such a dead instance: it goes once a newer one of its name is
 //! dead too, or stays as the one dead instance kept.)
@@ -99,6 +101,8 @@ pub struct ContainerGc {
     /// Which pods a worker is changing (skipped), and the mark a collection holds on the pod
     /// it changes.
     pod_cache: PodCache,
+    /// The containers' log links (`crate::logs::links`).
+    links_dir: PathBuf,
     state: Arc<Mutex<GcState>>,
 }
 
@@ -301,13 +305,21 @@ fn remaining_units(
 }
 
 impl ContainerGc {
-    /// A collector of agent `node_name`'s sandboxes and containers by `policy`.
-    pub fn new(cri: Cri, node_name: String, policy: Policy, pod_cache: PodCache) -> Self {
+    /// A collector of agent `node_name`'s sandboxes and containers by `policy`, and of the
+    /// dangling container log links in `links_dir`.
+    pub fn new(
+        cri: Cri,
+        node_name: String,
+        policy: Policy,
+        pod_cache: PodCache,
+        links_dir: PathBuf,
+    ) -> Self {
         Self {
             cri,
             node_name,
             policy,
             pod_cache,
+            links_dir,
             state: Arc::default(),
         }
     }
@@ -425,11 +437,65 @@ impl ContainerGc {
                 Err(e) => tracing::warn!(%pod, %e, "collecting stale sandboxes"),
             }
         }
+        self.remove_dangling_links().await;
         Ok(done)
     }
 
-    /// Removes the log files of container `id` (its log and the files rotated from it); a
-    /// container the runtime does not know any more has none left to find.
+    /// Removes the container log links whose log file is gone (`crate::logs::links`), as the
+    /// kubelet's container log collection does, except those of containers the runtime reports
+    /// not exited (a rotation renames a running container's log for a moment) or cannot say
+    /// about (tried again next time).
+    async fn remove_dangling_links(&self) {
+        use crate::logs::links;
+        let dir = self.links_dir.clone();
+        let found = match tokio::task::spawn_blocking(move || links::dangling(&dir)).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => {
+                tracing::warn!(dir = %self.links_dir.display(), %e, "listing container log links");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(%e, "listing container log links");
+                return;
+            }
+        };
+        let exited = api::ContainerState::ContainerExited as i32;
+        let mut due = Vec::with_capacity(found.len());
+        for link in found {
+            if let Some(id) = links::id_of(&link) {
+                match self.cri.container_status(id).await {
+                    Ok(Some(status)) if status.state != exited => continue,
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => {
+                        tracing::debug!(%link, %e, "a dangling container log link's container");
+                        continue;
+                    }
+                }
+            }
+            due.push(link);
+        }
+        if due.is_empty() {
+            return;
+        }
+        let dir = self.links_dir.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            for link in due {
+                match links::remove_if_dangling(&dir, &link) {
+                    Ok(true) => tracing::info!(%link, "removed a dangling container log link"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(%link, %e, "removing a dangling container log link"),
+                }
+            }
+        });
+        if let Err(e) = removed.await {
+            tracing::warn!(%e, "removing dangling container log links");
+        }
+    }
+
+    /// Removes the log files of container `id` (its log and the files rotated from it) and its
+    /// log link; a container the runtime does not know any more has none left to find (a link
+    /// left behind is removed once found dangling).
     async fn remove_container_logs(&self, pod: &str, id: &str) -> Result<(), Error> {
         let status = match self.cri.container_status(id).await {
             Ok(status) => status,
@@ -441,12 +507,24 @@ impl ContainerGc {
                 });
             }
         };
-        let Some(log) = status.map(|s| s.log_path).filter(|p| !p.is_empty()) else {
+        let Some(status) = status else {
             return Ok(());
         };
-        let log = PathBuf::from(log);
-        let removed =
-            tokio::task::spawn_blocking(move || crate::logs::remove_container_logs(&log)).await;
+        let link = crate::logs::links::name_of(&status);
+        let log = Some(status.log_path)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from);
+        let (links_dir, owner) = (self.links_dir.clone(), pod.to_owned());
+        let removed = tokio::task::spawn_blocking(move || {
+            // A link that cannot be removed now is found dangling later.
+            if let Some(link) = link
+                && let Err(e) = crate::logs::links::remove(&links_dir, &link)
+            {
+                tracing::warn!(pod = %owner, %link, %e, "removing a container's log link");
+            }
+            log.map_or(Ok(0), |log| crate::logs::remove_container_logs(&log))
+        })
+        .await;
         match removed {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(Error::ContainerLogs {

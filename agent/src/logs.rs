@@ -25,6 +25,10 @@
 //! timed in `swiftlet_container_log_rotation_pass_duration_seconds`, each rotation counted in
 //! `swiftlet_container_log_rotations_total` and each failure in
 //! `swiftlet_container_log_rotation_errors_total`.
+//!
+//! [`links`] makes and removes the links log shippers read in the containers directory.
+pub mod links;
+
 use crate::cri::Cri;
 use crate::metrics::Metrics;
 use crate::pod::labels;

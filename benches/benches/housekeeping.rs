@@ -87,6 +87,7 @@ fn main() -> ExitCode {
         agent.node_name().to_owned(),
         Default::default(),
         Default::default(),
+        swiftlet::logs::links::dir_for(&agent.root_dir().join("pod-logs")),
     );
     let orphans = swiftlet::orphans::Orphans::new(
         cm.clone(),

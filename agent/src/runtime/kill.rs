@@ -242,12 +242,25 @@ impl Manager {
                 )
             })
             .collect();
+        // The containers' log links go with them (one the read missed is left dangling, for the
+        // container garbage collector).
+        let links: Vec<String> = state
+            .containers
+            .iter()
+            .filter_map(crate::logs::links::name_of)
+            .collect();
+        let links_dir = crate::logs::links::dir_for(&self.cfg.pod_logs_dir);
         // A log directory can hold many files: removed on a blocking thread. The pod's own
         // directory (volumes, termination message files) goes once its volumes are torn down;
         // what cannot be torn down is left for housekeeping's orphan pass to try again.
         let pod = name.to_owned();
         let (pods_dir, pod_uid) = (self.cfg.pods_dir.clone(), uid.to_owned());
         let removed = tokio::task::spawn_blocking(move || {
+            for link in links {
+                if let Err(e) = crate::logs::links::remove(&links_dir, &link) {
+                    tracing::warn!(%pod, %link, %e, "removing a container's log link");
+                }
+            }
             for dir in dirs {
                 if let Err(e) = std::fs::remove_dir_all(&dir)
                     && e.kind() != std::io::ErrorKind::NotFound

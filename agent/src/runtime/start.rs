@@ -146,6 +146,7 @@ impl Manager {
             .await
             .map_err(Self::cri_err(t.name))?;
         tracing::info!(pod = %t.name, container = %container.name, id = %id, restart_count, kind = kind.as_str(), "container started");
+        self.link_log(t, &container.name, &id, &config.log_path);
         // What ContainerStatus would say now (StartContainer returned: the container runs). The
         // next relist replaces it with the runtime's own answer.
         let started = api::ContainerStatus {
@@ -165,6 +166,25 @@ impl Manager {
         // can show the container Running: the worker writes the status after the sync.
         self.post_start(t, container, kind, &started).await?;
         Ok(started)
+    }
+
+    /// Links the started container's log into the containers directory for log shippers
+    /// (`logs::links`), as the kubelet does once a container started; a failure is logged and
+    /// the container runs on.
+    fn link_log(&self, t: &StartTarget<'_>, container: &str, id: &str, log_path: &str) {
+        use crate::logs::links;
+        let Some(sandbox) = t.sandbox_config.metadata.as_ref() else {
+            return;
+        };
+        let Some(name) = links::link_name(&sandbox.name, &sandbox.namespace, container, id) else {
+            tracing::warn!(pod = %t.name, container, id, "no log link: its names make no file name");
+            return;
+        };
+        let log = std::path::Path::new(&t.sandbox_config.log_directory).join(log_path);
+        let dir = links::dir_for(&self.cfg.pod_logs_dir);
+        if let Err(error) = links::create(&dir, &name, &log) {
+            tracing::warn!(pod = %t.name, container, link = %dir.join(&name).display(), %error, "linking the container's log");
+        }
     }
 
     pub(super) fn pod_labels(&self, pod: &Pod, uid: &str) -> HashMap<String, String> {
