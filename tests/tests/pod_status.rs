@@ -222,3 +222,72 @@ fn a_pod_deleted_with_kubectl_is_stopped_then_removed_by_the_node() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
 }
+
+/// A pod past its `activeDeadlineSeconds` fails at once on the node, but its container ignores
+/// SIGTERM and runs out a 10 s grace period: all that while the server keeps seeing it Running
+/// (a controller acting on Failed would start a replacement beside it); once the container is
+/// stopped the server sees Failed with `DeadlineExceeded`. Evictions and preemptions go through
+/// the same hold (unit test `a_terminal_phase_waits_until_the_containers_are_stopped`).
+#[test]
+fn a_failed_pod_stays_running_on_the_server_until_its_containers_stop() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let c = start(rt, "pod-status-hold");
+    let node = c.agent.node_name().to_owned();
+    let mut pod = busybox_api_pod(
+        &node,
+        "slow",
+        "",
+        "  activeDeadlineSeconds: 4\n",
+        "trap '' TERM; while true; do sleep 1; done",
+        "",
+    );
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.termination_grace_period_seconds = Some(10);
+    }
+    c.server.put(pod);
+    server_pod(&c, "slow", "the pod Running on the server", |p| {
+        phase(p) == Some("Running")
+    });
+    c.agent
+        .eventually("the pod Failed on the node", TIMEOUT, || {
+            let list = c.agent.pods();
+            (list.phase("slow") == Some("Failed"))
+                .then_some(())
+                .ok_or_else(|| list.summary())
+        });
+    let uid = format!("slow-{node}");
+    let running = |uid: &str| {
+        pod_cri_objects(c.agent.endpoint(), uid)
+            .map(|(_, cs)| {
+                cs.iter()
+                    .any(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32)
+            })
+            .unwrap_or(false)
+    };
+    // The server's phase is read before the runtime's state: Failed there while the container
+    // still runs afterwards is a terminal phase shown too early.
+    let mut seen_running = 0;
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        let on_server = c.server.pod_named("default", "slow");
+        let server_phase = on_server.as_ref().and_then(phase).map(str::to_owned);
+        if running(&uid) {
+            seen_running += 1;
+            assert_ne!(
+                server_phase.as_deref(),
+                Some("Failed"),
+                "the server shows Failed while the container runs"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(seen_running > 0, "the container ran out its grace period");
+    let done = server_pod(&c, "slow", "the pod Failed on the server", |p| {
+        phase(p) == Some("Failed")
+    });
+    assert!(!running(&uid), "Failed on the server only once stopped");
+    let status = done.status.unwrap_or_default();
+    assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+}

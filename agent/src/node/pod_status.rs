@@ -83,6 +83,30 @@ fn to_write<'a>(last: Option<&PodStatus>, new: &'a PodStatus) -> Option<&'a PodS
     }
 }
 
+/// `new` as the API server may see it: a pod moves to a terminal phase there only once none
+/// of its containers can run any more (`terminated`: its worker stopped them), as the kubelet
+/// holds it. Until then `new` keeps the phase, reason and message of `old` (the status last
+/// written, else the one the API server holds; Pending when there is none). The API server and
+/// the controllers act on a terminal phase at once (a Job starts a replacement, a StatefulSet
+/// the same identity elsewhere, the garbage collector deletes the pod) while an evicted, preempted
+/// or deadline-exceeded pod's containers still run out their grace period.
+fn hold_terminal_phase(mut new: PodStatus, old: Option<&PodStatus>, terminated: bool) -> PodStatus {
+    let terminal = |s: Option<&PodStatus>| {
+        Phase::of(s.and_then(|s| s.phase.as_deref())).is_some_and(Phase::is_terminal)
+    };
+    if terminated || !terminal(Some(&new)) || terminal(old) {
+        return new;
+    }
+    let old = old.cloned().unwrap_or_default();
+    new.phase = Some(
+        old.phase
+            .unwrap_or_else(|| Phase::Pending.as_str().to_owned()),
+    );
+    new.reason = old.reason;
+    new.message = old.message;
+    new
+}
+
 /// The strategic merge patch that writes `status` to the pod with UID `uid`.
 pub fn status_patch(uid: &str, status: &PodStatus) -> serde_json::Value {
     serde_json::json!({ "metadata": { "uid": uid }, "status": status })
@@ -274,6 +298,11 @@ impl Writer {
             return Outcome::Done;
         }
         let mut wrote = false;
+        let status = hold_terminal_phase(
+            status,
+            w.status.as_ref().or(pod.status.as_ref()),
+            terminated,
+        );
         if let Some(new) = to_write(w.status.as_ref(), &status) {
             let patch = status_patch(&target, new);
             let sent = api
@@ -413,6 +442,42 @@ mod tests {
         assert!(to_write(Some(&st("Running")), &st("Failed")).is_some());
         assert!(to_write(Some(&st("Failed")), &st("Running")).is_none());
         assert!(to_write(Some(&st("Succeeded")), &st("Failed")).is_some());
+    }
+
+    #[test]
+    fn a_terminal_phase_waits_until_the_containers_are_stopped() {
+        let failed = |reason: &str| PodStatus {
+            reason: Some(reason.to_owned()),
+            message: Some(format!("{reason} message")),
+            container_statuses: Some(Vec::new()),
+            ..st("Failed")
+        };
+        let running = st("Running");
+        for reason in ["Evicted", "Preempting", "DeadlineExceeded"] {
+            // Containers may still run: the API keeps seeing Running, with the rest of the new
+            // status (the containers' states, the Ready condition) written.
+            let held = hold_terminal_phase(failed(reason), Some(&running), false);
+            assert_eq!(
+                (held.phase.as_deref(), held.reason, held.message),
+                (Some("Running"), None, None),
+                "{reason}"
+            );
+            assert_eq!(held.container_statuses, Some(Vec::new()));
+            // Stopped: the terminal phase goes through.
+            let done = hold_terminal_phase(failed(reason), Some(&running), true);
+            assert_eq!(done, failed(reason));
+        }
+        // Nothing written and no status from the API yet: Pending.
+        let first = hold_terminal_phase(failed("Evicted"), None, false);
+        assert_eq!(first.phase.as_deref(), Some("Pending"));
+        // Already terminal there: not held (a later terminal write may refine it).
+        let again = hold_terminal_phase(failed("Evicted"), Some(&st("Failed")), false);
+        assert_eq!(again, failed("Evicted"));
+        // Not terminal: unchanged.
+        assert_eq!(
+            hold_terminal_phase(st("Running"), Some(&st("Pending")), false),
+            st("Running")
+        );
     }
 
     #[test]
