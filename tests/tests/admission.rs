@@ -327,6 +327,29 @@ fn a_static_pod_preempts_an_api_pod_on_a_full_node() {
             .then_some(())
             .ok_or(format!("{st:?}"))
     });
+    // With the DisruptionTarget condition a Job's pod failure policy reads.
+    let st = server
+        .pod_named("default", victim)
+        .and_then(|p| p.status)
+        .unwrap_or_default();
+    let target = st
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("a DisruptionTarget condition on the server");
+    assert_eq!(
+        (
+            target.status.as_str(),
+            target.reason.as_deref(),
+            target.message.as_deref()
+        ),
+        (
+            "True",
+            Some("TerminationByKubelet"),
+            Some("Pod was preempted by Kubelet to accommodate a critical pod.")
+        )
+    );
     // An ordinary pod does not preempt: the node is full for it.
     server.put(busybox_api_pod(&node, "late", "", "", "sleep 3600", ""));
     let list = agent.wait_for(|l| rejected(l, "late").is_some(), TIMEOUT);

@@ -109,6 +109,29 @@ fn the_pod_over_its_request_is_evicted_under_memory_pressure() {
     assert_eq!(list.phase("hog"), Some("Failed"));
     assert!(list.is_running("quiet"), "{}", list.summary());
     assert!(agent.log().contains("evicting pod"));
+    // The server sees Failed with the DisruptionTarget condition (the kubelet's reason, the
+    // eviction's message) once the containers are stopped.
+    agent.eventually("the eviction on the server", TIMEOUT, || {
+        let st = server
+            .pod_named("default", "hog")
+            .and_then(|p| p.status)
+            .ok_or("no status")?;
+        let target = st
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "DisruptionTarget");
+        match (st.phase.as_deref(), target) {
+            (Some("Failed"), Some(t))
+                if t.status == "True"
+                    && t.reason.as_deref() == Some("TerminationByKubelet")
+                    && t.message.as_deref() == Some(message.as_str()) =>
+            {
+                Ok(())
+            }
+            _ => Err(format!("{st:?}")),
+        }
+    });
 }
 
 #[test]

@@ -48,7 +48,15 @@ fn an_api_pods_status_reaches_the_server_once_per_change_and_keeps_others_condit
     };
     let c = start(rt, "pod-status");
     let node = c.agent.node_name().to_owned();
-    let mut pod = busybox_api_pod(&node, "web", "", "", "sleep 3600 & wait", "");
+    // Ready only after 3 s: the server first sees Ready False (ContainersNotReady), then True.
+    let mut pod = busybox_api_pod(
+        &node,
+        "web",
+        "",
+        "",
+        "sleep 3; touch /tmp/ready; sleep 3600 & wait",
+        "    readinessProbe: {exec: {command: [test, -f, /tmp/ready]}, periodSeconds: 1}\n",
+    );
     // A condition another component owns (a readiness gate's): the node must keep it.
     pod.status = Some(
         serde_json::from_value(serde_json::json!({
@@ -94,6 +102,26 @@ fn an_api_pods_status_reaches_the_server_once_per_change_and_keeps_others_condit
             "{want} True in {conditions:?}"
         );
     }
+    // Ready was False (reason ContainersNotReady) before it turned True: the reason and
+    // message went with it on the server (a patch that never deletes keeps them).
+    assert!(
+        c.server.pod_writes().iter().any(|(_, _, _, body)| {
+            body["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["reason"] == "ContainersNotReady"))
+        }),
+        "Ready False was written first"
+    );
+    for c in st.conditions.clone().unwrap_or_default() {
+        if c.type_ == "Ready" || c.type_ == "ContainersReady" {
+            assert_eq!(
+                (c.reason, c.message),
+                (None, None),
+                "{} on the server",
+                c.type_
+            );
+        }
+    }
     // Every write carried the pod's UID as a precondition.
     let uid = format!("web-{node}");
     assert!(
@@ -129,9 +157,12 @@ fn a_finished_pod_reaches_a_terminal_phase_on_the_server() {
         "job",
         "",
         "  restartPolicy: Never\n",
-        "exit 3",
+        "sleep 3; exit 3",
         "",
     ));
+    server_pod(&c, "job", "the pod Running on the server", |p| {
+        phase(p) == Some("Running")
+    });
     let done = server_pod(&c, "job", "the pod Failed on the server", |p| {
         phase(p) == Some("Failed")
     });
@@ -139,12 +170,14 @@ fn a_finished_pod_reaches_a_terminal_phase_on_the_server() {
         .status
         .and_then(|s| s.container_statuses)
         .unwrap_or_default();
-    let terminated = cs[0]
-        .state
-        .as_ref()
-        .and_then(|s| s.terminated.clone())
-        .expect("terminated");
+    let state = cs[0].state.clone().unwrap_or_default();
+    let terminated = state.terminated.clone().expect("terminated");
     assert_eq!(terminated.exit_code, 3);
+    // Only one state: the server dropped `running` when the container stopped.
+    assert!(
+        state.running.is_none() && state.waiting.is_none(),
+        "one state on the server: {state:?}"
+    );
 }
 
 #[test]

@@ -27,6 +27,7 @@ pub mod informer;
 pub mod lease;
 pub mod pod_status;
 pub mod status;
+pub mod status_diff;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

@@ -104,12 +104,30 @@ fn hold_terminal_phase(mut new: PodStatus, old: Option<&PodStatus>, terminated: 
     );
     new.reason = old.reason;
     new.message = old.message;
+    // The DisruptionTarget condition goes with the terminal phase, as the kubelet sends it.
+    let target = crate::status::DISRUPTION_TARGET;
+    let had = old.conditions.iter().flatten().any(|c| c.type_ == target);
+    if !had && let Some(cs) = new.conditions.as_mut() {
+        cs.retain(|c| c.type_ != target);
+    }
     new
 }
 
-/// The strategic merge patch that writes `status` to the pod with UID `uid`.
-pub fn status_patch(uid: &str, status: &PodStatus) -> serde_json::Value {
-    serde_json::json!({ "metadata": { "uid": uid }, "status": status })
+/// The strategic merge patch that writes `status` to the pod with UID `uid` over `old` (the
+/// status the server holds as far as the agent knows; `None`: unknown, the whole status is
+/// sent): only what changed, with what is gone removed ([`super::status_diff`]). `None` when
+/// nothing the server would store changed (times differing below the second it keeps).
+pub fn status_patch(
+    uid: &str,
+    old: Option<&PodStatus>,
+    status: &PodStatus,
+) -> Option<serde_json::Value> {
+    let new = serde_json::to_value(status).ok()?;
+    let changes = match old.map(serde_json::to_value) {
+        Some(Ok(old)) => super::status_diff::diff(&old, &new)?,
+        _ => new,
+    };
+    Some(serde_json::json!({ "metadata": { "uid": uid }, "status": changes }))
 }
 
 struct Writer {
@@ -298,13 +316,17 @@ impl Writer {
             return Outcome::Done;
         }
         let mut wrote = false;
-        let status = hold_terminal_phase(
-            status,
-            w.status.as_ref().or(pod.status.as_ref()),
-            terminated,
-        );
-        if let Some(new) = to_write(w.status.as_ref(), &status) {
-            let patch = status_patch(&target, new);
+        // What the server holds: the status last written, else the one the API gave the pod
+        // (after a restart: a terminal phase there is never written back, and what the new
+        // status lacks is removed).
+        let on_server = w.status.as_ref().or(pod.status.as_ref());
+        let status = hold_terminal_phase(status, on_server, terminated);
+        let patch =
+            to_write(on_server, &status).map(|new| (new, status_patch(&target, on_server, new)));
+        if let Some((new, None)) = patch {
+            // The server holds this already (it differs below what the server stores).
+            w.status = Some(new.clone());
+        } else if let Some((new, Some(patch))) = patch {
             let sent = api
                 .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
                 .await;
@@ -450,6 +472,11 @@ mod tests {
             reason: Some(reason.to_owned()),
             message: Some(format!("{reason} message")),
             container_statuses: Some(Vec::new()),
+            conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: crate::status::DISRUPTION_TARGET.into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
             ..st("Failed")
         };
         let running = st("Running");
@@ -463,6 +490,11 @@ mod tests {
                 "{reason}"
             );
             assert_eq!(held.container_statuses, Some(Vec::new()));
+            assert_eq!(
+                held.conditions,
+                Some(Vec::new()),
+                "DisruptionTarget waits too"
+            );
             // Stopped: the terminal phase goes through.
             let done = hold_terminal_phase(failed(reason), Some(&running), true);
             assert_eq!(done, failed(reason));
@@ -512,8 +544,16 @@ mod tests {
 
     #[test]
     fn the_patch_carries_the_uid_precondition_and_the_status() {
-        let p = status_patch("u-1", &st("Running"));
+        let p = status_patch("u-1", None, &st("Running")).expect("a patch");
         assert_eq!(p["metadata"]["uid"], "u-1");
         assert_eq!(p["status"]["phase"], "Running");
+        let mut running = st("Running");
+        running.pod_ip = Some("10.0.0.1".into());
+        let p = status_patch("u-1", Some(&running), &st("Failed")).expect("a patch");
+        assert_eq!(status_patch("u-1", Some(&running), &running), None);
+        assert_eq!(
+            p["status"],
+            serde_json::json!({"phase": "Failed", "podIP": null})
+        );
     }
 }

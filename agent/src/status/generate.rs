@@ -296,6 +296,24 @@ pub const TERMINATING_REASON: &str = "PodTerminating";
 
 /// A pod being killed: no container is ready, and the Ready and ContainersReady conditions turn
 /// False with reason [`TERMINATING_REASON`] (their transition time kept when they already were).
+/// The condition on a pod the node itself stops (evicted, preempted): Jobs' pod failure
+/// policies and disruption budgets tell such failures from the pod's own by it.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
+/// Sets the pod's `DisruptionTarget` condition: True, reason `TerminationByKubelet`, `message`
+/// saying why (replacing one the status had).
+pub(super) fn disruption_target(status: &mut PodStatus, message: &str, prev: Option<&PodStatus>) {
+    let value = Cond {
+        ok: true,
+        reason: Some("TerminationByKubelet"),
+        message: Some(message.to_owned()),
+    };
+    let cond = condition(DISRUPTION_TARGET, value, prev, &Time(Timestamp::now()));
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    conditions.retain(|c| c.type_ != DISRUPTION_TARGET);
+    conditions.push(cond);
+}
+
 pub(super) fn not_ready(status: &mut PodStatus, prev: Option<&PodStatus>) {
     let now = Time(Timestamp::now());
     for c in status

@@ -12,7 +12,7 @@ mod json;
 #[cfg(test)]
 mod tests;
 
-pub use generate::{generate, generate_probed};
+pub use generate::{DISRUPTION_TARGET, generate, generate_probed};
 
 use crate::pod::{Phase, PodState, annotations, deadline};
 use crate::pod_registry::{Changes, Pods, Rejected};
@@ -53,6 +53,10 @@ impl Entry {
 /// The reason and message of a pod preempted to admit a critical pod (the kubelet's words).
 pub const PREEMPTING: &str = "Preempting";
 pub const PREEMPTED_MESSAGE: &str = "Preempted in order to admit critical pod";
+
+/// The message of the `DisruptionTarget` condition of a pod preempted to admit a critical pod.
+pub const PREEMPTED_BY_KUBELET: &str =
+    "Pod was preempted by Kubelet to accommodate a critical pod.";
 
 /// The reason of an evicted pod's status.
 pub const EVICTED: &str = "Evicted";
@@ -256,6 +260,12 @@ impl StatusManager {
                 status.phase = Some(crate::pod::Phase::Failed.as_str().to_owned());
                 status.reason = Some((*reason).to_owned());
                 status.message = Some(message.clone());
+                let why = if *reason == PREEMPTING {
+                    PREEMPTED_BY_KUBELET
+                } else {
+                    message
+                };
+                generate::disruption_target(&mut status, why, Some(&entry.status));
             }
             if Phase::of(status.phase.as_deref()) == Some(Phase::Running) && !entry.running_observed
             {

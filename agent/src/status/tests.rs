@@ -943,3 +943,45 @@ fn host_ips_are_the_nodes_addresses_primary_first() {
     let st = generate(&host, &state, &HashMap::new(), None, &[]);
     assert_eq!((st.host_ip, st.host_ips, st.pod_ip), (None, None, None));
 }
+
+#[test]
+fn evicted_and_preempted_pods_carry_the_disruption_target_condition() {
+    let (r, m) = manager();
+    let target = |m: &StatusManager, uid: &str| {
+        m.pod_status(uid)
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == DISRUPTION_TARGET)
+            .map(|c| {
+                (
+                    c.status,
+                    c.reason.unwrap_or_default(),
+                    c.message.unwrap_or_default(),
+                )
+            })
+    };
+    let running = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+    for uid in ["ev", "pre", "plain"] {
+        r.set_pod(uid, Arc::new(pod("Always", vec![], vec![spec("a", false)])));
+        m.update(uid, &running, &HashMap::new());
+    }
+    assert!(m.evict("ev", "The node was low on resource: memory."));
+    assert!(m.evict_as("pre", PREEMPTING, PREEMPTED_MESSAGE));
+    for uid in ["ev", "pre", "plain"] {
+        m.update(uid, &running, &HashMap::new());
+    }
+    let by_kubelet = |msg: &str| {
+        Some((
+            "True".to_owned(),
+            "TerminationByKubelet".to_owned(),
+            msg.to_owned(),
+        ))
+    };
+    assert_eq!(
+        target(&m, "ev"),
+        by_kubelet("The node was low on resource: memory.")
+    );
+    assert_eq!(target(&m, "pre"), by_kubelet(PREEMPTED_BY_KUBELET));
+    assert_eq!(target(&m, "plain"), None);
+}
