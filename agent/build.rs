@@ -2,6 +2,11 @@
 //! the nightly toolchain through aya-build, into `$OUT_DIR/swiftlet-ebpf`, which
 //! `swiftlet::ebpf` embeds. With the `ebpf` feature (the default) a missing prerequisite fails
 //! the build and names the fix; without it nothing is built (the agent then has no probes).
+//!
+//! It also sets `SWIFTLET_VERSION`, the version swiftlet reports (`kubeletVersion`, `--version`):
+//! the Kubernetes version whose API the build implements, read from the k8s-openapi version
+//! feature the workspace enables (k8s-openapi's build script publishes it to its dependents), as
+//! `v1.<minor>.0`, then `+swiftlet-<crate version>` (see `swiftlet::VERSION`).
 
 use std::{
     env,
@@ -26,6 +31,7 @@ fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-changed={}", toolchain_file.display());
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=PATH");
+    println!("cargo:rustc-env=SWIFTLET_VERSION={}", version()?);
     if env::var_os("CARGO_FEATURE_EBPF").is_none() {
         return Ok(());
     }
@@ -58,6 +64,23 @@ fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `v<major>.<minor>.0+swiftlet-<crate version>`: the Kubernetes version of the k8s-openapi
+/// feature enabled, which k8s-openapi's build script gives its dependents as the metadata
+/// `version` (`0x00MMmm00`: major, minor), seen here as `DEP_K8S_OPENAPI_<its version>_VERSION`.
+fn version() -> anyhow::Result<String> {
+    let encoded = env::vars()
+        .find(|(k, _)| k.starts_with("DEP_K8S_OPENAPI_") && k.ends_with("_VERSION"))
+        .map(|(_, v)| v)
+        .context("k8s-openapi published no Kubernetes version (DEP_K8S_OPENAPI_*_VERSION)")?;
+    let n: u32 = encoded
+        .trim()
+        .parse()
+        .with_context(|| format!("k8s-openapi's Kubernetes version {encoded:?} is not a number"))?;
+    let (major, minor) = ((n >> 16) & 0xff, (n >> 8) & 0xff);
+    let crate_version = env::var("CARGO_PKG_VERSION").context("CARGO_PKG_VERSION not set")?;
+    Ok(format!("v{major}.{minor}.0+swiftlet-{crate_version}"))
 }
 
 /// The dated nightly channel of `agent-ebpf/rust-toolchain.toml` (its `channel = "..."` line).

@@ -95,7 +95,7 @@ pub enum Error {
 /// These are the flags with no config-file field; [`KubeletConfiguration`]'s flags are added to
 /// them by [`command`].
 #[derive(Debug, Parser, Default)]
-#[command(name = "swiftlet", version, about, long_about = None)]
+#[command(name = "swiftlet", version = crate::VERSION, about, long_about = None)]
 pub struct Flags {
     /// KubeletConfiguration file (YAML). docs/configuration.md lists every field swiftlet reads
     /// and the flag that overrides it; a flag given on the command line wins over the file.
@@ -938,6 +938,7 @@ impl AgentConfig {
         let max_pods = cfg.max_pods.unwrap_or(110);
         let node = crate::node::Config {
             node_name: node_name.clone(),
+            hostname: node_name.clone(),
             register: cfg.register_node.unwrap_or(true),
             labels: crate::node::parse_labels(&joined(cfg.node_labels))?,
             taints: crate::node::parse_taints(&joined(cfg.register_with_taints))?,
@@ -1445,6 +1446,8 @@ mod tests {
         assert_eq!(cfg.read_only_port, 0);
         assert_eq!(cfg.healthz_port, 2222);
         assert_eq!(cfg.node_name, "node-a");
+        // The override is also the Node's Hostname address, lowercased as the kubelet does.
+        assert_eq!(cfg.node.hostname, "node-a");
         assert_eq!(cfg.file_check_frequency, Duration::from_secs(5));
         assert_eq!(cfg.cgroup_root, "/");
         assert!(cfg.cgroups_per_qos);

@@ -407,6 +407,99 @@ fn an_unchanged_status_is_written_only_at_the_report_frequency() {
     );
 }
 
+/// Whether `version` is `v1.<minor>.<patch>+swiftlet-...`: the Kubernetes version whose API the
+/// agent implements, then its own after the `+`.
+fn is_kubernetes_version_with_swiftlets(version: &str) -> bool {
+    let Some((kubernetes, swiftlet)) = version.split_once('+') else {
+        return false;
+    };
+    let parts: Vec<&str> = kubernetes.split('.').collect();
+    parts.len() == 3
+        && parts[0] == "v1"
+        && parts[1..]
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        && swiftlet.starts_with("swiftlet-")
+}
+
+/// The Node says what the kubelet's says: an extended resource another component advertised in
+/// the Node's capacity (as `kubectl patch node --subresource=status` or a device plugin's
+/// kubelet puts it there) becomes allocatable, and leaves allocatable when it leaves capacity;
+/// the Hostname address is `--hostname-override`, not the machine's host name; `kubeletVersion`
+/// is the Kubernetes version swiftlet implements with swiftlet's after a `+`.
+#[test]
+fn the_node_reports_extended_resources_the_hostname_override_and_the_kubernetes_version() {
+    let Some((c, name, _dir)) = ready_node("node-facts", "5m") else {
+        return;
+    };
+    let node = c.server.node(&name).expect("the node");
+    let status = node.status.clone().expect("a status");
+    let machine = swiftlet::cm::hostname().expect("the host name");
+    assert_ne!(
+        machine.to_lowercase(),
+        name,
+        "the override differs from the host name"
+    );
+    let hostnames: Vec<String> = status
+        .addresses
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a.type_ == "Hostname")
+        .map(|a| a.address)
+        .collect();
+    assert_eq!(
+        hostnames,
+        std::slice::from_ref(&name),
+        "the Hostname address is the override"
+    );
+    let version = status.node_info.expect("nodeInfo").kubelet_version;
+    assert!(is_kubernetes_version_with_swiftlets(&version), "{version}");
+    assert_eq!(version, swiftlet::VERSION);
+    assert!(!is_kubernetes_version_with_swiftlets("v0.1.0+swiftlet"));
+
+    let client = c.tokio.block_on(async { c.server.client() });
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    let patch = |capacity: serde_json::Value| {
+        c.tokio
+            .block_on(nodes.patch_status(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&serde_json::json!({"status": {"capacity": capacity}})),
+            ))
+            .expect("patching the Node's capacity");
+    };
+    let resources = |node: &Node| {
+        let s = node.status.clone().unwrap_or_default();
+        (
+            s.capacity.unwrap_or_default(),
+            s.allocatable.unwrap_or_default(),
+        )
+    };
+    patch(serde_json::json!({"example.com/dongle": "4"}));
+    let node = eventually(&c.agent, "the dongles to be allocatable", || {
+        c.server.node(&name).filter(|n| {
+            resources(n)
+                .1
+                .get("example.com/dongle")
+                .map(|q| q.0.as_str())
+                == Some("4")
+        })
+    });
+    let (capacity, allocatable) = resources(&node);
+    assert_eq!(capacity["example.com/dongle"].0, "4", "capacity is kept");
+    assert_eq!(
+        capacity["cpu"], allocatable["cpu"],
+        "the agent's own numbers stay"
+    );
+    patch(serde_json::json!({"example.com/dongle": null}));
+    eventually(&c.agent, "the dongles to leave allocatable", || {
+        c.server
+            .node(&name)
+            .filter(|n| !resources(n).1.contains_key("example.com/dongle"))
+    });
+}
+
 /// The status writes merge: a condition and an address another component put on the Node
 /// (the network plugin's `NetworkUnavailable`, a cloud controller's `ExternalIP`) survive ten
 /// of the agent's status writes, while the agent's own conditions go on being written.

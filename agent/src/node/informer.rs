@@ -1,7 +1,9 @@
 //! The agent's own Node as the API server has it, watched (a list, then a watch of the one
 //! object, as the kubelet's node informer): labels and taints set through the API (`kubectl
-//! label node`, `kubectl taint node`) reach admission at once, and a deleted Node prompts the
-//! status loop to register it again without waiting for its next status write.
+//! label node`, `kubectl taint node`) reach admission at once, its capacity and allocatable reach
+//! the status loop (resources other components advertise in capacity become allocatable), and a
+//! deleted Node prompts the status loop to register it again without waiting for its next status
+//! write.
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -17,11 +19,13 @@ use crate::metrics::Metrics;
 use crate::pod::admission;
 
 /// Watches the Node `name` until `cancel`: its labels and taints into `admission` (when they
-/// differ from what it holds), its deletion into `gone`.
+/// differ from what it holds), its capacity and allocatable into `stored` (emptied when it is
+/// deleted), its deletion into `gone`.
 pub async fn run(
     api: Api<Node>,
     name: String,
     admission: watch::Sender<admission::Node>,
+    stored: watch::Sender<super::status::Stored>,
     gone: Arc<Notify>,
     metrics: Metrics,
     cancel: CancellationToken,
@@ -35,9 +39,18 @@ pub async fn run(
         };
         match next {
             None => return,
-            Some(Ok(Event::Apply(node) | Event::InitApply(node))) => seen(&node, &admission),
+            Some(Ok(Event::Apply(node) | Event::InitApply(node))) => {
+                seen(&node, &admission);
+                let resources = super::status::Stored::of(&node);
+                stored.send_if_modified(|held| {
+                    let changed = *held != resources;
+                    *held = resources;
+                    changed
+                });
+            }
             Some(Ok(Event::Delete(_))) => {
                 tracing::info!(node = name, "the Node was deleted from the API server");
+                stored.send_replace(super::status::Stored::default());
                 gone.notify_one();
             }
             Some(Ok(Event::Init | Event::InitDone)) => {}

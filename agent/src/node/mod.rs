@@ -67,6 +67,10 @@ pub fn admission_node(cfg: &Config, machine: &status::Machine) -> crate::pod::ad
 #[derive(Debug, Clone, Default)]
 pub struct Config {
     pub node_name: String,
+    /// The node's hostname, its `Hostname` address: `--hostname-override` when given, else the
+    /// machine's host name, lowercased (the kubelet's rule; the node name is the same without a
+    /// cloud provider, which swiftlet never has).
+    pub hostname: String,
     /// `--register-node`: create the Node (else only an existing one's status is kept).
     pub register: bool,
     /// `--node-labels`.
@@ -308,6 +312,8 @@ impl Inputs {
             runtime_version,
             addresses,
             images,
+            // Set by the status loop, which holds the Node watch's view.
+            stored: status::Stored::default(),
         }
     }
 }
@@ -360,10 +366,24 @@ async fn sleep(d: Duration, cancel: &CancellationToken) -> bool {
 /// `capacity` merge key by key. `addresses` are sent only when they differ from `prev` (the
 /// status last written; `None`: nothing written yet), and then whole, with the `replace`
 /// directive: their schema's merge key `type` is not unique (two `InternalIP`s would merge into
-/// one).
-fn status_patch(prev: Option<&NodeStatus>, new: &NodeStatus) -> serde_json::Value {
+/// one). Each resource of `removed` is deleted from `allocatable` (a `null`).
+fn status_patch(
+    prev: Option<&NodeStatus>,
+    new: &NodeStatus,
+    removed: &[String],
+) -> serde_json::Value {
     let mut status = serde_json::to_value(new).unwrap_or_default();
     if let Some(fields) = status.as_object_mut() {
+        if !removed.is_empty() {
+            let allocatable = fields
+                .entry("allocatable")
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(map) = allocatable.as_object_mut() {
+                for name in removed {
+                    map.insert(name.clone(), serde_json::Value::Null);
+                }
+            }
+        }
         let addresses = fields.remove("addresses");
         if prev.is_none_or(|p| p.addresses != new.addresses) {
             let mut list = vec![serde_json::json!({"$patch": "replace"})];
@@ -394,6 +414,8 @@ struct NodeStatusLoop {
     last: Option<(NodeStatus, tokio::time::Instant)>,
     /// Notified when the Node is deleted from the API server.
     gone: Arc<Notify>,
+    /// The Node's capacity and allocatable as the API server has them ([`informer`]).
+    stored: watch::Receiver<status::Stored>,
 }
 
 impl NodeStatusLoop {
@@ -406,7 +428,7 @@ impl NodeStatusLoop {
         let mut backoff = REGISTER_FIRST;
         loop {
             let outcome = if self.cfg.register {
-                let observed = self.inputs.observe(&self.cfg).await;
+                let observed = self.observe().await;
                 let mut node = status::initial_node(&self.cfg, &self.machine);
                 let first =
                     status::node_status(&self.cfg, &self.machine, &observed, None, &Self::now());
@@ -443,18 +465,27 @@ impl NodeStatusLoop {
         }
     }
 
+    /// What the status is computed from: the inputs' observations and the Node as stored.
+    async fn observe(&self) -> status::Observed {
+        let mut observed = self.inputs.observe(&self.cfg).await;
+        observed.stored = self.stored.borrow().clone();
+        observed
+    }
+
     /// Computes the status and writes it when due. `Err` with the Node gone: join again.
     async fn update(&mut self) -> Result<(), ()> {
-        let observed = self.inputs.observe(&self.cfg).await;
+        let observed = self.observe().await;
         let prev = self.last.as_ref().map(|(s, _)| s);
         let new = status::node_status(&self.cfg, &self.machine, &observed, prev, &Self::now());
-        let due = self.last.as_ref().is_none_or(|(s, at)| {
-            status::changed(s, &new) || at.elapsed() >= self.cfg.status_report_frequency
-        });
+        let removed = status::stale_allocatable(&observed.stored, &new);
+        let due = !removed.is_empty()
+            || self.last.as_ref().is_none_or(|(s, at)| {
+                status::changed(s, &new) || at.elapsed() >= self.cfg.status_report_frequency
+            });
         if !due {
             return Ok(());
         }
-        let patch = status_patch(prev, &new);
+        let patch = status_patch(prev, &new, &removed);
         let name = &self.cfg.node_name;
         let sent = self
             .heartbeats
@@ -571,10 +602,12 @@ pub async fn run(
         cancel.clone(),
     );
     let gone = Arc::new(Notify::new());
+    let (stored_tx, stored) = watch::channel(status::Stored::default());
     let informer = informer::run(
         Api::all(client.clone()),
         cfg.node_name.clone(),
         inputs.admission.clone(),
+        stored_tx,
         gone.clone(),
         inputs.metrics.clone(),
         cancel.clone(),
@@ -588,6 +621,7 @@ pub async fn run(
         owner: owner_tx,
         last: None,
         gone,
+        stored,
     };
     tokio::join!(leases, pods, informer, node.run(cancel));
 }
@@ -613,7 +647,7 @@ mod tests {
             ..Default::default()
         };
         let a = status(vec![address("10.0.0.1"), address("10.0.0.2")]);
-        let first = status_patch(None, &a);
+        let first = status_patch(None, &a, &[]);
         assert_eq!(
             first["status"]["addresses"],
             serde_json::json!([
@@ -623,11 +657,18 @@ mod tests {
             ])
         );
         assert_eq!(first["status"]["conditions"][0]["type"], "Ready");
-        let same = status_patch(Some(&a), &a);
+        let same = status_patch(Some(&a), &a, &[]);
         assert!(same["status"].get("addresses").is_none(), "{same}");
         assert_eq!(same["status"]["conditions"][0]["type"], "Ready");
-        let moved = status_patch(Some(&a), &status(vec![address("10.0.0.3")]));
+        let moved = status_patch(Some(&a), &status(vec![address("10.0.0.3")]), &[]);
         assert_eq!(moved["status"]["addresses"][1]["address"], "10.0.0.3");
+        assert!(moved["status"].get("allocatable").is_none(), "{moved}");
+        // An extended resource whose capacity is gone is deleted from allocatable.
+        let removed = status_patch(Some(&a), &a, &["example.com/dongle".to_owned()]);
+        assert_eq!(
+            removed["status"]["allocatable"],
+            serde_json::json!({"example.com/dongle": null})
+        );
     }
 
     #[test]

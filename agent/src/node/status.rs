@@ -27,7 +27,6 @@ pub struct Machine {
     pub os_image: String,
     /// The architecture in Go's naming (`amd64`, `arm64`), as node labels and nodeInfo use it.
     pub architecture: String,
-    pub hostname: String,
     /// Pre-allocated huge pages: (resource name such as `hugepages-2Mi`, bytes).
     pub hugepages: Vec<(String, u64)>,
 }
@@ -66,7 +65,6 @@ pub fn go_arch(arch: &str) -> String {
 impl Machine {
     /// Reads the machine: CPUs, memory, the root directory's file system, IDs, kernel, OS.
     pub fn read(root_dir: &Path) -> Self {
-        let hostname = crate::cm::hostname().unwrap_or_default();
         Self {
             cpus: crate::cm::machine_cpus(),
             memory_bytes: crate::cm::machine_memory_bytes().unwrap_or(0),
@@ -77,7 +75,6 @@ impl Machine {
             kernel_version: first_line("/proc/sys/kernel/osrelease"),
             os_image: os_image(&std::fs::read_to_string("/etc/os-release").unwrap_or_default()),
             architecture: go_arch(std::env::consts::ARCH),
-            hostname,
             hugepages: hugepages(Path::new("/sys/kernel/mm/hugepages")),
         }
     }
@@ -263,6 +260,62 @@ pub fn resources(
     (capacity, allocatable)
 }
 
+/// The Node's `status.capacity` and `status.allocatable` as the API server holds them (the Node
+/// watch's last sight): other components advertise resources swiftlet does not count itself
+/// by patching them into the Node's capacity (extended resources such as `example.com/dongle`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stored {
+    pub capacity: BTreeMap<String, Quantity>,
+    pub allocatable: BTreeMap<String, Quantity>,
+}
+
+impl Stored {
+    /// The resources of `node`'s status.
+    pub fn of(node: &Node) -> Self {
+        let status = node.status.as_ref();
+        Self {
+            capacity: status.and_then(|s| s.capacity.clone()).unwrap_or_default(),
+            allocatable: status
+                .and_then(|s| s.allocatable.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Whether `name` is an extended resource: a name outside the `kubernetes.io` domains with a
+/// domain prefix (`example.com/dongle`), not a quota's `requests.` name, as the kubelet tells
+/// them apart from native resources (`cpu`, `hugepages-2Mi`, `kubernetes.io/...`).
+pub fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
+/// The resources of the Node's capacity that swiftlet does not count itself (`own`: its
+/// capacity), carried into allocatable whole, as the kubelet computes allocatable from every
+/// resource of the Node's capacity: the reservations and eviction thresholds only concern cpu,
+/// memory and ephemeral storage, which swiftlet counts.
+fn carried(own: &BTreeMap<String, Quantity>, stored: &Stored) -> BTreeMap<String, Quantity> {
+    stored
+        .capacity
+        .iter()
+        .filter(|(name, _)| !own.contains_key(*name))
+        .map(|(name, q)| (name.clone(), q.clone()))
+        .collect()
+}
+
+/// The extended resources the API server's allocatable still has that `new` (the allocatable
+/// computed) does not: their capacity is gone, so the status write removes them, as the kubelet
+/// removes an extended resource from allocatable once it is no longer in capacity.
+pub fn stale_allocatable(stored: &Stored, new: &NodeStatus) -> Vec<String> {
+    let empty = BTreeMap::new();
+    let new = new.allocatable.as_ref().unwrap_or(&empty);
+    stored
+        .allocatable
+        .keys()
+        .filter(|k| is_extended_resource(k) && !new.contains_key(*k))
+        .cloned()
+        .collect()
+}
+
 /// What was observed for one status: the runtime's and the PLEG's problems (none: ready), the
 /// pressure conditions the eviction manager holds, the runtime's version.
 #[derive(Debug, Clone, Default)]
@@ -276,9 +329,12 @@ pub struct Observed {
     pub addresses: Vec<IpAddr>,
     /// The runtime's images, when it answered.
     pub images: Option<Vec<k8s_cri::v1::Image>>,
+    /// The Node's resources as the API server has them.
+    pub stored: Stored,
 }
 
-/// The node's addresses: `--node-ip` (or the machine's) as InternalIP, then the Hostname.
+/// The node's addresses: `--node-ip` (or the machine's) as InternalIP, then `hostname` (the
+/// node's hostname, `--hostname-override` when given) as Hostname, as the kubelet lists them.
 pub fn addresses(ips: &[IpAddr], hostname: &str) -> Vec<NodeAddress> {
     let mut out: Vec<NodeAddress> = ips
         .iter()
@@ -363,7 +419,11 @@ pub fn node_status(
     prev: Option<&NodeStatus>,
     now: &Time,
 ) -> NodeStatus {
-    let (capacity, allocatable) = resources(cfg, machine);
+    let (capacity, mut allocatable) = resources(cfg, machine);
+    // The other resources of the Node's capacity are allocatable too; they are not written to
+    // capacity, which their owners keep (writing back what was last seen could undo a newer
+    // value).
+    allocatable.extend(carried(&capacity, &observed.stored));
     let mut conditions: Vec<NodeCondition> = PRESSURE
         .iter()
         .map(|(type_, on, off)| {
@@ -401,7 +461,7 @@ pub fn node_status(
         images: Some(images),
         allocatable: Some(allocatable),
         conditions: Some(conditions),
-        addresses: Some(addresses(&observed.addresses, &machine.hostname)),
+        addresses: Some(addresses(&observed.addresses, &cfg.hostname)),
         daemon_endpoints: Some(NodeDaemonEndpoints {
             kubelet_endpoint: Some(DaemonEndpoint {
                 port: i32::from(cfg.kubelet_port),
@@ -414,18 +474,13 @@ pub fn node_status(
             kernel_version: machine.kernel_version.clone(),
             os_image: machine.os_image.clone(),
             container_runtime_version: runtime_version,
-            kubelet_version: version(),
+            kubelet_version: crate::VERSION.to_owned(),
             operating_system: "linux".to_owned(),
             architecture: machine.architecture.clone(),
             ..Default::default()
         }),
         ..Default::default()
     }
-}
-
-/// swiftlet's version as `kubeletVersion` (semantic-version shaped, as clients parse it).
-pub fn version() -> String {
-    format!("v{}+swiftlet", env!("CARGO_PKG_VERSION"))
 }
 
 /// Whether `new` says something `old` did not, heartbeat times aside (the kubelet writes an
@@ -448,6 +503,7 @@ mod tests {
     fn cfg() -> Config {
         Config {
             node_name: "n1".into(),
+            hostname: "n1".into(),
             max_pods: 110,
             kubelet_port: 10250,
             ..Config::default()
@@ -460,7 +516,6 @@ mod tests {
             memory_bytes: 8 << 30,
             ephemeral_bytes: 100 << 30,
             architecture: "amd64".into(),
-            hostname: "host-1".into(),
             ..Machine::default()
         }
     }
@@ -499,6 +554,80 @@ mod tests {
             alloc["ephemeral-storage"].0,
             bytes_quantity((100u64 << 30) - (100u64 << 30) / 10).0
         );
+    }
+
+    #[test]
+    fn resources_of_the_nodes_capacity_that_swiftlet_does_not_count_are_allocatable() {
+        let q = |s: &str| Quantity(s.to_owned());
+        let stored = Stored {
+            capacity: BTreeMap::from([
+                ("example.com/dongle".to_owned(), q("4")),
+                // swiftlet's own resources are its own numbers, whatever the Node says.
+                ("cpu".to_owned(), q("999")),
+                ("memory".to_owned(), q("1Ki")),
+            ]),
+            allocatable: BTreeMap::from([
+                ("example.com/dongle".to_owned(), q("4")),
+                ("example.com/gone".to_owned(), q("1")),
+                ("hugepages-32Mi".to_owned(), q("0")),
+            ]),
+        };
+        let observed = Observed {
+            stored: stored.clone(),
+            ..Observed::default()
+        };
+        let s = node_status(&cfg(), &machine(), &observed, None, &at(1));
+        let (capacity, allocatable) = (s.capacity.clone().unwrap(), s.allocatable.clone().unwrap());
+        assert_eq!(allocatable["example.com/dongle"], q("4"));
+        assert_eq!(allocatable["cpu"], q("4"));
+        assert_eq!(allocatable["memory"], bytes_quantity(8 << 30));
+        assert!(
+            !capacity.contains_key("example.com/dongle"),
+            "capacity is left to the resource's owner"
+        );
+        // An extended resource gone from capacity is removed from allocatable; a native one is
+        // not (the kubelet's rule).
+        assert_eq!(stale_allocatable(&stored, &s), ["example.com/gone"]);
+        let without = Observed::default();
+        let s = node_status(&cfg(), &machine(), &without, None, &at(2));
+        assert!(!s.allocatable.unwrap().contains_key("example.com/dongle"));
+        assert_eq!(
+            stale_allocatable(
+                &stored,
+                &node_status(&cfg(), &machine(), &without, None, &at(3))
+            ),
+            ["example.com/dongle", "example.com/gone"]
+        );
+        for (name, extended) in [
+            ("example.com/dongle", true),
+            ("nvidia.com/gpu", true),
+            ("cpu", false),
+            ("hugepages-2Mi", false),
+            ("kubernetes.io/something", false),
+            ("requests.example.com/x", false),
+        ] {
+            assert_eq!(is_extended_resource(name), extended, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_hostname_address_is_the_configured_hostname() {
+        let c = Config {
+            hostname: "override-name".into(),
+            ..cfg()
+        };
+        let obs = Observed {
+            addresses: vec!["10.0.0.5".parse().unwrap()],
+            ..Observed::default()
+        };
+        let s = node_status(&c, &machine(), &obs, None, &at(1));
+        let addresses = s.addresses.clone().unwrap_or_default();
+        assert_eq!(addresses.len(), 2, "{addresses:?}");
+        assert_eq!(
+            (addresses[1].type_.as_str(), addresses[1].address.as_str()),
+            ("Hostname", "override-name")
+        );
+        assert_eq!(s.node_info.unwrap().kubelet_version, crate::VERSION);
     }
 
     #[test]
