@@ -623,13 +623,11 @@ impl Relister {
         let new: HashMap<String, RelistEntry> = listed
             .iter()
             .map(|(uid, (sandboxes, containers))| {
-                let mut e = RelistEntry {
-                    sandboxes: sandboxes.iter().map(|s| (s.id.clone(), s.state)).collect(),
-                    containers: containers.clone(),
-                };
-                e.sandboxes.sort();
-                e.containers.sort();
-                (uid.clone(), e)
+                let sandboxes = sandboxes.iter().map(|s| (s.id.clone(), s.state)).collect();
+                (
+                    uid.clone(),
+                    RelistEntry::sorted(sandboxes, containers.clone()),
+                )
             })
             .collect();
         {

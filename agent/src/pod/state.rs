@@ -111,21 +111,16 @@ impl PodState {
 
     /// The relist summary of this state: what a relist would have listed for the pod.
     pub fn relist_entry(&self) -> RelistEntry {
-        let mut entry = RelistEntry {
-            sandboxes: self
-                .sandboxes
+        RelistEntry::sorted(
+            self.sandboxes
                 .iter()
                 .map(|s| (s.id.clone(), s.state))
                 .collect(),
-            containers: self
-                .containers
+            self.containers
                 .iter()
                 .map(|c| (c.id.clone(), c.state))
                 .collect(),
-        };
-        entry.sandboxes.sort();
-        entry.containers.sort();
-        entry
+        )
     }
 }
 
@@ -173,6 +168,19 @@ pub type ListedPod = (Vec<api::PodSandbox>, Vec<(String, i32)>);
 pub struct RelistEntry {
     pub sandboxes: Vec<(String, i32)>,
     pub containers: Vec<(String, i32)>,
+}
+
+impl RelistEntry {
+    /// The entry of these sandboxes and containers (id, state), in id order: entries compare
+    /// equal whatever order the runtime listed them in.
+    pub fn sorted(mut sandboxes: Vec<(String, i32)>, mut containers: Vec<(String, i32)>) -> Self {
+        sandboxes.sort();
+        containers.sort();
+        Self {
+            sandboxes,
+            containers,
+        }
+    }
 }
 
 /// Whether the pod's sandbox must be (re)created, with the attempt number and the newest
