@@ -409,7 +409,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         let inputs = crate::node::Inputs {
             cri: runtime.cri().clone(),
             health: runtime_state.clone(),
-            pressure: pressure_rx,
+            pressure: pressure_rx.clone(),
             metrics: metrics.clone(),
             status: status.clone(),
             mirrors: mirrors.clone(),
@@ -455,6 +455,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         tracer,
         max_pods: cfg.max_pods as usize,
         node: admission_rx,
+        pressure: pressure_rx,
     };
     tracker.spawn(sync_loop.run(cancel.clone()));
     tracing::info!(node = %cfg.node_name, "swiftlet started");

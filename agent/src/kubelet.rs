@@ -74,6 +74,9 @@ pub struct SyncLoop<S: PodSyncer = WorkerContext> {
     /// The node as admission sees it (labels, taints, allocatable cpu and memory); the node
     /// module keeps its labels and taints those of the Node in the API server.
     pub node: tokio::sync::watch::Receiver<crate::pod::admission::Node>,
+    /// The node conditions the eviction manager holds under pressure, sorted: admission refuses
+    /// pods under them (`pod::admission::admit_under_pressure`).
+    pub pressure: tokio::sync::watch::Receiver<Vec<&'static str>>,
 }
 
 fn uid_of(pod: &PodRef) -> Option<String> {
@@ -159,8 +162,8 @@ impl<S: PodSyncer> SyncLoop<S> {
                 // In creation-time order (a stable sort: the source's order among equals). The
                 // pods may be packed: only the ones admitted are decoded, one at a time.
                 list.sort_by_key(|p| p.metadata().creation_timestamp.as_ref().map(|t| t.0));
-                // Active pods: admitted, not rejected, not finished.
-                let mut used = self.status.count_active(pods.keys());
+                // Pods holding resources: admitted, not rejected, not terminated.
+                let mut used = self.status.holding_resources(pods.keys()).len();
                 for pod in list {
                     let Some(uid) = uid_of(&pod) else { continue };
                     // A rejected pod stays rejected, kept as its source has it now.
@@ -171,7 +174,11 @@ impl<S: PodSyncer> SyncLoop<S> {
                     let Some(whole_pod) = whole(pod.clone()) else {
                         continue;
                     };
-                    if !known {
+                    // A pod its source shows finished already (an API pod that ended before an
+                    // agent restart) is not judged and holds nothing, as in the kubelet: its
+                    // worker only finishes it.
+                    let finished = crate::pod::source_phase_is_terminal(&whole_pod);
+                    if !known && !finished {
                         match self.admit(pods, &whole_pod, used) {
                             Ok(preempted) => self.sync_now(pods, preempted),
                             Err(why) => {
@@ -182,7 +189,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     }
                     let pod = whole_pod;
                     pods.insert(uid.clone(), pod.clone());
-                    used += usize::from(!known);
+                    used += usize::from(!known && !finished);
                     self.registry.set_pod(&uid, pod.clone());
                     self.tracer.pod_admitted(&uid, &pod);
                     self.workers
@@ -249,8 +256,10 @@ impl<S: PodSyncer> SyncLoop<S> {
         }
     }
 
-    /// The kubelet's admission (`pod::admission`) of a new pod beside the pods admitted and
-    /// neither finished nor being evicted (`used` of them count against `--max-pods`): the pod
+    /// The kubelet's admission (`pod::admission`) of a new pod: first the eviction manager's
+    /// (node pressure refuses pods), then beside the pods holding resources
+    /// (`StatusManager::holding_resources`: admitted and not yet terminated, whether finished,
+    /// evicted or preempted; `used` of them count against `--max-pods`): the pod
     /// count (OutOfpods), resources against allocatable, node selector and affinity, node name,
     /// host ports, NoExecute taints. A critical pod refused only for want of pods, cpu or memory
     /// is admitted by preempting others ([`SyncLoop::preempt`]); their UIDs are returned.
@@ -260,11 +269,14 @@ impl<S: PodSyncer> SyncLoop<S> {
         pod: &Pod,
         used: usize,
     ) -> Result<Vec<String>, crate::pod::admission::Rejection> {
-        use crate::pod::admission::{Rejection, admit};
-        let active: Vec<(&String, &Pod)> = pods
-            .iter()
-            .filter(|(uid, _)| !self.status.is_terminal(uid) && !self.status.is_evicted(uid))
-            .map(|(uid, p)| (uid, p.as_ref()))
+        use crate::pod::admission::{Rejection, admit, admit_under_pressure};
+        // The eviction manager's admission comes first, as in the kubelet.
+        admit_under_pressure(pod, &self.pressure.borrow())?;
+        let active: Vec<(&String, &Pod)> = self
+            .status
+            .holding_resources(pods.keys())
+            .into_iter()
+            .filter_map(|uid| Some((uid, pods.get(uid)?.as_ref())))
             .collect();
         let node = self.node.borrow().clone();
         let refusal = if used >= self.max_pods {
@@ -292,7 +304,9 @@ impl<S: PodSyncer> SyncLoop<S> {
     /// Makes room for the critical `pod` as the kubelet's critical pod admission does: a
     /// predicate other than resources that fails is the rejection; else the pods to preempt are
     /// picked among `active` (`pod::admission::preemption_victims`) and marked evicted (phase
-    /// Failed, reason `Preempting`), and their UIDs returned. When no set of pods frees enough,
+    /// Failed, reason `Preempting`), and their UIDs returned. A pod being stopped already
+    /// (evicted or preempted earlier, still holding its resources) can be picked: it frees them
+    /// as it ends and is not marked again. When no set of pods frees enough,
     /// the rejection is the kubelet's `UnexpectedAdmissionError`, and nothing is preempted.
     fn preempt(
         &self,
@@ -321,6 +335,11 @@ impl<S: PodSyncer> SyncLoop<S> {
         let is_victim = |p: &Pod| victims.iter().any(|v| std::ptr::eq(*v, p));
         let mut preempted = Vec::new();
         for (uid, victim) in active.iter().filter(|(_, p)| is_victim(p)) {
+            if self.status.is_evicted(uid) {
+                // Already being stopped (evicted or preempted before): what it holds is freed
+                // as it ends.
+                continue;
+            }
             tracing::warn!(
                 pod = %crate::pod::full_name(victim),
                 critical_pod = %crate::pod::full_name(pod),
@@ -468,6 +487,7 @@ mod tests {
         fake: Fake,
         status: StatusManager,
         pods: crate::pod_registry::Pods,
+        pressure: tokio::sync::watch::Sender<Vec<&'static str>>,
         _cancel: tokio_util::sync::DropGuard,
     }
 
@@ -494,6 +514,7 @@ mod tests {
             crate::pod::probe_results::Results::default(),
             Vec::new(),
         );
+        let (pressure, pressure_rx) = tokio::sync::watch::channel(Vec::new());
         let sync_loop = SyncLoop {
             config_rx,
             sources_ready: SourcesReady::default(),
@@ -510,6 +531,7 @@ mod tests {
             metrics,
             max_pods,
             node: tokio::sync::watch::channel(crate::pod::admission::Node::default()).1,
+            pressure: pressure_rx,
         };
         tokio::spawn(sync_loop.run(cancel.clone()));
         Running {
@@ -519,6 +541,7 @@ mod tests {
             fake,
             status,
             pods,
+            pressure,
             _cancel: cancel.drop_guard(),
         }
     }
@@ -607,6 +630,72 @@ mod tests {
         r.config_tx.send(u3(Op::Remove)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(r.status.status("u3").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_evicted_pod_holds_its_slot_until_its_worker_terminated_it() {
+        let r = start_with(Inner::default(), 1);
+        r.config_tx.send(add(pod("u1", "a"))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            r.status
+                .evict("u1", "The node was low on resource: memory. ")
+        );
+        // Its worker's next status shows it Failed while its containers are being stopped.
+        let state = crate::pod::PodState::default();
+        r.status.update("u1", &state, &HashMap::new());
+        assert!(r.status.is_terminal("u1"));
+        r.config_tx.send(add(pod("u2", "b"))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let reason = |uid| r.status.status(uid).and_then(|s| s.reason);
+        assert_eq!(reason("u2").as_deref(), Some("OutOfpods"), "u1 still runs");
+        assert!(r.fake.syncs_of("u2").is_empty());
+        // Its worker stopped it: the slot is free.
+        r.status.terminated("u1");
+        r.config_tx.send(add(pod("u3", "c"))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(r.fake.syncs_of("u3").len(), 1);
+        assert_eq!(reason("u3"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_its_source_shows_finished_is_not_judged_and_holds_no_slot() {
+        let r = start_with(Inner::default(), 1);
+        let mut done = Pod::clone(&pod("u1", "done"));
+        done.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        });
+        let update = PodUpdate {
+            op: Op::Add,
+            pods: vec![Arc::new(done).into(), pod("u2", "next").into()],
+            source: crate::config::API,
+        };
+        r.config_tx.send(update).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!r.pods.is_rejected("u1") && !r.pods.is_rejected("u2"));
+        assert_eq!(r.fake.syncs_of("u2").len(), 1, "the slot is free");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn node_pressure_rejects_new_pods_with_reason_evicted() {
+        let r = start(Inner::default());
+        r.pressure.send_replace(vec!["DiskPressure"]);
+        r.config_tx.send(add(pod("u1", "a"))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(r.fake.syncs_of("u1").is_empty());
+        let st = r.status.status("u1").expect("a rejected pod has a status");
+        assert_eq!(
+            (st.reason.as_deref(), st.message.as_deref()),
+            (
+                Some("Evicted"),
+                Some("Pod was rejected: The node had condition: [DiskPressure]. ")
+            )
+        );
+        r.pressure.send_replace(Vec::new());
+        r.config_tx.send(add(pod("u2", "b"))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(r.fake.syncs_of("u2").len(), 1);
     }
 
     #[test]

@@ -22,7 +22,6 @@
 //! Each worker marks its pod's timeline ([`Marks`]) for the eBPF report, readable through
 //! [`Timelines`]. Runtime calls go through [`PodSyncer`], so the state machine is tested without
 //! containerd. The worker is the only place that changes a pod's runtime state.
-use crate::pod::Phase;
 use crate::pod::deadline::Deadline;
 use crate::runtime::{self, Manager};
 use crate::status::StatusManager;
@@ -565,10 +564,6 @@ pub fn effective_grace(current: i64, pod: &Pod, over: Option<i64>) -> (i64, bool
     (gp, current != 0 && gp != current)
 }
 
-fn phase_is_terminal(pod: &Pod) -> bool {
-    Phase::of(pod.status.as_ref().and_then(|s| s.phase.as_deref())).is_some_and(Phase::is_terminal)
-}
-
 /// What `accept` did with an update.
 #[derive(Debug, PartialEq, Eq)]
 enum Accepted {
@@ -607,7 +602,7 @@ fn accept(st: &mut PodStatus, mut work: Work, first: bool) -> Accepted {
     let became_terminating = !st.terminating
         && (work.runtime_only
             || work.pod.metadata.deletion_timestamp.is_some()
-            || phase_is_terminal(&work.pod)
+            || crate::pod::source_phase_is_terminal(&work.pod)
             || work.kind == UpdateType::Kill);
     st.terminating |= became_terminating;
     let mut shortened = false;

@@ -575,18 +575,31 @@ impl ApiServer {
         self.addr
     }
 
-    /// Creates or replaces a pod (ADDED or MODIFIED).
+    /// Creates or replaces a pod (ADDED or MODIFIED); its `creationTimestamp` is set at
+    /// creation when it has none, and kept by a replacement that has none.
     pub fn put(&self, mut pod: Pod) {
         let mut s = self.lock();
         s.rv += 1;
         let rv = s.rv;
         pod.metadata.resource_version = Some(rv.to_string());
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let kind = if s.pods.contains_key(&uid) {
+        // Set at creation and kept, as the API server does (the kubelet admits by it).
+        let created = s
+            .pods
+            .get(&uid)
+            .and_then(|p| p.metadata.creation_timestamp.clone());
+        let kind = if created.is_some() || s.pods.contains_key(&uid) {
             "MODIFIED"
         } else {
             "ADDED"
         };
+        if pod.metadata.creation_timestamp.is_none() {
+            pod.metadata.creation_timestamp = created.or_else(|| {
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                ))
+            });
+        }
         s.pods.insert(uid, pod.clone());
         s.history.push((rv, kind, pod));
         drop(s);

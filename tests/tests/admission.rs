@@ -359,3 +359,182 @@ fn a_static_pod_preempts_an_api_pod_on_a_full_node() {
     );
     assert!(list.is_running(spared) && list.is_running(&critical));
 }
+
+/// Whether pod `uid` has a running container in the runtime.
+fn has_running_container(endpoint: &str, uid: &str) -> bool {
+    pod_cri_objects(endpoint, uid).is_ok_and(|(_, cs)| {
+        cs.iter()
+            .any(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32)
+    })
+}
+
+#[test]
+fn a_pod_being_stopped_still_counts_for_admission() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let Cluster { server, agent, .. } =
+        &Cluster::start(rt, AgentOptions::new("admission-stopping"), |_| {});
+    let node = agent.node_name().to_owned();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Each asks for 60 % of the node's cpu: two do not fit together.
+    let request = format!("    resources: {{requests: {{cpu: '{}m'}}}}\n", cpus * 600);
+    let mut hog = busybox_api_pod(
+        &node,
+        "hog",
+        "",
+        "  activeDeadlineSeconds: 3\n",
+        "trap '' TERM; while true; do sleep 1; done",
+        &request,
+    );
+    if let Some(spec) = hog.spec.as_mut() {
+        spec.termination_grace_period_seconds = Some(15);
+    }
+    server.put(hog);
+    // Past its deadline it is Failed on the node while its container runs out its grace period.
+    agent.wait_for(|l| l.phase("hog") == Some("Failed"), TIMEOUT);
+    let hog_uid = format!("hog-{node}");
+    assert!(
+        has_running_container(agent.endpoint(), &hog_uid),
+        "the container ignores SIGTERM for 15 s"
+    );
+    server.put(busybox_api_pod(
+        &node,
+        "next",
+        "",
+        "",
+        "sleep 3600",
+        &request,
+    ));
+    let list = agent.wait_for(|l| rejected(l, "next").is_some(), TIMEOUT);
+    let (reason, message) = rejected(&list, "next").unwrap_or_default();
+    assert_eq!(reason, "OutOfcpu", "{message}");
+    assert!(
+        has_running_container(agent.endpoint(), &hog_uid),
+        "judged while the first pod still ran"
+    );
+    // Once it is gone its cpu is free again.
+    agent.eventually("the stopped pod's container gone", TIMEOUT, || {
+        (!has_running_container(agent.endpoint(), &hog_uid))
+            .then_some(())
+            .ok_or_else(|| "still running".to_owned())
+    });
+    agent.eventually("the first pod terminated on the server", TIMEOUT, || {
+        let phase = server
+            .pod_named("default", "hog")
+            .and_then(|p| p.status?.phase);
+        (phase.as_deref() == Some("Failed"))
+            .then_some(())
+            .ok_or(format!("{phase:?}"))
+    });
+    server.put(busybox_api_pod(
+        &node,
+        "after",
+        "",
+        "",
+        "sleep 3600",
+        &request,
+    ));
+    agent.wait_for(|l| l.is_running("after"), TIMEOUT);
+}
+
+#[test]
+fn pods_under_node_pressure_are_refused_as_the_eviction_manager_refuses_them() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    // Thresholds the machine always meets: the node holds PIDPressure from the first observation.
+    let mut opts = AgentOptions::new("admission-pressure");
+    opts.extra_args.extend([
+        "--eviction-hard".to_owned(),
+        "pid.available<100%".to_owned(),
+        "--eviction-monitoring-interval".to_owned(),
+        "1s".to_owned(),
+    ]);
+    let mut c = Cluster::start(rt, opts, |_| {});
+    let node = c.agent.node_name().to_owned();
+    let condition_true = |c: &Cluster, type_: &str| {
+        c.server
+            .node(&node)
+            .and_then(|n| n.status?.conditions)
+            .is_some_and(|cs| cs.iter().any(|x| x.type_ == type_ && x.status == "True"))
+    };
+    c.agent.eventually("PIDPressure on the Node", TIMEOUT, || {
+        condition_true(&c, "PIDPressure")
+            .then_some(())
+            .ok_or_else(|| "not yet".to_owned())
+    });
+    let burstable = "    resources: {requests: {cpu: 10m}}\n";
+    let tolerant = "  tolerations: [{key: node.kubernetes.io/memory-pressure, operator: Exists, \
+                    effect: NoSchedule}]\n";
+    c.server.put(busybox_api_pod(
+        &node,
+        "burst",
+        "",
+        "",
+        "sleep 3600",
+        burstable,
+    ));
+    // A static pod is critical: admitted whatever the pressure.
+    let manifest = c.agent.busybox_pod("critical", "", "sleep 3600", "");
+    c.agent.write_manifest("critical.yaml", &manifest);
+    let critical = c.agent.static_pod_name("critical");
+    let list = c.agent.wait_for(
+        |l| rejected(l, "burst").is_some() && l.is_running(&critical),
+        TIMEOUT,
+    );
+    assert_eq!(
+        rejected(&list, "burst"),
+        Some((
+            "Evicted".to_owned(),
+            "Pod was rejected: The node had condition: [PIDPressure]. ".to_owned()
+        ))
+    );
+
+    // Under memory pressure alone only BestEffort pods that do not tolerate it are refused.
+    c.agent
+        .restart_with_flag("--eviction-hard", "memory.available<100%");
+    c.agent
+        .eventually("MemoryPressure alone on the Node", TIMEOUT, || {
+            (condition_true(&c, "MemoryPressure") && !condition_true(&c, "PIDPressure"))
+                .then_some(())
+                .ok_or_else(|| "not yet".to_owned())
+        });
+    for (name, spec, container) in [
+        ("best-effort", "", ""),
+        ("tolerant", tolerant, ""),
+        ("burst-2", "", burstable),
+    ] {
+        c.server.put(busybox_api_pod(
+            &node,
+            name,
+            "",
+            spec,
+            "sleep 3600",
+            container,
+        ));
+    }
+    let list = c.agent.wait_for(
+        |l| {
+            rejected(l, "best-effort").is_some()
+                && l.get("tolerant").is_some()
+                && l.get("burst-2").is_some()
+        },
+        TIMEOUT,
+    );
+    assert_eq!(
+        rejected(&list, "best-effort"),
+        Some((
+            "Evicted".to_owned(),
+            "Pod was rejected: The node had condition: [MemoryPressure]. ".to_owned()
+        ))
+    );
+    for admitted in ["tolerant", "burst-2"] {
+        // The eviction manager may evict it afterwards (its memory is short), but it was admitted.
+        let message = rejected(&list, admitted).map(|r| r.1).unwrap_or_default();
+        assert!(
+            !message.starts_with("Pod was rejected"),
+            "{admitted}: {message}"
+        );
+    }
+}

@@ -324,3 +324,96 @@ fn a_failed_pod_stays_running_on_the_server_until_its_containers_stop() {
     let status = done.status.unwrap_or_default();
     assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
 }
+
+/// A restarted agent continues from the statuses the server holds. A pod that failed before the
+/// restart, its sandbox since removed from the runtime, stays Failed on the node too and no
+/// longer counts for admission (with `--max-pods 2`, a new pod is admitted beside the running
+/// one). A running pod is never written back as Pending while its worker's first read of the
+/// runtime is slow (every `PodSandboxStatus` delayed 15 s, past the writer's 10 s reconcile).
+#[test]
+fn a_restarted_agent_continues_from_the_servers_status() {
+    use swiftlet_tests::cri_proxy::{CriProxy, Fault, Share};
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let proxy = CriProxy::start(&rt.endpoint, 7).unwrap_or_else(|e| panic!("{e}"));
+    let mut opts = AgentOptions::new("pod-status-restart");
+    opts.cri_endpoint = Some(proxy.endpoint());
+    opts.extra_args
+        .extend(["--max-pods".to_owned(), "2".to_owned()]);
+    let mut c = Cluster::start(rt, opts, |_| {});
+    let node = c.agent.node_name().to_owned();
+    let never = "  restartPolicy: Never\n";
+    c.server
+        .put(busybox_api_pod(&node, "failed", "", never, "exit 3", ""));
+    c.server
+        .put(busybox_api_pod(&node, "up", "", "", "sleep 3600", ""));
+    server_pod(&c, "failed", "the pod Failed on the server", |p| {
+        phase(p) == Some("Failed")
+    });
+    server_pod(&c, "up", "the pod Running on the server", |p| {
+        phase(p) == Some("Running")
+    });
+    // Its worker finished it: written once its sandbox stopped.
+    std::thread::sleep(Duration::from_secs(2));
+    c.agent.kill();
+    let failed_uid = format!("failed-{node}");
+    let endpoint = rt.endpoint.clone();
+    let removed = swiftlet_tests::block_on(async move {
+        let mut client = swiftlet_tests::runtime_client(&endpoint)?;
+        let sandboxes = swiftlet_tests::sandboxes_with_labels(
+            &mut client,
+            &[(swiftlet_tests::POD_UID_LABEL, &failed_uid)],
+        )
+        .await?;
+        for sb in &sandboxes {
+            let id = sb.id.clone();
+            let _ = client
+                .remove_pod_sandbox(k8s_cri::v1::RemovePodSandboxRequest { pod_sandbox_id: id })
+                .await;
+        }
+        Ok::<_, swiftlet_tests::Error>(sandboxes.len())
+    });
+    assert!(matches!(removed, Ok(Ok(1))), "{removed:?}");
+    proxy.inject(
+        "PodSandboxStatus",
+        Fault::Delay(Duration::from_secs(15)),
+        Share::ALL,
+    );
+    let restarted = Instant::now();
+    c.agent.restart_after_sigkill();
+    c.server
+        .put(busybox_api_pod(&node, "late", "", "", "sleep 3600", ""));
+    std::thread::sleep(Duration::from_secs(16));
+    proxy.clear();
+    server_pod(&c, "up", "the running pod's status read again", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.restart_count == 0))
+    });
+    let pending_writes: Vec<String> = c
+        .server
+        .pod_writes()
+        .into_iter()
+        .filter(|(at, verb, pod, body)| {
+            *at > restarted
+                && *verb == "status"
+                && pod == "default/up"
+                && body["status"]["phase"] == "Pending"
+        })
+        .map(|(_, _, _, body)| body.to_string())
+        .collect();
+    assert!(
+        pending_writes.is_empty(),
+        "the running pod was written back as Pending: {pending_writes:?}"
+    );
+    let up = c.server.pod_named("default", "up").expect("the pod");
+    assert_eq!(phase(&up), Some("Running"));
+    server_pod(&c, "late", "the new pod Running on the server", |p| {
+        phase(p) == Some("Running")
+    });
+    let failed = c.server.pod_named("default", "failed").expect("the pod");
+    assert_eq!(phase(&failed), Some("Failed"));
+    assert_eq!(c.agent.pods().phase("failed"), Some("Failed"));
+}

@@ -7,7 +7,9 @@
 //!   merge patch carrying `metadata.uid` (a precondition: a new pod of the same name is not
 //!   written over) and the whole status: the conditions swiftlet does not own (readiness gates,
 //!   a scheduler's) stay as others wrote them.
-//! - A status never goes back from a terminal phase (Succeeded, Failed) to another.
+//! - A status never goes back from a terminal phase (Succeeded, Failed) to another, and nothing
+//!   is written for a pod before its worker has read the runtime once (after an agent restart
+//!   the status on the node starts from the server's own; see `status::generate::continue_from`).
 //! - A pod deleted through the API (it has a `deletionTimestamp`) is terminated by its worker
 //!   with its grace period; once the worker has finished it (containers stopped, cgroup and
 //!   directories gone) and its last status is written, it is deleted with grace 0 and a UID
@@ -285,6 +287,10 @@ impl Writer {
     async fn sync(&mut self, uid: &str) -> Outcome {
         let Some((pod, status, terminated)) = self.status.api_view(uid) else {
             self.written.remove(uid);
+            return Outcome::Done;
+        };
+        // Nothing to write before its worker read the runtime (its next status is a change).
+        let Some(status) = status else {
             return Outcome::Done;
         };
         let (Some(ns), Some(name)) = (pod.metadata.namespace.clone(), pod.metadata.name.clone())

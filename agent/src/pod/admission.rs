@@ -240,6 +240,40 @@ pub fn admit<'a>(
     Ok(())
 }
 
+/// The taint a BestEffort pod tolerates to be admitted under memory pressure.
+pub const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
+
+/// The eviction manager's admission, which the kubelet runs before the predicates: while the
+/// node holds pressure `conditions` (the eviction manager's, sorted), a critical pod is
+/// admitted; under `MemoryPressure` alone, a pod that is not BestEffort, or a BestEffort pod
+/// tolerating the `node.kubernetes.io/memory-pressure:NoSchedule` taint, is admitted; any
+/// other pod is rejected with reason `Evicted` and "The node had condition: [C ...]. " (a
+/// node short of disk or pids takes no new pod, one short of memory none that could be the
+/// first evicted).
+pub fn admit_under_pressure(pod: &Pod, conditions: &[&str]) -> Result<(), Rejection> {
+    if conditions.is_empty() || super::is_critical(pod) {
+        return Ok(());
+    }
+    if conditions == ["MemoryPressure"] {
+        let best_effort = matches!(
+            super::qos::pod_qos(pod),
+            Ok(super::qos::QosClass::BestEffort)
+        );
+        let taint = Taint {
+            key: MEMORY_PRESSURE_TAINT.to_owned(),
+            effect: "NoSchedule".to_owned(),
+            ..Taint::default()
+        };
+        if !best_effort || tolerates(pod, &taint) {
+            return Ok(());
+        }
+    }
+    Err(Rejection {
+        reason: "Evicted",
+        message: format!("The node had condition: [{}]. ", conditions.join(" ")),
+    })
+}
+
 /// A resource a critical pod lacks, and how much of it: cpu (millicores), memory (bytes) or
 /// pods (count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,6 +457,41 @@ mod tests {
             "metadata: {{name: p}}\nspec:\n  containers:\n  - name: c\n    resources: {{requests: \
              {{cpu: {cpu}, memory: {memory}}}}}\n"
         ))
+    }
+
+    #[test]
+    fn node_pressure_admits_critical_pods_and_under_memory_pressure_all_but_best_effort() {
+        let best_effort = pod("metadata: {name: p}\nspec:\n  containers:\n  - name: c\n");
+        let burstable = requesting("100m", "10Mi");
+        let tolerating = pod(&format!(
+            "metadata: {{name: p}}\nspec:\n  tolerations: [{{key: {MEMORY_PRESSURE_TAINT}, \
+             operator: Exists, effect: NoSchedule}}]\n  containers:\n  - name: c\n"
+        ));
+        let mut critical = best_effort.clone();
+        critical.spec.as_mut().expect("spec").priority = Some(2_000_001_000);
+        assert_eq!(admit_under_pressure(&best_effort, &[]), Ok(()));
+        let memory = ["MemoryPressure"];
+        assert_eq!(admit_under_pressure(&burstable, &memory), Ok(()));
+        assert_eq!(admit_under_pressure(&tolerating, &memory), Ok(()));
+        assert_eq!(admit_under_pressure(&critical, &memory), Ok(()));
+        assert_eq!(
+            admit_under_pressure(&best_effort, &memory),
+            Err(Rejection {
+                reason: "Evicted",
+                message: "The node had condition: [MemoryPressure]. ".into()
+            })
+        );
+        // Disk or pid pressure refuses every pod but the critical ones, tolerations or not.
+        let both = ["DiskPressure", "MemoryPressure"];
+        for p in [&burstable, &tolerating, &best_effort] {
+            let e = admit_under_pressure(p, &both).unwrap_err();
+            assert_eq!(
+                e.message,
+                "The node had condition: [DiskPressure MemoryPressure]. "
+            );
+            assert!(admit_under_pressure(p, &["PIDPressure"]).is_err());
+        }
+        assert_eq!(admit_under_pressure(&critical, &both), Ok(()));
     }
 
     #[test]

@@ -142,6 +142,11 @@ impl Phase {
     }
 }
 
+/// Whether `pod`'s own status (as its source gave it: the API server's) is in a terminal phase.
+pub fn source_phase_is_terminal(pod: &Pod) -> bool {
+    Phase::of(pod.status.as_ref().and_then(|s| s.phase.as_deref())).is_some_and(Phase::is_terminal)
+}
+
 /// The pod's restart policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum RestartPolicy {

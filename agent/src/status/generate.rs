@@ -294,6 +294,41 @@ pub(super) fn applied_resources(
 /// The reason of the Ready and ContainersReady conditions of a pod being killed.
 pub const TERMINATING_REASON: &str = "PodTerminating";
 
+/// The kubelet's rules for a status that follows `old` (the pod's last status; at first the one
+/// its source gave it, the API server's after an agent restart): a terminal phase is never left
+/// (`old`'s wins, else the one `pod` came with), whatever the runtime now holds (a restarted
+/// agent finds a finished pod's containers removed); while the phase stays, so do its reason and
+/// message when `status` has none; and the `DisruptionTarget` condition an eviction or a
+/// preemption set stays.
+pub(super) fn continue_from(status: &mut PodStatus, old: &PodStatus, pod: &Pod) {
+    let terminal = |s: Option<&PodStatus>| {
+        s.and_then(|s| s.phase.as_deref())
+            .and_then(Phase::parse)
+            .filter(|p| p.is_terminal())
+    };
+    if terminal(Some(status)).is_none()
+        && let Some(phase) = terminal(Some(old)).or(terminal(pod.status.as_ref()))
+    {
+        status.phase = Some(phase.as_str().to_owned());
+    }
+    if status.phase == old.phase && status.reason.is_none() {
+        status.reason.clone_from(&old.reason);
+        status.message.clone_from(&old.message);
+    }
+    let target = |s: &PodStatus| {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == DISRUPTION_TARGET)
+            .cloned()
+    };
+    if target(status).is_none()
+        && let Some(c) = target(old)
+    {
+        status.conditions.get_or_insert_with(Vec::new).push(c);
+    }
+}
+
 /// A pod being killed: no container is ready, and the Ready and ContainersReady conditions turn
 /// False with reason [`TERMINATING_REASON`] (their transition time kept when they already were).
 /// The condition on a pod the node itself stops (evicted, preempted): Jobs' pod failure

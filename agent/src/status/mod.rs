@@ -35,6 +35,9 @@ struct Entry {
     eviction_grace: Option<i64>,
     /// Its worker finished it: containers stopped, cgroup and directories removed.
     terminated: bool,
+    /// Its worker has computed its status from the runtime at least once: before that the
+    /// status is only where it continues from, not to be written anywhere.
+    computed: bool,
 }
 
 impl Entry {
@@ -46,6 +49,7 @@ impl Entry {
             evicted: None,
             eviction_grace: None,
             terminated: false,
+            computed: false,
         }
     }
 }
@@ -79,16 +83,19 @@ fn rejected_status(r: &Rejected, host_ips: &[IpAddr]) -> PodStatus {
     }
 }
 
-/// The status of a desired pod no worker has written yet: Pending, with the node's IP and the
+/// The status of a desired pod no worker has written yet: the one its source gave it (the API
+/// server's, which after an agent restart is where the pod's status continues from: its phase,
+/// start time, conditions and their transition times), else Pending; with the node's IP and the
 /// pod's QoS class.
 fn initial_status(pod: &Pod, host_ips: &[IpAddr]) -> PodStatus {
-    PodStatus {
-        phase: Some(Phase::Pending.as_str().into()),
-        host_ip: host_ip(host_ips),
-        host_ips: generate::host_ip_list(host_ips),
-        qos_class: crate::pod::pod_qos(pod).ok().map(|q| q.as_str().to_owned()),
-        ..Default::default()
-    }
+    let mut status = pod.status.clone().unwrap_or_default();
+    status
+        .phase
+        .get_or_insert_with(|| Phase::Pending.as_str().into());
+    status.host_ip = host_ip(host_ips);
+    status.host_ips = generate::host_ip_list(host_ips);
+    status.qos_class = crate::pod::pod_qos(pod).ok().map(|q| q.as_str().to_owned());
+    status
 }
 
 /// The statuses of the desired pods, by UID. An entry counts only while its pod is desired in
@@ -196,18 +203,21 @@ impl StatusManager {
         self.pods.uids()
     }
 
-    /// What the API server is told of pod `uid`: the pod, its status, and whether its worker
+    /// What the API server is told of pod `uid`: the pod, its status (`None` until its worker
+    /// computed one: the status a restarted agent starts from is the server's own, and what it
+    /// would show before the runtime is read, Pending, is not the pod's), and whether its worker
     /// finished it (its resources are reclaimed).
-    pub fn api_view(&self, uid: &str) -> Option<(Arc<Pod>, PodStatus, bool)> {
+    pub fn api_view(&self, uid: &str) -> Option<(Arc<Pod>, Option<PodStatus>, bool)> {
         let (reg, map) = self.read()?;
         if let Some(pod) = reg.desired(uid) {
-            let terminated = map.get(uid).is_some_and(|e| e.terminated);
-            let status = status_of(&map, uid, pod, &self.host_ips);
+            let entry = map.get(uid);
+            let terminated = entry.is_some_and(|e| e.terminated);
+            let status = entry.filter(|e| e.computed).map(|e| e.status.clone());
             return Some((pod.clone(), status, terminated));
         }
         let r = reg.rejected(uid)?;
         let pod = r.pod().whole().ok()?;
-        Some((pod, rejected_status(r, &self.host_ips), true))
+        Some((pod, Some(rejected_status(r, &self.host_ips)), true))
     }
 
     /// The pod's worker finished it: its containers are stopped and its cgroup and directories
@@ -267,6 +277,8 @@ impl StatusManager {
                 };
                 generate::disruption_target(&mut status, why, Some(&entry.status));
             }
+            generate::continue_from(&mut status, &entry.status, pod);
+            entry.computed = true;
             if Phase::of(status.phase.as_deref()) == Some(Phase::Running) && !entry.running_observed
             {
                 entry.running_observed = true;
@@ -453,19 +465,23 @@ impl StatusManager {
         })
     }
 
-    /// How many of `uids` are not known to have finished (phase neither Succeeded nor Failed):
-    /// the pods admission counts against `--max-pods`. One read lock for all of them.
-    pub fn count_active<'a>(&self, uids: impl Iterator<Item = &'a String>) -> usize {
+    /// The pods of `uids` admission counts as holding their resources (against allocatable and
+    /// `--max-pods`), as the kubelet counts a pod until it is terminated: admitted (not
+    /// rejected) and not yet finished by its worker. An evicted, preempted or deadline-exceeded
+    /// pod counts until its containers have run out their grace period and its cgroup is gone;
+    /// a pod its source already shows finished (an API pod that ended before an agent restart)
+    /// does not. One read lock for all of them.
+    pub fn holding_resources<'a>(&self, uids: impl Iterator<Item = &'a String>) -> Vec<&'a String> {
         let Some((reg, map)) = self.read() else {
-            return 0;
+            return Vec::new();
         };
         uids.filter(|uid| {
-            reg.rejected(uid).is_none()
-                && !Self::entry(&reg, &map, uid).is_some_and(|e| {
-                    Phase::of(e.status.phase.as_deref()).is_some_and(Phase::is_terminal)
-                })
+            reg.desired(uid).is_some_and(|pod| {
+                !crate::pod::source_phase_is_terminal(pod)
+                    && !map.get(uid.as_str()).is_some_and(|e| e.terminated)
+            })
         })
-        .count()
+        .collect()
     }
 
     pub fn running_count(&self) -> usize {

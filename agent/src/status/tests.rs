@@ -814,7 +814,8 @@ fn rejected_pods_are_served_in_uid_order_beside_admitted_ones() {
     r.set_pod("a", Arc::new(with_name("packed", "Never")));
     assert!(m.registry().is_rejected("a"));
     assert!(m.is_terminal("a"));
-    assert_eq!(m.count_active(["a", "b", "c"].map(String::from).iter()), 1);
+    let uids = ["a", "b", "c"].map(String::from);
+    assert_eq!(m.holding_resources(uids.iter()), [&uids[1]]);
     r.remove_pod("a");
     assert!(!m.knows("a"));
     assert_eq!(served(&m)["items"].as_array().map(Vec::len), Some(2));
@@ -896,7 +897,8 @@ fn a_status_counts_only_while_its_pod_is_desired() {
     assert!(m.status("u").is_none());
     r.set_pod("u", p);
     let (_, st, terminated) = m.api_view("u").expect("desired again");
-    assert_eq!(st.phase.as_deref(), Some("Pending"));
+    assert!(st.is_none(), "nothing computed yet");
+    assert_eq!(phase(&m).as_deref(), Some("Pending"));
     assert!(!terminated, "a new admission starts afresh");
     assert!(
         m.update("u", &running, &HashMap::new()),
@@ -984,4 +986,77 @@ fn evicted_and_preempted_pods_carry_the_disruption_target_condition() {
     );
     assert_eq!(target(&m, "pre"), by_kubelet(PREEMPTED_BY_KUBELET));
     assert_eq!(target(&m, "plain"), None);
+}
+
+/// After an agent restart a pod's status continues from the one the API server holds: a
+/// finished pod whose containers are gone stays Failed with its reason and DisruptionTarget
+/// condition, and a running pod keeps its start time and its conditions' transition times. Nothing
+/// is offered to the API writer before the worker's first status.
+#[test]
+fn a_status_continues_from_the_api_servers_after_a_restart() {
+    let (r, m) = manager();
+    let t0 = Time(Timestamp::from_second(1_700_000_000).expect("a time"));
+    let cond = |type_: &str, status: &str| PodCondition {
+        type_: type_.into(),
+        status: status.into(),
+        last_transition_time: Some(t0.clone()),
+        reason: (type_ == DISRUPTION_TARGET).then(|| "TerminationByKubelet".into()),
+        ..Default::default()
+    };
+    let mut failed = pod("Always", vec![], vec![spec("a", false)]);
+    failed.status = Some(PodStatus {
+        phase: Some("Failed".into()),
+        reason: Some(EVICTED.into()),
+        message: Some("The node was low on resource: memory. ".into()),
+        conditions: Some(vec![
+            cond(DISRUPTION_TARGET, "True"),
+            cond("Ready", "False"),
+        ]),
+        start_time: Some(t0.clone()),
+        ..Default::default()
+    });
+    r.set_pod("f", Arc::new(failed));
+    let phase = |uid| m.status(uid).and_then(|s| s.phase);
+    assert_eq!(
+        phase("f").as_deref(),
+        Some("Failed"),
+        "shown from the start"
+    );
+    assert!(
+        m.api_view("f").expect("known").1.is_none(),
+        "nothing to write"
+    );
+    // The runtime holds nothing of it any more.
+    m.update("f", &PodState::default(), &HashMap::new());
+    let st = m.api_view("f").expect("known").1.expect("computed");
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some(EVICTED));
+    assert_eq!(st.start_time.as_ref(), Some(&t0));
+    let types: Vec<&str> = st
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| c.type_.as_str())
+        .collect();
+    assert!(types.contains(&DISRUPTION_TARGET), "{types:?}");
+
+    let mut running = pod("Always", vec![], vec![spec("a", false)]);
+    running.status = Some(PodStatus {
+        phase: Some("Running".into()),
+        conditions: Some(vec![cond("Ready", "True"), cond("ContainersReady", "True")]),
+        start_time: Some(t0.clone()),
+        ..Default::default()
+    });
+    r.set_pod("r", Arc::new(running));
+    let state = sandboxed(true, vec![inst("a", 0, RUNNING, 0)]);
+    m.update("r", &state, &HashMap::new());
+    let st = m.api_view("r").expect("known").1.expect("computed");
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert_eq!(st.start_time.as_ref(), Some(&t0));
+    let ready = st.conditions.iter().flatten().find(|c| c.type_ == "Ready");
+    assert_eq!(
+        ready.map(|c| (c.status.as_str(), c.last_transition_time.as_ref())),
+        Some(("True", Some(&t0))),
+        "no transition: its time stays"
+    );
 }
