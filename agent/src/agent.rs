@@ -406,8 +406,16 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         tokio::sync::watch::channel(crate::node::admission_node(&cfg.node, &machine));
     // Cluster membership: the Node, its status and its Lease, when there is an API server.
     if let Some(kubeconfig) = cfg.kubeconfig.clone() {
+        // The runtime's health checks, a task of their own: the node status reads their record
+        // and never waits for the runtime.
+        let (health_tx, health_rx) = crate::node::runtime_health::channel();
+        tracker.spawn(crate::node::runtime_health::run(
+            runtime.cri().clone(),
+            health_tx,
+            cancel.clone(),
+        ));
         let inputs = crate::node::Inputs {
-            cri: runtime.cri().clone(),
+            runtime: health_rx,
             health: runtime_state.clone(),
             pressure: pressure_rx.clone(),
             metrics: metrics.clone(),

@@ -1,14 +1,15 @@
 //! Cluster membership against the in-process API server (no kube-apiserver can run here; the
 //! server keeps the API's write semantics: resourceVersions, 409s, merge patches): the agent
 //! registers its Node (labels, taints, capacity, allocatable, addresses, node info, the
-//! kubelet's conditions), renews its Lease, turns NotReady when the runtime stops answering
-//! and Ready again after, writes the status only when it changes, adopts an existing Node,
+//! kubelet's conditions), renews its Lease, turns NotReady when the runtime fails or hangs
+//! (within 40 s, whatever the CRI request timeout) and Ready again after, writes the status only when it changes, adopts an existing Node,
 //! registers again when its Node is deleted, and catches up when the API server was down at
 //! its start while its static pods ran anyway. kubectl reads the result.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use swiftlet_tests::api_server::{ApiServer, Cluster};
 use swiftlet_tests::cri_proxy::{CriProxy, Fault, Share};
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
@@ -280,44 +281,19 @@ fn the_node_registers_with_its_labels_resources_and_ready_condition() {
 
 #[test]
 fn a_runtime_that_stops_answering_turns_the_node_not_ready_and_back() {
-    let Some(rt) = Runtime::shared() else {
+    let Some(ProxiedNode {
+        _dir,
+        proxy,
+        c,
+        name,
+        ready_since,
+    }) = ready_behind_a_proxy("node-not-ready", 7)
+    else {
         return;
     };
-    let proxy = CriProxy::start(&rt.endpoint, 7).unwrap_or_else(|e| panic!("{e}"));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let c = start(
-        rt,
-        "node-not-ready",
-        fast_config(dir.path(), "5m"),
-        Some(proxy.endpoint()),
-        |_| {},
-    );
-    let name = c.agent.node_name().to_owned();
-    let ready = eventually(&c.agent, "the node to be Ready", || {
-        c.server.node(&name).filter(is_ready)
-    });
-    let ready_since = condition(&ready, "Ready").and_then(|c| c.last_transition_time);
-    // A condition's transition time has whole seconds: a fault injected within the second of
-    // the Ready transition would make an honest new transition look like the old one.
-    if let Some(since) = &ready_since {
-        let next = since.0 + std::time::Duration::from_millis(1_100);
-        while k8s_openapi::jiff::Timestamp::now() < next {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    }
     proxy.inject("Status", Fault::Fail(tonic::Code::Unavailable), Share::ALL);
-    let down = eventually(&c.agent, "the node to be NotReady", || {
-        c.server.node(&name).filter(|n| !is_ready(n))
-    });
-    let cond = condition(&down, "Ready").expect("Ready");
-    assert_eq!(cond.status, "False");
-    assert_eq!(cond.reason.as_deref(), Some("KubeletNotReady"));
-    let message = cond.message.unwrap_or_default();
-    assert!(
-        message.starts_with("container runtime is down"),
-        "{message}"
-    );
-    assert_ne!(cond.last_transition_time, ready_since, "a new transition");
+    // Failing checks are tolerated until the last good answer is 30 s old.
+    assert_runtime_down(&c, &name, ready_since, DOWN_WITHIN);
     // The PLEG's relists fail too: the runtime is not ready in /metrics.
     proxy.inject(
         "ListPodSandbox",
@@ -347,6 +323,121 @@ fn a_runtime_that_stops_answering_turns_the_node_not_ready_and_back() {
         metrics.contains("swiftlet_node_api_requests_total{operation=\"status\",result=\"ok\"}"),
         "{metrics}"
     );
+}
+
+/// A Ready node whose agent reaches the runtime through a fault-injecting proxy. Bound with
+/// `_dir` first and `c` after `proxy`: bindings drop in reverse, so the agent stops before the
+/// proxy goes, and both before the config's directory.
+struct ProxiedNode {
+    proxy: CriProxy,
+    c: Cluster,
+    name: String,
+    /// The Ready condition's transition time, its second already past
+    /// ([`past_the_transition_second`]).
+    ready_since: Option<Time>,
+    /// The agent's config directory.
+    _dir: tempfile::TempDir,
+}
+
+/// An agent with [`fast_config`] (report every 5 m) joined to a new API server, its CRI
+/// endpoint a [`CriProxy`] seeded `seed`, once its node is Ready (`None` without a runtime).
+fn ready_behind_a_proxy(name: &str, seed: u64) -> Option<ProxiedNode> {
+    let rt = Runtime::shared()?;
+    let proxy = CriProxy::start(&rt.endpoint, seed).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = start(
+        rt,
+        name,
+        fast_config(dir.path(), "5m"),
+        Some(proxy.endpoint()),
+        |_| {},
+    );
+    let name = c.agent.node_name().to_owned();
+    let ready = eventually(&c.agent, "the node to be Ready", || {
+        c.server.node(&name).filter(is_ready)
+    });
+    let ready_since = past_the_transition_second(&ready);
+    Some(ProxiedNode {
+        proxy,
+        c,
+        name,
+        ready_since,
+        _dir: dir,
+    })
+}
+
+/// How soon a node whose runtime stops answering turns NotReady: the 30 s the last good
+/// answer to CRI `Status` may age, a status update (1 s with [`fast_config`]) and margin.
+const DOWN_WITHIN: Duration = Duration::from_secs(40);
+
+/// The Ready condition's transition time of `ready`, once the second it names has passed: a
+/// transition time has whole seconds, so a fault injected within the second of the Ready
+/// transition would make an honest new transition look like the old one.
+fn past_the_transition_second(ready: &Node) -> Option<Time> {
+    let since = condition(ready, "Ready").and_then(|c| c.last_transition_time);
+    if let Some(since) = &since {
+        let next = since.0 + Duration::from_millis(1_100);
+        while k8s_openapi::jiff::Timestamp::now() < next {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    since
+}
+
+/// Waits at most `within` for node `name` to turn NotReady because its runtime is down (a new
+/// transition after `ready_since`); returns how long it took.
+fn assert_runtime_down(
+    c: &Cluster,
+    name: &str,
+    ready_since: Option<Time>,
+    within: Duration,
+) -> Duration {
+    let start = Instant::now();
+    let down = c.agent.eventually("the node to be NotReady", within, || {
+        c.server
+            .node(name)
+            .filter(|n| !is_ready(n))
+            .ok_or_else(|| "still Ready".to_owned())
+    });
+    let took = start.elapsed();
+    let cond = condition(&down, "Ready").expect("Ready");
+    assert_eq!(cond.status, "False");
+    assert_eq!(cond.reason.as_deref(), Some("KubeletNotReady"));
+    let message = cond.message.unwrap_or_default();
+    assert!(
+        message.starts_with("container runtime is down"),
+        "{message}"
+    );
+    assert_ne!(cond.last_transition_time, ready_since, "a new transition");
+    took
+}
+
+#[test]
+fn a_hung_runtime_turns_the_node_not_ready_within_40_s_and_back() {
+    // The default --runtime-request-timeout (2 min): a status that waited for the runtime's
+    // answers would stay Ready for minutes.
+    let Some(ProxiedNode {
+        _dir,
+        proxy,
+        c,
+        name,
+        ready_since,
+    }) = ready_behind_a_proxy("node-hung-runtime", 11)
+    else {
+        return;
+    };
+    // Every CRI call hangs: no answer, no error, the connection open.
+    proxy.inject("*", Fault::Hang, Share::ALL);
+    let took = assert_runtime_down(&c, &name, ready_since, DOWN_WITHIN);
+    eprintln!("NotReady {took:?} after the runtime hung");
+    assert!(
+        proxy.injected("Status") > 0,
+        "the status checks reached the hang"
+    );
+    proxy.clear();
+    eventually(&c.agent, "the node to be Ready again", || {
+        c.server.node(&name).filter(is_ready)
+    });
 }
 
 /// An agent with [`fast_config`] (`report`: the report frequency) joined to a new API server,

@@ -8,7 +8,11 @@
 //!   name that already exists is adopted: its default labels are brought back when they differ,
 //!   everything else is left as it is (as the kubelet does). Failures are retried with a
 //!   backoff from 100 ms to 7 s; static pods run meanwhile.
-//! - Every `--node-status-update-frequency` (10 s) the status is computed; it is written (a
+//! - Every `--node-status-update-frequency` (10 s) the status is computed, without a CRI call:
+//!   the runtime's health, version and images come from the record [`runtime_health`] keeps
+//!   (a task of its own checking CRI `Status` every 5 s; the node is NotReady, "container
+//!   runtime is down", once the runtime's last good answer is 30 s old), so a runtime that
+//!   hangs never holds a status update back. The status is written (a
 //!   strategic merge patch of `nodes/<name>/status` that leaves other components' conditions
 //!   alone, see [`status_patch`]) only when it says something new, heartbeats aside,
 //!   or `nodeStatusReportFrequency` (5 m) has passed since the last write. A status write that
@@ -26,6 +30,7 @@ pub mod heartbeat;
 pub mod informer;
 pub mod lease;
 pub mod pod_status;
+pub mod runtime_health;
 pub mod status;
 pub mod status_diff;
 
@@ -43,7 +48,6 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::config::api::error_result;
-use crate::cri::Cri;
 use crate::metrics::Metrics;
 use crate::pleg::RuntimeState;
 
@@ -239,7 +243,9 @@ fn log_failure(what: &'static str, node: &str, e: &kube::Error) {
 /// What the status is computed from besides the machine.
 #[derive(Clone)]
 pub struct Inputs {
-    pub cri: Cri,
+    /// The runtime's health, version and images, as the checks of [`runtime_health::run`] last
+    /// saw them.
+    pub runtime: watch::Receiver<runtime_health::RuntimeHealth>,
     /// The PLEG's health (its relists).
     pub health: RuntimeState,
     /// The conditions the eviction manager holds under pressure.
@@ -254,42 +260,22 @@ pub struct Inputs {
     pub admission: watch::Sender<crate::pod::admission::Node>,
 }
 
-/// The runtime's problems as the Ready condition words them (none: ready).
-fn runtime_problems(answer: Result<k8s_cri::v1::RuntimeStatus, String>) -> Vec<String> {
-    let status = match answer {
-        Ok(s) => s,
-        Err(e) => return vec![format!("container runtime is down: {e}")],
-    };
-    [
-        ("RuntimeReady", "container runtime not ready"),
-        ("NetworkReady", "container runtime network not ready"),
-    ]
-    .iter()
-    .filter_map(
-        |(type_, words)| match status.conditions.iter().find(|c| c.r#type == *type_) {
-            Some(c) if c.status => None,
-            Some(c) => Some(format!(
-                "{words}: {type_}=false reason:{} message:{}",
-                c.reason, c.message
-            )),
-            None => Some(format!("{words}: the runtime reports no {type_} condition")),
-        },
-    )
-    .collect()
-}
-
 impl Inputs {
-    /// Observes the runtime (CRI `Status` and `Version`), the PLEG and the eviction manager.
-    async fn observe(&self, cfg: &Config) -> status::Observed {
-        let answer = self
-            .cri
-            .status(false)
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.status.ok_or_else(|| "it answered no status".to_owned()));
-        let mut not_ready = runtime_problems(answer);
+    /// Observes the runtime (the record of its checks: no CRI call, so a runtime that does not
+    /// answer never holds the status back), the PLEG and the eviction manager.
+    fn observe(&self, cfg: &Config) -> status::Observed {
+        let now = tokio::time::Instant::now();
+        let (mut not_ready, runtime_version, images) = {
+            let runtime = self.runtime.borrow();
+            (
+                runtime.not_ready(now),
+                runtime.version.clone(),
+                // Kept from the last answer when the runtime does not answer.
+                runtime.images.clone(),
+            )
+        };
         let health = self.health.health(
-            tokio::time::Instant::now(),
+            now,
             Duration::MAX, // only the PLEG's check is read here
         );
         for (name, check) in health {
@@ -297,14 +283,6 @@ impl Inputs {
                 not_ready.push(format!("PLEG is not healthy: {why}"));
             }
         }
-        let runtime_version = self
-            .cri
-            .version()
-            .await
-            .ok()
-            .map(|v| format!("{}://{}", v.runtime_name, v.runtime_version));
-        // Kept from the last answer when the runtime does not answer.
-        let images = self.cri.list_images().await.ok();
         let addresses = crate::cm::node_ips(&cfg.node_ips);
         status::Observed {
             not_ready,
@@ -428,7 +406,14 @@ impl NodeStatusLoop {
         let mut backoff = REGISTER_FIRST;
         loop {
             let outcome = if self.cfg.register {
-                let observed = self.observe().await;
+                // The first status waits a little for the runtime's first check and refresh,
+                // so a node whose runtime answers registers Ready, with its images.
+                let checked = self
+                    .inputs
+                    .runtime
+                    .wait_for(runtime_health::RuntimeHealth::observed);
+                let _ = tokio::time::timeout(runtime_health::CHECK_PERIOD, checked).await;
+                let observed = self.observe();
                 let mut node = status::initial_node(&self.cfg, &self.machine);
                 let first =
                     status::node_status(&self.cfg, &self.machine, &observed, None, &Self::now());
@@ -466,15 +451,15 @@ impl NodeStatusLoop {
     }
 
     /// What the status is computed from: the inputs' observations and the Node as stored.
-    async fn observe(&self) -> status::Observed {
-        let mut observed = self.inputs.observe(&self.cfg).await;
+    fn observe(&self) -> status::Observed {
+        let mut observed = self.inputs.observe(&self.cfg);
         observed.stored = self.stored.borrow().clone();
         observed
     }
 
     /// Computes the status and writes it when due. `Err` with the Node gone: join again.
     async fn update(&mut self) -> Result<(), ()> {
-        let observed = self.observe().await;
+        let observed = self.observe();
         let prev = self.last.as_ref().map(|(s, _)| s);
         let new = status::node_status(&self.cfg, &self.machine, &observed, prev, &Self::now());
         let removed = status::stale_allocatable(&observed.stored, &new);
@@ -709,33 +694,5 @@ mod tests {
             Err(Error::TaintEffect(_))
         ));
         assert!(matches!(parse_taints("a=b"), Err(Error::TaintSyntax(_))));
-    }
-
-    #[test]
-    fn runtime_conditions_word_the_ready_condition() {
-        use k8s_cri::v1::{RuntimeCondition, RuntimeStatus};
-        let cond = |t: &str, ok: bool| RuntimeCondition {
-            r#type: t.into(),
-            status: ok,
-            reason: if ok { "" } else { "NoCni" }.into(),
-            message: if ok { "" } else { "cni config uninitialized" }.into(),
-        };
-        let ready = RuntimeStatus {
-            conditions: vec![cond("RuntimeReady", true), cond("NetworkReady", true)],
-        };
-        assert!(runtime_problems(Ok(ready)).is_empty());
-        let no_net = RuntimeStatus {
-            conditions: vec![cond("RuntimeReady", true), cond("NetworkReady", false)],
-        };
-        assert_eq!(
-            runtime_problems(Ok(no_net)),
-            [
-                "container runtime network not ready: NetworkReady=false reason:NoCni message:cni config uninitialized"
-            ]
-        );
-        assert_eq!(
-            runtime_problems(Err("connection refused".into())),
-            ["container runtime is down: connection refused"]
-        );
     }
 }
