@@ -7,13 +7,16 @@
 //! object it cannot have waits with a reason saying so instead of running without it.
 //!
 //! The configMaps and secrets a pod names are watched while the pod exists
-//! ([`ApiObjects::register_pod`], `watched.rs`): reads of them are answered from memory.
+//! ([`ApiObjects::register_pod`], `watched.rs`), and every service of the cluster is listed once
+//! and then watched for as long as the agent runs ([`ApiObjects::services`], `services.rs`):
+//! reads of them are answered from memory.
+mod services;
 mod watched;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,6 +43,9 @@ pub enum Error {
         name: String,
         message: String,
     },
+    /// The list of every object of a kind has not come back whole yet: the last attempt failed.
+    #[error("listing every {kind} from the API server: {message}")]
+    List { kind: &'static str, message: String },
 }
 
 impl Error {
@@ -57,10 +63,11 @@ pub struct ApiObjects {
     watched: Arc<Watched>,
 }
 
-/// The configMaps and secrets registered pods name, each with its watch.
+/// The configMaps and secrets registered pods name, each with its watch, and every service.
 struct Watched {
     config_maps: watched::Watched<ConfigMap>,
     secrets: watched::Watched<Secret>,
+    services: services::Services,
 }
 
 impl Watched {
@@ -68,6 +75,7 @@ impl Watched {
         Self {
             config_maps: watched::Watched::new("ConfigMap", changes.clone()),
             secrets: watched::Watched::new("Secret", changes),
+            services: services::Services::default(),
         }
     }
 }
@@ -122,15 +130,21 @@ impl ApiObjects {
     }
 
     /// Builds the client now, in the background, so that the first pod that needs an object
-    /// does not wait for the kubeconfig to be read and the TLS set-up to be made.
+    /// does not wait for the kubeconfig to be read and the TLS set-up to be made, and starts
+    /// the list and watch of the services, so that the first container start finds them read.
     pub fn warm_up(&self) {
-        if self.kubeconfig.is_none() || self.client.get().is_some() {
+        if !self.has_api_server() {
             return;
         }
         let this = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = this.client("client", "").await {
-                tracing::warn!(error = %e, "building the API client for the objects pods name");
+            match this.client("client", "").await {
+                Ok(client) => {
+                    this.watched.services.start(&client);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "building the API client for the objects pods name");
+                }
             }
         });
     }
@@ -249,17 +263,16 @@ impl ApiObjects {
             .await
     }
 
-    /// Every service of the cluster (all namespaces), as the kubelet's service lister sees them.
-    pub async fn services(&self) -> Result<Vec<Service>, Error> {
-        let api: Api<Service> = Api::all(self.client("Service", "*").await?);
-        match api.list(&ListParams::default()).await {
-            Ok(list) => Ok(list.items),
-            Err(source) => Err(Error::Api {
-                kind: "Service",
-                name: "*".to_owned(),
-                source: Box::new(source),
-            }),
-        }
+    /// The services of the cluster (all namespaces) that `wanted` picks, from the store one
+    /// list and then one watch of them keep (`services.rs`; started here unless
+    /// [`ApiObjects::warm_up`] started it). Before the first list has come back this waits for
+    /// it; while it has failed, and no list succeeded yet, this fails naming why ([`Error::List`]).
+    pub async fn services(
+        &self,
+        wanted: impl Fn(&Service) -> bool,
+    ) -> Result<Vec<Arc<Service>>, Error> {
+        let client = self.client("Service", "*").await?;
+        self.watched.services.start(&client).read(wanted).await
     }
 
     /// A token for the service account `namespace/name` (the TokenRequest API: `POST
@@ -307,7 +320,8 @@ mod tests {
         assert!(e.to_string().contains("--kubeconfig"), "{e}");
         let e = o.config_map("default", "settings").await.unwrap_err();
         assert!(e.to_string().contains("ConfigMap \"settings\""), "{e}");
-        assert!(o.services().await.is_err());
+        let e = o.services(|_| true).await.unwrap_err();
+        assert!(matches!(e, Error::NoApiServer { .. }), "{e}");
         let e = o.runtime_class("gvisor").await.unwrap_err();
         assert!(e.to_string().contains("RuntimeClass \"gvisor\""), "{e}");
     }

@@ -17,7 +17,10 @@
 //! - `GET /api/v1/namespaces/{ns}/{secrets|configmaps|services|serviceaccounts}/{name}`: an
 //!   object put with [`ApiServer::put_object`] (or [`ApiServer::put_secret`]), or 404 with a
 //!   `NotFound` `Status`, as for a missing pod. Every put bumps the object's resourceVersion.
-//! - `GET /api/v1/services` and `GET /api/v1/namespaces/{ns}/services`: a `ServiceList`.
+//! - `GET /api/v1/services` and `GET /api/v1/namespaces/{ns}/services`: a `ServiceList`; the
+//!   first with `watch=true&resourceVersion=R`, the changes of every namespace's services after
+//!   R (ADDED, MODIFIED, DELETED) as for pods, bookmarks, 410 and dropped watches too (the
+//!   agent's services store lists and then watches them so).
 //! - `GET /api/v1/namespaces/{ns}/{resource}?fieldSelector=metadata.name=N`: the list of that
 //!   one object (empty when it does not exist); with `watch=true&resourceVersion=R`, its changes
 //!   after R (ADDED, MODIFIED, DELETED) as for pods, bookmarks, 410 and dropped watches too.
@@ -230,6 +233,8 @@ struct Store {
     open_watches: usize,
     /// Open watches of namespaced objects (configMaps, secrets ...), apart from pod watches.
     open_object_watches: usize,
+    /// Open watches of one resource in every namespace (`GET /api/v1/services?watch=true`).
+    open_cluster_wide_watches: usize,
     /// Open watches of Nodes and Leases.
     open_writable_watches: usize,
     /// Reads of namespaced objects, by plural resource name.
@@ -565,6 +570,11 @@ impl ApiServer {
         self.lock().forbidden.push(fragment.to_owned());
     }
 
+    /// Undoes [`ApiServer::forbid`]`(fragment)`: such requests are answered again.
+    pub fn unforbid(&self, fragment: &str) {
+        self.lock().forbidden.retain(|f| f != fragment);
+    }
+
     /// HTTPS only: how many requests each user made (`""`: refused with 401).
     pub fn users(&self) -> BTreeMap<String, usize> {
         self.lock().users.clone()
@@ -781,6 +791,11 @@ impl ApiServer {
         self.lock().open_object_watches
     }
 
+    /// Open watches of one resource in every namespace (services).
+    pub fn open_cluster_wide_watches(&self) -> usize {
+        self.lock().open_cluster_wide_watches
+    }
+
     async fn until(&self, what: &str, mut done: impl FnMut(&Store) -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !done(&self.lock()) {
@@ -975,7 +990,7 @@ async fn api_resources() -> Response {
             "kind": "ConfigMap", "verbs": ["get", "list"], "shortNames": ["cm"],
         }, {
             "name": "services", "singularName": "service", "namespaced": true, "kind": "Service",
-            "verbs": ["get", "list"], "shortNames": ["svc"],
+            "verbs": ["get", "list", "watch"], "shortNames": ["svc"],
         }, {
             "name": "serviceaccounts", "singularName": "serviceaccount", "namespaced": true,
             "kind": "ServiceAccount", "verbs": ["get", "list"], "shortNames": ["sa"],
@@ -1035,9 +1050,12 @@ fn object_list(s: &Store, resource: &str, ns: Option<&str>, name: Option<&str>) 
     .into_response()
 }
 
-/// `GET /api/v1/services`: every service of every namespace.
-async fn all_services(State(server): State<ApiServer>) -> Response {
-    object_list(&server.lock(), "services", None, None)
+/// `GET /api/v1/services`: every service of every namespace; with `watch=true`, a watch of them.
+async fn all_services(
+    State(server): State<ApiServer>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(server, q, "services".to_owned(), None, None).await
 }
 
 /// `GET /api/v1/namespaces/{ns}/{resource}[?fieldSelector=metadata.name=N]`: the namespace's
@@ -1051,11 +1069,24 @@ async fn namespaced_list(
         .get("fieldSelector")
         .and_then(|f| f.strip_prefix("metadata.name="))
         .map(str::to_owned);
+    list_or_watch(server, q, resource, Some(ns), name).await
+}
+
+/// The stored `resource` objects of namespace `ns` (every namespace when `None`) and of name
+/// `name` (any when `None`) as a list, or with `watch=true` their changes after the request's
+/// resourceVersion (see [`watch_response`]). Counted in [`ApiServer::object_reads`].
+async fn list_or_watch(
+    server: ApiServer,
+    q: HashMap<String, String>,
+    resource: String,
+    ns: Option<String>,
+    name: Option<String>,
+) -> Response {
     let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
     if !watching {
         let mut s = server.lock();
         s.object_reads.entry(resource.clone()).or_default().lists += 1;
-        return object_list(&s, &resource, Some(&ns), name.as_deref());
+        return object_list(&s, &resource, ns.as_deref(), name.as_deref());
     }
     server
         .lock()
@@ -1070,18 +1101,26 @@ async fn namespaced_list(
         "serviceaccounts" => "ServiceAccount",
         _ => return not_found("", &resource, ""),
     };
+    let open: fn(&mut Store) -> &mut usize = if ns.is_some() {
+        |s| &mut s.open_object_watches
+    } else {
+        |s| &mut s.open_cluster_wide_watches
+    };
     let select = move |s: &Store, after: u64| {
         let events = s
             .object_history
             .iter()
             .filter(|(rv, _, (r, n, o), _)| {
-                *rv > after && *r == resource && *n == ns && name.as_ref().is_none_or(|x| x == o)
+                *rv > after
+                    && *r == resource
+                    && ns.as_ref().is_none_or(|x| x == n)
+                    && name.as_ref().is_none_or(|x| x == o)
             })
             .map(|(_, kind, _, v)| line(kind, v))
             .collect();
         (events, s.object_history.last().map_or(0, |(rv, ..)| *rv))
     };
-    watch_response(server, &q, kind, |s| &mut s.open_object_watches, select).await
+    watch_response(server, &q, kind, open, select).await
 }
 
 /// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`: a new token for the account.

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::Service;
 use swiftlet::api_objects::ApiObjects;
 use swiftlet::config::api::{Config, MirrorPods, client, run, watch};
 use swiftlet::config::{API, ErrorCounter, SourceUpdate, StoredPod};
@@ -303,15 +304,10 @@ async fn config_maps_services_and_tokens_are_read_through_api_objects() {
 
     server.put_object(service("kubernetes", "default", "10.96.0.1", 443));
     server.put_object(service("web", "shop", "10.96.0.7", 8080));
-    let mut names: Vec<String> = objects
-        .services()
-        .await
-        .expect("list")
-        .into_iter()
-        .filter_map(|s| s.metadata.name)
-        .collect();
-    names.sort();
-    assert_eq!(names, ["kubernetes", "web"]);
+    assert_eq!(
+        service_names(&objects).await.expect("listed"),
+        ["default/kubernetes", "shop/web"]
+    );
 
     let request = TokenRequest {
         spec: TokenRequestSpec {
@@ -348,6 +344,131 @@ async fn config_maps_services_and_tokens_are_read_through_api_objects() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("10 minutes"), "{e}");
+}
+
+/// `namespace/name` of every service `objects` holds, sorted.
+async fn service_names(objects: &ApiObjects) -> Result<Vec<String>, swiftlet::api_objects::Error> {
+    let mut names: Vec<String> = objects
+        .services(|_| true)
+        .await?
+        .iter()
+        .map(|s| {
+            let m = &s.metadata;
+            format!(
+                "{}/{}",
+                m.namespace.as_deref().unwrap_or_default(),
+                m.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Waits until `objects` holds the services `want` (`namespace/name`, sorted) and `check` holds.
+async fn until_services(
+    objects: &ApiObjects,
+    want: &[&str],
+    check: impl Fn(&[std::sync::Arc<Service>]) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let names = service_names(objects).await;
+        let all = objects.services(|_| true).await;
+        if names.as_deref().is_ok_and(|n| n == want) && all.as_deref().is_ok_and(&check) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "services {names:?}, wanted {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn cluster_ip_of(services: &[std::sync::Arc<Service>], name: &str) -> Option<String> {
+    services
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some(name))
+        .and_then(|s| s.spec.as_ref()?.cluster_ip.clone())
+}
+
+/// The services store of `ApiObjects` lists every service once, then follows the watch of all
+/// namespaces: additions, changes and deletions; a dropped watch resumes without a list; a watch
+/// whose version was compacted away (410) lists again and the store recovers.
+#[tokio::test]
+async fn services_are_listed_once_then_watched_through_drops_and_410() {
+    let server = ApiServer::start().await;
+    server.put_object(service("kubernetes", "default", "10.96.0.1", 443));
+    let objects = ApiObjects::with_client(server.client());
+    assert_eq!(
+        service_names(&objects).await.expect("listed"),
+        ["default/kubernetes"]
+    );
+    let reads = server.object_reads("services");
+    assert_eq!((reads.gets, reads.lists), (0, 1), "{reads:?}");
+
+    server.put_object(service("web", "shop", "10.96.0.7", 8080));
+    until_services(&objects, &["default/kubernetes", "shop/web"], |_| true).await;
+    // A read picks what it asks for.
+    let shop = objects
+        .services(|s| s.metadata.namespace.as_deref() == Some("shop"))
+        .await
+        .expect("read");
+    assert_eq!(shop.len(), 1);
+    server.put_object(service("web", "shop", "10.96.0.8", 8080));
+    until_services(&objects, &["default/kubernetes", "shop/web"], |all| {
+        cluster_ip_of(all, "web").as_deref() == Some("10.96.0.8")
+    })
+    .await;
+    server.delete_object::<Service>("shop", "web");
+    until_services(&objects, &["default/kubernetes"], |_| true).await;
+    assert_eq!(
+        server.object_reads("services").lists,
+        1,
+        "changes come by the watch"
+    );
+    assert_eq!(server.open_cluster_wide_watches(), 1);
+
+    // A dropped watch is made again from the last version seen: nothing is lost, no list.
+    server.drop_watches();
+    server.put_object(service("db", "shop", "10.96.0.9", 5432));
+    until_services(&objects, &["default/kubernetes", "shop/db"], |_| true).await;
+    assert_eq!(server.object_reads("services").lists, 1);
+
+    // A change made while the watch is away, then the history compacted: the new watch gets
+    // 410 Gone, and a new list brings the store up to date.
+    server.drop_watches_and_hold();
+    server.put_object(service("cache", "shop", "10.96.0.10", 6379));
+    server.delete_object::<Service>("shop", "db");
+    server.compact();
+    server.release();
+    until_services(&objects, &["default/kubernetes", "shop/cache"], |_| true).await;
+    assert_eq!(
+        server.object_reads("services").lists,
+        2,
+        "one list after the 410"
+    );
+}
+
+/// Reads before any list of the services succeeded fail naming why; once the API server
+/// lets the list through, the store's next list makes them succeed.
+#[tokio::test]
+async fn services_reads_fail_until_a_first_list_succeeds() {
+    let server = ApiServer::start().await;
+    server.put_object(service("kubernetes", "default", "10.96.0.1", 443));
+    // Refused with 403, which the client does not retry (it retries a 503 for minutes).
+    server.forbid("/api/v1/services");
+    let objects = ApiObjects::with_client(server.client());
+    let e = service_names(&objects).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("listing every Service from the API server: "),
+        "{e}"
+    );
+    assert!(e.to_string().contains("forbidden"), "{e}");
+    server.unforbid("/api/v1/services");
+    until_services(&objects, &["default/kubernetes"], |_| true).await;
 }
 
 /// The sorted names of a list's items.

@@ -1,8 +1,9 @@
 //! Container environments on the real containerd, read from inside the containers (CRI
 //! ExecSync `cat /proc/1/environ`): `envFrom` and `valueFrom` of every kind through the
 //! in-process API server, `$(VAR)` expansion in values and in the command, service link
-//! variables, and a pod whose configMap key is missing: it waits with
-//! `CreateContainerConfigError` and starts once the configMap has the key.
+//! variables (from one list and then a watch of the services, however many pods start), and a
+//! pod whose configMap key is missing: it waits with `CreateContainerConfigError` and starts
+//! once the configMap has the key.
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -86,6 +87,16 @@ fn agent_with(server: &ApiServer, rt: &'static Runtime, name: &str) -> (Agent, t
     (Agent::start(rt, opts), dir)
 }
 
+/// A new API server holding the master service `default/kubernetes` (10.96.0.1, port 443
+/// named `https`) and `default/db` (10.96.0.10:5432).
+fn server_with_services(tokio: &tokio::runtime::Runtime) -> ApiServer {
+    let server = tokio.block_on(ApiServer::start());
+    let master = named_port_service("kubernetes", "default", "10.96.0.1", 443, "https");
+    server.put_object(master);
+    server.put_object(service("db", "default", "10.96.0.10", 5432));
+    server
+}
+
 const EVERY_SOURCE: &str = r#"    resources: {limits: {cpu: 500m, memory: 64Mi}}
     envFrom:
     - configMapRef: {name: env-extra}
@@ -122,18 +133,10 @@ fn every_source_with_expansion_and_service_links_is_seen_inside_the_container() 
         return;
     };
     let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let server = tokio.block_on(ApiServer::start());
+    let server = server_with_services(&tokio);
     server.put_object(config_map("env-settings", &[("LEVEL", "3")]));
     server.put_object(config_map("env-extra", &[("K", "v"), ("OTHER", "o")]));
     server.put_secret(secret("env-creds", &[("PASSWORD", "s3cret")]));
-    server.put_object(named_port_service(
-        "kubernetes",
-        "default",
-        "10.96.0.1",
-        443,
-        "https",
-    ));
-    server.put_object(service("db", "default", "10.96.0.10", 5432));
     server.put_object(service("headless", "default", "None", 80));
     server.put_object(service("elsewhere", "other", "10.96.0.20", 80));
     let (agent, _dir) = agent_with(&server, rt, "env-all");
@@ -215,6 +218,68 @@ fn every_source_with_expansion_and_service_links_is_seen_inside_the_container() 
         Some("10.96.0.1")
     );
     assert!(!env.keys().any(|k| k.starts_with("DB_")), "{env:?}");
+    drop(agent);
+    drop(tokio);
+}
+
+/// Service link variables come from a store the agent keeps by one list and then a watch of
+/// every service: a burst of five pod starts and, a few seconds later, three more list the
+/// services once in all, every container gets the variables, and a service created after the
+/// agent started reaches the later pods' environments through the watch.
+#[test]
+fn service_variables_come_from_one_list_then_a_watch() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let tokio = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let server = server_with_services(&tokio);
+    let (agent, _dir) = agent_with(&server, rt, "env-svc-watch");
+    let node = agent.node_name().to_owned();
+    // Starts the pods `names` at once; each container's environment must hold `want`.
+    let burst = |names: &[String], want: &[(&str, Option<&str>)]| {
+        for name in names {
+            server.put(api_pod(&node, name, "", "sleep 3600 & wait", ""));
+        }
+        let list = agent.wait_for(|l| names.iter().all(|p| l.is_running(p)), RUNNING_TIMEOUT);
+        for pod in names {
+            let env = environ(&agent, &list, pod);
+            for (k, v) in want {
+                assert_eq!(env.get(*k).map(String::as_str), *v, "{pod}: {k}");
+            }
+        }
+    };
+
+    let first: Vec<String> = (0..5).map(|i| format!("env-burst-{i}")).collect();
+    burst(
+        &first,
+        &[
+            ("DB_SERVICE_HOST", Some("10.96.0.10")),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", Some("443")),
+            ("LATE_SERVICE_HOST", None),
+        ],
+    );
+    // A service created while the agent runs, then, a few seconds on, a second burst.
+    server.put_object(service("late", "default", "10.96.0.30", 8080));
+    std::thread::sleep(Duration::from_secs(3));
+    let later: Vec<String> = (0..3).map(|i| format!("env-later-{i}")).collect();
+    burst(
+        &later,
+        &[
+            ("DB_SERVICE_HOST", Some("10.96.0.10")),
+            ("LATE_SERVICE_HOST", Some("10.96.0.30")),
+            ("LATE_PORT", Some("tcp://10.96.0.30:8080")),
+        ],
+    );
+    // Eight container starts in two bursts: one list of the services (the store's first),
+    // the rest came by the watch.
+    let reads = server.object_reads("services");
+    assert!(
+        reads.lists <= 1,
+        "services listed {} times: {reads:?}",
+        reads.lists
+    );
+    assert!(reads.watches >= 1, "the services are watched: {reads:?}");
+    assert_eq!(reads.gets, 0, "{reads:?}");
     drop(agent);
     drop(tokio);
 }

@@ -2,7 +2,10 @@
 //! (after the pod's sandbox runs, so the pod's IPs are known):
 //!
 //! 1. the service variables of the pod's namespace (`enableServiceLinks`, default true) and of
-//!    the `kubernetes` service of the `default` namespace (always), when there is an API server;
+//!    the `kubernetes` service of the `default` namespace (always), when there is an API server,
+//!    from the services store the API objects keep by one list and then a watch ([`services`];
+//!    before the services have been read once a pod's container start fails, a static pod's
+//!    waits at most [`STATIC_POD_SERVICE_WAIT`] and then starts without them);
 //! 2. `envFrom` in order (`configMapRef`, `secretRef`, each key with `prefix`), later sources
 //!    replacing earlier ones;
 //! 3. `env` in order: a `value` has its `$(VAR)` references expanded against the variables so far
@@ -17,10 +20,11 @@
 //! remaining service variables by name.
 use crate::api_objects::{self, ApiObjects};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, ObjectFieldSelector, Pod, Secret, Service};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -45,7 +49,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Read(api_objects::Error),
-    #[error("failed to list services when setting up env vars: {0}")]
+    /// The kubelet's words when its service informer has not synced.
+    #[error("services have not yet been read at least once, cannot construct envvars: {0}")]
     Services(api_objects::Error),
     /// A `valueFrom` swiftlet cannot resolve: the reason names what is wrong.
     #[error("env {name}: {reason}")]
@@ -103,66 +108,40 @@ pub fn needs_host_ips(c: &Container) -> bool {
     })
 }
 
-/// The service list, kept for a few seconds so that pods starting together list once.
-#[derive(Clone, Default)]
-pub struct ServiceCache {
-    current: Arc<Mutex<Arc<tokio::sync::OnceCell<Listed>>>>,
-    /// The last list that succeeded, for static pods while the API server does not answer.
-    last_good: Arc<Mutex<Option<Arc<Vec<Service>>>>>,
-}
-
-type Listed = (Instant, Arc<Vec<Service>>);
-
-/// How long a service list is used for.
-pub const SERVICE_LIST_TTL: Duration = Duration::from_secs(2);
-
-/// How long a static pod's container waits for the service list before it starts without it.
+/// How long a static pod's container waits for the services to be read before it starts
+/// without them.
 pub const STATIC_POD_SERVICE_WAIT: Duration = Duration::from_secs(2);
 
-impl ServiceCache {
-    /// Every service, from a list at most [`SERVICE_LIST_TTL`] old; callers that come while a
-    /// list is in flight wait for it. A failed list is not kept: the next caller lists again.
-    pub async fn services(&self, objects: &ApiObjects) -> Result<Arc<Vec<Service>>, Error> {
-        let cell = {
-            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-            if current
-                .get()
-                .is_some_and(|(at, _)| at.elapsed() >= SERVICE_LIST_TTL)
-            {
-                *current = Arc::default();
-            }
-            current.clone()
-        };
-        let (_, services) = cell
-            .get_or_try_init(|| async {
-                let list = objects.services().await.map_err(Error::Services)?;
-                Ok::<_, Error>((Instant::now(), Arc::new(list)))
-            })
-            .await?;
-        *self.last_good.lock().unwrap_or_else(|p| p.into_inner()) = Some(services.clone());
-        Ok(services.clone())
-    }
+/// The services whose variables a container of `pod` gets ([`service_env`] picks among them),
+/// from the store the API objects keep by one list and one watch of every service: at once once
+/// the services have been read, else after the first list; while that list has failed, an
+/// error (the container waits with `CreateContainerConfigError` and its start is retried).
+pub async fn services(objects: &ApiObjects, pod: &Pod) -> Result<Vec<Arc<Service>>, Error> {
+    let (namespace, links) = (namespace(pod), service_links(pod));
+    objects
+        .services(|s| sees(namespace, links, s))
+        .await
+        .map_err(Error::Services)
+}
 
-    /// The services for a static pod's container: as [`Self::services`], but a static pod does
-    /// not depend on the API server (the kubelet starts it with whatever its service cache
-    /// holds): when the list fails or takes longer than [`STATIC_POD_SERVICE_WAIT`], the last
-    /// good list is used, else none (no service variables), and the reason is returned.
-    pub async fn services_for_static_pod(
-        &self,
-        objects: &ApiObjects,
-    ) -> (Option<Arc<Vec<Service>>>, Option<String>) {
-        let listed = tokio::time::timeout(STATIC_POD_SERVICE_WAIT, self.services(objects)).await;
-        let why = match listed {
-            Ok(Ok(list)) => return (Some(list), None),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("the service list took longer than {STATIC_POD_SERVICE_WAIT:?}"),
-        };
-        let last = self
-            .last_good
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        (last, Some(why))
+/// The services for a static pod's container: as [`services`], but a static pod does not
+/// depend on the API server (the kubelet starts it with whatever its service cache holds):
+/// when the services have not been read within [`STATIC_POD_SERVICE_WAIT`] (or their first
+/// list failed), it gets none (no service variables), and the reason is returned. Once they
+/// have been read they are always at hand, whatever becomes of the watch.
+pub async fn services_for_static_pod(
+    objects: &ApiObjects,
+    pod: &Pod,
+) -> (Option<Vec<Arc<Service>>>, Option<String>) {
+    match tokio::time::timeout(STATIC_POD_SERVICE_WAIT, services(objects, pod)).await {
+        Ok(Ok(list)) => (Some(list), None),
+        Ok(Err(e)) => (None, Some(e.to_string())),
+        Err(_) => (
+            None,
+            Some(format!(
+                "the services have not been read within {STATIC_POD_SERVICE_WAIT:?}"
+            )),
+        ),
     }
 }
 
@@ -289,22 +268,18 @@ pub fn is_env_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'=')
 }
 
-/// Container `c`'s environment (see the module docs). `services`: every service of the cluster,
-/// `None` without an API server.
-pub(crate) async fn build<O: Objects>(
+/// Container `c`'s environment (see the module docs). `services`: the services of the cluster
+/// (at least those [`services`] picks for the pod), `None` without an API server.
+pub(crate) async fn build<O: Objects, S: Borrow<Service>>(
     objects: &O,
-    services: Option<&[Service]>,
+    services: Option<&[S]>,
     ctx: &Context,
     pod: &Pod,
     uid: &str,
     c: &Container,
 ) -> Result<Vec<(String, String)>, Error> {
     let namespace = namespace(pod);
-    let links = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.enable_service_links)
-        .unwrap_or(true);
+    let links = service_links(pod);
     let service_env = services
         .map(|s| service_env(namespace, links, s))
         .unwrap_or_default();
@@ -410,6 +385,14 @@ async fn key_of<O: Objects>(
 
 fn namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// `enableServiceLinks` (default true).
+fn service_links(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.enable_service_links)
+        .unwrap_or(true)
 }
 
 /// `$(VAR)` expansion as the kubelet does it: `$(NAME)` becomes `mapping(NAME)`, or stays as
@@ -534,21 +517,34 @@ fn field_ref(
     })
 }
 
+/// Whether a pod of `namespace` sees service `s`'s variables: the `kubernetes` service of
+/// `default` always, its namespace's services with `links`.
+fn sees(namespace: &str, links: bool, s: &Service) -> bool {
+    let ns = s.metadata.namespace.as_deref().unwrap_or("default");
+    (links && ns == namespace)
+        || (ns == "default" && s.metadata.name.as_deref() == Some("kubernetes"))
+}
+
 /// The service variables a pod of `namespace` sees: of the `kubernetes` service of `default`
 /// always, of its namespace's services with `links`; services without a cluster IP (headless
 /// or none) and without ports give none.
-pub fn service_env(namespace: &str, links: bool, services: &[Service]) -> BTreeMap<String, String> {
+pub fn service_env<S: Borrow<Service>>(
+    namespace: &str,
+    links: bool,
+    services: &[S],
+) -> BTreeMap<String, String> {
     let mut chosen: BTreeMap<&str, &Service> = BTreeMap::new();
     for s in services {
+        let s = s.borrow();
         let ip = s.spec.as_ref().and_then(|s| s.cluster_ip.as_deref());
-        if matches!(ip, None | Some("" | "None")) {
+        if matches!(ip, None | Some("" | "None")) || !sees(namespace, links, s) {
             continue;
         }
         let name = s.metadata.name.as_deref().unwrap_or_default();
         let ns = s.metadata.namespace.as_deref().unwrap_or("default");
         if ns == "default" && name == "kubernetes" {
             chosen.entry(name).or_insert(s);
-        } else if ns == namespace && links {
+        } else {
             chosen.insert(name, s);
         }
     }

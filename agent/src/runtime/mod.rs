@@ -101,7 +101,7 @@ pub enum Error {
         source: crate::api_objects::Error,
     },
     /// The container's environment could not be built (a configMap, secret or key it needs is
-    /// missing, the services could not be listed, a `valueFrom` cannot be resolved): the
+    /// missing, the services have not been read yet, a `valueFrom` cannot be resolved): the
     /// kubelet's message alone, as its status shows it.
     #[error("{source}")]
     Env {
@@ -268,8 +268,6 @@ pub struct Manager {
     /// containers' environments, and their volumes' configMaps, secrets and service account
     /// tokens, are read.
     api: crate::api_objects::ApiObjects,
-    /// The service list the environments' service variables come from, kept briefly.
-    services: env::ServiceCache,
     /// The volume manager: set-up, refresh, mounts and tear-down of the pods' volumes.
     volumes: crate::volume::Manager,
     /// The image manager (pulls, their back-offs, credentials).

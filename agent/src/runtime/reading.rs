@@ -28,7 +28,6 @@ impl Manager {
             runtime_classes: runtime_class::RuntimeClasses::new(api_objects.clone()),
             api: api_objects,
             volumes,
-            services: Default::default(),
             images,
         }
     }

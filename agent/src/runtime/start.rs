@@ -401,9 +401,10 @@ impl Manager {
         Ok((self.sandbox_config(pod, uid, 0, &cgroup)?, containers))
     }
 
-    /// Container `c`'s environment ([`env::build`]): the configMaps and secrets it names and
-    /// the service list through the API server, the pod's IPs (the node's for a host-network
-    /// pod), the node's addresses and allocatable resources when a variable needs them.
+    /// Container `c`'s environment ([`env::build`]): the configMaps and secrets it names
+    /// through the API server, the services from the API objects' services store
+    /// ([`env::services`]), the pod's IPs (the node's for a host-network pod), the node's
+    /// addresses and allocatable resources when a variable needs them.
     pub(super) async fn container_env(
         &self,
         pod: &Pod,
@@ -419,20 +420,19 @@ impl Manager {
         let services = if !self.api.has_api_server() {
             None
         } else if crate::pod::is_static(pod) {
-            let (services, problem) = self.services.services_for_static_pod(&self.api).await;
+            let (services, problem) = env::services_for_static_pod(&self.api, pod).await;
             if let Some(why) = problem {
                 tracing::warn!(
                     pod = %full_name(pod),
                     container = c.name,
                     reason = %why,
-                    cached = services.is_some(),
-                    "a static pod starts without a fresh service list: its service variables \
-                     come from the last list, or there are none"
+                    "a static pod starts without service variables: the services have not \
+                     been read yet"
                 );
             }
             services
         } else {
-            Some(self.services.services(&self.api).await.map_err(err)?)
+            Some(env::services(&self.api, pod).await.map_err(err)?)
         };
         let host_network = Self::host_network(pod);
         let host_ips = if host_network || env::needs_host_ips(c) {
@@ -449,16 +449,9 @@ impl Manager {
             host_ips,
             allocatable: env::needs_allocatable(c).then(|| self.allocatable()),
         };
-        env::build(
-            &self.api,
-            services.as_deref().map(Vec::as_slice),
-            &ctx,
-            pod,
-            uid,
-            c,
-        )
-        .await
-        .map_err(err)
+        env::build(&self.api, services.as_deref(), &ctx, pod, uid, c)
+            .await
+            .map_err(err)
     }
 
     /// The pod's QoS class, or the error of its first resource list that does not parse.

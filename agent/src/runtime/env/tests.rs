@@ -467,7 +467,9 @@ async fn without_an_api_server_a_reference_says_so() {
         "envFrom": [{"configMapRef": {"name": "settings"}}]}]}}),
     );
     let c = &p.spec.as_ref().unwrap().containers[0];
-    let e = build(&objects, None, &ctx(), &p, "u", c).await.unwrap_err();
+    let e = build(&objects, None::<&[Service]>, &ctx(), &p, "u", c)
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::NoApiServer { .. }), "{e}");
     assert!(
         e.to_string()
@@ -477,48 +479,71 @@ async fn without_an_api_server_a_reference_says_so() {
     );
 }
 
-/// API objects read through an API server that refuses connections (keep the directory).
-fn unreachable_api() -> (tempfile::TempDir, ApiObjects) {
+/// API objects read through the API server at `addr` (keep the directory).
+fn api_at(addr: &str) -> (tempfile::TempDir, ApiObjects) {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n\
-         users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'http://{addr}'}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n\
+             current-context: x\n"
+        ),
     )
     .unwrap();
     (dir, ApiObjects::new(Some(kubeconfig)))
 }
 
-#[tokio::test]
-async fn a_failed_service_list_is_an_error_and_not_kept() {
-    // An API server that refuses connections: the list fails, naming why.
-    let (_dir, objects) = unreachable_api();
-    let cache = ServiceCache::default();
-    let e = cache.services(&objects).await.unwrap_err();
-    assert!(
-        e.to_string()
-            .starts_with("failed to list services when setting up env vars"),
-        "{e}"
-    );
-    let cell = cache.current.lock().unwrap().clone();
-    assert!(cell.get().is_none(), "a failed list is not kept");
+/// API objects read through an API server that refuses connections (keep the directory).
+fn unreachable_api() -> (tempfile::TempDir, ApiObjects) {
+    api_at("127.0.0.1:9")
+}
+
+fn api_pod_in(ns: &str) -> Pod {
+    pod(json!({"metadata": {"name": "p", "namespace": ns}, "spec": {"containers": []}}))
 }
 
 #[tokio::test]
-async fn a_static_pod_gets_no_services_but_a_reason_when_the_list_fails() {
+async fn before_the_services_are_read_a_pods_environment_fails_naming_why() {
+    // An API server that refuses connections: the first list fails, and every read says so
+    // (the list is retried in the background) in the kubelet's words.
     let (_dir, objects) = unreachable_api();
-    let cache = ServiceCache::default();
-    let (services, why) = cache.services_for_static_pod(&objects).await;
-    assert!(services.is_none(), "nothing was ever listed");
+    for _ in 0..2 {
+        let e = services(&objects, &api_pod_in("ns1")).await.unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "services have not yet been read at least once, cannot construct envvars: \
+                 listing every Service from the API server: "
+            ),
+            "{e}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_static_pod_gets_no_services_but_a_reason_before_they_are_read() {
+    let (_dir, objects) = unreachable_api();
+    let (services, why) = services_for_static_pod(&objects, &api_pod_in("ns1")).await;
+    assert!(services.is_none(), "nothing was ever read");
+    let why = why.unwrap_or_default();
     assert!(
-        why.unwrap_or_default()
-            .starts_with("failed to list services when setting up env vars"),
+        why.starts_with("services have not yet been read at least once"),
+        "{why}"
     );
-    // A list that succeeded once is what a static pod gets while the server is away.
-    let kept = Arc::new(vec![Service::default()]);
-    *cache.last_good.lock().unwrap() = Some(kept.clone());
-    let (services, why) = cache.services_for_static_pod(&objects).await;
-    assert!(Arc::ptr_eq(&services.expect("the last good list"), &kept));
-    assert!(why.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_static_pod_waits_for_an_api_server_that_does_not_answer_only_so_long() {
+    // A server that takes connections and never answers: the list stays in flight.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (_dir, objects) = api_at(&silent.local_addr().unwrap().to_string());
+    let started = tokio::time::Instant::now();
+    let (services, why) = services_for_static_pod(&objects, &api_pod_in("ns1")).await;
+    assert!(services.is_none());
+    assert_eq!(
+        why.as_deref(),
+        Some("the services have not been read within 2s")
+    );
+    assert!(started.elapsed() >= STATIC_POD_SERVICE_WAIT);
 }
