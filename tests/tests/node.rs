@@ -666,13 +666,27 @@ fn renewed_at(server: &ApiServer, name: &str) -> Option<k8s_openapi::jiff::Times
 /// The API server stops answering without closing anything for 60 s (its connections are dead
 /// for good, as after a load balancer's failover); once it answers new connections again, the
 /// heartbeats are back within 20 s: each was bounded by the heartbeat timeout and the agent
-/// dialled anew. From then on the Lease never lags by more than its duration.
+/// dialled anew. From then on the Lease never lags by more than its duration. A pod that
+/// finished meanwhile (its status write went unanswered) reaches Succeeded on the server within
+/// 45 s: the pod status writer abandoned its unanswered writes.
 #[test]
 fn heartbeats_survive_an_api_server_that_stops_answering() {
     let Some((c, name, _dir)) = ready_node("node-blackhole", "1s") else {
         return;
     };
     eventually(&c.agent, "a renewed lease", || renewed_at(&c.server, &name));
+    let never = "  restartPolicy: Never\n";
+    c.server.put(swiftlet_tests::busybox_api_pod(
+        &name, "brief", "", never, "sleep 20", "",
+    ));
+    let phase = |c: &Cluster| {
+        c.server
+            .pod_named("default", "brief")
+            .and_then(|p| p.status?.phase)
+    };
+    eventually(&c.agent, "the pod Running on the server", || {
+        phase(&c).filter(|p| p == "Running")
+    });
     c.server.black_hole(true);
     std::thread::sleep(Duration::from_secs(60));
     c.server.black_hole(false);
@@ -700,6 +714,16 @@ fn heartbeats_survive_an_api_server_that_stops_answering() {
             beat.filter(|t| t.0 > answering)
                 .map(|_| ())
                 .ok_or_else(|| "not yet".to_owned())
+        },
+    );
+    c.agent.eventually(
+        "the pod that finished meanwhile Succeeded on the server",
+        Duration::from_secs(45),
+        || {
+            phase(&c)
+                .filter(|p| p == "Succeeded")
+                .map(|_| ())
+                .ok_or_else(|| format!("{:?}", phase(&c)))
         },
     );
     // The lease duration is 4 s: for 10 s the last renewal is never older than that.

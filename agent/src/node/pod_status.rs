@@ -15,7 +15,9 @@
 //!   directories gone) and its last status is written, it is deleted with grace 0 and a UID
 //!   precondition, which removes it from the API server.
 //! - A failed write is retried at the next change or reconcile; 404 (the pod is gone) and 409
-//!   (another pod of that name) end the pod's writes.
+//!   (another pod of that name) end the pod's writes. A pod's writes that take longer than
+//!   [`WRITE_TIMEOUT`] are abandoned (counted `result="timeout"`) and the pass ends there: an API
+//!   server that does not answer holds the writer no longer than that.
 //! - `swiftlet_pod_status_write_delay_seconds`: from a pod's change in the status manager to its
 //!   patch answered.
 //!
@@ -42,6 +44,12 @@ use crate::status::StatusManager;
 
 /// How often every pod's status is compared with what was written (the kubelet's 10 s).
 pub const RECONCILE: Duration = Duration::from_secs(10);
+
+/// How long one pod's writes, or one pass over the orphaned mirror pods, may take. The shared
+/// client bounds no request: a connection the network dropped without closing it (a load
+/// balancer's failover, a lost NAT entry) would hold the writer, and every pod's status, for
+/// good. An abandoned request takes its connection with it, so the next one dials anew.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// What to do about one pod after a pass.
 #[derive(Debug, PartialEq, Eq)]
@@ -368,6 +376,18 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Counts and logs a write that took longer than [`WRITE_TIMEOUT`].
+    fn timed_out(&self, operation: &'static str) {
+        self.metrics.node_api_request(operation, "timeout");
+        tracing::warn!(
+            operation,
+            timeout = ?WRITE_TIMEOUT,
+            "the API server did not answer a write in time: abandoned, retried at the next pass"
+        );
+    }
+}
+
 /// Counts and logs a failed write; a pod that is gone (404) or replaced (409) is done.
 fn failed(
     metrics: &Metrics,
@@ -428,7 +448,12 @@ pub async fn run(
                 let mut all: BTreeMap<String, Instant> =
                     writer.status.uids().into_iter().map(|u| (u, now)).collect();
                 writer.written.retain(|uid, _| all.contains_key(uid));
-                writer.delete_orphaned_mirrors().await;
+                if tokio::time::timeout(WRITE_TIMEOUT, writer.delete_orphaned_mirrors())
+                    .await
+                    .is_err()
+                {
+                    writer.timed_out("mirror_delete");
+                }
                 // A change seen before the tick keeps its own time.
                 all.extend(writer.status.take_changed());
                 all
@@ -437,8 +462,16 @@ pub async fn run(
         for (uid, since) in std::mem::take(&mut retry) {
             due.entry(uid).or_insert(since);
         }
-        for (uid, since) in due {
-            match writer.sync(&uid).await {
+        let mut due = due.into_iter();
+        while let Some((uid, since)) = due.next() {
+            let Ok(outcome) = tokio::time::timeout(WRITE_TIMEOUT, writer.sync(&uid)).await else {
+                // The API server does not answer: the pass ends, everything left is retried.
+                writer.timed_out("pod_status");
+                retry.insert(uid, since);
+                retry.extend(due);
+                break;
+            };
+            match outcome {
                 Outcome::Retry => {
                     retry.insert(uid, since);
                 }
