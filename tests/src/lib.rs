@@ -374,6 +374,15 @@ pub async fn remove_node_sandboxes(endpoint: &str, node: &str) -> Result<usize> 
     Ok(sandboxes.len())
 }
 
+/// Whether pod `uid` has a running container in the runtime (blocking; false when the runtime
+/// cannot be read).
+pub fn has_running_container(endpoint: &str, uid: &str) -> bool {
+    pod_cri_objects(endpoint, uid).is_ok_and(|(_, cs)| {
+        cs.iter()
+            .any(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+    })
+}
+
 /// The sandboxes and containers labelled `io.kubernetes.pod.uid=<uid>` (blocking).
 pub fn pod_cri_objects(
     endpoint: &str,

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use swiftlet_tests::api_server::Cluster;
-use swiftlet_tests::{AgentOptions, PodList, Runtime, busybox_api_pod, pod_cri_objects};
+use swiftlet_tests::{
+    AgentOptions, PodList, Runtime, busybox_api_pod, has_running_container, pod_cri_objects,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -358,14 +360,6 @@ fn a_static_pod_preempts_an_api_pod_on_a_full_node() {
         Some("OutOfpods")
     );
     assert!(list.is_running(spared) && list.is_running(&critical));
-}
-
-/// Whether pod `uid` has a running container in the runtime.
-fn has_running_container(endpoint: &str, uid: &str) -> bool {
-    pod_cri_objects(endpoint, uid).is_ok_and(|(_, cs)| {
-        cs.iter()
-            .any(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32)
-    })
 }
 
 #[test]

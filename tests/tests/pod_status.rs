@@ -291,14 +291,7 @@ fn a_failed_pod_stays_running_on_the_server_until_its_containers_stop() {
                 .ok_or_else(|| list.summary())
         });
     let uid = format!("slow-{node}");
-    let running = |uid: &str| {
-        pod_cri_objects(c.agent.endpoint(), uid)
-            .map(|(_, cs)| {
-                cs.iter()
-                    .any(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32)
-            })
-            .unwrap_or(false)
-    };
+    let running = |uid: &str| swiftlet_tests::has_running_container(c.agent.endpoint(), uid);
     // The server's phase is read before the runtime's state: Failed there while the container
     // still runs afterwards is a terminal phase shown too early.
     let mut seen_running = 0;

@@ -301,13 +301,9 @@ pub const TERMINATING_REASON: &str = "PodTerminating";
 /// message when `status` has none; and the `DisruptionTarget` condition an eviction or a
 /// preemption set stays.
 pub(super) fn continue_from(status: &mut PodStatus, old: &PodStatus, pod: &Pod) {
-    let terminal = |s: Option<&PodStatus>| {
-        s.and_then(|s| s.phase.as_deref())
-            .and_then(Phase::parse)
-            .filter(|p| p.is_terminal())
-    };
-    if terminal(Some(status)).is_none()
-        && let Some(phase) = terminal(Some(old)).or(terminal(pod.status.as_ref()))
+    let terminal = |s: &PodStatus| Phase::of(s.phase.as_deref()).filter(|p| p.is_terminal());
+    if terminal(status).is_none()
+        && let Some(phase) = terminal(old).or(pod.status.as_ref().and_then(terminal))
     {
         status.phase = Some(phase.as_str().to_owned());
     }
