@@ -8,6 +8,7 @@ use crate::runtime::Manager;
 use crate::status::StatusManager;
 use crate::{cm, credentials, ebpf, kubelet, pleg, prober, runtime, server, trace};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -131,9 +132,14 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // The probes' events feed the startup timelines and, for the PLEG's fast path, the exit
     // detector (only with the probes loaded: without them nothing reaches it).
     let (exits, fast_rx) = ebpf::exits::Exits::new(metrics.clone());
+    let kernel_path = exits.kernel_path(monitor.clone());
+    let adopt_below = monitor
+        .as_ref()
+        .and_then(|m| m.pod_cgroup_dir().map(Path::to_path_buf));
     tracker.spawn(dispatch_kernel_events(
         kernel_rx,
         exits,
+        adopt_below,
         tracer.clone(),
         cancel.clone(),
     ));
@@ -288,6 +294,15 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     }
     let (config_rx, sources_ready) = mux.run(cancel.clone());
 
+    // The runtime's health checks, a task of their own: the node status reads their record and
+    // never waits for the runtime; the PLEG relists every period while a check fails.
+    let (health_tx, health_rx) = crate::runtime_health::channel();
+    tracker.spawn(crate::runtime_health::run(
+        runtime.cri().clone(),
+        health_tx,
+        cancel.clone(),
+    ));
+
     // PLEG, with the eBPF fast path: the exit detector reports containers' main-process exits
     // and container cgroups removed.
     let (pleg_tx, pleg_rx) = tokio::sync::mpsc::channel(1000);
@@ -301,8 +316,15 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         pods: runtime_pods.clone(),
         health: runtime_state.clone(),
         metrics: metrics.clone(),
+        kernel: kernel_path,
+        runtime_health: health_rx.clone(),
     };
-    tracker.spawn(pleg.run(cfg.pleg_relist_period, fast_rx, cancel.clone()));
+    tracker.spawn(pleg.run(
+        cfg.pleg_relist_period,
+        cfg.pleg_safety_net_period,
+        fast_rx,
+        cancel.clone(),
+    ));
 
     // Servers.
     let healthz = (cfg.healthz_port != 0)
@@ -406,14 +428,6 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         tokio::sync::watch::channel(crate::node::admission_node(&cfg.node, &machine));
     // Cluster membership: the Node, its status and its Lease, when there is an API server.
     if let Some(kubeconfig) = cfg.kubeconfig.clone() {
-        // The runtime's health checks, a task of their own: the node status reads their record
-        // and never waits for the runtime.
-        let (health_tx, health_rx) = crate::node::runtime_health::channel();
-        tracker.spawn(crate::node::runtime_health::run(
-            runtime.cri().clone(),
-            health_tx,
-            cancel.clone(),
-        ));
         let inputs = crate::node::Inputs {
             runtime: health_rx,
             health: runtime_state.clone(),
@@ -572,9 +586,27 @@ fn memory_capacity() -> u64 {
 async fn dispatch_kernel_events(
     mut events: tokio::sync::mpsc::UnboundedReceiver<ebpf::KernelEvent>,
     mut exits: ebpf::exits::Exits,
+    adopt_below: Option<PathBuf>,
     tracer: trace::Tracer,
     cancel: CancellationToken,
 ) {
+    // The containers already running (a restarted agent's) are followed before the events
+    // queued since the probes were attached are taken.
+    if let Some(root) = adopt_below {
+        exits = match tokio::task::spawn_blocking(move || {
+            let n = exits.adopt_running(&root);
+            tracing::debug!(containers = n, "exit detector: running containers adopted");
+            exits
+        })
+        .await
+        {
+            Ok(exits) => exits,
+            Err(error) => {
+                tracing::error!(%error, "adopting the running containers' cgroups failed");
+                return;
+            }
+        };
+    }
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,

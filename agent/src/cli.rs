@@ -128,6 +128,12 @@ pub struct Flags {
     /// 1s). With eBPF a container's exit is relisted at once anyway [default: 1s].
     #[arg(long, value_name = "DURATION")]
     pub pleg_relist_period: Option<GoDuration>,
+    /// How often the PLEG relists while the eBPF probes report every container exit (swiftlet's
+    /// own flag): the relist is then a safety net, and goes back to --pleg-relist-period at once
+    /// when the probes lose an event or the runtime errs. At or below --pleg-relist-period (0
+    /// included), the PLEG always relists every --pleg-relist-period [default: 60s].
+    #[arg(long, value_name = "DURATION")]
+    pub pleg_safety_net_period: Option<GoDuration>,
     /// How often image garbage collection looks (swiftlet's own flag; the kubelet's period is
     /// fixed at 5m) [default: 5m].
     #[arg(long, value_name = "DURATION")]
@@ -704,6 +710,8 @@ pub struct AgentConfig {
     pub kubeconfig: Option<PathBuf>,
     pub ebpf: crate::ebpf::Mode,
     pub pleg_relist_period: Duration,
+    /// `--pleg-safety-net-period`.
+    pub pleg_safety_net_period: Duration,
     /// `--allowed-unsafe-sysctls`: names or prefixes ending in `*`.
     pub allowed_unsafe_sysctls: Vec<String>,
     /// `--seccomp-default`.
@@ -1008,6 +1016,10 @@ impl AgentConfig {
             kubeconfig: flags.kubeconfig,
             ebpf,
             pleg_relist_period,
+            pleg_safety_net_period: duration_or(
+                flags.pleg_safety_net_period,
+                Duration::from_secs(60),
+            ),
             allowed_unsafe_sysctls: cfg.allowed_unsafe_sysctls.unwrap_or_default(),
             seccomp_default: cfg.seccomp_default.unwrap_or(false),
             max_pods,
@@ -1874,6 +1886,12 @@ mod tests {
             parse(Some("250ms")).unwrap().pleg_relist_period,
             Duration::from_millis(250)
         );
+        assert_eq!(
+            parse(None).unwrap().pleg_safety_net_period,
+            Duration::from_secs(60)
+        );
+        let off = resolve(&["--pleg-safety-net-period", "0s"]).unwrap();
+        assert_eq!(off.pleg_safety_net_period, Duration::ZERO);
         assert!(matches!(parse(Some("0s")), Err(Error::RelistPeriod(_))));
         for bad in ["1x", ""] {
             let e = refused(&["--pleg-relist-period", bad]);

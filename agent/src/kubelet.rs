@@ -20,9 +20,6 @@ const HOUSEKEEPING: Duration = Duration::from_secs(2);
 const HOUSEKEEPING_WARNING: Duration = Duration::from_secs(1);
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// How long a finished pod's UID is not taken for an orphan: the PLEG's runtime snapshot (1 s
-/// relist) can still show the pod its worker has just removed.
-const ORPHAN_SETTLE: Duration = Duration::from_secs(3);
 
 /// Pods whose workers finished lately, by UID, with when.
 type Finished = HashMap<String, tokio::time::Instant>;
@@ -436,9 +433,15 @@ impl<S: PodSyncer> SyncLoop<S> {
         let purged = self.workers.sync_known_pods(pods);
         self.workers.runtime_housekeeping();
         self.handle_purged(pods, purged, finished);
-        finished.retain(|_, at| start.duration_since(*at) < ORPHAN_SETTLE);
+        // A finished pod is not taken for an orphan until a relist begun after it finished has
+        // left it out: an older one can still show the pod its worker has just removed (the
+        // relist may be a minute apart, see `pleg`).
+        if let Ok(r) = self.runtime_pods.read() {
+            finished.retain(|_, at| r.relisted.is_none_or(|relisted| relisted <= *at));
+        }
         let orphans: Vec<String> = match self.runtime_pods.read() {
             Ok(r) => r
+                .uids
                 .iter()
                 .filter(|uid| {
                     !pods.contains_key(*uid)
@@ -461,7 +464,7 @@ impl<S: PodSyncer> SyncLoop<S> {
             let known: HashSet<String> = pods
                 .keys()
                 .chain(finished.keys())
-                .chain(running.iter())
+                .chain(running.uids.iter())
                 .cloned()
                 .chain(self.workers.known_uids())
                 .collect();
@@ -719,11 +722,17 @@ mod tests {
             source: crate::config::FILE,
         };
         r.config_tx.send(remove).await.unwrap();
-        // The PLEG's snapshot still shows the pod its worker has just stopped and removed.
-        r.runtime_pods.write().unwrap().insert("u1".into());
-        tokio::time::sleep(Duration::from_millis(2500)).await;
+        // The PLEG's snapshot, taken before the pod finished, still shows the pod its worker has
+        // just stopped and removed: however long ago that relist was, it is no orphan.
+        let before = tokio::time::Instant::now() - Duration::from_millis(50);
+        *r.runtime_pods.write().unwrap() = crate::pleg::RuntimeList {
+            relisted: Some(before),
+            uids: ["u1".to_owned()].into(),
+        };
+        tokio::time::sleep(Duration::from_secs(30)).await;
         assert_eq!(r.fake.graces_of("u1"), [30], "killed again as an orphan");
-        // Still in the runtime well after: then it is an orphan.
+        // A relist begun after it finished still shows it: then it is an orphan.
+        r.runtime_pods.write().unwrap().relisted = Some(tokio::time::Instant::now());
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(r.fake.graces_of("u1"), [30, 1]);
     }

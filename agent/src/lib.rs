@@ -31,6 +31,7 @@ pub mod pod_registry;
 pub mod pod_workers;
 pub mod prober;
 pub mod runtime;
+pub mod runtime_health;
 pub mod server;
 pub mod stats;
 pub mod status;

@@ -113,6 +113,8 @@ pub struct Metrics {
     pub pleg_last_seen_seconds: Gauge,
     pub runtime_ready: Gauge,
     pub pleg_fast_path_relists_total: Family<ResultLabel, Counter>,
+    pub pleg_safety_net: Gauge,
+    pub pleg_kernel_path_distrusted_total: Family<ReasonLabel, Counter>,
     pub prober_probe_total: Family<ProbeLabel, Counter>,
     pub ebpf_exits_total: Counter,
     pub ebpf_exits_dropped_total: Family<ReasonLabel, Counter>,
@@ -283,6 +285,22 @@ impl Metrics {
              skipped: not relisted, the agent was stopping that pod or container itself",
             pleg_fast_path_relists_total.clone(),
         );
+        let pleg_safety_net = Gauge::default();
+        registry.register(
+            "pleg_safety_net",
+            "1 while the PLEG relists only every --pleg-safety-net-period (the eBPF probes report \
+             every container exit), 0 while it relists every --pleg-relist-period",
+            pleg_safety_net.clone(),
+        );
+        let pleg_kernel_path_distrusted_total = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "pleg_kernel_path_distrusted",
+            "Times the PLEG went back to relisting every --pleg-relist-period, by reason: \
+             events_lost (the probes lost events or the exit detector dropped one), probes_stopped, \
+             runtime_error (a relist or a pod read failed), exit_unrecorded (the runtime had not \
+             recorded an exit the kernel saw within the fast path's retries)",
+            pleg_kernel_path_distrusted_total.clone(),
+        );
         let ebpf_exits_total = Counter::default();
         registry.register(
             "ebpf_exits",
@@ -390,6 +408,8 @@ impl Metrics {
             pleg_last_seen_seconds,
             runtime_ready,
             pleg_fast_path_relists_total,
+            pleg_safety_net,
+            pleg_kernel_path_distrusted_total,
             prober_probe_total,
             ebpf_exits_total,
             ebpf_exits_dropped_total,

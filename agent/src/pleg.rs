@@ -16,7 +16,16 @@
 //! doubling to [`FAST_RETRY_MAX`], for up to [`FAST_RETRY_FOR`]. An exit from before the container
 //! started is ignored (runc's own helper may exec in the container cgroup and exit first). Without
 //! eBPF the periodic relist alone keeps everything correct.
-use crate::ebpf::exits::KernelExit;
+//!
+//! The relist's cadence: while the kernel path reports every exit ([`KernelPath`]: probes and
+//! process probes loaded, reader running, nothing lost), the periodic relist is only a safety
+//! net and runs every `--pleg-safety-net-period` (60 s); it is what notices a change nobody made
+//! through this agent (a container removed by hand). It goes back to every `--pleg-relist-period`
+//! (1 s) at once, and for [`DISTRUST_HOLD`] after, when the kernel path lost an event or
+//! stopped, a relist or pod read failed (the runtime is down or restarting), or the runtime had
+//! not recorded an exit the kernel saw by the end of the fast path's retries. The kubelet's
+//! evented PLEG does the same with the runtime's events (its relist every 300 s).
+use crate::ebpf::exits::{KernelExit, KernelPath};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::pod::{PodState, RelistEntry};
 use crate::pod_cache::PodCache;
@@ -30,8 +39,90 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// The UIDs of pods the runtime held at the last successful relist.
-pub type RuntimePods = Arc<RwLock<HashSet<String>>>;
+/// The pods the runtime held at the last successful relist, and when it began.
+pub type RuntimePods = Arc<RwLock<RuntimeList>>;
+
+/// The UIDs of the pods a relist found, and when it began (`None` before the first).
+#[derive(Debug, Default)]
+pub struct RuntimeList {
+    pub relisted: Option<Instant>,
+    pub uids: HashSet<String>,
+}
+
+/// After a reason to distrust the kernel path, the relist runs every `--pleg-relist-period`
+/// for this long.
+pub const DISTRUST_HOLD: Duration = Duration::from_secs(10);
+
+/// When the PLEG relists: at every tick of `period` while the kernel path cannot be trusted,
+/// every `safety_net` while it reports every exit (see the module docs).
+struct Cadence {
+    period: Duration,
+    safety_net: Duration,
+    /// The kernel path's missed count at the last look (`None`: it reports nothing).
+    missed: Option<u64>,
+    /// Relist every `period` until then.
+    hold_until: Option<Instant>,
+    metrics: Metrics,
+}
+
+impl Cadence {
+    /// `safety_net` at or below `period` (0 included) turns the safety net off; `missed` is the
+    /// kernel path's count now ([`KernelPath::missed`]).
+    fn new(period: Duration, safety_net: Duration, missed: Option<u64>, metrics: Metrics) -> Self {
+        Self {
+            period,
+            safety_net,
+            missed,
+            hold_until: None,
+            metrics,
+        }
+    }
+
+    /// Whether the tick at `now` relists, given when the last successful relist began and the
+    /// kernel path's count now.
+    fn relist_due(&mut self, now: Instant, last: Option<Instant>, missed: Option<u64>) -> bool {
+        match (self.missed, missed) {
+            (Some(_), None) => self.distrust(now, "probes_stopped"),
+            (Some(before), Some(after)) if after > before => self.distrust(now, "events_lost"),
+            _ => {}
+        }
+        self.missed = missed;
+        let trusted = self.trusted(now);
+        self.metrics.pleg_safety_net.set(i64::from(trusted));
+        match last {
+            Some(last) if trusted => {
+                // Ticks come every period: relist at the one nearest the safety net's due time.
+                now.saturating_duration_since(last) + self.period / 2 >= self.safety_net
+            }
+            _ => true,
+        }
+    }
+
+    fn trusted(&self, now: Instant) -> bool {
+        self.safety_net > self.period
+            && self.missed.is_some()
+            && self.hold_until.is_none_or(|until| now >= until)
+    }
+
+    /// Relists every period for [`DISTRUST_HOLD`] from `now`.
+    fn distrust(&mut self, now: Instant, reason: &'static str) {
+        if self.safety_net <= self.period {
+            return;
+        }
+        if self.trusted(now) {
+            tracing::info!(
+                reason,
+                period = ?self.period,
+                "PLEG: relisting every period again (the kernel path may have missed a change)"
+            );
+            self.metrics
+                .pleg_kernel_path_distrusted_total
+                .get_or_create(&crate::metrics::ReasonLabel { reason })
+                .inc();
+        }
+        self.hold_until = Some(now + DISTRUST_HOLD);
+    }
+}
 
 /// The runtime's health as the PLEG last saw it (the kubelet's `runtimeState`), and when the
 /// sync loop last ran (the kubelet's sync-loop monitor): what `/healthz` checks. Cheap to clone.
@@ -293,11 +384,13 @@ fn id_events(
 }
 
 /// A pod waiting for a fast-path relist.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Pending {
     due: Instant,
     delay: Duration,
     until: Instant,
+    /// The container whose exit asked for the relist.
+    container: Option<String>,
 }
 
 /// Each pod's snapshot, and the pods to read again (a pod whose read failed keeps its old snapshot, so no event is lost).
@@ -385,6 +478,10 @@ pub struct Pleg {
     pub pods: RuntimePods,
     pub health: RuntimeState,
     pub metrics: Metrics,
+    /// Whether the eBPF probes report every exit (the relist's cadence follows it).
+    pub kernel: KernelPath,
+    /// The runtime's health checks: while one fails, the relist runs every period.
+    pub runtime_health: tokio::sync::watch::Receiver<crate::runtime_health::RuntimeHealth>,
 }
 
 /// The PLEG task's own state.
@@ -393,35 +490,39 @@ struct Relister {
     snap: Snapshots,
     pending: HashMap<String, Pending>,
     last_relist: Option<Instant>,
+    cadence: Cadence,
 }
 
 impl Pleg {
-    /// Relists every `period` (the first at once) and serves fast-path requests in between,
-    /// until `cancel` fires.
+    /// Relists every `period` (the first at once), or every `safety_net` while the kernel path
+    /// is trusted ([`Cadence`]), and serves fast-path requests in between, until `cancel` fires.
     pub async fn run(
         self,
         period: Duration,
+        safety_net: Duration,
         fast: mpsc::Receiver<KernelExit>,
         cancel: CancellationToken,
     ) {
+        let cadence = Cadence::new(
+            period,
+            safety_net,
+            self.kernel.missed(),
+            self.metrics.clone(),
+        );
         let r = Relister {
             p: self,
             snap: Snapshots::default(),
             pending: HashMap::new(),
             last_relist: None,
+            cadence,
         };
-        r.run(period, fast, cancel).await;
+        r.run(fast, cancel).await;
     }
 }
 
 impl Relister {
-    async fn run(
-        mut self,
-        period: Duration,
-        mut fast: mpsc::Receiver<KernelExit>,
-        cancel: CancellationToken,
-    ) {
-        let mut tick = tokio::time::interval(period);
+    async fn run(mut self, mut fast: mpsc::Receiver<KernelExit>, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(self.cadence.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut fast_open = true;
         loop {
@@ -429,7 +530,14 @@ impl Relister {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,
-                _ = tick.tick() => self.relist().await,
+                at = tick.tick() => {
+                    if self.p.runtime_health.borrow().failure.is_some() {
+                        self.cadence.distrust(at, "runtime_error");
+                    }
+                    if self.cadence.relist_due(at, self.last_relist, self.p.kernel.missed()) {
+                        self.relist().await;
+                    }
+                }
                 exit = fast.recv(), if fast_open => match exit {
                     Some(exit) => {
                         self.request(exit);
@@ -491,6 +599,7 @@ impl Relister {
                 due: now,
                 delay: FAST_RETRY_FIRST,
                 until: now + FAST_RETRY_FOR,
+                container: container_id,
             },
         );
     }
@@ -545,6 +654,7 @@ impl Relister {
                 Ok(state) => self.relist_pod(&uid, &state),
                 Err(error) => {
                     tracing::debug!(%uid, %error, "fast-path relist: reading the pod failed");
+                    self.cadence.distrust(Instant::now(), "runtime_error");
                     false
                 }
             };
@@ -560,6 +670,15 @@ impl Relister {
                 Some(p) if !changed && now < p.until => {
                     p.due = now + p.delay;
                     p.delay = (p.delay * 2).min(FAST_RETRY_MAX);
+                }
+                Some(p) if !changed => {
+                    let container = p.container.take();
+                    self.pending.remove(&uid);
+                    let entry = self.snap.records.get(&uid);
+                    if container.is_some_and(|id| still_running(entry, &id)) {
+                        tracing::debug!(%uid, "PLEG fast path: the runtime has not recorded the exit");
+                        self.cadence.distrust(now, "exit_unrecorded");
+                    }
                 }
                 _ => {
                     self.pending.remove(&uid);
@@ -605,6 +724,7 @@ impl Relister {
             Err(e) => {
                 // Keep every snapshot: the events are generated on the next good relist.
                 tracing::warn!(error = %e, "relist failed");
+                self.cadence.distrust(Instant::now(), "runtime_error");
                 self.p.health.set(Some(e.to_string()));
                 self.p.metrics.runtime_ready.set(0);
                 return;
@@ -637,7 +757,10 @@ impl Relister {
             cache.retain(|uid| new.contains_key(uid), token);
         }
         if let Ok(mut p) = self.p.pods.write() {
-            *p = new.keys().cloned().collect();
+            *p = RuntimeList {
+                relisted: Some(start),
+                uids: new.keys().cloned().collect(),
+            };
         }
 
         let status = &self.p.status;
@@ -705,6 +828,19 @@ impl Relister {
     }
 }
 
+/// True when the snapshot shows container (or sandbox) `id` still running.
+fn still_running(entry: Option<&RelistEntry>, id: &str) -> bool {
+    use k8s_cri::v1::{ContainerState, PodSandboxState};
+    entry.is_some_and(|e| {
+        e.containers
+            .iter()
+            .any(|(c, s)| c == id && *s == ContainerState::ContainerRunning as i32)
+            || e.sandboxes
+                .iter()
+                .any(|(c, s)| c == id && *s == PodSandboxState::SandboxReady as i32)
+    })
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -722,6 +858,105 @@ mod tests {
     const EXITED: i32 = api::ContainerState::ContainerExited as i32;
     const CREATED: i32 = api::ContainerState::ContainerCreated as i32;
     const READY: i32 = api::PodSandboxState::SandboxReady as i32;
+
+    /// The ticks of one `period` from `start` on, for `secs` seconds, at which `cadence`
+    /// relists (as seconds from `start`), the kernel path's count at each tick given by `missed`.
+    fn relists(
+        cadence: &mut Cadence,
+        start: Instant,
+        secs: u64,
+        missed: impl Fn(u64) -> Option<u64>,
+    ) -> Vec<u64> {
+        let mut last = None;
+        let mut at = Vec::new();
+        for t in 0..=secs {
+            let now = start + Duration::from_secs(t);
+            if cadence.relist_due(now, last, missed(t)) {
+                last = Some(now);
+                at.push(t);
+            }
+        }
+        at
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// A cadence of a 1 s period and a 60 s safety net, the kernel path trusted; its metrics
+    /// and the start of its clock.
+    fn trusted_cadence() -> (Cadence, Metrics, Instant) {
+        let metrics = Metrics::new();
+        let c = Cadence::new(SECOND, Duration::from_secs(60), Some(0), metrics.clone());
+        (c, metrics, Instant::now())
+    }
+
+    fn distrusted(metrics: &Metrics, reason: &'static str) -> u64 {
+        metrics
+            .pleg_kernel_path_distrusted_total
+            .get_or_create(&crate::metrics::ReasonLabel { reason })
+            .get()
+    }
+
+    #[test]
+    fn a_trusted_kernel_path_makes_the_relist_a_safety_net() {
+        let (mut c, metrics, start) = trusted_cadence();
+        assert_eq!(relists(&mut c, start, 130, |_| Some(0)), [0, 60, 120]);
+        assert_eq!(metrics.pleg_safety_net.get(), 1);
+        // Without the probes every tick relists.
+        let mut c = Cadence::new(SECOND, Duration::from_secs(60), None, metrics.clone());
+        assert_eq!(relists(&mut c, start, 5, |_| None), [0, 1, 2, 3, 4, 5]);
+        assert_eq!(metrics.pleg_safety_net.get(), 0);
+        // A safety net at or below the period is off.
+        for off in [Duration::ZERO, SECOND] {
+            let mut c = Cadence::new(SECOND, off, Some(0), metrics.clone());
+            assert_eq!(relists(&mut c, start, 3, |_| Some(0)), [0, 1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn a_lost_event_or_stopped_probes_bring_the_period_back_at_once() {
+        let (mut c, metrics, start) = trusted_cadence();
+        // An event lost at 30 s: relists at once and every second for the hold, then a minute
+        // after the last.
+        let hold = DISTRUST_HOLD.as_secs();
+        let got = relists(&mut c, start, 110, |t| Some(u64::from(t >= 30)));
+        let mut want = vec![0];
+        want.extend(30..30 + hold);
+        want.push(30 + hold - 1 + 60);
+        assert_eq!(got, want);
+        assert_eq!(distrusted(&metrics, "events_lost"), 1);
+        // Probes that stop leave the period for good.
+        let (mut c, metrics, start) = trusted_cadence();
+        let got = relists(&mut c, start, 40, |t| (t < 5).then_some(0));
+        assert_eq!(got, [0].into_iter().chain(5..=40).collect::<Vec<_>>());
+        assert_eq!(distrusted(&metrics, "probes_stopped"), 1);
+    }
+
+    #[test]
+    fn a_runtime_error_holds_the_period_for_a_while() {
+        let (mut c, metrics, start) = trusted_cadence();
+        assert!(c.relist_due(start, None, Some(0)));
+        let at = start + Duration::from_secs(20);
+        assert!(!c.relist_due(at, Some(start), Some(0)));
+        c.distrust(at, "runtime_error");
+        let after = |s: u64| at + Duration::from_secs(s);
+        assert!(c.relist_due(after(1), Some(start), Some(0)));
+        assert!(c.relist_due(after(DISTRUST_HOLD.as_secs() - 1), Some(after(8)), Some(0)));
+        assert!(!c.relist_due(after(DISTRUST_HOLD.as_secs()), Some(after(9)), Some(0)));
+        assert_eq!(distrusted(&metrics, "runtime_error"), 1);
+    }
+
+    #[test]
+    fn an_exit_the_snapshot_shows_running_is_unrecorded() {
+        let entry = RelistEntry::sorted(
+            vec![("s1".into(), READY)],
+            vec![("c1".into(), RUNNING), ("c2".into(), EXITED)],
+        );
+        assert!(still_running(Some(&entry), "c1"));
+        assert!(still_running(Some(&entry), "s1"));
+        assert!(!still_running(Some(&entry), "c2"));
+        assert!(!still_running(Some(&entry), "c3"));
+        assert!(!still_running(None, "c1"));
+    }
     const NOT_READY: i32 = api::PodSandboxState::SandboxNotready as i32;
 
     fn entry(sandbox: i32, containers: &[(&str, i32)]) -> RelistEntry {

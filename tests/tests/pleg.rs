@@ -521,3 +521,94 @@ fn a_pod_being_started_is_read_by_the_pleg_only_after_its_start() {
         assert!(running, "container c{i} running: {}", list.summary());
     }
 }
+
+/// Waits until `series` reaches `at_least` (within `within`); returns its value.
+fn metric_reaches(agent: &Agent, series: &str, at_least: f64, within: Duration) -> f64 {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let value = metric(&agent.get("/metrics").1, series);
+        if value >= at_least || std::time::Instant::now() >= deadline {
+            return value;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+const RELISTS: &str = "swiftlet_pleg_relist_duration_seconds_count";
+
+/// With the default periods and the probes reporting every exit, the periodic relist is a
+/// safety net a minute apart: an idle node makes no relist in 8 s. A runtime error (a pod read
+/// failing after a container's exit) brings the 1 s relist back at once, and the exit still
+/// reaches the status.
+#[test]
+fn with_the_probes_reporting_every_exit_the_relist_is_a_safety_net() {
+    use swiftlet_tests::cri_proxy::{CriProxy, Fault, Share};
+    let Some(rt) = Runtime::shared() else { return };
+    let proxy = CriProxy::start(&rt.endpoint, 11).unwrap_or_else(|e| panic!("{e}"));
+    let mut opts = AgentOptions::new("pleg-safety-net");
+    opts.cri_endpoint = Some(proxy.endpoint());
+    opts.extra_args = vec!["--ebpf".into(), "on".into()];
+    let agent = Agent::start(rt, opts);
+    let script = "sleep 6; exit 5";
+    agent.write_manifest("net.yaml", &manifest(&agent, "net", None, script));
+    let pod = agent.static_pod_name("net");
+    agent.wait_for(|l| l.is_running(&pod), TIMEOUT);
+
+    let body = agent.get("/metrics").1;
+    assert_eq!(metric(&body, "swiftlet_pleg_safety_net"), 1.0, "{body}");
+    let before = metric(&body, RELISTS);
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = metric(&agent.get("/metrics").1, RELISTS) - before;
+    assert!(idle <= 1.0, "{idle} relists in 3 idle seconds");
+
+    // The container's exit comes next: its pod reads fail for a while.
+    proxy.inject(
+        "PodSandboxStatus",
+        Fault::Fail(tonic::Code::Unavailable),
+        Share::Next(6),
+    );
+    let distrusted = "swiftlet_pleg_kernel_path_distrusted_total{reason=\"runtime_error\"}";
+    assert!(
+        metric_reaches(&agent, distrusted, 1.0, Duration::from_secs(20)) >= 1.0,
+        "a failed pod read after the exit distrusts the kernel path"
+    );
+    let at = metric(&agent.get("/metrics").1, RELISTS);
+    std::thread::sleep(Duration::from_secs(5));
+    let body = agent.get("/metrics").1;
+    let fast = metric(&body, RELISTS) - at;
+    assert!(
+        fast >= 3.0,
+        "only {fast} relists in the 5 s after the error:\n{body}"
+    );
+    let list = agent.wait_for(|l| l.phase(&pod) == Some("Failed"), TIMEOUT);
+    assert_failed_with(&list, &pod, 5);
+}
+
+/// A restarted agent follows the containers already running: their exit reaches the status
+/// through the kernel path, not a minute later with the safety-net relist or the pod's resync.
+#[test]
+fn a_restarted_agent_sees_the_exit_of_a_container_it_adopted() {
+    let Some(rt) = Runtime::shared() else { return };
+    let mut opts = AgentOptions::new("pleg-adopted");
+    opts.extra_args = vec!["--ebpf".into(), "on".into()];
+    let mut agent = Agent::start(rt, opts);
+    agent.write_manifest(
+        "adopted.yaml",
+        &manifest(&agent, "adopted", None, "sleep 15; exit 4"),
+    );
+    let pod = agent.static_pod_name("adopted");
+    agent.wait_for(|l| l.is_running(&pod), TIMEOUT);
+    agent.restart_after_sigkill();
+    agent.wait_for(|l| l.is_running(&pod), TIMEOUT);
+    // The exit comes at about 15 s after the start; the safety net would relist at 60 s.
+    let list = agent.wait_for(
+        |l| main_status(l, &pod).and_then(terminated).is_some(),
+        Duration::from_secs(30),
+    );
+    assert_failed_with(&list, &pod, 4);
+    let body = agent.get("/metrics").1;
+    assert!(
+        metric(&body, FAST_PATH_CHANGED) >= 1.0,
+        "the exit came through the kernel path:\n{body}"
+    );
+}

@@ -14,10 +14,13 @@
 //! the periodic relist still finds every exit.
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::mpsc;
 
-use super::{CgroupEventKind, KernelEvent};
+use super::{CgroupEventKind, KernelEvent, Monitor};
 use crate::metrics::{Metrics, ReasonLabel};
 
 /// How many container cgroups are followed at most.
@@ -61,6 +64,15 @@ pub fn pod_of_path(path: &str) -> Option<(Cow<'_, str>, Option<&str>)> {
 /// A container's main process: its tgid and, once it exited, (exit code, CLOCK_MONOTONIC ns).
 type MainProcess = (u32, Option<(Option<i32>, u64)>);
 
+/// The tgid of a container found already running ([`Exits::adopt_running`]): its main process
+/// is not known, no process exec'd in it later is taken for it (an exec probe's, say), and only
+/// the cgroup's removal reports its end.
+const UNKNOWN_MAIN: u32 = 0;
+
+/// How deep below the pod root container cgroups are (`<qos>/pod<uid>/<id>`, or the systemd
+/// driver's slices and scopes).
+const MAX_DEPTH: usize = 4;
+
 /// One followed container cgroup.
 #[derive(Debug)]
 struct Container {
@@ -76,8 +88,36 @@ pub struct Exits {
     containers: HashMap<u64, Container>,
     tx: mpsc::Sender<KernelExit>,
     metrics: Metrics,
+    /// Reports lost on the way (a full table or channel), for [`KernelPath`].
+    missed: Arc<AtomicU64>,
     /// Converts a CLOCK_MONOTONIC stamp to Unix nanoseconds.
     wall_clock: fn(u64) -> i64,
+}
+
+/// Whether the kernel path reports every container exit: the probes are loaded with the process
+/// probes, their reader runs, and nothing was lost on the way (in the kernel's ring, undecoded,
+/// or dropped by [`Exits`]). The PLEG relists rarely while this holds (see [`crate::pleg`]).
+/// Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct KernelPath {
+    monitor: Option<Monitor>,
+    missed: Arc<AtomicU64>,
+}
+
+impl KernelPath {
+    /// Events missed so far, or `None` when nothing reports exits (no probes, no process probes,
+    /// or the reader stopped). A count that grows means an exit may have been missed.
+    pub fn missed(&self) -> Option<u64> {
+        let monitor = self.monitor.as_ref()?;
+        if monitor.pod_cgroup_dir().is_none() || !monitor.reader_running() {
+            return None;
+        }
+        Some(
+            monitor
+                .events_lost()
+                .saturating_add(self.missed.load(Ordering::Relaxed)),
+        )
+    }
 }
 
 impl Exits {
@@ -88,9 +128,36 @@ impl Exits {
             containers: HashMap::new(),
             tx,
             metrics,
+            missed: Arc::default(),
             wall_clock: wall_clock_of,
         };
         (exits, rx)
+    }
+
+    /// The health of the path from `monitor`'s probes through this detector.
+    pub fn kernel_path(&self, monitor: Option<Monitor>) -> KernelPath {
+        KernelPath {
+            monitor,
+            missed: Arc::clone(&self.missed),
+        }
+    }
+
+    /// Follows the container cgroups already below `root` (the pod cgroup2 directory), so the
+    /// containers of pods a restarted agent adopts report their end too: their cgroup's removal
+    /// (their main process is not known). Call it after the probes are attached and before the
+    /// events queued since are observed: a cgroup made meanwhile is then followed from its own
+    /// creation event. Returns how many were adopted.
+    pub fn adopt_running(&mut self, root: &Path) -> usize {
+        let mut found = Vec::new();
+        find_container_cgroups(root, MAX_DEPTH, &mut found);
+        let n = found.len();
+        for (cgroup_id, uid, id) in found {
+            self.follow(cgroup_id, &uid, &id, 0);
+            if let Some(c) = self.containers.get_mut(&cgroup_id) {
+                c.main = Some((UNKNOWN_MAIN, None));
+            }
+        }
+        n
     }
 
     /// How many container cgroups are followed now.
@@ -99,6 +166,7 @@ impl Exits {
     }
 
     fn dropped(&self, reason: &'static str) {
+        self.missed.fetch_add(1, Ordering::Relaxed);
         self.metrics
             .ebpf_exits_dropped_total
             .get_or_create(&ReasonLabel { reason })
@@ -202,6 +270,34 @@ impl Exits {
                 main: None,
             },
         );
+    }
+}
+
+/// The container cgroups below `dir` (at most `depth` levels), as (cgroup id, pod UID,
+/// container id): on cgroup2 a cgroup's id is its directory's inode number. Unreadable
+/// directories are skipped (a cgroup removed during the walk).
+fn find_container_cgroups(dir: &Path, depth: usize, found: &mut Vec<(u64, String, String)>) {
+    use std::os::unix::fs::MetadataExt as _;
+    if depth == 0 {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        let Some(text) = path.to_str() else { continue };
+        match pod_of_path(text) {
+            Some((uid, Some(id))) => {
+                if let Ok(meta) = std::fs::metadata(&path) {
+                    found.push((meta.ino(), uid.into_owned(), id.to_owned()));
+                }
+            }
+            _ => find_container_cgroups(&path, depth - 1, found),
+        }
     }
 }
 
@@ -338,6 +434,53 @@ mod tests {
         exits.observe(&KernelEvent::Exec(process(newest, 6, 12, None)));
         exits.observe(&KernelEvent::Exit(process(newest, 6, 13, Some(2))));
         assert_eq!(drain(&mut rx).len(), 1);
+    }
+
+    #[test]
+    fn running_containers_are_adopted_and_report_only_their_cgroups_removal() {
+        use std::os::unix::fs::MetadataExt as _;
+        let root = tempfile::tempdir().unwrap();
+        let c1 = root.path().join("besteffort/podu1/c1");
+        let c2 = root.path().join("podu2/c2");
+        for dir in [&c1, &c2] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        // Deeper than a container cgroup: not followed.
+        std::fs::create_dir_all(c2.join("nested")).unwrap();
+        let metrics = Metrics::new();
+        let (mut exits, mut rx) = Exits::new(metrics.clone());
+        assert_eq!(exits.adopt_running(root.path()), 2);
+        let id = std::fs::metadata(&c1).unwrap().ino();
+        // A process exec'd later (an exec probe's) is not taken for the main process.
+        exits.observe(&KernelEvent::Exec(process(id, 40, 1, None)));
+        exits.observe(&KernelEvent::Exit(process(id, 40, 2, Some(1))));
+        assert!(
+            drain(&mut rx).is_empty(),
+            "an exec'd process's exit is not the container's"
+        );
+        let path = c1.to_str().unwrap();
+        exits.observe(&cgroup(CgroupEventKind::Rmdir, path, id, 3));
+        assert_eq!(
+            drain(&mut rx),
+            [("u1".to_owned(), Some("c1".to_owned()), None)],
+            "the removal reports the end, the code left to the runtime's record"
+        );
+        assert_eq!(exits.followed(), 1);
+    }
+
+    #[test]
+    fn drops_make_the_kernel_path_untrusted() {
+        let metrics = Metrics::new();
+        let (mut exits, rx) = Exits::new(metrics.clone());
+        let path = exits.kernel_path(None);
+        assert_eq!(path.missed(), None, "without probes nothing reports exits");
+        for i in 0..CHANNEL_CAPACITY as u64 + 2 {
+            let p = format!("/kubepods/podu{i}/c{i}");
+            exits.observe(&cgroup(CgroupEventKind::Mkdir, &p, i, 1));
+            exits.observe(&cgroup(CgroupEventKind::Rmdir, &p, i, 2));
+        }
+        assert_eq!(exits.missed.load(Ordering::Relaxed), 2);
+        drop(rx);
     }
 
     #[test]

@@ -34,7 +34,7 @@ use std::{
     str::FromStr,
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
@@ -344,6 +344,8 @@ struct Shared {
     empty_drains: AtomicU64,
     /// Times the kernel woke the reader (see [`Monitor::reader_wakeups`]).
     wakeups: AtomicU64,
+    /// Set when the reader task ended (cancelled, or the ring could not be polled).
+    reader_stopped: AtomicBool,
     sink: Option<mpsc::UnboundedSender<KernelEvent>>,
 }
 
@@ -358,6 +360,7 @@ impl Shared {
             drains: AtomicU64::new(0),
             empty_drains: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
+            reader_stopped: AtomicBool::new(false),
             sink,
         }
     }
@@ -437,6 +440,8 @@ fn cgroup_event(kind: CgroupEventKind, r: &common::CgroupRecord<'_>) -> CgroupEv
 pub struct Monitor {
     shared: Arc<Shared>,
     lost: Arc<PerCpuArray<MapData, u64>>,
+    /// The cgroup2 directory every pod lives below, when the process probes are loaded.
+    pod_root: Option<PathBuf>,
 }
 
 impl fmt::Debug for Monitor {
@@ -509,6 +514,17 @@ impl Monitor {
     /// sent it several microseconds: see [`reader`]).
     pub fn reader_wakeups(&self) -> u64 {
         self.shared.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// False once the reader task has ended: no event reaches the agent any more.
+    pub fn reader_running(&self) -> bool {
+        !self.shared.reader_stopped.load(Ordering::Relaxed)
+    }
+
+    /// The cgroup2 directory every pod cgroup is below, when the process probes are loaded
+    /// (without them container exits are not seen).
+    pub fn pod_cgroup_dir(&self) -> Option<&Path> {
+        self.pod_root.as_deref()
     }
 
     /// Events that never reached the agent: the probes' loss counters (ring buffer full, record
@@ -683,6 +699,7 @@ impl Monitor {
         Ok(Monitor {
             shared,
             lost: Arc::new(lost),
+            pod_root: pod_root.map(|r| r.dir),
         })
     }
 }

@@ -197,6 +197,7 @@ pub(super) async fn read_events(
         }
     }
     drain(events.get_mut(), &shared);
+    shared.reader_stopped.store(true, Ordering::Relaxed);
     drop(ebpf);
     tracing::debug!("eBPF reader stopped; probes detached");
 }

@@ -9,7 +9,7 @@
 //!   everything else is left as it is (as the kubelet does). Failures are retried with a
 //!   backoff from 100 ms to 7 s; static pods run meanwhile.
 //! - Every `--node-status-update-frequency` (10 s) the status is computed, without a CRI call:
-//!   the runtime's health, version and images come from the record [`runtime_health`] keeps
+//!   the runtime's health, version and images come from the record [`crate::runtime_health`] keeps
 //!   (a task of its own checking CRI `Status` every 5 s; the node is NotReady, "container
 //!   runtime is down", once the runtime's last good answer is 30 s old), so a runtime that
 //!   hangs never holds a status update back. The status is written (a
@@ -30,7 +30,6 @@ pub mod heartbeat;
 pub mod informer;
 pub mod lease;
 pub mod pod_status;
-pub mod runtime_health;
 pub mod status;
 pub mod status_diff;
 
@@ -243,9 +242,9 @@ fn log_failure(what: &'static str, node: &str, e: &kube::Error) {
 /// What the status is computed from besides the machine.
 #[derive(Clone)]
 pub struct Inputs {
-    /// The runtime's health, version and images, as the checks of [`runtime_health::run`] last
+    /// The runtime's health, version and images, as the checks of [`crate::runtime_health::run`] last
     /// saw them.
-    pub runtime: watch::Receiver<runtime_health::RuntimeHealth>,
+    pub runtime: watch::Receiver<crate::runtime_health::RuntimeHealth>,
     /// The PLEG's health (its relists).
     pub health: RuntimeState,
     /// The conditions the eviction manager holds under pressure.
@@ -411,8 +410,8 @@ impl NodeStatusLoop {
                 let checked = self
                     .inputs
                     .runtime
-                    .wait_for(runtime_health::RuntimeHealth::observed);
-                let _ = tokio::time::timeout(runtime_health::CHECK_PERIOD, checked).await;
+                    .wait_for(crate::runtime_health::RuntimeHealth::observed);
+                let _ = tokio::time::timeout(crate::runtime_health::CHECK_PERIOD, checked).await;
                 let observed = self.observe();
                 let mut node = status::initial_node(&self.cfg, &self.machine);
                 let first =

@@ -4,7 +4,8 @@
 //! [`CHECK_DEADLINE`], and beside it keeps the runtime's version (CRI `Version`) and image list
 //! (CRI `ListImages`) fresh: every [`REFRESH_PERIOD`], every [`CHECK_PERIOD`] while a refresh
 //! fails. It publishes what it saw as a [`RuntimeHealth`] through a `watch` channel; the node
-//! status loop reads that record and never calls the runtime itself. This is the kubelet's
+//! status loop reads that record and never calls the runtime itself, and the PLEG relists every
+//! period while a check fails (see [`crate::pleg`]). This is the kubelet's
 //! shape: its runtime-up check runs every 5 s apart from the status, records the time of the
 //! runtime's last good answer and the conditions it reported, and its node status reads the
 //! record (and an image list refreshed every 30 s).
