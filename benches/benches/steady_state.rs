@@ -15,6 +15,12 @@
 //! ran in the window by the agent's own counters (relists, pod syncs, CRI calls by method, pod
 //! reads, eBPF records and reader wake-ups).
 //!
+//! **Baseline beside it** (with `--baseline-flags "<flags>"` or `--baseline-agent <binary>`): at
+//! each N a second fresh agent, started from `<binary>` (default: the same release agent) with
+//! `<flags>` added, runs its own N pods beside the first, and both are watched over the same
+//! windows: a change measured against the build or the setting before it on the same busy host
+//! (`--baseline-flags "--pleg-safety-net-period 0"` is the relist cadence before the safety net).
+//!
 //! **Foreign churn** (at the first N, unless `--no-foreign`): a second fresh agent with
 //! `--ebpf off` and N pods of its own runs beside the first (probes loaded); both are watched
 //! over the same windows, once quiet and once while a workload outside the pods starts processes
@@ -64,6 +70,8 @@ struct Opts {
     foreign: bool,
     settings: bool,
     pod_churn: bool,
+    /// The baseline agent's binary (`None`: the measured one) and its extra flags, when asked.
+    baseline: Option<(Option<String>, Vec<String>)>,
 }
 
 fn parse_opts() -> Result<Opts, String> {
@@ -79,6 +87,7 @@ fn parse_opts() -> Result<Opts, String> {
         foreign: true,
         settings: true,
         pod_churn: true,
+        baseline: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -98,6 +107,17 @@ fn parse_opts() -> Result<Opts, String> {
             }
             "--no-churn" => {
                 o.pod_churn = false;
+                continue;
+            }
+            "--baseline-flags" => {
+                let v = args.next().ok_or("--baseline-flags needs a value")?;
+                let flags = v.split_whitespace().map(str::to_owned).collect();
+                o.baseline.get_or_insert_with(Default::default).1 = flags;
+                continue;
+            }
+            "--baseline-agent" => {
+                let v = args.next().ok_or("--baseline-agent needs a binary")?;
+                o.baseline.get_or_insert_with(Default::default).0 = Some(v);
                 continue;
             }
             "--window" => &mut o.window,
@@ -486,11 +506,22 @@ fn forks() -> u64 {
 /// A fresh release agent (`-v 0`, the defaults but what it needs to run beside other agents)
 /// with `pods` pods `<prefix><i>` all Running; with the manifests it was given.
 fn fresh_agent(rt: &Runtime, name: &str, pods: usize, extra: &[&str]) -> (Agent, Desired) {
+    fresh_agent_of(rt, name, None, pods, extra)
+}
+
+/// [`fresh_agent`] from `binary` (`None`: the measured release agent).
+fn fresh_agent_of(
+    rt: &Runtime,
+    name: &str,
+    binary: Option<&str>,
+    pods: usize,
+    extra: &[&str],
+) -> (Agent, Desired) {
     let mut opts = AgentOptions::new(name);
     opts.verbosity = 0;
     // The default (the harness's own is 1 s).
     opts.file_check_frequency = "20s".into();
-    opts.binary = Some(swiftlet_tests::release_agent_binary());
+    opts.binary = Some(binary.map_or_else(swiftlet_tests::release_agent_binary, Into::into));
     if pods > DEFAULT_MAX_PODS {
         opts.extra_args = vec!["--max-pods".into(), (pods + 10).to_string()];
     }
@@ -591,18 +622,36 @@ fn main() -> ExitCode {
     for (k, &n) in opts.pods.iter().enumerate() {
         println!("\nN = {n}: a fresh agent, default flags");
         let (agent, desired) = fresh_agent(rt, "steady", n, &[]);
+        let baseline = opts.baseline.as_ref().map(|(binary, flags)| {
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let name = "steady-baseline";
+            (
+                fresh_agent_of(rt, name, binary.as_deref(), n, &flags).0,
+                flags.join(" "),
+            )
+        });
         std::thread::sleep(Duration::from_secs(opts.settle));
-        let w = watch(&[&agent], opts.window).remove(0);
-        print_window(&format!("N = {n}, fresh, default flags"), &w);
-        summary.push(format!(
-            "N={n:<4} fresh, default flags (eBPF on, relist 1 s), {:.0} s window: CPU {:.3} %, \
-             RSS {:.1} MiB (peak {:.1}), relist p99 {} ms",
-            w.secs,
-            w.cpu_pct,
-            w.rss_mib,
-            w.peak_mib,
-            bound(w.relist_p99_ms)
-        ));
+        let mut agents = vec![&agent];
+        agents.extend(baseline.as_ref().map(|(b, _)| b));
+        let windows = watch(&agents, opts.window);
+        let mut labels = vec!["this build, default flags".to_owned()];
+        labels.extend(baseline.as_ref().map(|(_, flags)| {
+            let binary = opts.baseline.as_ref().and_then(|(b, _)| b.as_deref());
+            format!("baseline {} {flags}", binary.unwrap_or("(same build)"))
+        }));
+        for (label, w) in labels.iter().zip(&windows) {
+            print_window(&format!("N = {n}, fresh, {label}"), w);
+            summary.push(format!(
+                "N={n:<4} fresh, {label}, {:.0} s window: CPU {:.3} %, RSS {:.1} MiB (peak \
+                 {:.1}), relist p99 {} ms",
+                w.secs,
+                w.cpu_pct,
+                w.rss_mib,
+                w.peak_mib,
+                bound(w.relist_p99_ms)
+            ));
+        }
+        drop(baseline);
         if k == 0 && opts.foreign {
             foreign(rt, &agent, n, &opts, &mut summary);
         }
