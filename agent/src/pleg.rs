@@ -62,6 +62,9 @@ struct Cadence {
     missed: Option<u64>,
     /// Relist every `period` until then.
     hold_until: Option<Instant>,
+    /// Counts the distrusts: reads stored in an earlier epoch are not kept current by the
+    /// kernel path (`pod_cache`).
+    epoch: u64,
     metrics: Metrics,
 }
 
@@ -74,6 +77,7 @@ impl Cadence {
             safety_net,
             missed,
             hold_until: None,
+            epoch: 0,
             metrics,
         }
     }
@@ -121,6 +125,7 @@ impl Cadence {
                 .inc();
         }
         self.hold_until = Some(now + DISTRUST_HOLD);
+        self.epoch += 1;
     }
 }
 
@@ -534,7 +539,9 @@ impl Relister {
                     if self.p.runtime_health.borrow().failure.is_some() {
                         self.cadence.distrust(at, "runtime_error");
                     }
-                    if self.cadence.relist_due(at, self.last_relist, self.p.kernel.missed()) {
+                    let due = self.cadence.relist_due(at, self.last_relist, self.p.kernel.missed());
+                    self.tell_cache(at);
+                    if due {
                         self.relist().await;
                     }
                 }
@@ -552,6 +559,19 @@ impl Relister {
                 () = sleep_until(next_due), if next_due.is_some() => self.relist_due().await,
             }
         }
+    }
+
+    /// Relists every period from `now` on for a while (see [`Cadence::distrust`]), and stops the
+    /// pod cache keeping reads current.
+    fn distrust(&mut self, now: Instant, reason: &'static str) {
+        self.cadence.distrust(now, reason);
+        self.tell_cache(now);
+    }
+
+    /// Tells the pod cache whether the kernel path keeps its reads current.
+    fn tell_cache(&self, now: Instant) {
+        let trusted = self.cadence.trusted(now);
+        self.p.cache.lock().set_kernel(trusted, self.cadence.epoch);
     }
 
     /// Puts a kernel-observed exit into the pod cache, asks the pod's worker to sync (so its
@@ -654,7 +674,7 @@ impl Relister {
                 Ok(state) => self.relist_pod(&uid, &state),
                 Err(error) => {
                     tracing::debug!(%uid, %error, "fast-path relist: reading the pod failed");
-                    self.cadence.distrust(Instant::now(), "runtime_error");
+                    self.distrust(Instant::now(), "runtime_error");
                     false
                 }
             };
@@ -677,7 +697,7 @@ impl Relister {
                     let entry = self.snap.records.get(&uid);
                     if container.is_some_and(|id| still_running(entry, &id)) {
                         tracing::debug!(%uid, "PLEG fast path: the runtime has not recorded the exit");
-                        self.cadence.distrust(now, "exit_unrecorded");
+                        self.distrust(now, "exit_unrecorded");
                     }
                 }
                 _ => {
@@ -724,7 +744,7 @@ impl Relister {
             Err(e) => {
                 // Keep every snapshot: the events are generated on the next good relist.
                 tracing::warn!(error = %e, "relist failed");
-                self.cadence.distrust(Instant::now(), "runtime_error");
+                self.distrust(Instant::now(), "runtime_error");
                 self.p.health.set(Some(e.to_string()));
                 self.p.metrics.runtime_ready.set(0);
                 return;

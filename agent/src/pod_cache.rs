@@ -20,6 +20,15 @@
 //!
 //! The same bookkeeping says which pods (or containers) the agent is stopping right now: the
 //! eBPF fast path need not re-read those, the stopping code reads or forgets the pod itself.
+//!
+//! While the PLEG trusts the kernel path (`pleg::Cadence`: the eBPF probes report every
+//! container exit), a stored read stays good past [`MAX_AGE`], as long as the trust lasted since
+//! the read began ([`Fresh::set_kernel`]) and nothing mutated the pod: the runtime changes a
+//! pod's state by itself only when a container ends, which the kernel reports (and the PLEG
+//! then reads the pod again). A pod's periodic resync then takes the read its last sync made
+//! instead of asking the runtime again (the kubelet's evented PLEG keeps its cache current the
+//! same way, from the runtime's events). Any reason to distrust the kernel path ends it for
+//! every read stored before.
 use crate::pod::PodState;
 use k8s_cri::v1 as api;
 use std::collections::{HashMap, HashSet};
@@ -82,6 +91,8 @@ pub const MAX_AGE: Duration = Duration::from_secs(5);
 pub struct ReadToken {
     clock: u64,
     seq: u64,
+    /// The kernel path's trust when the read began ([`Fresh::set_kernel`]).
+    trust: Option<u64>,
 }
 
 /// One pod's mutations.
@@ -117,6 +128,9 @@ pub struct Fresh {
     statuses: HashMap<String, HashMap<String, api::ContainerStatus>>,
     /// Which pods the runtime can hold, known without asking it.
     pub known: Known,
+    /// The PLEG's trust in the kernel path: `Some(epoch)` while trusted, the epoch counting its
+    /// distrusts.
+    kernel: Option<u64>,
 }
 
 /// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
@@ -238,6 +252,36 @@ impl Fresh {
         ReadToken {
             clock: self.clock,
             seq: self.seq,
+            trust: self.kernel,
+        }
+    }
+
+    /// The PLEG's trust in the kernel path: `trusted`, and `epoch`, the count of its distrusts
+    /// (a read stays good past [`MAX_AGE`] only while trusted in the epoch it began in).
+    pub fn set_kernel(&mut self, trusted: bool, epoch: u64) {
+        self.kernel = trusted.then_some(epoch);
+    }
+
+    /// Whether a read that began at `token` is still current because the kernel path was
+    /// trusted all along since.
+    fn evented(&self, token: ReadToken) -> bool {
+        token.trust.is_some() && token.trust == self.kernel
+    }
+
+    /// A sync's own read of pod `uid` beginning now: its sequence number (for [`Fresh::used`])
+    /// and, unless the pod is being mutated, its token (for [`Fresh::store_own`]).
+    pub fn own_read_of(&mut self, uid: &str) -> (u64, Option<ReadToken>) {
+        match self.token(uid) {
+            Some(token) => (token.seq, Some(token)),
+            None => (self.own_read(), None),
+        }
+    }
+
+    /// Stores a sync's own read that began at `token` when the kernel path keeps it current
+    /// (for the pod's next resync); else nothing.
+    pub fn store_own(&mut self, uid: &str, token: ReadToken, state: &PodState, now: Instant) {
+        if self.evented(token) {
+            self.store(uid, token, state.clone(), now);
         }
     }
 
@@ -287,17 +331,19 @@ impl Fresh {
         }
     }
 
-    /// The stored read of pod `uid` when it is still good: nothing mutated since it began and
-    /// younger than [`MAX_AGE`]. It stays for the next sync until a mutation begins (the PLEG's
-    /// events of one change can sync a pod twice; both may use the read), and a stale one is
-    /// dropped.
-    pub fn take(&mut self, uid: &str, now: Instant) -> Option<PodState> {
+    /// The stored read of pod `uid` when it is still good: nothing mutated since it began, and
+    /// younger than [`MAX_AGE`] or kept current by the kernel path ([`Fresh::set_kernel`]),
+    /// with whether it was young. It stays for the next sync until a mutation begins (the
+    /// PLEG's events of one change can sync a pod twice; both may use the read), and a stale
+    /// one is dropped.
+    pub fn take(&mut self, uid: &str, now: Instant) -> Option<(PodState, bool)> {
         let (token, at, state) = self.reads.get(uid)?;
         let (token, at) = (*token, *at);
-        if self.valid(uid, token.clock) && now.saturating_duration_since(at) < MAX_AGE {
+        let young = now.saturating_duration_since(at) < MAX_AGE;
+        if self.valid(uid, token.clock) && (young || self.evented(token)) {
             let state = state.clone();
             self.used(uid, token.seq);
-            return Some(state);
+            return Some((state, young));
         }
         self.reads.remove(uid);
         None
@@ -394,8 +440,8 @@ mod tests {
         f.end(uid, kill);
     }
 
-    fn id(s: Option<PodState>) -> Option<String> {
-        s.map(|s| s.containers[0].id.clone())
+    fn id(s: Option<(PodState, bool)>) -> Option<String> {
+        s.map(|(s, _)| s.containers[0].id.clone())
     }
 
     #[test]
@@ -460,6 +506,47 @@ mod tests {
         let t = f.token("u").unwrap();
         f.store("u", t, state("a"), then);
         assert!(f.take("u", then + MAX_AGE).is_none());
+    }
+
+    #[test]
+    fn while_the_kernel_path_is_trusted_a_read_stays_current_until_a_mutation() {
+        let mut f = Fresh::default();
+        let then = Instant::now();
+        let later = then + MAX_AGE * 100;
+        // Not trusted when the read began: it ages out as before.
+        let t = f.token("u").unwrap();
+        f.set_kernel(true, 0);
+        f.store_own("u", t, &state("a"), then);
+        assert!(
+            f.take("u", later).is_none(),
+            "an untrusted read is not even stored"
+        );
+        f.store("u", t, state("a"), then);
+        assert!(f.take("u", later).is_none());
+        // Trusted all along: current however old, taken again by every resync.
+        let t = f.token("u").unwrap();
+        f.store_own("u", t, &state("b"), then);
+        let young = |f: &mut Fresh, now| {
+            f.take("u", now)
+                .map(|(s, young)| (id(Some((s, young))), young))
+        };
+        assert_eq!(young(&mut f, later), Some((Some("b".into()), false)));
+        assert_eq!(id(f.take("u", later)), Some("b".into()));
+        assert_eq!(young(&mut f, then), Some((Some("b".into()), true)));
+        // A mutation ends it.
+        mutation(&mut f, "u", false);
+        assert!(f.take("u", later).is_none());
+        // A distrust since the read ends it, even once trusted again.
+        let t = f.token("u").unwrap();
+        f.store_own("u", t, &state("c"), then);
+        f.set_kernel(false, 1);
+        assert!(f.take("u", later).is_none());
+        f.store_own("u", t, &state("c"), then);
+        f.set_kernel(true, 1);
+        assert!(f.take("u", later).is_none(), "stored in the earlier epoch");
+        let t = f.token("u").unwrap();
+        f.store_own("u", t, &state("d"), then);
+        assert_eq!(id(f.take("u", later)), Some("d".into()));
     }
 
     #[test]

@@ -612,3 +612,40 @@ fn a_restarted_agent_sees_the_exit_of_a_container_it_adopted() {
         "the exit came through the kernel path:\n{body}"
     );
 }
+
+/// While the probes report every exit, a pod's periodic resync takes the read its last sync
+/// made instead of asking the runtime again; its container's exit still reaches the status.
+#[test]
+fn a_resync_takes_the_current_read_while_the_probes_report_every_exit() {
+    let args = ["--ebpf", "on", "--sync-frequency", "1s"];
+    let Some(agent) = start("pleg-current", &args) else {
+        return;
+    };
+    agent.write_manifest(
+        "cur.yaml",
+        &manifest(&agent, "cur", None, "sleep 16; exit 2"),
+    );
+    let pod = agent.static_pod_name("cur");
+    agent.wait_for(|l| l.is_running(&pod), TIMEOUT);
+    let reads = |source: &str| {
+        let series = format!("swiftlet_runtime_pod_state_reads_total{{source=\"{source}\"}}");
+        metric(&agent.get("/metrics").1, &series)
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let (own, current) = (reads("sync"), reads("current"));
+    // Resyncs come every 2 s (a second, jittered, handed out at the sync loop's 1 s tick).
+    std::thread::sleep(Duration::from_secs(8));
+    let (own_after, current_after) = (reads("sync"), reads("current"));
+    assert!(
+        current_after - current >= 3.0,
+        "resyncs took the current read {} times in 8 s",
+        current_after - current
+    );
+    assert!(
+        own_after - own <= 1.0,
+        "resyncs read the runtime {} times in 8 s",
+        own_after - own
+    );
+    let list = agent.wait_for(|l| l.phase(&pod) == Some("Failed"), TIMEOUT);
+    assert_failed_with(&list, &pod, 2);
+}

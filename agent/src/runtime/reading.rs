@@ -73,9 +73,14 @@ impl Manager {
         uid: &str,
         source: &'static str,
     ) -> cri::Result<PodState> {
-        let seq = self.fresh().own_read();
+        // Kept for the pod's next resync while the kernel path keeps it current.
+        let (seq, token) = self.fresh().own_read_of(uid);
         let state = self.pod_state_counted(uid, source).await?;
-        self.fresh().used(uid, seq);
+        let mut fresh = self.fresh();
+        if let Some(token) = token {
+            fresh.store_own(uid, token, &state, std::time::Instant::now());
+        }
+        fresh.used(uid, seq);
         Ok(state)
     }
 

@@ -199,8 +199,8 @@ impl Manager {
             self.fresh().take(uid, Instant::now())
         };
         Ok(match handed {
-            Some(state) => {
-                self.count_read("handoff");
+            Some((state, young)) => {
+                self.count_read(if young { "handoff" } else { "current" });
                 state
             }
             None if known_empty => PodState::default(),
