@@ -1150,6 +1150,10 @@ impl std::str::FromStr for GoDuration {
     type Err = String;
 
     fn from_str(value: &str) -> Result<Self, String> {
+        // Go's own special case: a bare 0 needs no unit.
+        if value == "0" {
+            return Ok(GoDuration(Duration::ZERO));
+        }
         parse_duration("duration", value)
             .map(GoDuration)
             .map_err(|_| {
@@ -1890,8 +1894,10 @@ mod tests {
             parse(None).unwrap().pleg_safety_net_period,
             Duration::from_secs(60)
         );
-        let off = resolve(&["--pleg-safety-net-period", "0s"]).unwrap();
-        assert_eq!(off.pleg_safety_net_period, Duration::ZERO);
+        for zero in ["0s", "0"] {
+            let off = resolve(&["--pleg-safety-net-period", zero]).unwrap();
+            assert_eq!(off.pleg_safety_net_period, Duration::ZERO);
+        }
         assert!(matches!(parse(Some("0s")), Err(Error::RelistPeriod(_))));
         for bad in ["1x", ""] {
             let e = refused(&["--pleg-relist-period", bad]);
