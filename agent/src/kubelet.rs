@@ -142,12 +142,14 @@ impl<S: PodSyncer> SyncLoop<S> {
                             self.workers.update_pod(&uid, Work::new(UpdateType::Sync, pod.clone()));
                         }
                     }
+                    // Once a tick, not at every turn of the loop: the count walks every pod,
+                    // and an idle 250-pod node turns the loop several times per resync.
+                    self.metrics
+                        .running_pods
+                        .set(self.status.running_count() as i64);
                 }
                 _ = housekeeping.tick() => self.housekeeping(&mut pods, &mut finished),
             }
-            self.metrics
-                .running_pods
-                .set(self.status.running_count() as i64);
         }
     }
 

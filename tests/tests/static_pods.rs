@@ -36,6 +36,12 @@ fn three_manifests_become_three_running_pods() {
     let pod_names: Vec<String> = names.iter().map(|n| agent.static_pod_name(n)).collect();
     let list = wait_all_running(&agent, &pod_names);
     assert_eq!(list.items.len(), 3, "{}", list.summary());
+    agent.eventually("swiftlet_running_pods 3", Duration::from_secs(5), || {
+        let body = agent.get("/metrics").1;
+        body.contains("\nswiftlet_running_pods 3\n")
+            .then_some(())
+            .ok_or(body)
+    });
 
     for pod in &pod_names {
         let uid = list.uid(pod).expect("a static pod has a UID");
