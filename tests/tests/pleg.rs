@@ -522,18 +522,6 @@ fn a_pod_being_started_is_read_by_the_pleg_only_after_its_start() {
     }
 }
 
-/// Waits until `series` reaches `at_least` (within `within`); returns its value.
-fn metric_reaches(agent: &Agent, series: &str, at_least: f64, within: Duration) -> f64 {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        let value = metric(&agent.get("/metrics").1, series);
-        if value >= at_least || std::time::Instant::now() >= deadline {
-            return value;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 const RELISTS: &str = "swiftlet_pleg_relist_duration_seconds_count";
 
 /// With the default periods and the probes reporting every exit, the periodic relist is a
@@ -569,7 +557,7 @@ fn with_the_probes_reporting_every_exit_the_relist_is_a_safety_net() {
     );
     let distrusted = "swiftlet_pleg_kernel_path_distrusted_total{reason=\"runtime_error\"}";
     assert!(
-        metric_reaches(&agent, distrusted, 1.0, Duration::from_secs(20)) >= 1.0,
+        metric(&wait_metric(&agent, distrusted, 1.0), distrusted) >= 1.0,
         "a failed pod read after the exit distrusts the kernel path"
     );
     let at = metric(&agent.get("/metrics").1, RELISTS);
