@@ -222,6 +222,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             cfg.node_name.clone(),
             cfg.pod_logs_dir.clone(),
             metrics.clone(),
+            pod_cache.clone(),
         )
         .run(cancel.clone()),
     );

@@ -37,6 +37,12 @@ use std::time::{Duration, Instant};
 /// restart should not hold dead sandboxes that long).
 pub const GC_PERIOD: Duration = Duration::from_secs(10);
 
+/// Time between two collections while nothing changed since the last one found nothing to do
+/// (the kubelet's period): with the kernel path trusted, no mutation, no pod dropped and no exit
+/// seen, and no `--minimum-container-ttl-duration` (under which time alone makes a dead
+/// container collectable), a collection can only find what was changed behind the agent's back.
+pub const QUIET_GC_PERIOD: Duration = Duration::from_secs(60);
+
 /// Dead (not running) instances kept per container name of a pod, the newest ones (the kubelet's
 /// default `--maximum-dead-containers-per-container`).
 pub const MAX_DEAD_PER_CONTAINER: usize = 1;
@@ -70,6 +76,9 @@ struct GcState {
     /// A collection is running (housekeeping never starts a second one).
     running: bool,
     last: Option<Instant>,
+    /// The pod cache's mark from before the last collection, kept when that collection found
+    /// nothing to do (see [`QUIET_GC_PERIOD`]).
+    quiet: Option<crate::pod_cache::QuietMark>,
     /// Stale sandboxes already stopped by this agent (stopped again only after a restart).
     stopped: HashSet<String>,
 }
@@ -124,6 +133,17 @@ pub struct Collected {
     pub containers: usize,
     pub sandboxes: usize,
     pub stopped: usize,
+}
+
+/// Whether a collection is due at `now`, the last one having ended at `last`:
+/// [`GC_PERIOD`] after it, or [`QUIET_GC_PERIOD`] after it when it found nothing to do and
+/// nothing changed since (`unchanged`).
+pub fn due(last: Option<Instant>, now: Instant, unchanged: bool) -> bool {
+    let Some(last) = last else {
+        return true;
+    };
+    let since = now.saturating_duration_since(last);
+    since >= QUIET_GC_PERIOD || (since >= GC_PERIOD && !unchanged)
 }
 
 /// The collection plan for one pod from its listed sandboxes and containers, with the default
@@ -328,15 +348,17 @@ impl ContainerGc {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts a collection off the caller's task when [`GC_PERIOD`] has passed since the last
-    /// one and none is running; what it collected is logged and counted.
+    /// Starts a collection off the caller's task when one is due ([`due`]) and none is running;
+    /// what it collected is logged and counted.
     pub fn collect_stale_sandboxes_in_background(
         &self,
         counter: prometheus_client::metrics::counter::Counter,
     ) {
+        let mark = self.pod_cache.lock().quiet_mark();
         {
             let mut gc = self.state();
-            if gc.running || gc.last.is_some_and(|t| t.elapsed() < GC_PERIOD) {
+            let unchanged = mark.is_some() && gc.quiet == mark;
+            if gc.running || !due(gc.last, Instant::now(), unchanged) {
                 return;
             }
             gc.running = true;
@@ -347,9 +369,14 @@ impl ContainerGc {
             let mut gc = this.state();
             gc.running = false;
             gc.last = Some(Instant::now());
+            gc.quiet = None;
             match result {
                 Ok(done) => {
                     counter.inc_by((done.sandboxes + done.containers) as u64);
+                    // With a minimum age, time alone makes dead containers collectable.
+                    if done == Collected::default() && this.policy.min_age.is_zero() {
+                        gc.quiet = mark;
+                    }
                 }
                 Err(e) => tracing::warn!(%e, "collecting stale sandboxes"),
             }
@@ -617,6 +644,23 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_collection_waits_the_kubelets_minute_only_while_nothing_changes() {
+        let last = Instant::now();
+        assert!(due(None, last, true), "the first one at once");
+        assert!(!due(Some(last), last + GC_PERIOD / 2, false));
+        assert!(
+            due(Some(last), last + GC_PERIOD, false),
+            "something changed"
+        );
+        assert!(!due(Some(last), last + GC_PERIOD, true), "nothing changed");
+        assert!(!due(Some(last), last + QUIET_GC_PERIOD / 2, true));
+        assert!(
+            due(Some(last), last + QUIET_GC_PERIOD, true),
+            "the kubelet's period"
+        );
     }
 
     #[test]

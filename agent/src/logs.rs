@@ -33,10 +33,12 @@ use crate::cri::Cri;
 use crate::metrics::Metrics;
 use crate::pod::labels;
 use crate::pod::quantity::Quantity;
+use crate::pod_cache::{PodCache, QuietMark};
 use futures::StreamExt;
 use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -303,6 +305,10 @@ pub enum RotateError {
     Join(#[from] tokio::task::JoinError),
 }
 
+/// The running containers a pass looks at: (container id, where its log is when its labels
+/// say).
+type Running = Arc<[(String, Option<PathBuf>)]>;
+
 /// The rotation task: one per agent.
 pub struct LogManager {
     cri: Cri,
@@ -310,6 +316,10 @@ pub struct LogManager {
     node_name: String,
     pod_logs_dir: PathBuf,
     metrics: Metrics,
+    /// Tells when the running containers cannot have changed (see [`LogManager::running`]).
+    pod_cache: PodCache,
+    /// The last listing of the running containers, with the pod cache's mark from before it.
+    listed: Mutex<Option<(QuietMark, Running)>>,
 }
 
 impl LogManager {
@@ -321,6 +331,7 @@ impl LogManager {
         node_name: String,
         pod_logs_dir: PathBuf,
         metrics: Metrics,
+        pod_cache: PodCache,
     ) -> Self {
         Self {
             cri,
@@ -328,6 +339,8 @@ impl LogManager {
             node_name,
             pod_logs_dir,
             metrics,
+            pod_cache,
+            listed: Mutex::default(),
         }
     }
 
@@ -377,9 +390,21 @@ impl LogManager {
         }
     }
 
-    /// One pass over this node's running containers; returns how many logs were rotated.
-    pub async fn pass(&self) -> crate::cri::Result<usize> {
-        let start = Instant::now();
+    /// This node's running containers: the last listing while the pod cache shows that nothing
+    /// started, stopped or exited since it began (the kernel path trusted all along), else a
+    /// new `ListContainers`. An idle node's pass then asks the runtime nothing.
+    async fn running(&self) -> crate::cri::Result<Running> {
+        let mark = self.pod_cache.lock().quiet_mark();
+        let listed = self
+            .listed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let (Some(mark), Some((at, running))) = (mark, listed)
+            && at == mark
+        {
+            return Ok(running);
+        }
         let filter = k8s_cri::v1::ContainerFilter {
             state: Some(k8s_cri::v1::ContainerStateValue {
                 state: k8s_cri::v1::ContainerState::ContainerRunning.into(),
@@ -387,20 +412,38 @@ impl LogManager {
             label_selector: [(labels::NODE_NAME.to_owned(), self.node_name.clone())].into(),
             ..Default::default()
         };
-        let containers = self.cri.list_containers(Some(filter)).await;
-        let rotated = match containers {
+        let running: Running = self
+            .cri
+            .list_containers(Some(filter))
+            .await?
+            .iter()
+            .map(|c| (c.id.clone(), self.log_path(c)))
+            .collect();
+        *self.listed.lock().unwrap_or_else(PoisonError::into_inner) =
+            mark.map(|mark| (mark, running.clone()));
+        Ok(running)
+    }
+
+    /// One pass over this node's running containers; returns how many logs were rotated.
+    pub async fn pass(&self) -> crate::cri::Result<usize> {
+        let start = Instant::now();
+        let rotated = match self.running().await {
             Ok(containers) => {
                 // Every log's size in one blocking call (not a thread hand-off per container);
                 // the ones known to be under the limit are done.
                 let small = self.logs_under_limit(&containers).await;
-                let rotated = futures::stream::iter(containers)
-                    .filter(|c| std::future::ready(!small.contains(&c.id)))
-                    .map(|c| async move {
-                        match self.rotate_if_due(&c.id, self.log_path(&c)).await {
+                let due: Vec<(String, Option<PathBuf>)> = containers
+                    .iter()
+                    .filter(|(id, _)| !small.contains(id))
+                    .cloned()
+                    .collect();
+                let rotated = futures::stream::iter(due)
+                    .map(|(id, log)| async move {
+                        match self.rotate_if_due(&id, log).await {
                             Ok(rotated) => usize::from(rotated),
                             Err(error) => {
                                 self.metrics.container_log_rotation_errors_total.inc();
-                                tracing::warn!(container = %c.id, %error, "rotating a container's log");
+                                tracing::warn!(container = %id, %error, "rotating a container's log");
                                 0
                             }
                         }
@@ -420,18 +463,19 @@ impl LogManager {
 
     /// The IDs of `containers` whose log is where [`Self::log_path`] says and smaller than the
     /// rotation size (a failed look counts as not known to be).
-    async fn logs_under_limit(&self, containers: &[k8s_cri::v1::Container]) -> HashSet<String> {
+    async fn logs_under_limit(&self, containers: &Running) -> HashSet<String> {
         let Some(max_size) = self.policy.max_size else {
             return HashSet::new();
         };
-        let logs: Vec<(String, PathBuf)> = containers
-            .iter()
-            .filter_map(|c| Some((c.id.clone(), self.log_path(c)?)))
-            .collect();
+        let logs = containers.clone();
         blocking(move || {
-            logs.into_iter()
-                .filter(|(_, log)| matches!(size_of(log), Ok(Some(size)) if size < max_size))
-                .map(|(id, _)| id)
+            logs.iter()
+                .filter(|(_, log)| {
+                    log.as_ref().is_some_and(
+                        |log| matches!(size_of(log), Ok(Some(size)) if size < max_size),
+                    )
+                })
+                .map(|(id, _)| id.clone())
                 .collect()
         })
         .await
@@ -743,6 +787,7 @@ mod tests {
             "node".into(),
             "/var/log/pods".into(),
             Metrics::new(),
+            PodCache::default(),
         );
         let mut c = k8s_cri::v1::Container {
             labels: [

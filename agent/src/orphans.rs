@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Longest time between two orphan scans when no pod left.
-pub const ORPHAN_SCAN_PERIOD: Duration = Duration::from_secs(10);
+pub const ORPHAN_SCAN_PERIOD: Duration = Duration::from_secs(30);
 
 /// Which housekeeping passes scan for orphans (see the module docs).
 #[derive(Debug, Default)]

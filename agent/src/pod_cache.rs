@@ -131,6 +131,18 @@ pub struct Fresh {
     /// The PLEG's trust in the kernel path: `Some(epoch)` while trusted, the epoch counting its
     /// distrusts.
     kernel: Option<u64>,
+    /// Counts the exits [`Fresh::kernel_exit`] recorded.
+    kernel_exits: u64,
+}
+
+/// What the agent knows of the runtime's changes at one moment while the kernel path is trusted
+/// ([`Fresh::quiet_mark`]): two equal marks mean no mutation began or ended, no pod record was
+/// dropped, no exit was seen and the trust held in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuietMark {
+    clock: u64,
+    kernel_exits: u64,
+    epoch: u64,
 }
 
 /// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
@@ -262,6 +274,17 @@ impl Fresh {
         self.kernel = trusted.then_some(epoch);
     }
 
+    /// The mark of this moment while the kernel path is trusted, `None` otherwise: a later equal
+    /// mark shows that nothing changed the runtime's pods in between, as far as the agent and
+    /// the kernel path can see.
+    pub fn quiet_mark(&self) -> Option<QuietMark> {
+        self.kernel.map(|epoch| QuietMark {
+            clock: self.clock,
+            kernel_exits: self.kernel_exits,
+            epoch,
+        })
+    }
+
     /// Whether a read that began at `token` is still current because the kernel path was
     /// trusted all along since.
     fn evented(&self, token: ReadToken) -> bool {
@@ -352,6 +375,7 @@ impl Fresh {
     /// Records that the kernel saw container `id` of pod `uid` exit with `code` at
     /// `finished_ns` (Unix nanoseconds), until a read shows the runtime's record of it.
     pub fn kernel_exit(&mut self, uid: &str, id: &str, code: i32, finished_ns: i64) {
+        self.kernel_exits += 1;
         let exits = self.exits.entry(uid.to_owned()).or_default();
         exits.retain(|(c, _, _)| c != id);
         exits.push((id.to_owned(), code, finished_ns));
@@ -506,6 +530,25 @@ mod tests {
         let t = f.token("u").unwrap();
         f.store("u", t, state("a"), then);
         assert!(f.take("u", then + MAX_AGE).is_none());
+    }
+
+    #[test]
+    fn the_quiet_mark_moves_with_every_change_the_agent_or_the_kernel_sees() {
+        let mut f = Fresh::default();
+        assert_eq!(f.quiet_mark(), None, "no mark without the kernel path");
+        f.set_kernel(true, 0);
+        let mark = f.quiet_mark().unwrap();
+        assert_eq!(f.quiet_mark(), Some(mark), "nothing changed");
+        f.begin("u", false);
+        assert_ne!(f.quiet_mark(), Some(mark), "a mutation began");
+        f.end("u", false);
+        let mark = f.quiet_mark().unwrap();
+        f.kernel_exit("u", "c", 1, 5);
+        assert_ne!(f.quiet_mark(), Some(mark), "an exit was seen");
+        let mark = f.quiet_mark().unwrap();
+        f.set_kernel(false, 1);
+        f.set_kernel(true, 1);
+        assert_ne!(f.quiet_mark(), Some(mark), "the trust was lost in between");
     }
 
     #[test]

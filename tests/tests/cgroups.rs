@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use swiftlet_tests::{Agent, AgentOptions, Runtime, pod_cgroup_uids};
 
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(60);
-const GONE_TIMEOUT: Duration = Duration::from_secs(30);
+const GONE_TIMEOUT: Duration = Duration::from_secs(60);
 const CGROUP: &str = "/sys/fs/cgroup";
 
 /// The looping test pod (its one container is the manifest's last item) with `resources` (YAML

@@ -3,11 +3,12 @@
 //! interval the kubelet allows (3s) ends up with its current log and at most two rotated files,
 //! the older of them gzip-compressed and holding CRI log lines, no leftover of a compression, and
 //! the container (the same one, never restarted) still logging into the current file containerd
-//! reopened. The rotations are counted in `/metrics`. A current log removed by someone else is
-//! reopened by the runtime at the next pass. A rotation the runtime refuses to reopen (an exited
-//! container) is undone: the log is renamed back and nothing else is left. The dead instances of
-//! a crash-looping container that are collected take their log files (rotated ones included)
-//! with them.
+//! reopened. The rotations are counted in `/metrics`. The container starts after a pass listed
+//! none, with the eBPF probes reporting every exit: the start makes the passes list again. A
+//! current log removed by someone else is reopened by the runtime at the next pass. A rotation the
+//! runtime refuses to reopen (an exited container) is undone: the log is renamed back and nothing
+//! else is left. The dead instances of a crash-looping container that are collected take their
+//! log files (rotated ones included) with them.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -122,12 +123,39 @@ fn newer_lines_in_current_log(agent: &Agent, dir: &Path, after: u64) -> u64 {
     })
 }
 
-fn rotations_counted(agent: &Agent) -> u64 {
+/// The value of a series without labels on `/metrics` (0 when it is not there).
+fn metric(agent: &Agent, series: &str) -> f64 {
     let (_, body) = agent.get("/metrics");
     body.lines()
-        .find_map(|l| l.strip_prefix("swiftlet_container_log_rotations_total "))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0.0)
+}
+
+fn rotations_counted(agent: &Agent) -> u64 {
+    metric(agent, "swiftlet_container_log_rotations_total") as u64
+}
+
+/// Waits until the eBPF probes report every exit (the relist is a safety net) and a rotation
+/// pass has listed the running containers since: the passes after it reuse that listing until
+/// a container starts, stops or exits.
+fn wait_for_a_trusted_listing(agent: &Agent) {
+    const PASSES: &str = "swiftlet_container_log_rotation_pass_duration_seconds_count";
+    let trusted_at = agent.eventually("the relist to become a safety net", TIMEOUT, || {
+        if metric(agent, "swiftlet_pleg_safety_net") == 1.0 {
+            Ok(metric(agent, PASSES))
+        } else {
+            Err("not yet".to_owned())
+        }
+    });
+    agent.eventually("a rotation pass since", TIMEOUT, || {
+        let passes = metric(agent, PASSES);
+        if passes >= trusted_at + 2.0 {
+            Ok(())
+        } else {
+            Err(format!("{passes} passes"))
+        }
+    });
 }
 
 #[test]
@@ -140,6 +168,9 @@ fn a_fast_logging_container_has_its_log_rotated_compressed_and_reopened() {
         "--container-log-monitor-interval=3s".to_owned(),
     ];
     let agent = Agent::start(rt, opts);
+    // The pod starts after a pass listed no container: the start must make the passes list
+    // again rather than reuse that listing.
+    wait_for_a_trusted_listing(&agent);
     let name = "logrot";
     // About 100 KiB of log lines a second, in numbered batches.
     let script = "n=0; while true; do n=$((n+1)); yes \"batch $n of the log rotation test\" | head -n 1000; sleep 0.5; done";
@@ -243,7 +274,7 @@ fn a_rotation_the_runtime_cannot_reopen_is_renamed_back() {
     let result = block_on(async move {
         let cri = swiftlet::cri::Cri::new(&endpoint, metrics.clone()).unwrap();
         let policy = Policy::new("64Ki", 3, Duration::from_secs(10), 1).unwrap();
-        LogManager::new(cri, policy, node, pods_logs, metrics)
+        LogManager::new(cri, policy, node, pods_logs, metrics, Default::default())
             .rotate_if_due(&exited.id, None)
             .await
     })

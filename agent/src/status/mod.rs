@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// What the status manager keeps of a desired pod (the pod itself is the registry's).
 struct Entry {
@@ -124,6 +124,8 @@ pub struct StatusManager {
     /// tests) ask far more often than statuses change: serving the same bytes again costs a
     /// reference count instead of a deep copy and a serialisation of every pod.
     pods_json: Arc<Mutex<Option<(u64, bytes::Bytes)>>>,
+    /// [`Self::running_count`]'s last count, with the version it counted.
+    running_counted: Arc<Mutex<Option<(u64, usize)>>>,
     /// The node's addresses (`--node-ip`, else detected), primary first: the pods'
     /// `status.hostIP(s)`.
     host_ips: Arc<[IpAddr]>,
@@ -146,6 +148,7 @@ impl StatusManager {
             pods,
             inner: Arc::default(),
             pods_json: Arc::default(),
+            running_counted: Arc::default(),
             host_ips: host_ips.into(),
             metrics,
             probes,
@@ -484,14 +487,31 @@ impl StatusManager {
         .collect()
     }
 
+    /// How many desired pods show phase Running. Counted again only when what `/pods` shows
+    /// has changed since the last count (every writer bumps the version under its write lock):
+    /// an idle node's gauge costs an atomic load a second, not a walk of every pod.
     pub fn running_count(&self) -> usize {
-        self.read()
-            .map(|(reg, map)| {
-                reg.desired_pods()
-                    .filter_map(|(uid, _)| map.get(uid))
-                    .filter(|e| Phase::of(e.status.phase.as_deref()) == Some(Phase::Running))
-                    .count()
-            })
-            .unwrap_or(0)
+        let version = self.changes.version();
+        let mut counted = self
+            .running_counted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, n)) = *counted
+            && at == version
+        {
+            return n;
+        }
+        let Some((reg, map)) = self.read() else {
+            return 0;
+        };
+        let n = reg
+            .desired_pods()
+            .filter_map(|(uid, _)| map.get(uid))
+            .filter(|e| Phase::of(e.status.phase.as_deref()) == Some(Phase::Running))
+            .count();
+        // The locks were taken after the version was read: the count holds every change up to
+        // it, and a later change moves the version, so the next call counts again.
+        *counted = Some((version, n));
+        n
     }
 }
