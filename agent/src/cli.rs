@@ -889,25 +889,28 @@ impl AgentConfig {
         let pod_logs_dir = cfg
             .pod_logs_dir
             .unwrap_or_else(|| PathBuf::from("/var/log/pods"));
-        let reserved = |v: Option<Vec<String>>| -> Result<crate::eviction::Reserved, Error> {
-            Ok(crate::eviction::Reserved::parse(&joined(v))?)
+        let reserved = crate::eviction::Reserved::parse(entries(&cfg.system_reserved))?.plus(
+            crate::eviction::Reserved::parse(entries(&cfg.kube_reserved))?,
+        );
+        let mut thresholds = match &cfg.eviction_hard {
+            Some(hard) => crate::eviction::parse_thresholds(hard)?,
+            None => crate::eviction::parse_thresholds(crate::eviction::DEFAULT_HARD)?,
         };
-        let reserved = reserved(cfg.system_reserved)?.plus(reserved(cfg.kube_reserved)?);
-        let mut thresholds = crate::eviction::parse_thresholds(
-            &cfg.eviction_hard
-                .map_or_else(|| crate::eviction::DEFAULT_HARD.to_owned(), |v| v.join(",")),
-        )?;
-        let grace_periods = joined(cfg.eviction_soft_grace_period);
-        let grace_periods =
-            crate::eviction::parse_pairs("--eviction-soft-grace-period", &grace_periods)?
-                .into_iter()
-                .map(|(signal, v)| Ok((signal, parse_duration("--eviction-soft-grace-period", v)?)))
-                .collect::<Result<Vec<_>, Error>>()?;
+        let grace_periods = crate::eviction::parse_pairs(
+            "--eviction-soft-grace-period",
+            entries(&cfg.eviction_soft_grace_period),
+        )?
+        .into_iter()
+        .map(|(signal, v)| Ok((signal, parse_duration("--eviction-soft-grace-period", v)?)))
+        .collect::<Result<Vec<_>, Error>>()?;
         thresholds.extend(crate::eviction::parse_soft(
-            &joined(cfg.eviction_soft),
+            entries(&cfg.eviction_soft),
             &grace_periods,
         )?);
-        crate::eviction::apply_min_reclaim(&mut thresholds, &joined(cfg.eviction_minimum_reclaim))?;
+        crate::eviction::apply_min_reclaim(
+            &mut thresholds,
+            entries(&cfg.eviction_minimum_reclaim),
+        )?;
         let interval = duration_or(flags.eviction_monitoring_interval, Duration::from_secs(10));
         if interval < Duration::from_millis(100) {
             return Err(Error::TooShort {
@@ -948,8 +951,8 @@ impl AgentConfig {
             node_name: node_name.clone(),
             hostname: node_name.clone(),
             register: cfg.register_node.unwrap_or(true),
-            labels: crate::node::parse_labels(&joined(cfg.node_labels))?,
-            taints: crate::node::parse_taints(&joined(cfg.register_with_taints))?,
+            labels: crate::node::parse_labels(entries(&cfg.node_labels))?,
+            taints: crate::node::parse_taints(entries(&cfg.register_with_taints))?,
             node_ips: flags.node_ip,
             max_pods,
             root_dir: root_dir.clone(),
@@ -1086,9 +1089,10 @@ fn kubelet_api(
     }))
 }
 
-/// A list setting's entries as its flag's comma-separated text ("" when unset).
-fn joined(entries: Option<Vec<String>>) -> String {
-    entries.unwrap_or_default().join(",")
+/// A list setting's entries (none when unset): its flag's items, which clap splits at the
+/// commas (`value_delimiter`), or its config file field's, one a map pair or list item.
+fn entries(setting: &Option<Vec<String>>) -> &[String] {
+    setting.as_deref().unwrap_or_default()
 }
 
 /// How many image pulls may run at once (`None`: no limit), from `--serialize-image-pulls` and
@@ -1435,6 +1439,31 @@ mod tests {
             config_file("registerWithTaints:\n  - {key: dedicated, effect: Sometimes}\n");
         let e = resolve(&["--config", bad.to_str().unwrap()]).unwrap_err();
         assert!(e.to_string().contains("dedicated:Sometimes"), "{e}");
+    }
+
+    /// A map flag's value is split at its commas once, by clap; a config file map's pairs are
+    /// entries as they stand, never split again.
+    #[test]
+    fn map_settings_reach_their_parsers_as_entries() {
+        // The flag: a trailing comma's blank entry is skipped, an empty value means none, and
+        // an error names the flag's whole value as given.
+        let cfg = resolve(&["--node-labels", "a.example/x=1,", "--eviction-hard="]).unwrap();
+        assert_eq!(cfg.node.labels.keys().collect::<Vec<_>>(), ["a.example/x"]);
+        assert!(cfg.eviction.thresholds.is_empty());
+        let e = resolve(&["--system-reserved", "cpu=1,memory"]).unwrap_err();
+        assert!(e.to_string().contains("\"cpu=1,memory\""), "{e}");
+        // The file: a comma in a value is part of the value, not a second entry smuggled in.
+        let (_dir, path) =
+            config_file("evictionHard:\n  memory.available: \"1Gi,pid.available<10%\"\n");
+        let e = resolve(&["--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Eviction(crate::eviction::Error::Amount("--eviction-hard", ref entry, _))
+                    if entry == "memory.available<1Gi,pid.available<10%"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

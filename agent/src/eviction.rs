@@ -149,19 +149,27 @@ pub enum Error {
 }
 
 /// The kubelet's default hard thresholds on Linux.
-pub const DEFAULT_HARD: &str =
-    "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%";
+pub const DEFAULT_HARD: &[&str] = &[
+    "memory.available<100Mi",
+    "nodefs.available<10%",
+    "nodefs.inodesFree<5%",
+    "imagefs.available<15%",
+];
 
-/// Parses `--eviction-hard`: comma-separated `<signal><<amount>`; an empty value means none.
-pub fn parse_thresholds(value: &str) -> Result<Vec<Threshold>, Error> {
-    parse_list("--eviction-hard", value)
+/// Parses `--eviction-hard`'s entries, each `<signal><<amount>` (see [`nonblank`]); no entry
+/// (or only blank ones) means no threshold.
+pub fn parse_thresholds(entries: &[impl AsRef<str>]) -> Result<Vec<Threshold>, Error> {
+    parse_list("--eviction-hard", entries)
 }
 
-/// Parses `--eviction-soft` with its `--eviction-soft-grace-period` (`<signal>=<duration>`,
-/// read by the caller): every soft threshold needs a grace period above zero, as the kubelet
-/// requires.
-pub fn parse_soft(value: &str, grace: &[(Signal, Duration)]) -> Result<Vec<Threshold>, Error> {
-    let mut out = parse_list("--eviction-soft", value)?;
+/// Parses `--eviction-soft`'s entries (as [`parse_thresholds`]) with its
+/// `--eviction-soft-grace-period` (`<signal>=<duration>`, read by the caller): every soft
+/// threshold needs a grace period above zero, as the kubelet requires.
+pub fn parse_soft(
+    entries: &[impl AsRef<str>],
+    grace: &[(Signal, Duration)],
+) -> Result<Vec<Threshold>, Error> {
+    let mut out = parse_list("--eviction-soft", entries)?;
     for t in &mut out {
         t.grace_period = grace
             .iter()
@@ -173,11 +181,14 @@ pub fn parse_soft(value: &str, grace: &[(Signal, Duration)]) -> Result<Vec<Thres
     Ok(out)
 }
 
-/// Applies `--eviction-minimum-reclaim` (`<signal>=<quantity or percent>,...`) to every
-/// threshold of its signals.
-pub fn apply_min_reclaim(thresholds: &mut [Threshold], value: &str) -> Result<(), Error> {
+/// Applies `--eviction-minimum-reclaim`'s entries (`<signal>=<quantity or percent>`) to every
+/// threshold of their signals.
+pub fn apply_min_reclaim(
+    thresholds: &mut [Threshold],
+    entries: &[impl AsRef<str>],
+) -> Result<(), Error> {
     const FLAG: &str = "--eviction-minimum-reclaim";
-    for (signal, amount) in parse_pairs(FLAG, value)? {
+    for (signal, amount) in parse_pairs(FLAG, entries)? {
         let amount = parse_amount(FLAG, &format!("{}={amount}", signal.as_str()), amount)?;
         for t in thresholds.iter_mut().filter(|t| t.signal == signal) {
             t.min_reclaim = Some(amount);
@@ -186,13 +197,23 @@ pub fn apply_min_reclaim(thresholds: &mut [Threshold], value: &str) -> Result<()
     Ok(())
 }
 
-/// `<signal>=<value>` pairs, comma-separated; a signal listed twice is refused.
+/// A list setting's entries (a flag's comma-separated items, or those made of a config file's
+/// map or list, one a pair or item), trimmed; blank ones (a trailing comma leaves one) are
+/// skipped.
+pub fn nonblank(entries: &[impl AsRef<str>]) -> impl Iterator<Item = &str> {
+    entries
+        .iter()
+        .map(|e| e.as_ref().trim())
+        .filter(|e| !e.is_empty())
+}
+
+/// `<signal>=<value>` entries (blank ones skipped); a signal listed twice is refused.
 pub fn parse_pairs<'a>(
     flag: &'static str,
-    value: &'a str,
+    entries: &'a [impl AsRef<str>],
 ) -> Result<Vec<(Signal, &'a str)>, Error> {
     let mut out: Vec<(Signal, &str)> = Vec::new();
-    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for part in nonblank(entries) {
         let (name, v) = part
             .split_once('=')
             .ok_or_else(|| Error::Pair(flag, part.to_owned()))?;
@@ -206,9 +227,9 @@ pub fn parse_pairs<'a>(
     Ok(out)
 }
 
-fn parse_list(flag: &'static str, value: &str) -> Result<Vec<Threshold>, Error> {
+fn parse_list(flag: &'static str, entries: &[impl AsRef<str>]) -> Result<Vec<Threshold>, Error> {
     let mut out: Vec<Threshold> = Vec::new();
-    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for part in nonblank(entries) {
         let (name, amount) = part
             .split_once('<')
             .ok_or_else(|| Error::Syntax(flag, part.to_owned()))?;
@@ -254,12 +275,16 @@ pub struct Reserved {
 }
 
 impl Reserved {
-    /// Parses `<resource>=<quantity>,...`; a resource other than cpu, memory and
-    /// ephemeral-storage is refused (not silently dropped).
-    pub fn parse(value: &str) -> Result<Self, Error> {
+    /// Parses `<resource>=<quantity>` entries (blank ones skipped); a resource other than cpu,
+    /// memory and ephemeral-storage is refused (not silently dropped). The error names all the
+    /// entries, written as the flag's comma-separated value.
+    pub fn parse(entries: &[impl AsRef<str>]) -> Result<Self, Error> {
         let mut out = Self::default();
-        let bad = || Error::Reserved(value.to_owned());
-        for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || {
+            let all: Vec<&str> = entries.iter().map(AsRef::as_ref).collect();
+            Error::Reserved(all.join(","))
+        };
+        for part in nonblank(entries) {
             let (k, v) = part.split_once('=').ok_or_else(bad)?;
             let q = Quantity::parse(v.trim()).map_err(|_| bad())?;
             match k.trim() {
@@ -1137,39 +1162,50 @@ mod tests {
         );
         assert!(t.iter().all(Threshold::is_hard));
         assert_eq!(t[1].amount, Amount::Percent(10.0));
-        assert!(parse_thresholds("").unwrap().is_empty());
+        assert!(parse_thresholds(&[""]).unwrap().is_empty());
+        assert!(parse_thresholds(&[] as &[&str]).unwrap().is_empty());
+        // A trailing comma's blank entry is skipped, and entries are trimmed.
+        assert_eq!(
+            parse_thresholds(&[" memory.available<100Mi ", ""]).unwrap()[0],
+            t[0]
+        );
         assert!(matches!(
-            parse_thresholds("memory.available>1Gi"),
+            parse_thresholds(&["memory.available>1Gi"]),
             Err(Error::Syntax("--eviction-hard", _))
         ));
         assert!(matches!(
-            parse_thresholds("swap.available<1Gi"),
+            parse_thresholds(&["swap.available<1Gi"]),
             Err(Error::Signal(..))
         ));
         assert!(matches!(
-            parse_thresholds("nodefs.available<200%"),
+            parse_thresholds(&["nodefs.available<200%"]),
             Err(Error::Amount(..))
         ));
         assert!(matches!(
-            parse_thresholds("memory.available<lots"),
+            parse_thresholds(&["memory.available<lots"]),
             Err(Error::Amount(..))
         ));
         assert_eq!(
-            parse_thresholds("memory.available<1Gi,memory.available<2Gi"),
+            parse_thresholds(&["memory.available<1Gi", "memory.available<2Gi"]),
             Err(Error::Twice("--eviction-hard", "memory.available"))
         );
         assert_eq!(
-            Reserved::parse("cpu=1500m,memory=1Gi,ephemeral-storage=1G").unwrap(),
+            Reserved::parse(&["cpu=1500m", "memory=1Gi", "ephemeral-storage=1G"]).unwrap(),
             Reserved {
                 memory: 1 << 30,
                 cpu_millis: 1500,
                 ephemeral_storage: 1_000_000_000,
             }
         );
-        assert_eq!(Reserved::parse("").unwrap(), Reserved::default());
-        assert!(Reserved::parse("memory").is_err());
+        assert_eq!(Reserved::parse(&[""]).unwrap(), Reserved::default());
+        assert!(Reserved::parse(&["memory"]).is_err());
+        // The error names the whole setting, as the flag's comma-separated value.
+        assert_eq!(
+            Reserved::parse(&["cpu=1", "memory"]),
+            Err(Error::Reserved("cpu=1,memory".into()))
+        );
         assert!(
-            Reserved::parse("pid=100").is_err(),
+            Reserved::parse(&["pid=100"]).is_err(),
             "unknown resources are refused"
         );
     }
@@ -1177,34 +1213,34 @@ mod tests {
     #[test]
     fn soft_thresholds_need_a_grace_period_and_take_a_minimum_reclaim() {
         let grace = [(Signal::MemoryAvailable, Duration::from_secs(90))];
-        let mut t = parse_soft("memory.available<1Gi", &grace).unwrap();
+        let mut t = parse_soft(&["memory.available<1Gi"], &grace).unwrap();
         assert_eq!(t[0].grace_period, Duration::from_secs(90));
         assert!(!t[0].is_hard());
         assert_eq!(
-            parse_soft("nodefs.available<20%", &grace),
+            parse_soft(&["nodefs.available<20%"], &grace),
             Err(Error::NoGracePeriod("nodefs.available".into()))
         );
         assert_eq!(
             parse_soft(
-                "memory.available<1Gi",
+                &["memory.available<1Gi"],
                 &[(Signal::MemoryAvailable, Duration::ZERO)]
             ),
             Err(Error::NoGracePeriod("memory.available".into()))
         );
-        apply_min_reclaim(&mut t, "memory.available=500Mi,nodefs.available=5%").unwrap();
+        apply_min_reclaim(&mut t, &["memory.available=500Mi", "nodefs.available=5%"]).unwrap();
         assert_eq!(t[0].min_reclaim, Some(Amount::Absolute(500 << 20)));
         assert!(matches!(
-            apply_min_reclaim(&mut t, "memory.available"),
+            apply_min_reclaim(&mut t, &["memory.available"]),
             Err(Error::Pair(..))
         ));
         assert!(matches!(
-            apply_min_reclaim(&mut t, "memory.available=-1Gi"),
+            apply_min_reclaim(&mut t, &["memory.available=-1Gi"]),
             Err(Error::Amount(..))
         ));
         assert_eq!(
             parse_pairs(
                 "--eviction-soft-grace-period",
-                "memory.available=1m, pid.available=5s"
+                &["memory.available=1m", " pid.available=5s"]
             )
             .unwrap(),
             [
@@ -1223,7 +1259,7 @@ mod tests {
 
     #[test]
     fn a_threshold_is_met_below_its_amount_of_the_capacity() {
-        let t = parse_thresholds("memory.available<100Mi,nodefs.available<10%").unwrap();
+        let t = parse_thresholds(&["memory.available<100Mi", "nodefs.available<10%"]).unwrap();
         let observed = HashMap::from([
             (Signal::MemoryAvailable, obs(99 << 20, 1 << 30)),
             (Signal::NodeFsAvailable, obs(11, 100)),
@@ -1240,15 +1276,15 @@ mod tests {
 
     #[test]
     fn a_soft_threshold_acts_after_its_grace_period_and_a_met_one_stays_until_reclaimed() {
-        let mut t = parse_thresholds("memory.available<100Mi").unwrap();
+        let mut t = parse_thresholds(&["memory.available<100Mi"]).unwrap();
         t.extend(
             parse_soft(
-                "nodefs.available<20%",
+                &["nodefs.available<20%"],
                 &[(Signal::NodeFsAvailable, Duration::from_secs(60))],
             )
             .unwrap(),
         );
-        apply_min_reclaim(&mut t, "memory.available=50Mi").unwrap();
+        apply_min_reclaim(&mut t, &["memory.available=50Mi"]).unwrap();
         let mut tracker = Tracker::default();
         let t0 = Instant::now();
         let at = |s| t0 + Duration::from_secs(s);
@@ -1280,10 +1316,10 @@ mod tests {
 
     #[test]
     fn memory_is_reclaimed_first_and_hard_evictions_get_one_second() {
-        let mut t = parse_thresholds("nodefs.available<10%,memory.available<100Mi").unwrap();
+        let mut t = parse_thresholds(&["nodefs.available<10%", "memory.available<100Mi"]).unwrap();
         t.extend(
             parse_soft(
-                "pid.available<10%",
+                &["pid.available<10%"],
                 &[(Signal::PidAvailable, Duration::from_secs(5))],
             )
             .unwrap(),
@@ -1365,10 +1401,10 @@ mod tests {
                 "high-priority-excess"
             ]
         );
-        let t = parse_thresholds("memory.available<100Mi").unwrap()[0];
+        let t = parse_thresholds(&["memory.available<100Mi"]).unwrap()[0];
         let m = message(&t, &obs(80 << 20, 1 << 30), &ranked[0]);
         assert!(m.starts_with("The node was low on resource: memory. Threshold quantity: 102400Ki, available: 81920Ki. Pod was using 307200Ki, request is 0."), "{m}");
-        let t = parse_thresholds("nodefs.inodesFree<5%").unwrap()[0];
+        let t = parse_thresholds(&["nodefs.inodesFree<5%"]).unwrap()[0];
         let m = message(&t, &obs(40, 1000), &ranked[0]);
         assert_eq!(
             m,

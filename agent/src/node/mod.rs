@@ -179,10 +179,11 @@ pub fn check_label(key: &str, value: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Parses `--node-labels`: `key=value,...` (an empty value is allowed).
-pub fn parse_labels(value: &str) -> Result<BTreeMap<String, String>, Error> {
+/// Parses `--node-labels`' entries, each `key=value` (an empty value is allowed; blank entries
+/// are skipped, see [`crate::eviction::nonblank`]).
+pub fn parse_labels(entries: &[impl AsRef<str>]) -> Result<BTreeMap<String, String>, Error> {
     let mut out = BTreeMap::new();
-    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for part in crate::eviction::nonblank(entries) {
         let (k, v) = part
             .split_once('=')
             .ok_or_else(|| Error::LabelSyntax(part.to_owned()))?;
@@ -192,10 +193,11 @@ pub fn parse_labels(value: &str) -> Result<BTreeMap<String, String>, Error> {
     Ok(out)
 }
 
-/// Parses `--register-with-taints`: `key=value:Effect` or `key:Effect`, comma-separated.
-pub fn parse_taints(value: &str) -> Result<Vec<Taint>, Error> {
+/// Parses `--register-with-taints`' entries, each `key=value:Effect` or `key:Effect` (blank
+/// entries are skipped).
+pub fn parse_taints(entries: &[impl AsRef<str>]) -> Result<Vec<Taint>, Error> {
     let mut out = Vec::new();
-    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for part in crate::eviction::nonblank(entries) {
         let (kv, effect) = part
             .rsplit_once(':')
             .ok_or_else(|| Error::TaintSyntax(part.to_owned()))?;
@@ -657,28 +659,37 @@ mod tests {
 
     #[test]
     fn node_labels_parse_and_reserved_namespaces_are_guarded() {
-        let l =
-            parse_labels("zone=a, node.kubernetes.io/pool=x,kubernetes.io/arch=amd64,e=").unwrap();
+        let l = parse_labels(&[
+            "zone=a",
+            " node.kubernetes.io/pool=x",
+            "kubernetes.io/arch=amd64",
+            "e=",
+            "",
+        ])
+        .unwrap();
         assert_eq!(l["zone"], "a");
         assert_eq!(l["node.kubernetes.io/pool"], "x");
         assert_eq!(l["e"], "");
         assert!(matches!(
-            parse_labels("node-role.kubernetes.io/master="),
+            parse_labels(&["node-role.kubernetes.io/master="]),
             Err(Error::Label(_))
         ));
-        assert!(matches!(parse_labels("a.k8s.io/x=y"), Err(Error::Label(_))));
         assert!(matches!(
-            parse_labels("novalue"),
+            parse_labels(&["a.k8s.io/x=y"]),
+            Err(Error::Label(_))
+        ));
+        assert!(matches!(
+            parse_labels(&["novalue"]),
             Err(Error::LabelSyntax(_))
         ));
-        assert!(matches!(parse_labels("bad key=v"), Err(Error::Label(_))));
-        assert!(matches!(parse_labels("k=-bad"), Err(Error::Label(_))));
-        assert!(parse_labels(&format!("k={}", "a".repeat(64))).is_err());
+        assert!(matches!(parse_labels(&["bad key=v"]), Err(Error::Label(_))));
+        assert!(matches!(parse_labels(&["k=-bad"]), Err(Error::Label(_))));
+        assert!(parse_labels(&[format!("k={}", "a".repeat(64))]).is_err());
     }
 
     #[test]
     fn taints_parse_with_and_without_values() {
-        let t = parse_taints("dedicated=db:NoSchedule,gpu:NoExecute").unwrap();
+        let t = parse_taints(&["dedicated=db:NoSchedule", "gpu:NoExecute"]).unwrap();
         assert_eq!(
             (
                 t[0].key.as_str(),
@@ -689,9 +700,9 @@ mod tests {
         );
         assert_eq!((t[1].key.as_str(), t[1].value.as_deref()), ("gpu", None));
         assert!(matches!(
-            parse_taints("a=b:Sometimes"),
+            parse_taints(&["a=b:Sometimes"]),
             Err(Error::TaintEffect(_))
         ));
-        assert!(matches!(parse_taints("a=b"), Err(Error::TaintSyntax(_))));
+        assert!(matches!(parse_taints(&["a=b"]), Err(Error::TaintSyntax(_))));
     }
 }

@@ -540,7 +540,7 @@ mod tests {
             ephemeral_storage: 0,
         };
         c.eviction_hard =
-            crate::eviction::parse_thresholds("memory.available<100Mi,nodefs.available<10%")
+            crate::eviction::parse_thresholds(&["memory.available<100Mi", "nodefs.available<10%"])
                 .unwrap();
         let (cap, alloc) = resources(&c, &machine());
         assert_eq!(cap["cpu"].0, "4");
