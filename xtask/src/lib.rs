@@ -6,12 +6,16 @@
 //! - [`runtime`]: a private containerd (`up`, `down`, `status`);
 //! - [`demo`] and [`testrun`]: the `demo` and `test` commands;
 //! - [`report`]: `cargo xtask report`, pod startup breakdowns from the eBPF timelines;
+//! - [`compare`] and [`figures`]: `cargo xtask bench-compare`, a revision's benches against the
+//!   working tree's and the ratios;
 //! - [`vm`]: a Debian VM with systemd and a chosen cgroup layout, to run commands in;
 //! - [`http`]: a tiny blocking HTTP/1.0 GET client for loopback endpoints.
 
 pub mod agent;
+pub mod compare;
 pub mod demo;
 pub mod deps;
+pub mod figures;
 pub mod http;
 pub mod images;
 pub mod layout;
@@ -87,6 +91,26 @@ pub fn cargo_bin() -> PathBuf {
         .filter(|c| !c.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("cargo"))
+}
+
+/// The executables that cargo's `--message-format=json` output `messages` names for the targets
+/// `names` (tests or benches), in that order.
+pub fn executables_named(messages: &str, names: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
+    use anyhow::Context;
+    let messages: Vec<serde_json::Value> = messages
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    names
+        .iter()
+        .map(|name| {
+            messages
+                .iter()
+                .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == *name)
+                .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+                .with_context(|| format!("cargo named no executable for {name}"))
+        })
+        .collect()
 }
 
 /// Whether this process runs as root (effective uid 0).

@@ -75,6 +75,12 @@ enum Cmd {
         #[command(subcommand)]
         action: VmCmd,
     },
+    /// The benches of revision REV against the working tree's, in one sitting: builds both
+    /// (REV in a worktree under target/bench-compare), runs pod_startup and hot_path base, new,
+    /// base, new, ... and prints each figure of both with the ratio new / base per round and the
+    /// median (every figure lower is better). Takes /tmp/swiftlet-xtask.lock for the runs unless
+    /// run under `flock` on it; takes the private containerd down at the end.
+    BenchCompare(xtask::compare::Options),
     /// setup, runtime up, images, `cargo test --workspace [ARGS]`, runtime down.
     Test {
         /// Passed to `cargo test` (after `--`).
@@ -306,6 +312,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(u8::try_from(rc).unwrap_or(1)));
             }
         },
+        Cmd::BenchCompare(opts) => xtask::compare::run(&opts).context("bench-compare")?,
         Cmd::Test { args } => {
             let code = xtask::testrun::run(&args)?;
             return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));

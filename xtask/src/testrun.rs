@@ -201,20 +201,7 @@ fn test_executables(names: &[&str]) -> anyhow::Result<Vec<std::path::PathBuf>> {
         "cargo test --no-run {names:?} failed ({})",
         out.status
     );
-    let messages: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    names
-        .iter()
-        .map(|name| {
-            messages
-                .iter()
-                .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == *name)
-                .find_map(|m| m["executable"].as_str().map(std::path::PathBuf::from))
-                .with_context(|| format!("cargo named no executable for test {name}"))
-        })
-        .collect()
+    crate::executables_named(&String::from_utf8_lossy(&out.stdout), names)
 }
 
 /// The agent without its `ebpf` feature (no nightly toolchain, no bpf-linker needed): it must
