@@ -1041,6 +1041,16 @@ impl Agent {
         }
     }
 
+    /// The value of series `series` (a name, with its labels if it has any) on `/metrics`; 0
+    /// when it is not there.
+    pub fn metric(&self, series: &str) -> f64 {
+        let (_, body) = self.get("/metrics");
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
     /// `GET /pods`, parsed.
     pub fn pods(&self) -> PodList {
         let (status, body) = self.get("/pods");

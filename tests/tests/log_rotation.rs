@@ -123,17 +123,8 @@ fn newer_lines_in_current_log(agent: &Agent, dir: &Path, after: u64) -> u64 {
     })
 }
 
-/// The value of a series without labels on `/metrics` (0 when it is not there).
-fn metric(agent: &Agent, series: &str) -> f64 {
-    let (_, body) = agent.get("/metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 fn rotations_counted(agent: &Agent) -> u64 {
-    metric(agent, "swiftlet_container_log_rotations_total") as u64
+    agent.metric("swiftlet_container_log_rotations_total") as u64
 }
 
 /// Waits until the eBPF probes report every exit (the relist is a safety net) and a rotation
@@ -142,14 +133,14 @@ fn rotations_counted(agent: &Agent) -> u64 {
 fn wait_for_a_trusted_listing(agent: &Agent) {
     const PASSES: &str = "swiftlet_container_log_rotation_pass_duration_seconds_count";
     let trusted_at = agent.eventually("the relist to become a safety net", TIMEOUT, || {
-        if metric(agent, "swiftlet_pleg_safety_net") == 1.0 {
-            Ok(metric(agent, PASSES))
+        if agent.metric("swiftlet_pleg_safety_net") == 1.0 {
+            Ok(agent.metric(PASSES))
         } else {
             Err("not yet".to_owned())
         }
     });
     agent.eventually("a rotation pass since", TIMEOUT, || {
-        let passes = metric(agent, PASSES);
+        let passes = agent.metric(PASSES);
         if passes >= trusted_at + 2.0 {
             Ok(())
         } else {
