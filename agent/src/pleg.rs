@@ -14,8 +14,9 @@
 //! deletes the task, removing its cgroup, then records the exit; on a busy machine that takes tens
 //! to hundreds of milliseconds), so a relist that finds no change yet is retried after 2 ms,
 //! doubling to [`FAST_RETRY_MAX`], for up to [`FAST_RETRY_FOR`]. An exit from before the container
-//! started is ignored (runc's own helper may exec in the container cgroup and exit first). Without
-//! eBPF the periodic relist alone keeps everything correct.
+//! started is ignored (runc's own helper may exec in the container cgroup and exit first) unless
+//! the container's cgroup is gone too: a process that fails at once can exit before the runtime
+//! notes its start. Without eBPF the periodic relist alone keeps everything correct.
 //!
 //! The relist's cadence: while the kernel path reports every exit ([`KernelPath`]: probes and
 //! process probes loaded, reader running, nothing lost), the periodic relist is only a safety
@@ -23,7 +24,8 @@
 //! through this agent (a container removed by hand). It goes back to every `--pleg-relist-period`
 //! (1 s) at once, and for [`DISTRUST_HOLD`] after, when the kernel path lost an event or
 //! stopped, a relist or pod read failed (the runtime is down or restarting), or the runtime had
-//! not recorded an exit the kernel saw by the end of the fast path's retries. The kubelet's
+//! not recorded an exit the kernel saw by the end of the fast path's retries (and again before
+//! each hold ends while it still has not, for up to [`UNRECORDED_WATCH`]). The kubelet's
 //! evented PLEG does the same with the runtime's events (its relist every 300 s).
 use crate::ebpf::exits::{KernelExit, KernelPath};
 use crate::metrics::{Metrics, ResultLabel};
@@ -265,6 +267,11 @@ const FAST_RETRY_FIRST: Duration = Duration::from_millis(2);
 const FAST_RETRY_MAX: Duration = Duration::from_millis(128);
 /// A fast-path request gives up after this long; the periodic relist takes over.
 const FAST_RETRY_FOR: Duration = Duration::from_secs(1);
+/// While the runtime has not recorded an exit the kernel saw, the relist runs every period (it
+/// is distrusted again before each [`DISTRUST_HOLD`] ends) for up to this long; then the
+/// safety net is left to find it. containerd retries an exit it failed to handle with a
+/// back-off that grows to minutes; until it records the exit, the kernel's is shown.
+const UNRECORDED_WATCH: Duration = Duration::from_secs(300);
 
 /// What happened to a container (or sandbox) between two relists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -394,8 +401,72 @@ struct Pending {
     due: Instant,
     delay: Duration,
     until: Instant,
+    /// Until then the pod is read again while the runtime has not recorded the exit.
+    watch_until: Instant,
     /// The container whose exit asked for the relist.
     container: Option<String>,
+}
+
+/// What follows a fast-path read of a pod ([`Pending::after_read`]).
+#[derive(Debug, PartialEq, Eq)]
+enum AfterRead {
+    /// Read it again soon.
+    Retry,
+    /// The runtime has not recorded the exit by the end of the retries: relist every period,
+    /// and read the pod again before that ends.
+    Unrecorded,
+    /// Done: the change was seen, or it is left to the periodic relist.
+    Done,
+    /// The runtime has still not recorded the exit after [`UNRECORDED_WATCH`]: left to the
+    /// safety net.
+    GaveUp,
+}
+
+impl Pending {
+    fn new(now: Instant, container: Option<String>) -> Self {
+        Self {
+            due: now,
+            delay: FAST_RETRY_FIRST,
+            until: now + FAST_RETRY_FOR,
+            watch_until: now + UNRECORDED_WATCH,
+            container,
+        }
+    }
+
+    /// Plans the next read after one at `now` that found the pod `changed` or not, given its
+    /// snapshot since (`entry`). A change is not enough while the snapshot still shows the
+    /// exited container running: the read may have seen its start, not its end.
+    fn after_read(
+        &mut self,
+        now: Instant,
+        changed: bool,
+        entry: Option<&RelistEntry>,
+    ) -> AfterRead {
+        let unrecorded = self
+            .container
+            .as_deref()
+            .is_some_and(|id| still_running(entry, id));
+        if changed && !unrecorded {
+            return AfterRead::Done;
+        }
+        if now >= self.watch_until {
+            return if unrecorded {
+                AfterRead::GaveUp
+            } else {
+                AfterRead::Done
+            };
+        }
+        if now < self.until {
+            self.due = now + self.delay;
+            self.delay = (self.delay * 2).min(FAST_RETRY_MAX);
+            return AfterRead::Retry;
+        }
+        if !unrecorded {
+            return AfterRead::Done;
+        }
+        self.due = (now + DISTRUST_HOLD / 2).min(self.watch_until);
+        AfterRead::Unrecorded
+    }
 }
 
 /// Each pod's snapshot, and the pods to read again (a pod whose read failed keeps its old snapshot, so no event is lost).
@@ -582,6 +653,7 @@ impl Relister {
             uid,
             container_id,
             exit,
+            gone,
         } = exit;
         if !self.p.status.knows(&uid) {
             // Not a pod this agent runs (or one already gone): the periodic relist sees it.
@@ -589,7 +661,7 @@ impl Relister {
             return;
         }
         if let (Some(id), Some((code, at))) = (&container_id, exit) {
-            self.p.cache.lock().kernel_exit(&uid, id, code, at);
+            self.p.cache.lock().kernel_exit(&uid, id, code, at, gone);
         }
         if self
             .p
@@ -612,16 +684,8 @@ impl Relister {
                 id: id.clone(),
             }]);
         }
-        let now = Instant::now();
-        self.pending.insert(
-            uid,
-            Pending {
-                due: now,
-                delay: FAST_RETRY_FIRST,
-                until: now + FAST_RETRY_FOR,
-                container: container_id,
-            },
-        );
+        self.pending
+            .insert(uid, Pending::new(Instant::now(), container_id));
     }
 
     fn count_skipped(&self, n: usize) {
@@ -686,21 +750,22 @@ impl Relister {
                 .get_or_create(&ResultLabel { result })
                 .inc();
             let now = Instant::now();
-            match self.pending.get_mut(&uid) {
-                Some(p) if !changed && now < p.until => {
-                    p.due = now + p.delay;
-                    p.delay = (p.delay * 2).min(FAST_RETRY_MAX);
+            let entry = self.snap.records.get(&uid);
+            let next = self
+                .pending
+                .get_mut(&uid)
+                .map_or(AfterRead::Done, |p| p.after_read(now, changed, entry));
+            match next {
+                AfterRead::Retry => {}
+                AfterRead::Unrecorded => {
+                    tracing::debug!(%uid, "PLEG fast path: the runtime has not recorded the exit");
+                    self.distrust(now, "exit_unrecorded");
                 }
-                Some(p) if !changed => {
-                    let container = p.container.take();
+                AfterRead::GaveUp => {
+                    tracing::warn!(%uid, after = ?UNRECORDED_WATCH, "the runtime has not recorded a container exit the kernel saw; left to the periodic relist");
                     self.pending.remove(&uid);
-                    let entry = self.snap.records.get(&uid);
-                    if container.is_some_and(|id| still_running(entry, &id)) {
-                        tracing::debug!(%uid, "PLEG fast path: the runtime has not recorded the exit");
-                        self.distrust(now, "exit_unrecorded");
-                    }
                 }
-                _ => {
+                AfterRead::Done => {
                     self.pending.remove(&uid);
                 }
             }
@@ -976,6 +1041,44 @@ mod tests {
         assert!(!still_running(Some(&entry), "c2"));
         assert!(!still_running(Some(&entry), "c3"));
         assert!(!still_running(None, "c1"));
+    }
+
+    #[test]
+    fn a_fast_path_request_watches_until_the_runtime_records_the_exit() {
+        let start = Instant::now();
+        let running = RelistEntry::sorted(vec![], vec![("c1".into(), RUNNING)]);
+        let exited = RelistEntry::sorted(vec![], vec![("c1".into(), EXITED)]);
+        let mut p = Pending::new(start, Some("c1".into()));
+        // A change that is the container's start, not its end: read again soon.
+        assert_eq!(p.after_read(start, true, Some(&running)), AfterRead::Retry);
+        assert_eq!(p.due, start + FAST_RETRY_FIRST);
+        // The retries are over and the runtime still shows it running: relist every period
+        // and look again before the hold ends.
+        let later = start + FAST_RETRY_FOR;
+        assert_eq!(
+            p.after_read(later, false, Some(&running)),
+            AfterRead::Unrecorded
+        );
+        assert!(p.due > later && p.due < later + DISTRUST_HOLD);
+        let much_later = start + UNRECORDED_WATCH / 2;
+        assert_eq!(
+            p.after_read(much_later, false, Some(&running)),
+            AfterRead::Unrecorded
+        );
+        // Recorded (by a full relist, say): done.
+        assert_eq!(
+            p.after_read(much_later, false, Some(&exited)),
+            AfterRead::Done
+        );
+        assert_eq!(p.after_read(later, true, Some(&exited)), AfterRead::Done);
+        // Never recorded: left to the safety net in the end.
+        let end = start + UNRECORDED_WATCH;
+        assert_eq!(p.after_read(end, false, Some(&running)), AfterRead::GaveUp);
+        // A request whose container the snapshot does not show running ends with its retries.
+        let mut q = Pending::new(start, None);
+        assert_eq!(q.after_read(start, false, Some(&running)), AfterRead::Retry);
+        assert_eq!(q.after_read(later, false, Some(&running)), AfterRead::Done);
+        assert_eq!(q.after_read(start, true, Some(&running)), AfterRead::Done);
     }
     const NOT_READY: i32 = api::PodSandboxState::SandboxNotready as i32;
 

@@ -122,8 +122,9 @@ pub struct Fresh {
     used: HashMap<String, u64>,
     /// Container ids being stopped one by one (count of stops running).
     stopping: HashMap<String, u32>,
-    /// Pod UID -> container exits the kernel saw: (container id, exit code, Unix ns).
-    exits: HashMap<String, Vec<(String, i32, i64)>>,
+    /// Pod UID -> container exits the kernel saw: (container id, exit code, Unix ns, whether
+    /// its cgroup is gone).
+    exits: HashMap<String, Vec<(String, i32, i64, bool)>>,
     /// Pod UID -> container id -> its last ContainerStatus read ([`Fresh::reuse_statuses`]).
     statuses: HashMap<String, HashMap<String, api::ContainerStatus>>,
     /// Which pods the runtime can hold, known without asking it.
@@ -373,12 +374,13 @@ impl Fresh {
     }
 
     /// Records that the kernel saw container `id` of pod `uid` exit with `code` at
-    /// `finished_ns` (Unix nanoseconds), until a read shows the runtime's record of it.
-    pub fn kernel_exit(&mut self, uid: &str, id: &str, code: i32, finished_ns: i64) {
+    /// `finished_ns` (Unix nanoseconds), `gone` when seen as its cgroup's removal, until a read
+    /// shows the runtime's record of it.
+    pub fn kernel_exit(&mut self, uid: &str, id: &str, code: i32, finished_ns: i64, gone: bool) {
         self.kernel_exits += 1;
         let exits = self.exits.entry(uid.to_owned()).or_default();
-        exits.retain(|(c, _, _)| c != id);
-        exits.push((id.to_owned(), code, finished_ns));
+        exits.retain(|(c, ..)| c != id);
+        exits.push((id.to_owned(), code, finished_ns, gone));
     }
 
     /// Lays the kernel-seen exits of pod `uid` over `state` (a container the state shows running
@@ -390,7 +392,7 @@ impl Fresh {
         };
         // An exit not laid over is shown by the runtime's own record now (reads a sync uses
         // only move forward), or its container is gone.
-        exits.retain(|(id, code, at)| state.apply_kernel_exit(id, *code, *at));
+        exits.retain(|(id, code, at, gone)| state.apply_kernel_exit(id, *code, *at, *gone));
         let applied = !exits.is_empty();
         if exits.is_empty() {
             self.exits.remove(uid);
@@ -543,7 +545,7 @@ mod tests {
         assert_ne!(f.quiet_mark(), Some(mark), "a mutation began");
         f.end("u", false);
         let mark = f.quiet_mark().unwrap();
-        f.kernel_exit("u", "c", 1, 5);
+        f.kernel_exit("u", "c", 1, 5, false);
         assert_ne!(f.quiet_mark(), Some(mark), "an exit was seen");
         let mark = f.quiet_mark().unwrap();
         f.set_kernel(false, 1);
@@ -733,7 +735,7 @@ mod tests {
     #[test]
     fn a_kernel_seen_exit_is_laid_over_until_a_read_shows_the_runtimes_record() {
         let mut f = Fresh::default();
-        f.kernel_exit("u", "a", 3, 5_000);
+        f.kernel_exit("u", "a", 3, 5_000, false);
         let mut read = running("a", 4_000);
         assert!(f.overlay("u", &mut read));
         assert_eq!(read.containers[0].exit_code, 3);
@@ -750,12 +752,19 @@ mod tests {
         assert!(!f.overlay("u", &mut recorded));
         assert!(f.exits.is_empty());
         // An exit from before the container started (the runtime's helper) is not its exit.
-        f.kernel_exit("u", "b", 0, 1_000);
+        f.kernel_exit("u", "b", 0, 1_000, false);
         let mut b = running("b", 2_000);
         assert!(!f.overlay("u", &mut b));
         assert!(f.exits.is_empty());
+        // Unless the container's cgroup went: then it exited before the runtime noted its
+        // start.
+        f.kernel_exit("u", "b", 1, 1_000, true);
+        let mut b = running("b", 2_000);
+        assert!(f.overlay("u", &mut b));
+        assert_eq!(b.containers[0].exit_code, 1);
+        f.forget("u");
         // A pod removed from the runtime takes its exits with it.
-        f.kernel_exit("v", "c", 1, 9);
+        f.kernel_exit("v", "c", 1, 9, false);
         f.forget("v");
         assert!(f.exits.is_empty());
     }

@@ -39,6 +39,10 @@ pub struct KernelExit {
     pub container_id: Option<String>,
     /// The container-style exit code and the exit's wall-clock time in Unix nanoseconds.
     pub exit: Option<(i32, i64)>,
+    /// Reported by the removal of the container's cgroup: the container has ended, whatever
+    /// the runtime's record of its start says (its process may exit before the runtime notes
+    /// that it started).
+    pub gone: bool,
 }
 
 /// True for the command name of an OCI runtime's helper process (runc's `runc init` and its
@@ -173,11 +177,12 @@ impl Exits {
             .inc();
     }
 
-    fn report(&self, uid: &str, id: &str, exit: Option<(i32, u64)>) {
+    fn report(&self, uid: &str, id: &str, exit: Option<(i32, u64)>, gone: bool) {
         let report = KernelExit {
             uid: uid.to_owned(),
             container_id: Some(id.to_owned()),
             exit: exit.map(|(code, ktime)| (code, (self.wall_clock)(ktime))),
+            gone,
         };
         match self.tx.try_send(report) {
             Ok(()) => {
@@ -208,7 +213,7 @@ impl Exits {
                             .main
                             .and_then(|(_, exit)| exit)
                             .and_then(|(code, ktime)| Some((code?, ktime)));
-                        self.report(&c.uid, &c.id, exit);
+                        self.report(&c.uid, &c.id, exit, true);
                     }
                 }
             }
@@ -242,7 +247,7 @@ impl Exits {
                 // started.
                 let code = e.exit_code.map(|code| (code, e.ktime_ns));
                 let (uid, id) = (c.uid.clone(), c.id.clone());
-                self.report(&uid, &id, code);
+                self.report(&uid, &id, code, false);
             }
             KernelEvent::Cgroup(_) | KernelEvent::Cri(_) => {}
         }
@@ -344,10 +349,12 @@ mod tests {
         }
     }
 
-    fn drain(rx: &mut mpsc::Receiver<KernelExit>) -> Vec<(String, Option<String>, Option<i32>)> {
+    type Report = (String, Option<String>, Option<i32>, bool);
+
+    fn drain(rx: &mut mpsc::Receiver<KernelExit>) -> Vec<Report> {
         let mut got = Vec::new();
         while let Ok(e) = rx.try_recv() {
-            got.push((e.uid, e.container_id, e.exit.map(|(code, _)| code)));
+            got.push((e.uid, e.container_id, e.exit.map(|(code, _)| code), e.gone));
         }
         got
     }
@@ -405,8 +412,8 @@ mod tests {
         assert_eq!(
             drain(&mut rx),
             [
-                ("u1".to_owned(), c1.clone(), Some(3)),
-                ("u1".to_owned(), c1, Some(3)),
+                ("u1".to_owned(), c1.clone(), Some(3), false),
+                ("u1".to_owned(), c1, Some(3), true),
             ],
             "the main process's exit (not the runtime helper's, nor its child's), then the \
              cgroup's removal with the main process's code"
@@ -462,7 +469,7 @@ mod tests {
         exits.observe(&cgroup(CgroupEventKind::Rmdir, path, id, 3));
         assert_eq!(
             drain(&mut rx),
-            [("u1".to_owned(), Some("c1".to_owned()), None)],
+            [("u1".to_owned(), Some("c1".to_owned()), None, true)],
             "the removal reports the end, the code left to the runtime's record"
         );
         assert_eq!(exits.followed(), 1);

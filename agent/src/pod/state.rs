@@ -92,20 +92,22 @@ impl PodState {
     /// Marks running container `id` exited with `code` at `finished_ns` (Unix nanoseconds), as
     /// the kernel saw its main process exit before the runtime recorded it. False (and nothing
     /// changed) when no running container has that id, or when the exit is from before the
-    /// container started: the OCI runtime's helper may exec in the container's cgroup and exit
-    /// first.
-    pub fn apply_kernel_exit(&mut self, id: &str, code: i32, finished_ns: i64) -> bool {
+    /// container started (the OCI runtime's helper may exec in the container's cgroup and exit
+    /// first) unless the container's cgroup is `gone`: the runtime notes a start once its call
+    /// returned, after a process that fails at once may have exited, and a removed cgroup
+    /// leaves no doubt that the container ended. The finish is then shown at the start.
+    pub fn apply_kernel_exit(&mut self, id: &str, code: i32, finished_ns: i64, gone: bool) -> bool {
         let running = api::ContainerState::ContainerRunning as i32;
         let Some(c) = self
             .containers
             .iter_mut()
-            .find(|c| c.id == id && c.state == running && finished_ns >= c.started_at)
+            .find(|c| c.id == id && c.state == running && (gone || finished_ns >= c.started_at))
         else {
             return false;
         };
         c.state = api::ContainerState::ContainerExited as i32;
         c.exit_code = code;
-        c.finished_at = finished_ns;
+        c.finished_at = finished_ns.max(c.started_at);
         true
     }
 
@@ -271,17 +273,35 @@ mod tests {
             ..Default::default()
         };
         assert!(
-            !state.apply_kernel_exit("a", 0, 3_000),
+            !state.apply_kernel_exit("a", 0, 3_000, false),
             "an exit from before the start is not the container's"
         );
-        assert!(!state.apply_kernel_exit("other", 3, 5_000));
-        assert!(state.apply_kernel_exit("a", 3, 5_000));
+        assert!(!state.apply_kernel_exit("other", 3, 5_000, false));
+        assert!(state.apply_kernel_exit("a", 3, 5_000, false));
         let c = &state.containers[0];
         assert_eq!(
             (c.state, c.exit_code, c.finished_at),
             (api::ContainerState::ContainerExited as i32, 3, 5_000)
         );
-        assert!(!state.apply_kernel_exit("a", 4, 6_000), "already exited");
+        assert!(
+            !state.apply_kernel_exit("a", 4, 6_000, true),
+            "already exited"
+        );
+    }
+
+    #[test]
+    fn a_removed_cgroup_ends_a_container_that_exited_before_the_runtime_noted_its_start() {
+        let mut state = PodState {
+            containers: vec![running("a", 4_000)],
+            ..Default::default()
+        };
+        assert!(state.apply_kernel_exit("a", 1, 3_000, true));
+        let c = &state.containers[0];
+        assert_eq!(
+            (c.state, c.exit_code, c.finished_at),
+            (api::ContainerState::ContainerExited as i32, 1, 4_000),
+            "exited, and not before it started"
+        );
     }
 
     fn instance(name: &str, id: &str, state: api::ContainerState) -> api::ContainerStatus {

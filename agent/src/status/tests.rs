@@ -472,7 +472,7 @@ fn pods_json_is_the_pod_list_and_follows_every_change() {
     m.update("u", &restarted, &HashMap::new());
     assert_eq!(served(&m), as_list(&m), "after a restart");
     let mut exited = restarted.clone();
-    assert!(exited.apply_kernel_exit("a-1", 2, i64::MAX));
+    assert!(exited.apply_kernel_exit("a-1", 2, i64::MAX, false));
     m.update("u", &exited, &HashMap::new());
     assert_eq!(served(&m), as_list(&m), "after a kernel-seen exit");
     r.remove_pod("u");
@@ -495,7 +495,7 @@ fn a_kernel_seen_exit_shows_until_the_runtime_reports_it() {
     };
     // What the worker writes: the runtime's read with the kernel-seen exit laid over it.
     let mut seen = running.clone();
-    assert!(seen.apply_kernel_exit("a-0", 3, 5_000_000_000));
+    assert!(seen.apply_kernel_exit("a-0", 3, 5_000_000_000, false));
     m.update("u", &seen, &HashMap::new());
     let finished = ts(5_000_000_000);
     assert_eq!(
