@@ -337,6 +337,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         runtime.cri().clone(),
         cfg.node_name.clone(),
         cfg.root_dir.clone(),
+        pod_cache.clone(),
     );
     let state = server::AppState {
         stats: Some(stats),

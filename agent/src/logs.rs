@@ -33,12 +33,12 @@ use crate::cri::Cri;
 use crate::metrics::Metrics;
 use crate::pod::labels;
 use crate::pod::quantity::Quantity;
-use crate::pod_cache::{PodCache, QuietMark};
+use crate::pod_cache::{PodCache, QuietListing};
 use futures::StreamExt;
 use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -316,10 +316,9 @@ pub struct LogManager {
     node_name: String,
     pod_logs_dir: PathBuf,
     metrics: Metrics,
-    /// Tells when the running containers cannot have changed (see [`LogManager::running`]).
-    pod_cache: PodCache,
-    /// The last listing of the running containers, with the pod cache's mark from before it.
-    listed: Mutex<Option<(QuietMark, Running)>>,
+    /// The running containers, listed again only when they may have changed (see
+    /// [`LogManager::running`]).
+    listed: QuietListing<Running>,
 }
 
 impl LogManager {
@@ -339,8 +338,7 @@ impl LogManager {
             node_name,
             pod_logs_dir,
             metrics,
-            pod_cache,
-            listed: Mutex::default(),
+            listed: QuietListing::new(pod_cache),
         }
     }
 
@@ -394,34 +392,22 @@ impl LogManager {
     /// started, stopped or exited since it began (the kernel path trusted all along), else a
     /// new `ListContainers`. An idle node's pass then asks the runtime nothing.
     async fn running(&self) -> crate::cri::Result<Running> {
-        let mark = self.pod_cache.lock().quiet_mark();
-        let listed = self
-            .listed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let (Some(mark), Some((at, running))) = (mark, listed)
-            && at == mark
-        {
-            return Ok(running);
-        }
-        let filter = k8s_cri::v1::ContainerFilter {
-            state: Some(k8s_cri::v1::ContainerStateValue {
-                state: k8s_cri::v1::ContainerState::ContainerRunning.into(),
-            }),
-            label_selector: [(labels::NODE_NAME.to_owned(), self.node_name.clone())].into(),
-            ..Default::default()
-        };
-        let running: Running = self
-            .cri
-            .list_containers(Some(filter))
-            .await?
-            .iter()
-            .map(|c| (c.id.clone(), self.log_path(c)))
-            .collect();
-        *self.listed.lock().unwrap_or_else(PoisonError::into_inner) =
-            mark.map(|mark| (mark, running.clone()));
-        Ok(running)
+        self.listed
+            .get(async {
+                let filter = k8s_cri::v1::ContainerFilter {
+                    state: Some(k8s_cri::v1::ContainerStateValue {
+                        state: k8s_cri::v1::ContainerState::ContainerRunning.into(),
+                    }),
+                    label_selector: [(labels::NODE_NAME.to_owned(), self.node_name.clone())].into(),
+                    ..Default::default()
+                };
+                let listed = self.cri.list_containers(Some(filter)).await?;
+                Ok(listed
+                    .iter()
+                    .map(|c| (c.id.clone(), self.log_path(c)))
+                    .collect())
+            })
+            .await
     }
 
     /// One pass over this node's running containers; returns how many logs were rotated.

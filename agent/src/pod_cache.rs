@@ -146,6 +146,47 @@ pub struct QuietMark {
     epoch: u64,
 }
 
+/// A value made from a listing of the runtime, kept while the pod cache's [`QuietMark`] holds:
+/// a pass or a request that lists the runtime then asks it nothing on a node where nothing
+/// started, stopped or exited since.
+#[derive(Debug)]
+pub struct QuietListing<T> {
+    cache: PodCache,
+    last: Mutex<Option<(QuietMark, T)>>,
+}
+
+impl<T: Clone> QuietListing<T> {
+    pub fn new(cache: PodCache) -> Self {
+        Self {
+            cache,
+            last: Mutex::default(),
+        }
+    }
+
+    fn last(&self) -> MutexGuard<'_, Option<(QuietMark, T)>> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The value of the last listing while the mark has not moved since it began (the kernel
+    /// path trusted all along), else a new one from `list` (the mark is taken before it runs,
+    /// so a change during the listing makes the next call list again).
+    pub async fn get<E>(
+        &self,
+        list: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let mark = self.cache.lock().quiet_mark();
+        if let Some(mark) = mark
+            && let Some((at, value)) = &*self.last()
+            && *at == mark
+        {
+            return Ok(value.clone());
+        }
+        let value = list.await?;
+        *self.last() = mark.map(|mark| (mark, value.clone()));
+        Ok(value)
+    }
+}
+
 /// Which pods the runtime can hold, as far as the agent knows without asking it: a pod the last
 /// full relist did not have and this agent has not started a sandbox for since holds nothing
 /// (only this agent creates objects with its node name). A new pod's first sync then skips the
@@ -551,6 +592,32 @@ mod tests {
         f.set_kernel(false, 1);
         f.set_kernel(true, 1);
         assert_ne!(f.quiet_mark(), Some(mark), "the trust was lost in between");
+    }
+
+    #[test]
+    fn a_quiet_listing_is_listed_again_only_after_a_change() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let cache = PodCache::default();
+        let listing = QuietListing::new(cache.clone());
+        let calls = AtomicU32::new(0);
+        let get = || {
+            futures::executor::block_on(
+                listing.get(async { Ok::<_, ()>(calls.fetch_add(1, Ordering::Relaxed) + 1) }),
+            )
+        };
+        // Without the kernel path every call lists.
+        assert_eq!((get(), get()), (Ok(1), Ok(2)));
+        cache.lock().set_kernel(true, 0);
+        assert_eq!((get(), get()), (Ok(3), Ok(3)), "nothing changed: kept");
+        drop(cache.mutating("u", false, None));
+        assert_eq!((get(), get()), (Ok(4), Ok(4)), "a mutation: listed again");
+        cache.lock().kernel_exit("u", "c", 1, 5, false);
+        assert_eq!(get(), Ok(5), "an exit: listed again");
+        // A failed listing keeps nothing: the next call lists again.
+        cache.lock().kernel_exit("u", "d", 1, 6, false);
+        let failed = futures::executor::block_on(listing.get(async { Err::<u32, _>("down") }));
+        assert_eq!(failed, Err("down"));
+        assert_eq!(get(), Ok(6));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use crate::cm::{CgroupDirs, CgroupUsage, ContainerManager, MemoryUsage};
 use crate::cri::Cri;
 use crate::pod::labels;
+use crate::pod_cache::{PodCache, QuietListing};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
@@ -281,12 +282,17 @@ struct Cache {
     /// Each pod cgroup's directories, opened at its first read and kept while the pod is
     /// summarised: reopening them walked the deep cgroup paths again on every request.
     dirs: HashMap<String, Arc<CgroupDirs>>,
+    /// The runtime's image filesystem, from the last `ImageFsInfo`.
+    image_fs: Option<cri::ImageFsInfoResponse>,
 }
 
-/// How old the writable layers' usage may get before it is read again. The runtime itself
-/// measures layers periodically (containerd: every 10 s), so reading it more often gains little,
-/// and `ListContainerStats` asks every container's shim for its metrics: it is read off the
-/// request path.
+/// This node's running containers and ready sandboxes, as one listing found them.
+type Running = Arc<(Vec<cri::Container>, Vec<cri::PodSandbox>)>;
+
+/// How old the writable layers' usage (and the image filesystem's) may get before it is read
+/// again. The runtime itself measures layers periodically (containerd: every 10 s), so reading
+/// it more often gains little, and `ListContainerStats` asks every container's shim for its
+/// metrics: both are read off the request path.
 const WRITABLE_LAYER_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Pods from which a summary's reads are spread over threads.
@@ -326,16 +332,26 @@ pub struct Provider {
     node_name: String,
     root_dir: PathBuf,
     cache: Arc<Mutex<Cache>>,
+    /// The running containers and ready sandboxes, listed again only when the pod cache shows
+    /// that one may have started, stopped or exited.
+    running: Arc<QuietListing<Running>>,
 }
 
 impl Provider {
-    pub fn new(cm: ContainerManager, cri: Cri, node_name: String, root_dir: PathBuf) -> Self {
+    pub fn new(
+        cm: ContainerManager,
+        cri: Cri,
+        node_name: String,
+        root_dir: PathBuf,
+        pod_cache: PodCache,
+    ) -> Self {
         Self {
             cm,
             cri,
             node_name,
             root_dir,
             cache: Arc::default(),
+            running: Arc::new(QuietListing::new(pod_cache)),
         }
     }
 
@@ -445,10 +461,10 @@ impl Provider {
         (dirs, true)
     }
 
-    /// Starts a read of the runtime's container stats (for the writable layers) when the last
-    /// one is older than [`WRITABLE_LAYER_PERIOD`] and none is under way; the request that
-    /// starts it does not wait for it.
-    fn refresh_writable_layers(&self, selector: HashMap<String, String>) {
+    /// Starts a read of the runtime's container stats (for the writable layers) and of its
+    /// image filesystem when the last one is older than [`WRITABLE_LAYER_PERIOD`] and none is
+    /// under way; the request that starts it does not wait for it.
+    fn refresh_runtime_stats(&self, selector: HashMap<String, String>) {
         {
             let mut cache = self.cache();
             let fresh = cache
@@ -465,7 +481,10 @@ impl Provider {
                 label_selector: selector,
                 ..Default::default()
             };
-            let read = this.cri.list_container_stats(Some(filter)).await;
+            let (read, image_fs) = tokio::join!(
+                this.cri.list_container_stats(Some(filter)),
+                this.cri.image_fs_info()
+            );
             let mut cache = this.cache();
             cache.writable_reading = false;
             cache.writable_read = Some(Instant::now());
@@ -480,7 +499,47 @@ impl Provider {
                 }
                 Err(e) => tracing::debug!(%e, "stats: ListContainerStats"),
             }
+            match image_fs {
+                Ok(r) => cache.image_fs = Some(r),
+                Err(e) => tracing::debug!(%e, "stats: ImageFsInfo"),
+            }
         });
+    }
+
+    /// This node's running containers and ready sandboxes (two CRI lists; both fail together,
+    /// so a summary never pairs containers with an empty sandbox list).
+    async fn list_running(
+        &self,
+        selector: &HashMap<String, String>,
+    ) -> crate::cri::Result<Running> {
+        let (containers, sandboxes) = tokio::join!(
+            self.cri.list_containers(Some(cri::ContainerFilter {
+                label_selector: selector.clone(),
+                state: Some(cri::ContainerStateValue {
+                    state: cri::ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            })),
+            self.cri.list_pod_sandbox(Some(cri::PodSandboxFilter {
+                label_selector: selector.clone(),
+                state: Some(cri::PodSandboxStateValue {
+                    state: cri::PodSandboxState::SandboxReady as i32,
+                }),
+                ..Default::default()
+            })),
+        );
+        Ok(Arc::new((containers?, sandboxes?)))
+    }
+
+    /// The runtime's image filesystem: asked on the first summary, then as
+    /// [`Provider::refresh_runtime_stats`] last read it.
+    async fn image_fs(&self) -> Option<cri::ImageFsInfoResponse> {
+        if let Some(r) = self.cache().image_fs.clone() {
+            return Some(r);
+        }
+        let read = self.cri.image_fs_info().await.ok()?;
+        self.cache().image_fs = Some(read.clone());
+        Some(read)
     }
 
     async fn sandbox_pid(&self, id: &str) -> Option<u32> {
@@ -498,33 +557,20 @@ impl Provider {
         let time = rfc3339(&jiff::Timestamp::now());
         let node_selector: HashMap<String, String> =
             HashMap::from([(labels::NODE_NAME.to_owned(), self.node_name.clone())]);
-        let (containers, sandboxes, image_fs) = tokio::join!(
-            self.cri.list_containers(Some(cri::ContainerFilter {
-                label_selector: node_selector.clone(),
-                state: Some(cri::ContainerStateValue {
-                    state: cri::ContainerState::ContainerRunning as i32,
-                }),
-                ..Default::default()
-            })),
-            self.cri.list_pod_sandbox(Some(cri::PodSandboxFilter {
-                label_selector: node_selector.clone(),
-                state: Some(cri::PodSandboxStateValue {
-                    state: cri::PodSandboxState::SandboxReady as i32,
-                }),
-                ..Default::default()
-            })),
-            self.cri.image_fs_info(),
+        let (running, image_fs) = tokio::join!(
+            self.running.get(self.list_running(&node_selector)),
+            self.image_fs(),
         );
-        self.refresh_writable_layers(node_selector);
-        let container_stats_failed = containers.is_err();
-        let containers = containers.unwrap_or_else(|e| {
-            tracing::debug!(%e, "stats summary: ListContainers");
-            Vec::new()
+        self.refresh_runtime_stats(node_selector);
+        let container_stats_failed = running.is_err();
+        let running = running.unwrap_or_else(|e| {
+            tracing::debug!(%e, "stats summary: listing the running containers");
+            Arc::default()
         });
-        let sandboxes = sandboxes.unwrap_or_default();
+        let (containers, sandboxes) = &*running;
         // The newest running instance of each (pod, container), by attempt.
         let mut by_pod: HashMap<&str, HashMap<&str, &cri::Container>> = HashMap::new();
-        for c in &containers {
+        for c in containers {
             let (Some(uid), Some(meta)) = (c.labels.get(labels::POD_UID), &c.metadata) else {
                 continue;
             };
@@ -631,7 +677,7 @@ impl Provider {
                 .dirs
                 .retain(|cgroup, _| cgroups.contains(cgroup.as_str()));
         }
-        let node = self.node(&time, now, image_fs.ok());
+        let node = self.node(&time, now, image_fs);
         Summary {
             node,
             pods: out,

@@ -46,7 +46,7 @@ fn main() -> ExitCode {
     let pct = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
     println!(
         "/stats/summary with {pods} running pods: n = {requests}, p50 {:.2} ms, p90 {:.2} ms, \
-         p99 {:.2} ms, max {:.2} ms (budget: p99 <= 20 ms); agent CPU {:.2} ms per request",
+         p99 {:.2} ms, max {:.2} ms (budget: p99 <= 10 ms); agent CPU {:.2} ms per request",
         pct(0.5),
         pct(0.9),
         pct(0.99),

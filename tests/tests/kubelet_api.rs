@@ -587,6 +587,37 @@ fn the_stats_summary_reports_the_node_its_pods_and_their_containers() {
             .is_some_and(|i| !i.is_empty()),
         "{n}"
     );
+
+    // The running containers are listed again only after a change the agent or the kernel saw:
+    // a pod started after the summaries above shows its container.
+    agent.write_manifest(
+        "late.yaml",
+        &busybox_pod_manifest(
+            &format!("name: late, namespace: default, uid: late-{node}"),
+            "",
+            "sleep 3600",
+            "",
+        ),
+    );
+    let late = agent.static_pod_name("late");
+    pod_running(&agent, &late);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = summary();
+        let shown = s["pods"].as_array().and_then(|pods| {
+            pods.iter()
+                .find(|p| p["podRef"]["name"] == late.as_str())
+                .map(|p| p["containers"][0]["name"] == "main")
+        });
+        if shown == Some(true) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the late pod's container never showed: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
 
 /// The webhooks: who may use the kubelet API is the API server's decision.
