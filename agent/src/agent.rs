@@ -46,8 +46,18 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let metrics = Metrics::new();
     // The containers' log links go beside the pod logs (`logs::links`).
     let links_dir = crate::logs::links::dir_for(&cfg.pod_logs_dir);
-    for dir in [&cfg.root_dir, &cfg.pod_logs_dir, &links_dir] {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
+    // The root directory holds the pods' directories: 0750 as the kubelet makes it (and each
+    // pod's); the log directories stay readable by the node's log shippers.
+    let made = [
+        (&cfg.root_dir, crate::volume::pod_dirs(&cfg.root_dir)),
+        (
+            &cfg.pod_logs_dir,
+            std::fs::create_dir_all(&cfg.pod_logs_dir),
+        ),
+        (&links_dir, std::fs::create_dir_all(&links_dir)),
+    ];
+    for (dir, made) in made {
+        made.map_err(|source| Error::Dir {
             path: dir.clone(),
             source,
         })?;

@@ -683,6 +683,20 @@ spec:
     assert_eq!(message("logs"), Some((1, Some("first\noops\n".into()))));
     let state_dir = agent.root_dir().join("pods").join(&uid);
     assert!(state_dir.is_dir(), "{}", state_dir.display());
+    // The pod's directories are the kubelet's 0750: no other local user may rewrite a
+    // container's termination-message file (0666, for the container's user) and so its status.
+    use std::os::unix::fs::PermissionsExt as _;
+    for dir in [
+        state_dir.clone(),
+        state_dir.join("containers"),
+        state_dir.join("containers").join("file"),
+    ] {
+        let mode = std::fs::metadata(&dir)
+            .expect("the pod's directory")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o750, "{}: {mode:o}", dir.display());
+    }
 
     // The pod's files go with the pod.
     agent.remove_manifest("msg.yaml");

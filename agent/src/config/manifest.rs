@@ -885,6 +885,15 @@ fn validate_before_defaults(pod: &Pod) -> Result<(), Problem> {
     if let Some(ns) = pod.metadata.namespace.as_deref() {
         check_path_safe("metadata.namespace", ns)?;
     }
+    if let Some(uid) = pod.metadata.uid.as_deref()
+        && let Some(reason) = bad_uid(uid)
+    {
+        return Err(Problem::BadName {
+            field: "metadata.uid",
+            value: uid.chars().take(MAX_UID).collect(),
+            reason,
+        });
+    }
     check_metadata_sizes(pod)?;
     let spec = pod.spec.as_ref().ok_or(Problem::NoContainers)?;
     if spec.containers.is_empty() {
@@ -1007,6 +1016,24 @@ fn check_path_safe(field: &'static str, value: &str) -> Result<(), Problem> {
         value: value.to_owned(),
         reason,
     })
+}
+
+/// The longest pod UID a manifest may give (the API's are 36-character UUIDs, the agent's own
+/// 32 hex digits).
+const MAX_UID: usize = 128;
+
+/// `None` when a manifest's pod UID is safe to use as it is used, else why not: it names the
+/// pod's directory under `--root-dir` and is part of its cgroup's name, where the systemd driver
+/// writes its '-' as '_' (so a '_' would read back as another UID) and '.' ends a unit's name.
+/// An empty UID is replaced by the agent's own.
+fn bad_uid(uid: &str) -> Option<&'static str> {
+    if uid.len() > MAX_UID {
+        Some("is longer than 128 characters")
+    } else if !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        Some("may hold only letters, digits and '-'")
+    } else {
+        None
+    }
 }
 
 /// `None` if `s` is a DNS-1123 label, else why not.
@@ -1346,6 +1373,37 @@ mod tests {
         let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"},
             "spec":{"containers":[{"name":"c","image":"busybox:1.36"}]}}"#;
         assert_eq!(a, uid(json, "/p/a.yaml", "n1"));
+    }
+
+    #[test]
+    fn a_uid_that_could_escape_its_directory_or_its_cgroup_name_is_refused() {
+        let manifest = |uid: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: a, uid: {uid:?}}}\n\
+                 spec: {{containers: [{{name: c, image: busybox}}]}}\n"
+            )
+        };
+        let long = "u".repeat(MAX_UID + 1);
+        for (uid, reason) in [
+            ("../../x", "letters, digits and '-'"),
+            ("a/b", "letters, digits and '-'"),
+            ("..", "letters, digits and '-'"),
+            ("a_b", "letters, digits and '-'"),
+            ("a.slice", "letters, digits and '-'"),
+            (long.as_str(), "longer than 128"),
+        ] {
+            let e = err(manifest(uid).as_bytes());
+            let message = e.to_string();
+            assert!(
+                message.contains("metadata.uid") && message.contains(reason),
+                "{message}"
+            );
+            assert_eq!(e.reason(), "bad_name", "{message}");
+        }
+        // A UUID, as the API gives, and a plain name are kept.
+        for uid in ["0f8c2a4e-5b1d-4c3a-9e7f-2d6b8a1c3e5f", "my-uid"] {
+            assert_eq!(ok(&manifest(uid)).metadata.uid.as_deref(), Some(uid));
+        }
     }
 
     #[test]

@@ -43,8 +43,9 @@ pub struct Attributes {
     pub subresource: &'static str,
 }
 
-/// The kubelet's request attributes: `GET`/`HEAD` get, `POST` create, `PUT` update, `PATCH`
-/// patch, `DELETE` delete; the subresource `stats` for `/stats`, `metrics` for `/metrics`, `log`
+/// The kubelet's request attributes: `GET` get, `POST` create, `PUT` update, `PATCH` patch,
+/// `DELETE` delete, any other method (`HEAD` included) the empty verb, which no rule but a
+/// wildcard grants; the subresource `stats` for `/stats`, `metrics` for `/metrics`, `log`
 /// for `/logs`, `spec` for `/spec`, `checkpoint` for `/checkpoint`, else `proxy` (exec, logs of
 /// containers, port forwarding, `/pods`, `/healthz`).
 pub fn attributes(method: &Method, path: &str) -> Attributes {
@@ -53,7 +54,8 @@ pub fn attributes(method: &Method, path: &str) -> Attributes {
         Method::PUT => "update",
         Method::PATCH => "patch",
         Method::DELETE => "delete",
-        _ => "get",
+        Method::GET => "get",
+        _ => "",
     };
     let under = |prefix: &str| {
         path == prefix
@@ -272,7 +274,10 @@ mod tests {
         );
         assert_eq!(a(Method::POST, "/exec/ns/p/c"), ("create", "proxy"));
         assert_eq!(a(Method::GET, "/containerLogs/ns/p/c"), ("get", "proxy"));
-        assert_eq!(a(Method::HEAD, "/pods"), ("get", "proxy"));
+        assert_eq!(a(Method::HEAD, "/pods"), ("", "proxy"));
+        let odd = Method::from_bytes(b"PROPFIND").unwrap();
+        assert_eq!(a(odd, "/stats/summary"), ("", "stats"));
+        assert_eq!(a(Method::OPTIONS, "/exec/ns/p/c"), ("", "proxy"));
         assert_eq!(a(Method::PUT, "/x"), ("update", "proxy"));
         assert_eq!(a(Method::PATCH, "/x"), ("patch", "proxy"));
         assert_eq!(a(Method::DELETE, "/x"), ("delete", "proxy"));
