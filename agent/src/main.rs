@@ -20,6 +20,23 @@ fn init_logging(verbosity: u8, format: &str) {
     }
 }
 
+/// Raises the soft open-file limit to the hard one, as the Go runtime does for the kubelet at
+/// its start: the agent holds a socket per stream and, for the stats summary, cgroup files kept
+/// open (a quarter of the limit at most).
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(error = %e, "raising the open-file limit to the hard limit");
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     // Before any thread or large allocation: large blocks go back to the system when freed, and
     // few arenas keep what was freed.
@@ -40,6 +57,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     init_logging(flags.verbosity, &flags.logging_format);
+    raise_open_file_limit();
     let cfg = match cli::AgentConfig::new(flags, config) {
         Ok(c) => c,
         Err(e) => {

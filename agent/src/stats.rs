@@ -435,14 +435,19 @@ impl Provider {
             dirs = self.cgroup_dirs(cgroup, true).0;
             pod = dirs.usage(None, true);
         }
+        // A container's cgroup is named by its ID under the pod's (the driver's spelling); its
+        // process count is not reported. The files kept open of containers gone are closed.
+        let children: Vec<std::borrow::Cow<'_, str>> = plan
+            .containers
+            .iter()
+            .map(|(_, c)| self.cm.container_cgroup(&c.id))
+            .collect();
+        dirs.keep_children(children.iter().map(AsRef::as_ref));
         Reads {
             pod,
-            // A container's cgroup is named by its ID under the pod's (the driver's spelling); its
-            // process count is not reported.
-            containers: plan
-                .containers
+            containers: children
                 .iter()
-                .map(|(_, c)| dirs.usage(Some(&self.cm.container_cgroup(&c.id)), false))
+                .map(|child| dirs.usage(Some(child), false))
                 .collect(),
             network: plan
                 .pid

@@ -14,7 +14,7 @@ pub enum Hierarchy {
 }
 
 /// The controllers swiftlet configures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Controller {
     Cpu,
     Memory,
