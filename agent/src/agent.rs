@@ -49,7 +49,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     // The root directory holds the pods' directories: 0750 as the kubelet makes it (and each
     // pod's); the log directories stay readable by the node's log shippers.
     let made = [
-        (&cfg.root_dir, crate::volume::pod_dirs(&cfg.root_dir)),
+        (&cfg.root_dir, crate::pod::pod_dirs(&cfg.root_dir)),
         (
             &cfg.pod_logs_dir,
             std::fs::create_dir_all(&cfg.pod_logs_dir),

@@ -103,7 +103,7 @@ pub fn write(path: &Path, content: &str) -> Result<(), super::Error> {
         source,
     };
     if let Some(dir) = path.parent() {
-        crate::volume::pod_dirs(dir).map_err(err)?;
+        crate::pod::pod_dirs(dir).map_err(err)?;
     }
     std::fs::write(path, content).map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(err)

@@ -29,6 +29,17 @@ pub use state::{ContainerKind, ListedPod, PodState, RelistEntry};
 /// The grace period the API server gives a pod that names none.
 pub const DEFAULT_GRACE_SECS: i64 = 30;
 
+/// Makes directory `dir` below a pod's directory, and every missing one above it, with the
+/// kubelet's mode for a pod's directories (0750, less what the umask takes): no other local
+/// user may enter them. An existing directory is left as it is.
+pub fn pod_dirs(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(dir)
+}
+
 /// The pod's full name as the kubelet spells it: `<name>_<namespace>`.
 pub fn full_name(pod: &Pod) -> String {
     format!(

@@ -602,7 +602,7 @@ impl Manager {
             return Ok(None);
         };
         let dir = self.cfg.pods_dir.join(uid).join("containers").join(&c.name);
-        crate::volume::pod_dirs(&dir)?;
+        crate::pod::pod_dirs(&dir)?;
         let file = dir.join(attempt.to_string());
         std::fs::File::create(&file)?;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))?;

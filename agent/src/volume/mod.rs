@@ -30,17 +30,6 @@ pub use mountinfo::{MountPoint, mount_points};
 pub use remove::{remove_pod_dir, tear_down};
 pub use setup::{Context, is_written, refresh, set_up};
 
-/// Makes directory `dir` below a pod's directory, and every missing one above it, with the
-/// kubelet's mode for a pod's directories (0750, less what the umask takes): no other local
-/// user may enter them. An existing directory is left as it is.
-pub fn pod_dirs(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o750)
-        .create(dir)
-}
-
 /// The directory below `<pod>` where subPaths are bound (the kubelet's name).
 pub const SUBPATHS_DIR: &str = "volume-subpaths";
 

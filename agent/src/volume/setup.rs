@@ -296,7 +296,7 @@ fn tmpfs_on(dir: &Path, size: u64, volume: &str) -> SetUpResult<()> {
 /// One that exists is left as the pod left it.
 fn empty_dir(dir: &Path) -> std::io::Result<()> {
     if let Some(parent) = dir.parent() {
-        super::pod_dirs(parent)?;
+        crate::pod::pod_dirs(parent)?;
     }
     match std::fs::DirBuilder::new().mode(0o777).create(dir) {
         Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)),
@@ -540,7 +540,7 @@ pub(super) fn bind_sub_path(base: &Path, resolved: &Path, target: &Path) -> SetU
 /// container instance left there is detached first (what it showed stays in the volume).
 fn prepare_target(target: &Path, dir: bool) -> std::io::Result<()> {
     if let Some(parent) = target.parent() {
-        super::pod_dirs(parent)?;
+        crate::pod::pod_dirs(parent)?;
     }
     let canonical = target.parent().map(|p| p.canonicalize()).transpose()?;
     let full = canonical.map(|p| p.join(target.file_name().unwrap_or_default()));
