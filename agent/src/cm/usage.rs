@@ -297,13 +297,19 @@ mod tests {
         })
     }
 
+    /// A v1 hierarchy in a temporary directory, cgroup `sub` made in each controller.
+    fn v1_mount(sub: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for c in ["cpu", "cpuacct", "memory", "pids"] {
+            fs::create_dir_all(dir.path().join(c).join(sub)).unwrap();
+        }
+        dir
+    }
+
     #[test]
     fn a_fixture_cgroup_reads_on_v1_and_v2() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = v1_mount("a");
         let m = dir.path();
-        for c in ["cpu", "cpuacct", "memory", "pids"] {
-            fs::create_dir_all(m.join(c).join("a")).unwrap();
-        }
         fs::write(m.join("cpuacct/a/cpuacct.usage"), "12345\n").unwrap();
         fs::write(m.join("memory/a/memory.usage_in_bytes"), "1000\n").unwrap();
         fs::write(m.join("memory/a/memory.stat"), "total_inactive_file 100\n").unwrap();
@@ -340,11 +346,8 @@ mod tests {
 
     #[test]
     fn kept_files_are_read_again_from_their_start_and_closed_with_their_container() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = v1_mount("a/c1");
         let m = dir.path();
-        for c in ["cpu", "cpuacct", "memory", "pids"] {
-            fs::create_dir_all(m.join(c).join("a/c1")).unwrap();
-        }
         fs::write(m.join("memory/a/c1/memory.usage_in_bytes"), "70\n").unwrap();
         // Longer than one read's buffer: read to its end.
         let long = format!("{}total_rss 5\n", "pad 0\n".repeat(1000));
