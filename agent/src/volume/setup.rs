@@ -415,38 +415,44 @@ use std::os::unix::fs::OpenOptionsExt;
 
 /// The host path of `sub` inside volume directory `base`, made as the kubelet makes a subPath:
 /// what exists is resolved (symlinks followed) and must stay inside the volume; what is missing
-/// is created as directories with the volume's mode, never through a symlink. `sub` was checked
-/// to be relative without `..`.
+/// is created as directories with the volume's mode. A container can change the volume while
+/// this runs, so every missing directory is made and chmodded through descriptors opened from
+/// the volume's root without following a symlink (`mkdirat`, `openat` with `O_NOFOLLOW`,
+/// `fchmod`): a directory swapped for a symlink is refused, never chmodded through. `sub` was
+/// checked to be relative without `..`.
 pub(super) fn sub_path(base: &Path, sub: &str) -> SetUpResult<PathBuf> {
+    sub_path_watched(base, sub, &mut |_| {})
+}
+
+/// [`sub_path`], calling `made` with each directory it made before opening it (a test widens
+/// the window a container has to swap it there).
+pub(super) fn sub_path_watched(
+    base: &Path,
+    sub: &str,
+    made: &mut dyn FnMut(&Path),
+) -> SetUpResult<PathBuf> {
+    use rustix::fs::{Mode, OFlags};
+    use rustix::io::Errno;
     let root = base.canonicalize().map_err(io("volume path", base))?;
     let mode = std::fs::metadata(&root)
         .map_err(io("volume path", &root))?
         .permissions()
         .mode()
         & 0o7777;
-    let mut cur = root.clone();
+    let mut names = Vec::new();
     for comp in Path::new(sub).components() {
-        let name = match comp {
-            Component::Normal(n) => n,
+        match comp {
+            Component::Normal(n) => names.push(n),
             Component::CurDir => continue,
             _ => return Err(SetUpError::NotRelative),
-        };
+        }
+    }
+    let mut cur = root.clone();
+    let mut names = names.into_iter().peekable();
+    while let Some(name) = names.peek() {
         let next = cur.join(name);
         match std::fs::symlink_metadata(&next) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if !cur.is_dir() {
-                    return Err(SetUpError::NotADirectory(cur));
-                }
-                // mkdir does not follow a symlink put in its place: it fails instead.
-                match std::fs::DirBuilder::new().mode(mode).create(&next) {
-                    Ok(()) => {
-                        let _ =
-                            std::fs::set_permissions(&next, std::fs::Permissions::from_mode(mode));
-                        cur = next;
-                    }
-                    Err(e) => return Err(io("creating", &next)(e)),
-                }
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
             Err(e) => return Err(about(&next)(e)),
             Ok(_) => {
                 let resolved = next.canonicalize().map_err(about(&next))?;
@@ -458,10 +464,76 @@ pub(super) fn sub_path(base: &Path, sub: &str) -> SetUpResult<PathBuf> {
                     });
                 }
                 cur = resolved;
+                names.next();
             }
         }
     }
+    if names.peek().is_none() {
+        return Ok(cur);
+    }
+    let existing = cur.strip_prefix(&root).unwrap_or(Path::new("")).to_owned();
+    let mut dir = open_beneath(&root, &existing)?;
+    for name in names {
+        let parent = cur.clone();
+        cur.push(name);
+        let made_here = match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode)) {
+            Ok(()) => true,
+            Err(Errno::EXIST) => false,
+            Err(Errno::NOTDIR) => return Err(SetUpError::NotADirectory(parent)),
+            Err(e) => return Err(io("creating", &cur)(e.into())),
+        };
+        if made_here {
+            made(&cur);
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let next = rustix::fs::openat(&dir, name, flags, Mode::empty()).map_err(|e| {
+            SetUpError::OpenNoFollow {
+                path: cur.clone(),
+                source: e.into(),
+            }
+        })?;
+        if made_here {
+            // mkdir(2) applies the umask and drops the set-group-ID bit: set the mode as asked.
+            rustix::fs::fchmod(&next, Mode::from_raw_mode(mode))
+                .map_err(|e| io("chmodding", &cur)(e.into()))?;
+        }
+        dir = next;
+    }
     Ok(cur)
+}
+
+/// `rel` (components without `..`) under directory `root`, opened one component at a time with
+/// `O_PATH | O_NOFOLLOW`: a symlink anywhere on the way is refused, never followed.
+fn open_beneath(root: &Path, rel: &Path) -> SetUpResult<std::os::fd::OwnedFd> {
+    use rustix::fs::{CWD, FileType, Mode, OFlags};
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let open = |at: BorrowedFd<'_>, name: &std::ffi::CStr| -> std::io::Result<OwnedFd> {
+        let fd = rustix::fs::openat(
+            at,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let st = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+            return Err(std::io::Error::other("is a symlink"));
+        }
+        Ok(fd)
+    };
+    let cstr = |b: &[u8]| CString::new(b).map_err(|_| SetUpError::NulByte);
+    let mut fd = open(CWD, &cstr(root.as_os_str().as_bytes())?).map_err(io("opening", root))?;
+    let mut at = root.to_owned();
+    for comp in rel.components() {
+        at.push(comp);
+        fd = open(fd.as_fd(), &cstr(comp.as_os_str().as_bytes())?).map_err(|source| {
+            SetUpError::OpenNoFollow {
+                path: at.clone(),
+                source,
+            }
+        })?;
+    }
+    Ok(fd)
 }
 
 /// Where the subPath mount `index` of container `container` of volume `volume` is bound:
@@ -488,40 +560,14 @@ pub(super) fn sub_path_target(
 /// which no container can redirect. A bind left on `target` by an earlier instance of the
 /// container is replaced.
 pub(super) fn bind_sub_path(base: &Path, resolved: &Path, target: &Path) -> SetUpResult<()> {
-    use rustix::fs::{CWD, FileType, Mode, OFlags};
-    use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+    use std::os::fd::AsRawFd;
     let root = base.canonicalize().map_err(io("volume path", base))?;
     let rel = resolved
         .strip_prefix(&root)
         .map_err(|_| SetUpError::Outside(resolved.to_owned()))?;
-    // openat(2) with O_PATH | O_NOFOLLOW | O_CLOEXEC: a symlink is opened itself (never
-    // followed), and fstat(2) of what was opened refuses it.
-    let open = |at: BorrowedFd<'_>, name: &std::ffi::CStr| -> std::io::Result<OwnedFd> {
-        let fd = rustix::fs::openat(
-            at,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let st = rustix::fs::fstat(&fd)?;
-        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
-            return Err(std::io::Error::other("is a symlink"));
-        }
-        Ok(fd)
-    };
+    let fd = open_beneath(&root, rel)?;
     let cstr = |b: &[u8]| CString::new(b).map_err(|_| SetUpError::NulByte);
     use std::os::unix::ffi::OsStrExt;
-    let mut fd = open(CWD, &cstr(root.as_os_str().as_bytes())?).map_err(io("opening", &root))?;
-    let mut at = root.clone();
-    for comp in rel.components() {
-        at.push(comp);
-        fd = open(fd.as_fd(), &cstr(comp.as_os_str().as_bytes())?).map_err(|source| {
-            SetUpError::OpenNoFollow {
-                path: at.clone(),
-                source,
-            }
-        })?;
-    }
     let is_dir = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
         .map_err(about(resolved))?
         .is_dir();

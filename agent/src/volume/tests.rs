@@ -350,6 +350,39 @@ fn a_sub_path_never_leaves_its_volume() {
     assert!(!target.exists(), "nothing was prepared");
 }
 
+/// A container swaps a directory the agent just made for a symlink before the agent sets its
+/// mode: the agent refuses the symlink and changes nothing outside the volume.
+#[test]
+fn a_sub_path_directory_swapped_for_a_symlink_is_never_chmodded_through() {
+    let vol = tempfile::tempdir().expect("tempdir");
+    let outside = tempfile::tempdir().expect("tempdir");
+    let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777;
+    std::fs::set_permissions(vol.path(), std::fs::Permissions::from_mode(0o2777)).expect("chmod");
+    std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod");
+    let mut swaps = 0;
+    let mut swap = |made: &Path| {
+        swaps += 1;
+        std::fs::rename(made, made.with_extension("moved")).expect("mv");
+        std::os::unix::fs::symlink(outside.path(), made).expect("symlink");
+    };
+    let why = setup::sub_path_watched(vol.path(), "a/b", &mut swap)
+        .expect_err("swapped")
+        .to_string();
+    assert_eq!(swaps, 1, "refused at the first directory");
+    assert!(why.contains("without following symlinks"), "{why}");
+    assert_eq!(
+        mode(outside.path()),
+        0o700,
+        "the symlink's target keeps its mode"
+    );
+    assert_eq!(std::fs::read_dir(outside.path()).expect("ls").count(), 0);
+    // The same walk without a swap makes each directory with the volume's whole mode.
+    let made = setup::sub_path(vol.path(), "c/d").expect("made");
+    assert_eq!(mode(&made), 0o2777);
+    assert_eq!(mode(&vol.path().join("c")), 0o2777);
+}
+
 #[test]
 fn host_path_types_are_checked_as_the_kubelet_checks_them() {
     use HostPathType as T;
