@@ -289,6 +289,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             headers: cfg.manifest_url_headers.clone(),
             node_name: cfg.node_name.clone(),
             check_frequency: cfg.http_check_frequency,
+            ca_file: cfg.manifest_url_ca_file.clone(),
         };
         let errors = config::ErrorCounter::new(metrics.config_errors_total.clone(), config::HTTP);
         tracker.spawn(config::http::watch(http_cfg, tx, errors, cancel.clone()));

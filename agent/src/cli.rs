@@ -74,6 +74,21 @@ pub enum Error {
     AuthorizationMode(String),
     #[error("{0} asks the API server, which needs --kubeconfig")]
     WebhookWithoutApi(&'static str),
+    #[error(
+        "{field} is unset in the --config file and defaults there to {default} (as the kubelet's \
+         config file does), which asks the API server and needs --kubeconfig; set {field} in the \
+         file to run without an API server"
+    )]
+    FileDefaultWithoutApi {
+        field: &'static str,
+        default: &'static str,
+    },
+    #[error(
+        "--anonymous-auth with --authorization-mode AlwaysAllow lets anyone who reaches the \
+         kubelet API exec into every pod: use --authorization-mode Webhook, turn anonymous \
+         access off, or give --insecure-anonymous-always-allow to run so anyway"
+    )]
+    AnonymousAlwaysAllow,
     #[error("--tls-cert-file and --tls-private-key-file go together: give both or neither")]
     TlsPair,
     #[error(transparent)]
@@ -117,6 +132,15 @@ pub struct Flags {
     /// [default: <root-dir>/pki].
     #[arg(long, value_name = "DIR")]
     pub cert_dir: Option<PathBuf>,
+    /// Start even when anonymous kubelet API callers (--anonymous-auth) meet
+    /// --authorization-mode AlwaysAllow: anyone who reaches the port may then exec into every
+    /// pod. Refused without this flag [default: false].
+    #[arg(long)]
+    pub insecure_anonymous_always_allow: bool,
+    /// CA certificates (PEM) an https:// --manifest-url server's certificate must chain to,
+    /// instead of the system's root certificates.
+    #[arg(long, value_name = "FILE")]
+    pub manifest_url_ca_file: Option<PathBuf>,
     /// The Node's InternalIP addresses (comma-separated, one per family) [default: the address
     /// of the default route's interface].
     #[arg(long, value_name = "IP,...", value_delimiter = ',')]
@@ -256,7 +280,8 @@ pub struct KubeletConfiguration {
     #[arg(id = "podLogsDir", long = "pod-logs-dir", value_name = "DIR")]
     pub pod_logs_dir: Option<PathBuf>,
     /// URL of pod manifests (a Pod or a PodList, YAML or JSON), fetched every
-    /// --http-check-frequency. http:// only.
+    /// --http-check-frequency: https:// (verified against the system's roots or
+    /// --manifest-url-ca-file) or http:// (a warning unless to the loopback).
     #[serde(rename = "staticPodURL")]
     #[arg(id = "staticPodURL", long = "manifest-url", value_name = "URL")]
     pub static_pod_url: Option<String>,
@@ -601,7 +626,7 @@ pub struct AnonymousAuthentication {
 #[derive(Debug, Default, Deserialize, Args)]
 pub struct WebhookAuthentication {
     /// Authenticate kubelet API bearer tokens with a TokenReview to the API server of
-    /// --kubeconfig [default: false].
+    /// --kubeconfig [default: true with --config, else false].
     #[arg(id = "authentication.webhook.enabled", long = "authentication-token-webhook", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub enabled: Option<bool>,
     /// How long a TokenReview's answer is cached [default: 2m].
@@ -620,7 +645,7 @@ pub struct WebhookAuthentication {
 pub struct Authorization {
     /// Authorization of kubelet API requests: AlwaysAllow (every authenticated caller may do
     /// everything) or Webhook (a SubjectAccessReview to the API server of --kubeconfig on
-    /// nodes/<subresource> per request) [default: AlwaysAllow].
+    /// nodes/<subresource> per request) [default: Webhook with --config, else AlwaysAllow].
     #[arg(
         id = "authorization.mode",
         long = "authorization-mode",
@@ -705,6 +730,8 @@ pub struct AgentConfig {
     /// `--manifest-url`, its headers (in order) and fetch period.
     pub manifest_url: Option<String>,
     pub manifest_url_headers: Vec<(String, String)>,
+    /// `--manifest-url-ca-file`.
+    pub manifest_url_ca_file: Option<PathBuf>,
     pub http_check_frequency: Duration,
     /// `--kubeconfig`: the API server source.
     pub kubeconfig: Option<PathBuf>,
@@ -977,9 +1004,12 @@ impl AgentConfig {
             cfg.address,
             (cfg.tls_cert_file, cfg.tls_private_key_file),
             flags.cert_dir.unwrap_or_else(|| root_dir.join("pki")),
-            cfg.authentication,
-            cfg.authorization,
-            flags.kubeconfig.is_some(),
+            (cfg.authentication, cfg.authorization),
+            Access {
+                from_file: flags.config.is_some(),
+                has_api: flags.kubeconfig.is_some(),
+                insecure_anonymous_always_allow: flags.insecure_anonymous_always_allow,
+            },
         )?;
         Ok(AgentConfig {
             systemd_cgroups,
@@ -1016,6 +1046,7 @@ impl AgentConfig {
                 .map(|Header(name, value)| (name, value))
                 .collect(),
             http_check_frequency: duration_or(cfg.http_check_frequency, Duration::from_secs(20)),
+            manifest_url_ca_file: flags.manifest_url_ca_file,
             kubeconfig: flags.kubeconfig,
             ebpf,
             pleg_relist_period,
@@ -1032,17 +1063,52 @@ impl AgentConfig {
     }
 }
 
+/// What decides the kubelet API's access defaults and checks besides its own settings.
+struct Access {
+    /// A `--config` file was given: unset fields take the KubeletConfiguration file's defaults
+    /// (Webhook authorization, webhook authentication), as the kubelet's do; without a file,
+    /// the flags' (AlwaysAllow, no webhook).
+    from_file: bool,
+    /// `--kubeconfig` was given: the webhooks can ask the API server.
+    has_api: bool,
+    /// `--insecure-anonymous-always-allow`.
+    insecure_anonymous_always_allow: bool,
+}
+
 /// The kubelet API's settings (`None`: `port` is 0), with the webhooks' checks.
 fn kubelet_api(
     port: u16,
     address: Option<IpAddr>,
     (cert, key): (Option<PathBuf>, Option<PathBuf>),
     cert_dir: PathBuf,
-    authentication: Authentication,
-    authorization: Authorization,
-    has_api: bool,
+    (authentication, authorization): (Authentication, Authorization),
+    access: Access,
 ) -> Result<Option<KubeletApi>, Error> {
-    let access_ttls = match authorization.mode.as_deref().unwrap_or("AlwaysAllow") {
+    if port == 0 {
+        return Ok(None);
+    }
+    let file_default = |field: &'static str, default: &'static str, unset: bool| {
+        if access.from_file && unset && !access.has_api {
+            return Err(Error::FileDefaultWithoutApi { field, default });
+        }
+        Ok(())
+    };
+    file_default(
+        "authorization.mode",
+        "Webhook",
+        authorization.mode.is_none(),
+    )?;
+    file_default(
+        "authentication.webhook.enabled",
+        "true",
+        authentication.webhook.enabled.is_none(),
+    )?;
+    let default_mode = if access.from_file {
+        "Webhook"
+    } else {
+        "AlwaysAllow"
+    };
+    let access_ttls = match authorization.mode.as_deref().unwrap_or(default_mode) {
         "AlwaysAllow" => None,
         "Webhook" => Some((
             duration_or(
@@ -1059,9 +1125,9 @@ fn kubelet_api(
     let hook = authentication.webhook;
     let token_ttl = hook
         .enabled
-        .unwrap_or(false)
+        .unwrap_or(access.from_file)
         .then(|| duration_or(hook.cache_ttl, Duration::from_secs(120)));
-    if !has_api {
+    if !access.has_api {
         if access_ttls.is_some() {
             return Err(Error::WebhookWithoutApi("--authorization-mode=Webhook"));
         }
@@ -1069,19 +1135,23 @@ fn kubelet_api(
             return Err(Error::WebhookWithoutApi("--authentication-token-webhook"));
         }
     }
+    let anonymous = authentication.anonymous.enabled.unwrap_or(false);
+    if anonymous && access_ttls.is_none() && !access.insecure_anonymous_always_allow {
+        return Err(Error::AnonymousAlwaysAllow);
+    }
     let cert_and_key = match (cert, key) {
         (Some(c), Some(k)) => Some((c, k)),
         (None, None) => None,
         _ => return Err(Error::TlsPair),
     };
-    Ok((port != 0).then(|| KubeletApi {
+    Ok(Some(KubeletApi {
         addr: std::net::SocketAddr::new(address.unwrap_or(IpAddr::from([0, 0, 0, 0])), port),
         tls: crate::server::tls::Files {
             cert_and_key,
             cert_dir,
             client_ca: authentication.x509.client_ca_file,
         },
-        anonymous: authentication.anonymous.enabled.unwrap_or(false),
+        anonymous,
         webhook: crate::server::webhook::Settings {
             token_ttl,
             access_ttls,
@@ -1260,7 +1330,19 @@ mod tests {
     }
 
     /// The settings from the flags `args` (with a node name, so the host's does not matter).
+    /// With a `--config` file and no `--kubeconfig`, one is added: a file's access defaults
+    /// (Webhook) need an API server, and the tests of other fields are not about that.
+    /// [`standalone`] resolves without.
     fn resolve(args: &[&str]) -> Result<AgentConfig, Error> {
+        let mut all = args.to_vec();
+        if all.contains(&"--config") && !all.contains(&"--kubeconfig") {
+            all.extend(["--kubeconfig", "/kubeconfig"]);
+        }
+        standalone(&all)
+    }
+
+    /// [`resolve`] without adding a `--kubeconfig`.
+    fn standalone(args: &[&str]) -> Result<AgentConfig, Error> {
         let mut all = vec!["swiftlet", "--hostname-override", "n"];
         all.extend(args);
         settings(&all)
@@ -1309,9 +1391,9 @@ mod tests {
                 ),
             )
             .unwrap();
-            let mut all = vec!["swiftlet", "--config", path.to_str().unwrap()];
+            let mut all = vec!["--config", path.to_str().unwrap()];
             all.extend_from_slice(args);
-            settings(&all)
+            resolve(&all)
                 .map(|c| c.max_parallel_image_pulls)
                 .map_err(|e| e.to_string())
         };
@@ -1481,6 +1563,8 @@ mod tests {
             "swiftlet",
             "--config",
             path.to_str().unwrap(),
+            "--kubeconfig",
+            "/kubeconfig",
             "--healthz-port",
             "2222",
             "--hostname-override",
@@ -1657,6 +1741,72 @@ mod tests {
             resolve(&["--tls-cert-file", "/c"]),
             Err(Error::TlsPair)
         ));
+    }
+
+    /// A config file's unset access fields take the KubeletConfiguration defaults (Webhook,
+    /// webhook authentication), flags alone the kubelet's flag defaults; anonymous callers
+    /// with AlwaysAllow are refused unless asked for by name.
+    #[test]
+    fn access_defaults_are_the_kubelets_and_anonymous_always_allow_is_refused() {
+        let (_dir, path) = config_file("port: 10250\n");
+        let file = path.to_str().unwrap();
+        let api = resolve(&["--config", file]).unwrap().kubelet_api.unwrap();
+        assert_eq!(
+            api.webhook.access_ttls,
+            Some((Duration::from_secs(300), Duration::from_secs(30))),
+            "Webhook authorization"
+        );
+        assert_eq!(api.webhook.token_ttl, Some(Duration::from_secs(120)));
+        assert!(!api.anonymous);
+        let flags = resolve(&["--kubeconfig", "/k"])
+            .unwrap()
+            .kubelet_api
+            .unwrap();
+        assert_eq!(
+            flags.webhook.access_ttls, None,
+            "AlwaysAllow without a file"
+        );
+        assert_eq!(flags.webhook.token_ttl, None);
+        // Without an API server the file's defaults cannot work: the error names the field.
+        let e = standalone(&["--config", file]).unwrap_err().to_string();
+        assert!(e.contains("authorization.mode is unset"), "{e}");
+        let e = standalone(&["--config", file, "--authorization-mode", "AlwaysAllow"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("authentication.webhook.enabled is unset"), "{e}");
+        let (_dir, off) = config_file(
+            "authorization:\n  mode: AlwaysAllow\nauthentication:\n  webhook:\n    enabled: false\n",
+        );
+        let api = standalone(&["--config", off.to_str().unwrap()])
+            .unwrap()
+            .kubelet_api
+            .unwrap();
+        assert_eq!(
+            (api.webhook.access_ttls, api.webhook.token_ttl),
+            (None, None)
+        );
+        assert!(
+            standalone(&["--config", file, "--port", "0"])
+                .unwrap()
+                .kubelet_api
+                .is_none(),
+            "no kubelet API, nothing to decide"
+        );
+        // Anonymous callers meeting AlwaysAllow: refused, unless said by name.
+        let e = resolve(&["--anonymous-auth"]).unwrap_err();
+        assert!(matches!(e, Error::AnonymousAlwaysAllow), "{e}");
+        assert!(e.to_string().contains("--insecure-anonymous-always-allow"));
+        let api = resolve(&["--anonymous-auth", "--insecure-anonymous-always-allow"])
+            .unwrap()
+            .kubelet_api
+            .unwrap();
+        assert!(api.anonymous && api.webhook.access_ttls.is_none());
+        let webhook = resolve(&["--config", file, "--anonymous-auth"]).unwrap();
+        assert!(
+            webhook.kubelet_api.unwrap().anonymous,
+            "the API server decides"
+        );
+        assert!(resolve(&["--anonymous-auth", "--port", "0"]).is_ok());
     }
 
     #[test]

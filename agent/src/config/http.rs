@@ -19,9 +19,14 @@
 //!   each pod (the pods of a SET are handed over, not shared), and an unchanged pod in a new SET
 //!   merges by its fingerprints and is dropped.
 //!
-//! Only `http://` URLs are supported (the agent carries no TLS client yet).
+//! `https://` URLs are verified against the system's root certificates, or only against the
+//! CA certificates of `--manifest-url-ca-file` when it is given. A plain `http://` URL to a host
+//! other than the loopback is fetched with a warning at start: anyone on the path could inject
+//! privileged static pods and read the `--manifest-url-header` values.
 
 use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -46,8 +51,11 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Configuration of the HTTP source.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The manifest URL (`http://` only).
+    /// The manifest URL (`http://` or `https://`).
     pub url: String,
+    /// `--manifest-url-ca-file`: the CA certificates (PEM) an `https://` server's certificate
+    /// must chain to, instead of the system's roots.
+    pub ca_file: Option<PathBuf>,
     /// Extra request headers, in order (`--manifest-url-header`).
     pub headers: Vec<(String, String)>,
     /// The node name pods are bound to (also part of their names).
@@ -65,8 +73,10 @@ pub enum Error {
         #[source]
         source: hyper::http::uri::InvalidUri,
     },
-    #[error("{url}: only http:// manifest URLs are supported")]
+    #[error("{url}: only http:// and https:// manifest URLs are supported")]
     Scheme { url: String },
+    #[error("{url}: no TLS client: {message}")]
+    Tls { url: String, message: String },
     #[error("{url}: invalid header {name:?}")]
     Header { url: String, name: String },
     #[error("{url}: building the request: {source}")]
@@ -99,7 +109,9 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::TooLarge { .. } => "too_large",
-            Error::Url { .. } | Error::Scheme { .. } | Error::Header { .. } => "bad_url",
+            Error::Url { .. } | Error::Scheme { .. } | Error::Header { .. } | Error::Tls { .. } => {
+                "bad_url"
+            }
             Error::Request { .. }
             | Error::Fetch { .. }
             | Error::Timeout { .. }
@@ -112,7 +124,55 @@ impl Error {
 /// The `reason` label of an empty body.
 pub const EMPTY_BODY: &str = "empty";
 
-type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
+
+/// The client of every fetch: `http://` as is, `https://` verified against `ca_file`'s
+/// certificates or, without one, the system's roots. HTTP/1.1 only.
+fn client(ca_file: Option<&std::path::Path>) -> Result<HttpClient, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = hyper_rustls::HttpsConnectorBuilder::new();
+    let builder = match ca_file {
+        None => builder
+            .with_provider_and_native_roots(provider)
+            .map_err(|e| format!("the system's root certificates: {e}"))?,
+        Some(path) => {
+            use rustls::pki_types::{CertificateDer, pem::PemObject};
+            let about = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+            let pem = std::fs::read(path).map_err(|e| about(&e))?;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                roots
+                    .add(cert.map_err(|e| about(&e))?)
+                    .map_err(|e| about(&e))?;
+            }
+            if roots.is_empty() {
+                return Err(about(&"no CA certificate in the file"));
+            }
+            let tls = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            builder.with_tls_config(tls)
+        }
+    };
+    let https = builder.https_or_http().enable_http1().build();
+    Ok(Client::builder(TokioExecutor::new()).build(https))
+}
+
+/// `url` is plain `http://` to a host other than the loopback (`localhost`, 127.0.0.0/8, ::1).
+fn plain_to_remote(url: &str) -> bool {
+    let Ok(uri) = url.parse::<hyper::Uri>() else {
+        return false;
+    };
+    let host = uri.host().unwrap_or_default();
+    let ip = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || ip
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    uri.scheme_str() == Some("http") && !loopback
+}
 
 /// Runs the HTTP source until `cancel` fires or the mux's receiver is gone.
 pub async fn watch(
@@ -121,7 +181,14 @@ pub async fn watch(
     errors: ErrorCounter,
     cancel: CancellationToken,
 ) {
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    if plain_to_remote(&cfg.url) {
+        tracing::warn!(
+            url = %cfg.url,
+            "--manifest-url is plain http:// to another host: anyone on the path can inject \
+             privileged static pods and read the --manifest-url-header values; use https://"
+        );
+    }
+    let client = client(cfg.ca_file.as_deref());
     let mut tick = tokio::time::interval(cfg.check_frequency.max(Duration::from_millis(1)));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut source = Source {
@@ -139,7 +206,12 @@ pub async fn watch(
         let fetched = tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
-            fetched = fetch(&client, &source.cfg) => fetched,
+            fetched = async {
+                match &client {
+                    Ok(client) => fetch(client, &source.cfg).await,
+                    Err(message) => Err(Error::Tls { url: source.cfg.url.clone(), message: message.clone() }),
+                }
+            } => fetched,
         };
         // Parsing a body of up to 10 MiB (YAML, many pods) blocks: a blocking thread does it and
         // hands the source back with what to send.
@@ -165,7 +237,7 @@ async fn fetch(client: &HttpClient, cfg: &Config) -> Result<Bytes, Error> {
         .url
         .parse()
         .map_err(|source| Error::Url { url: url(), source })?;
-    if uri.scheme_str() != Some("http") {
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
         return Err(Error::Scheme { url: url() });
     }
     let mut req = hyper::Request::get(uri);
@@ -372,10 +444,79 @@ mod tests {
 
     /// A loopback HTTP server answering every GET with the current `Served`.
     async fn server(served: Arc<Mutex<Served>>) -> (String, CancellationToken) {
-        use axum::http::{HeaderMap, StatusCode};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
+        serve_on(listener, "http", served)
+    }
+
+    /// A TCP listener whose connections are TLS with one certificate; a failed handshake is
+    /// dropped and the next connection taken.
+    struct TlsListener {
+        tcp: tokio::net::TcpListener,
+        tls: tokio_rustls::TlsAcceptor,
+    }
+
+    impl axum::serve::Listener for TlsListener {
+        type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+        type Addr = std::net::SocketAddr;
+
+        async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+            loop {
+                let Ok((tcp, addr)) = self.tcp.accept().await else {
+                    continue;
+                };
+                if let Ok(tls) = self.tls.accept(tcp).await {
+                    return (tls, addr);
+                }
+            }
+        }
+
+        fn local_addr(&self) -> std::io::Result<Self::Addr> {
+            self.tcp.local_addr()
+        }
+    }
+
+    /// `served` over HTTPS on the loopback, with a certificate for 127.0.0.1 signed by a CA
+    /// made here; the CA's certificate is written to `ca_pem`.
+    async fn https_server(
+        served: Arc<Mutex<Served>>,
+        ca_pem: &std::path::Path,
+    ) -> (String, CancellationToken) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca.self_signed(&ca_key).expect("CA");
+        std::fs::write(ca_pem, ca.pem()).expect("write the CA");
+        let key = KeyPair::generate().expect("key");
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .expect("params")
+            .signed_by(&key, &ca, &ca_key)
+            .expect("certificate");
+        let der = rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], der.into())
+        .expect("server config");
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let tls = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        serve_on(TlsListener { tcp, tls }, "https", served)
+    }
+
+    /// Serves `served` at `/pods` on `listener` until the token is cancelled.
+    fn serve_on<L: axum::serve::Listener<Addr = std::net::SocketAddr>>(
+        listener: L,
+        scheme: &str,
+        served: Arc<Mutex<Served>>,
+    ) -> (String, CancellationToken) {
+        use axum::http::{HeaderMap, StatusCode};
         let addr = listener.local_addr().expect("local addr");
         let app = axum::Router::new().route(
             "/pods",
@@ -400,7 +541,7 @@ mod tests {
                 .with_graceful_shutdown(done.cancelled_owned())
                 .await;
         });
-        (format!("http://{addr}/pods"), stop)
+        (format!("{scheme}://{addr}/pods"), stop)
     }
 
     struct Harness {
@@ -430,6 +571,7 @@ mod tests {
                 ],
                 node_name: NODE.to_owned(),
                 check_frequency: Duration::from_millis(10),
+                ca_file: None,
             };
             tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
             Harness {
@@ -557,30 +699,94 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let url = format!("http://{}/pods", listener.local_addr().expect("addr"));
         drop(listener);
-        let (tx, mut rx) = mpsc::channel(4);
-        let errors = ErrorCounter::detached(crate::config::HTTP);
-        let cancel = CancellationToken::new();
-        let cfg = Config {
-            url,
-            headers: Vec::new(),
-            node_name: NODE.to_owned(),
-            check_frequency: Duration::from_millis(5),
-        };
-        let task = tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while errors.get("fetch") < 2 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "failures not counted"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        let (mut rx, errors, cancel, task) = watching(&url, None);
+        until_counted(&errors, "fetch").await;
         assert!(rx.try_recv().is_err());
         cancel.cancel();
         tokio::time::timeout(WAIT, task)
             .await
             .expect("stops on cancel")
             .expect("no panic");
+    }
+
+    /// The http source watching `url` with `ca_file`, fetching every 5 ms.
+    fn watching(
+        url: &str,
+        ca_file: Option<PathBuf>,
+    ) -> (
+        mpsc::Receiver<SourceUpdate>,
+        ErrorCounter,
+        CancellationToken,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (tx, rx) = mpsc::channel(4);
+        let errors = ErrorCounter::detached(crate::config::HTTP);
+        let cancel = CancellationToken::new();
+        let cfg = Config {
+            url: url.to_owned(),
+            headers: Vec::new(),
+            node_name: NODE.to_owned(),
+            check_frequency: Duration::from_millis(5),
+            ca_file,
+        };
+        let task = tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
+        (rx, errors, cancel, task)
+    }
+
+    /// Waits until `errors` counted `reason` at least once.
+    async fn until_counted(errors: &ErrorCounter, reason: &'static str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while errors.get(reason) < 1 {
+            assert!(tokio::time::Instant::now() < deadline, "no {reason} error");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn https_is_verified_against_the_ca_file_or_the_system_roots() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        let served = Arc::new(Mutex::new(Served {
+            status: 200,
+            body: list_json(&[("a", "x")]),
+            ..Default::default()
+        }));
+        let (url, stop) = https_server(served.clone(), &ca).await;
+        // With the server's CA: the pods arrive.
+        let (mut rx, errors, cancel, task) = watching(&url, Some(ca.clone()));
+        match tokio::time::timeout(WAIT, rx.recv()).await {
+            Ok(Some(SourceUpdate::Set(pods))) => assert_eq!(names(&pods), ["a-node1"]),
+            other => panic!("no SET over https: {other:?}"),
+        }
+        assert_eq!(errors.get("fetch"), 0);
+        cancel.cancel();
+        let _ = tokio::time::timeout(WAIT, task).await;
+        let served_before = served.lock().expect("lock").requests;
+        // With the system's roots, which do not know that CA: every fetch fails, nothing is
+        // sent and the server never answers a request.
+        let (mut rx, errors, cancel, _) = watching(&url, None);
+        until_counted(&errors, "fetch").await;
+        assert!(rx.try_recv().is_err());
+        assert_eq!(served.lock().expect("lock").requests, served_before);
+        cancel.cancel();
+        // A CA file that holds no certificate: a clear error naming it, counted.
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").expect("write");
+        let (mut rx, errors, cancel, _) = watching(&url, Some(empty));
+        until_counted(&errors, "bad_url").await;
+        assert!(rx.try_recv().is_err());
+        cancel.cancel();
+        stop.cancel();
+        assert!(plain_to_remote("http://10.0.0.1/pods"));
+        assert!(plain_to_remote("http://pods.example/pods"));
+        for quiet in [
+            "http://127.0.0.1:8080/pods",
+            "http://localhost/pods",
+            "http://[::1]/pods",
+            "https://10.0.0.1/pods",
+        ] {
+            assert!(!plain_to_remote(quiet), "{quiet}");
+        }
     }
 
     /// A body declaring `declared` bytes (size hint) that serves `frames` frames of `chunk`
@@ -662,15 +868,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn https_and_bad_headers_are_errors_not_panics() {
-        let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    async fn other_schemes_and_bad_headers_are_errors_not_panics() {
+        let client = client(None).expect("a client");
         let mut cfg = Config {
-            url: "https://127.0.0.1:1/pods".to_owned(),
+            url: "ftp://127.0.0.1:1/pods".to_owned(),
             headers: Vec::new(),
             node_name: NODE.to_owned(),
             check_frequency: DEFAULT_CHECK_FREQUENCY,
+            ca_file: None,
         };
-        let e = fetch(&client, &cfg).await.expect_err("https");
+        let e = fetch(&client, &cfg).await.expect_err("ftp");
+        assert!(matches!(e, Error::Scheme { .. }), "{e}");
         assert_eq!(e.reason(), "bad_url");
         cfg.url = "http://127.0.0.1:1/pods".to_owned();
         cfg.headers = vec![("bad header".to_owned(), "v".to_owned())];
