@@ -239,7 +239,7 @@ pub fn compress(file: &Path) -> io::Result<()> {
     let result = (|| {
         let mut input = std::fs::File::open(file)?;
         let mode = input.metadata()?.permissions();
-        let out = std::fs::File::create(&tmp)?;
+        let out = private_file(&tmp)?;
         out.set_permissions(mode)?;
         let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
         io::copy(&mut input, &mut gz)?;
@@ -254,6 +254,19 @@ pub fn compress(file: &Path) -> io::Result<()> {
         ));
     }
     remove_file(file)
+}
+
+/// A new file at `path`, readable by its owner only from the moment it exists (a leftover at
+/// `path` is removed first, never reused with its mode): the log text written into it is never
+/// readable by others on the way.
+fn private_file(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    remove_file(path)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
 }
 
 /// Removes a file; one already gone is no error.
@@ -697,6 +710,17 @@ mod tests {
     fn compression_keeps_the_mode_and_a_failure_leaves_the_file() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
+        // The compressed text goes into a file readable by its owner only from its creation,
+        // never into a leftover with the leftover's mode.
+        let scratch = tempfile::tempdir().unwrap();
+        let tmp = scratch.path().join("0.log.tmp");
+        std::fs::write(&tmp, "left over").unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let fresh = private_file(&tmp).unwrap().metadata().unwrap();
+        assert_eq!(
+            (fresh.permissions().mode() & 0o777, fresh.len()),
+            (0o600, 0)
+        );
         let file = dir.path().join("0.log.20240101-000001");
         std::fs::write(&file, "a\nb\n").unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();

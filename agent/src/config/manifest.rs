@@ -126,18 +126,47 @@ fn location(line: Option<usize>, column: Option<usize>) -> String {
     }
 }
 
+/// The most of one manifest value a message quotes: a rejection is logged, served on
+/// `/debug/manifests` and kept, so a megabyte `kind` must not travel whole.
+pub const ECHO_MAX: usize = 128;
+
+/// A value from a manifest as a message quotes it: `"..."`, cut after [`ECHO_MAX`] bytes (at a
+/// character boundary) with its whole length named.
+struct Echo<'a>(&'a str);
+
+impl std::fmt::Display for Echo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.len() <= ECHO_MAX {
+            return write!(f, "{:?}", self.0);
+        }
+        let mut end = ECHO_MAX;
+        while !self.0.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{:?}... ({} bytes)", &self.0[..end], self.0.len())
+    }
+}
+
+/// [`Echo`] of an optional value, `Some(...)` or `None` as `{:?}` shows them.
+fn echo_some(value: &Option<String>) -> String {
+    match value {
+        Some(v) => format!("Some({})", Echo(v)),
+        None => "None".to_owned(),
+    }
+}
+
 /// A manifest that parsed but is not an acceptable static pod.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Problem {
     #[error("the document is not an object")]
     NotAnObject,
-    #[error("kind is {found:?}, expected \"Pod\"")]
+    #[error("kind is {}, expected \"Pod\"", echo_some(.found))]
     WrongKind { found: Option<String> },
-    #[error("apiVersion is {found:?}, expected \"v1\"")]
+    #[error("apiVersion is {}, expected \"v1\"", echo_some(.found))]
     WrongApiVersion { found: Option<String> },
     #[error("metadata.name is missing or empty")]
     MissingName,
-    #[error("{field} {value:?} is invalid: {reason}")]
+    #[error("{field} {} is invalid: {reason}", Echo(.value))]
     BadName {
         field: &'static str,
         value: String,
@@ -149,9 +178,9 @@ pub enum Problem {
     NoContainers,
     #[error("{list}[{index}] has no name")]
     ContainerWithoutName { list: &'static str, index: usize },
-    #[error("container {name:?} has no image")]
+    #[error("container {} has no image", Echo(.name))]
     ContainerWithoutImage { name: String },
-    #[error("container name {name:?} is used more than once")]
+    #[error("container name {} is used more than once", Echo(.name))]
     DuplicateContainerName { name: String },
     #[error("metadata.annotations: {size} bytes in all, over the API's {max} byte limit")]
     AnnotationsTooLarge { size: usize, max: usize },
@@ -1597,6 +1626,23 @@ mod tests {
             }
         );
         assert_eq!(problem("[1, 2]\n"), Problem::NotAnObject);
+        assert_eq!(
+            problem("apiVersion: v1\nmetadata: {name: a}\n").to_string(),
+            "kind is None, expected \"Pod\""
+        );
+        // A huge or multi-byte value is quoted only in part, with its length.
+        let long = format!("{}é{}", "k".repeat(ECHO_MAX - 1), "x".repeat(100_000));
+        let shown = problem(&format!(
+            "apiVersion: v1\nkind: {long}\nmetadata: {{name: a}}\n"
+        ))
+        .to_string();
+        assert!(shown.len() < ECHO_MAX + 64, "{} bytes", shown.len());
+        assert!(shown.contains("... (100129 bytes)"), "{shown}");
+        let image = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: a}}\nspec: {{containers: [{{name: {long}}}]}}\n"
+        );
+        let shown = problem(&image).to_string();
+        assert!(shown.len() < ECHO_MAX + 100, "{shown}");
         assert_eq!(
             problem("apiVersion: v1\nkind: List\nitems: []\n"),
             Problem::WrongKind {

@@ -125,6 +125,19 @@ fn backend_request(
         .authority()
         .ok_or_else(|| format!("the runtime's streaming URL {url:?} has no host\n"))?
         .clone();
+    let ip = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    if !ip
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
+    {
+        return Err(format!(
+            "the runtime's streaming URL {url:?} is not a loopback address: swiftlet proxies \
+             streams only to a runtime listening on this node's loopback\n"
+        ));
+    }
     let port = authority.port_u16().unwrap_or(80);
     let addr = format!("{}:{port}", authority.host());
     let path = uri
@@ -176,6 +189,16 @@ mod tests {
         );
         assert!(!out.headers().contains_key(header::AUTHORIZATION));
         assert!(backend_request(&req, "https://127.0.0.1:1/x").is_err());
+        let (addr, _) = backend_request(&req, "http://[::1]:4321/exec/T").unwrap();
+        assert_eq!(addr, "[::1]:4321");
+        for away in [
+            "http://10.0.0.5:4321/exec/T",
+            "http://runtime.example:4321/exec/T",
+            "http://localhost.example/exec/T",
+        ] {
+            let e = backend_request(&req, away).unwrap_err();
+            assert!(e.contains("not a loopback address"), "{away}: {e}");
+        }
         assert!(backend_request(&req, "not a url").is_err());
         let plain = Request::builder().uri("/").body(Body::empty()).unwrap();
         assert!(!is_upgrade(&plain));

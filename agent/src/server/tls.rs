@@ -93,7 +93,11 @@ fn self_signed(dir: &Path, names: &[String]) -> Result<(PathBuf, PathBuf), Error
                     .mode(mode)
                     .open(path)
             })
-            .and_then(|mut f| f.write_all(contents.as_bytes()))
+            .and_then(|mut f| {
+                // An existing file keeps its mode through open(2): set it.
+                f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+                f.write_all(contents.as_bytes())
+            })
             .map_err(|source| Error::Write {
                 path: path.to_owned(),
                 source,
@@ -149,6 +153,10 @@ pub fn server_config(files: &Files, names: &[String]) -> Result<rustls::ServerCo
 pub struct User {
     pub name: String,
     pub groups: Vec<String>,
+    /// The user's UID and extra attributes, when a TokenReview named them (a certificate names
+    /// neither); passed on in the access review.
+    pub uid: Option<String>,
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl User {
@@ -157,6 +165,8 @@ impl User {
         Self {
             name: "system:anonymous".into(),
             groups: vec!["system:unauthenticated".into()],
+            uid: None,
+            extra: Default::default(),
         }
     }
 
@@ -177,6 +187,8 @@ impl User {
         Some(Self {
             name: name.filter(|n| !n.is_empty())?,
             groups,
+            uid: None,
+            extra: Default::default(),
         })
     }
 }
@@ -274,6 +286,8 @@ mod tests {
                     "system:masters".into(),
                     "ops".into()
                 ],
+                uid: None,
+                extra: Default::default(),
             })
         );
         // Truncated or garbage input names nobody and does not panic.
@@ -301,6 +315,16 @@ mod tests {
             .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
             .unwrap();
         assert_eq!(key_mode, 0o600);
+        // A pair remade over a key file another mode left: the new key is 0600 all the same.
+        let key = dir.path().join("pki/kubelet.key");
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        std::fs::remove_file(&crt).unwrap();
+        server_config(&files, &names).unwrap();
+        let key_mode = std::fs::metadata(&key)
+            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+            .unwrap();
+        assert_eq!(key_mode, 0o600, "remade with the key's own mode");
         // A bad file is named.
         std::fs::write(&crt, "not pem").unwrap();
         let err = server_config(&files, &names).unwrap_err().to_string();

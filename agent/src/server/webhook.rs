@@ -116,14 +116,54 @@ impl<V: Clone> Cache<V> {
     }
 }
 
-/// The key of a cached answer: a digest, so tokens are not kept in memory as they are.
+/// The key of a cached answer: a digest, so tokens are not kept in memory as they are. Each
+/// part goes in with its length first, so no two lists of parts share a key.
 fn key(parts: &[&str]) -> [u8; 32] {
     let mut h = sha2::Sha256::new();
     for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
         h.update(p.as_bytes());
-        h.update([0]);
     }
     h.finalize().into()
+}
+
+/// The key of an access decision: everything the review is asked about, the user's groups and
+/// extra attributes each counted, so two users that differ anywhere never share a decision.
+fn decision_key(user: &User, attrs: &Attributes) -> [u8; 32] {
+    let (groups, extras) = (user.groups.len().to_string(), user.extra.len().to_string());
+    let mut parts: Vec<&str> = vec![&user.name, user.uid.as_deref().unwrap_or_default(), &groups];
+    parts.extend(user.groups.iter().map(String::as_str));
+    parts.push(&extras);
+    let counts: Vec<String> = user.extra.values().map(|v| v.len().to_string()).collect();
+    for ((name, values), count) in user.extra.iter().zip(&counts) {
+        parts.extend([name.as_str(), count.as_str()]);
+        parts.extend(values.iter().map(String::as_str));
+    }
+    parts.extend([attrs.verb, attrs.subresource]);
+    key(&parts)
+}
+
+/// The SubjectAccessReview of `user` doing `attrs` on node `node`, as the kubelet asks it.
+fn access_review(node: &str, user: &User, attrs: &Attributes) -> SubjectAccessReview {
+    SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.name.clone()),
+            groups: Some(user.groups.clone()),
+            uid: user.uid.clone(),
+            extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(attrs.verb.to_owned()),
+                group: Some(String::new()),
+                version: Some("v1".to_owned()),
+                resource: Some("nodes".to_owned()),
+                subresource: Some(attrs.subresource.to_owned()),
+                name: Some(node.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
 }
 
 /// The webhooks of one kubelet API server.
@@ -198,6 +238,8 @@ impl Webhook {
                 Some(User {
                     name: u.username.filter(|n| !n.is_empty())?,
                     groups: u.groups.unwrap_or_default(),
+                    uid: u.uid.filter(|uid| !uid.is_empty()),
+                    extra: u.extra.unwrap_or_default(),
                 })
             });
         self.tokens.put(k, user.clone(), ttl);
@@ -211,28 +253,11 @@ impl Webhook {
         attrs: &Attributes,
     ) -> Result<Decision, kube::Error> {
         let (allowed_ttl, denied_ttl) = self.settings.access_ttls.unwrap_or_default();
-        let groups = user.groups.join(",");
-        let k = key(&[&user.name, &groups, attrs.verb, attrs.subresource]);
+        let k = decision_key(user, attrs);
         if let Some(cached) = self.decisions.get(&k) {
             return Ok(cached);
         }
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(user.name.clone()),
-                groups: Some(user.groups.clone()),
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some(attrs.verb.to_owned()),
-                    group: Some(String::new()),
-                    version: Some("v1".to_owned()),
-                    resource: Some("nodes".to_owned()),
-                    subresource: Some(attrs.subresource.to_owned()),
-                    name: Some(self.node.clone()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let review = access_review(&self.node, user, attrs);
         let api: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
         let answer = api
             .create(&kube::api::PostParams::default(), &review)
@@ -281,6 +306,46 @@ mod tests {
         assert_eq!(a(Method::PUT, "/x"), ("update", "proxy"));
         assert_eq!(a(Method::PATCH, "/x"), ("patch", "proxy"));
         assert_eq!(a(Method::DELETE, "/x"), ("delete", "proxy"));
+    }
+
+    /// Users that differ in any attribute never share a cached decision (groups were once
+    /// joined with ',', so `a,b` and `a`+`b` did), and the review carries the UID and extras.
+    #[test]
+    fn decisions_are_keyed_by_every_attribute_of_the_user() {
+        let attrs = attributes(&Method::GET, "/pods");
+        let user = |groups: &[&str], uid: Option<&str>, extra: &[(&str, &[&str])]| User {
+            name: "u".into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            uid: uid.map(str::to_owned),
+            extra: extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+                .collect(),
+        };
+        let users = [
+            user(&["a,b"], None, &[]),
+            user(&["a", "b"], None, &[]),
+            user(&["a"], Some("b"), &[]),
+            user(&["a"], None, &[("b", &[])]),
+            user(&["a"], None, &[("b", &["c"])]),
+            user(&["a"], None, &[("b", &["c", "d"])]),
+            user(&["a"], None, &[("b", &["c"]), ("d", &[])]),
+        ];
+        let keys: std::collections::HashSet<_> =
+            users.iter().map(|u| decision_key(u, &attrs)).collect();
+        assert_eq!(keys.len(), users.len(), "every user has its own key");
+        let review = access_review("n1", &users[5], &attrs).spec;
+        assert_eq!(review.uid, None);
+        assert_eq!(
+            review.extra.expect("extra")["b"],
+            ["c".to_owned(), "d".to_owned()]
+        );
+        let review = access_review("n1", &users[2], &attrs).spec;
+        assert_eq!(review.uid.as_deref(), Some("b"));
+        assert_eq!(review.extra, None);
+        let resource = review.resource_attributes.expect("attributes");
+        assert_eq!(resource.name.as_deref(), Some("n1"));
+        assert_eq!(resource.subresource.as_deref(), Some("proxy"));
     }
 
     #[test]
