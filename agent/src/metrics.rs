@@ -98,6 +98,9 @@ pub struct Metrics {
     pub pod_start_duration_seconds: Histogram,
     pub pod_worker_duration_seconds: Family<OperationLabel, Histogram, fn() -> Histogram>,
     pub started_pods_total: Counter,
+    /// Kubelet API connections closed unserved because [`crate::server::kubelet_api`] already
+    /// served its most at once.
+    pub kubelet_api_connections_refused_total: Counter,
     pub started_containers_total: Counter,
     pub running_pods: Gauge,
     pub tokio_alive_tasks: Gauge,
@@ -187,6 +190,12 @@ impl Metrics {
             "started_pods",
             "Pod sandboxes created",
             started_pods_total.clone(),
+        );
+        let kubelet_api_connections_refused_total = Counter::default();
+        registry.register(
+            "kubelet_api_connections_refused",
+            "Kubelet API connections closed unserved: the agent already served its most at once",
+            kubelet_api_connections_refused_total.clone(),
         );
         let started_containers_total = Counter::default();
         registry.register(
@@ -424,6 +433,7 @@ impl Metrics {
             pod_start_duration_seconds,
             pod_worker_duration_seconds,
             started_pods_total,
+            kubelet_api_connections_refused_total,
             started_containers_total,
             running_pods,
             tokio_alive_tasks,

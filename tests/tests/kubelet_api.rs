@@ -703,3 +703,53 @@ fn the_api_server_decides_who_may_use_the_kubelet_api() {
     let (status, body) = call(&anyone, "/stats/summary", Some("bob-token"));
     assert_eq!(status, 200, "{body}");
 }
+
+/// With the most connections the kubelet API serves at once held open, a new one is closed
+/// unserved and counted; once they go, a certified caller is served again.
+#[test]
+fn connections_past_the_cap_are_closed_unserved_and_counted() {
+    use std::io::Read;
+    let Some(rt) = Runtime::shared() else { return };
+    let max = swiftlet::server::kubelet_api::MAX_CONNECTIONS;
+    let refused = "swiftlet_kubelet_api_connections_refused_total";
+    let dir = tempfile::tempdir().unwrap();
+    let (opts, port) = kubelet_api_options(dir.path(), "kubelet-api-cap");
+    let agent = Agent::start(rt, opts);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(agent.metric(refused), 0.0);
+    // Connections that never start their handshake hold a slot each until the handshake's
+    // 10 s run out: the probes below run well within that.
+    let held: Vec<std::net::TcpStream> = (0..max)
+        .map(|i| {
+            std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connection {i}: {e}"))
+        })
+        .collect();
+    agent.eventually(
+        "a connection past the cap closed unserved",
+        Duration::from_secs(5),
+        || {
+            let mut extra = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+            extra
+                .set_read_timeout(Some(Duration::from_secs(1)))
+                .map_err(|e| e.to_string())?;
+            match extra.read(&mut [0; 1]) {
+                Ok(0) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(()),
+                other => Err(format!("served: {other:?}")),
+            }
+        },
+    );
+    assert!(agent.metric(refused) >= 1.0, "counted");
+    drop(held);
+    let alice = client(dir.path(), Some("alice"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    agent.eventually("served again", Duration::from_secs(15), || {
+        match rt.block_on(request(&alice, addr, "GET", "/healthz"))? {
+            (200, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+}

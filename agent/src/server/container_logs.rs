@@ -181,27 +181,43 @@ impl Renderer {
     }
 }
 
-/// Where the last `n` lines of `bytes` begin.
-pub fn tail_start(bytes: &[u8], n: u64) -> usize {
+/// How much of a log one read takes: a request holds at most this much of the file (and one
+/// unfinished entry) however large the file is.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Where the last `n` lines of the `len` bytes of `file` begin, read backwards from the end
+/// `chunk` bytes at a time: a `tailLines` request on a large log reads only its tail.
+pub fn tail_offset(file: &std::fs::File, len: u64, n: u64, chunk: usize) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
     if n == 0 {
-        return bytes.len();
+        return Ok(len);
     }
+    let mut buf = vec![0; chunk.max(1)];
     let mut seen = 0u64;
-    // A last line without its newline yet counts as a line.
-    let end = if bytes.last() == Some(&b'\n') {
-        bytes.len().saturating_sub(1)
-    } else {
-        bytes.len()
-    };
-    for (i, &b) in bytes[..end].iter().enumerate().rev() {
-        if b == b'\n' {
-            seen += 1;
-            if seen == n {
-                return i + 1;
+    let mut end = len;
+    let mut last = true;
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let part = &mut buf[..usize::try_from(end - start).unwrap_or(0)];
+        file.read_exact_at(part, start)?;
+        let mut upto = part.len();
+        // A last line without its newline yet counts as a line: the file's final newline
+        // ends the last line rather than starting a new one.
+        if last && part.last() == Some(&b'\n') {
+            upto -= 1;
+        }
+        last = false;
+        for (i, &b) in part[..upto].iter().enumerate().rev() {
+            if b == b'\n' {
+                seen += 1;
+                if seen == n {
+                    return Ok(start + i as u64 + 1);
+                }
             }
         }
+        end = start;
     }
-    0
+    Ok(0)
 }
 
 /// How often a followed log is read again for new entries.
@@ -214,7 +230,8 @@ pub trait Liveness: Send + 'static {
 
 /// Streams the log at `path`: what is there (after `tailLines`), then, with `follow`, what is
 /// written until the container has stopped and the file is drained. Chunks go to `tx`; the
-/// stream ends early when the receiver is gone or `limitBytes` is used up.
+/// stream ends early when the receiver is gone or `limitBytes` is used up. The file is read
+/// [`READ_CHUNK`] bytes at a time (`tailLines` from the end), so a request holds little of it.
 pub async fn stream(
     path: PathBuf,
     opts: Options,
@@ -224,70 +241,80 @@ pub async fn stream(
     use std::os::unix::fs::MetadataExt;
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
     let mut renderer = Renderer::new(&opts);
-    let first = match tokio::fs::read(&path).await {
-        Ok(b) => b,
-        Err(e) => {
-            let _ = tx
-                .send(Err(std::io::Error::new(
-                    e.kind(),
-                    format!("reading {}: {e}", path.display()),
-                )))
-                .await;
-            return;
-        }
+    let opened = {
+        let (path, tail) = (path.clone(), opts.tail_lines);
+        tokio::task::spawn_blocking(move || -> std::io::Result<(std::fs::File, u64)> {
+            let file = std::fs::File::open(&path)?;
+            let len = file.metadata()?.len();
+            let start = match tail {
+                Some(n) => tail_offset(&file, len, n, READ_CHUNK)?,
+                None => 0,
+            };
+            Ok((file, start))
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
     };
-    let start = opts.tail_lines.map_or(0, |n| tail_start(&first, n));
-    let mut out = Vec::new();
-    renderer.feed(&first[start..], &mut out);
-    if !out.is_empty() && tx.send(Ok(out.into())).await.is_err() {
-        return;
-    }
-    if !opts.follow || renderer.done() {
-        return;
-    }
-    let mut offset = first.len() as u64;
-    let mut file = None;
-    let mut stopped_and_drained = false;
-    while !stopped_and_drained {
-        // The container stopping is checked before the last read, so what it wrote before
-        // stopping is read.
-        let stopped = !alive.running().await;
-        if file.is_none() {
-            file = tokio::fs::File::open(&path).await.ok();
+    let mut file = match opened {
+        Ok((file, start)) => {
+            let mut file = tokio::fs::File::from_std(file);
+            match file.seek(std::io::SeekFrom::Start(start)).await {
+                Ok(_) => Some(file),
+                Err(e) => return fail(&tx, &path, e).await,
+            }
         }
-        let mut got = Vec::new();
-        if let Some(f) = file.as_mut()
-            && f.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
-        {
-            let _ = f.read_to_end(&mut got).await;
+        Err(e) => return fail(&tx, &path, e).await,
+    };
+    let mut buf = vec![0; READ_CHUNK];
+    let mut stopped = false;
+    loop {
+        let got = match file.as_mut() {
+            Some(f) => f.read(&mut buf).await.unwrap_or(0),
+            None => 0,
+        };
+        if got > 0 {
+            let mut out = Vec::new();
+            renderer.feed(&buf[..got], &mut out);
+            if !out.is_empty() && tx.send(Ok(out.into())).await.is_err() || renderer.done() {
+                return;
+            }
+            continue;
         }
-        offset += got.len() as u64;
-        let mut out = Vec::new();
-        renderer.feed(&got, &mut out);
-        if !out.is_empty() && tx.send(Ok(out.into())).await.is_err() {
-            return;
-        }
-        if renderer.done() {
+        if !opts.follow || stopped {
             return;
         }
         // Rotated: the open file was drained; continue with the new one from its start.
-        let rotated = match (file.as_ref(), tokio::fs::metadata(&path).await) {
+        let now = tokio::fs::metadata(&path).await;
+        let rotated = match (file.as_ref(), now) {
             (Some(f), Ok(now)) => f.metadata().await.is_ok_and(|m| m.ino() != now.ino()),
-            _ => false,
+            (None, _) => true,
+            (Some(_), Err(_)) => false,
         };
         if rotated {
-            file = None;
-            offset = 0;
+            file = tokio::fs::File::open(&path).await.ok();
             continue;
         }
-        stopped_and_drained = stopped && got.is_empty();
-        if !stopped_and_drained {
-            tokio::select! {
-                () = tokio::time::sleep(FOLLOW_POLL) => {}
-                () = tx.closed() => return,
-            }
+        // The container stopping is checked before the last read, so what it wrote before
+        // stopping is read.
+        if !alive.running().await {
+            stopped = true;
+            continue;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(FOLLOW_POLL) => {}
+            () = tx.closed() => return,
         }
     }
+}
+
+/// Sends `tx` the error of reading the log at `path`.
+async fn fail(
+    tx: &tokio::sync::mpsc::Sender<std::io::Result<bytes::Bytes>>,
+    path: &std::path::Path,
+    e: std::io::Error,
+) {
+    let e = std::io::Error::new(e.kind(), format!("reading {}: {e}", path.display()));
+    let _ = tx.send(Err(e)).await;
 }
 
 #[cfg(test)]
@@ -299,6 +326,14 @@ mod tests {
                        2026-11-26T10:00:01.500000000Z stderr F o\n\
                        garbage\n\
                        2026-11-26T10:00:02.000000000Z stdout F three\n";
+
+    /// [`tail_offset`] of `bytes` written to a file.
+    fn tail(bytes: &[u8], n: u64, chunk: usize) -> usize {
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, bytes).unwrap();
+        let at = tail_offset(&f, bytes.len() as u64, n, chunk).unwrap();
+        usize::try_from(at).unwrap()
+    }
 
     fn render(o: &Options, chunks: &[&[u8]]) -> String {
         let mut r = Renderer::new(o);
@@ -335,12 +370,29 @@ mod tests {
     fn tail_since_and_limit_cut_as_the_kubelet_does() {
         let bytes = LOG.as_bytes();
         assert_eq!(
-            &bytes[tail_start(bytes, 1)..],
+            &bytes[tail(bytes, 1, READ_CHUNK)..],
             b"2026-11-26T10:00:02.000000000Z stdout F three\n"
         );
-        assert_eq!(tail_start(bytes, 0), bytes.len());
-        assert_eq!(tail_start(bytes, 100), 0);
-        assert_eq!(tail_start(b"a\nb", 1), 2, "an unfinished last line counts");
+        assert_eq!(tail(bytes, 0, READ_CHUNK), bytes.len());
+        assert_eq!(tail(bytes, 100, READ_CHUNK), 0);
+        assert_eq!(tail(b"a\nb", 1, 1), 2, "an unfinished last line counts");
+        // Read backwards in chunks of any size, the tail starts where the lines say.
+        for text in [bytes, b"a\nb", b"\n\n\n", b"", b"x\n"] {
+            let body = text.strip_suffix(b"\n").unwrap_or(text);
+            let starts: Vec<usize> = std::iter::once(0)
+                .chain((0..body.len()).filter(|&i| body[i] == b'\n').map(|i| i + 1))
+                .collect();
+            for n in 1..=8 {
+                let want = starts.len().checked_sub(n).map_or(0, |i| starts[i]);
+                for chunk in 1..=text.len() + 1 {
+                    assert_eq!(
+                        tail(text, n as u64, chunk),
+                        want,
+                        "{text:?} n={n} chunk={chunk}"
+                    );
+                }
+            }
+        }
         let now: jiff::Timestamp = "2026-11-26T10:00:03Z".parse().unwrap();
         let o = Options::parse("sinceSeconds=2", now).unwrap();
         assert_eq!(render(&o, &[bytes]), "two\nthree\n");

@@ -95,6 +95,14 @@ const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 /// task end then).
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The most kubelet API connections served at once (each holds TLS and HTTP buffers, some tens
+/// of KiB); a connection past it is closed at once and counted
+/// (`swiftlet_kubelet_api_connections_refused_total`).
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// How long a `/run` command may run: the runtime stops it then (the kubelet sets none).
+pub const RUN_TIMEOUT_SECS: i64 = 120;
+
 /// Binds the port and serves until `cancel` (open streams are dropped then).
 pub async fn start(
     settings: Settings,
@@ -109,6 +117,7 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Bind { addr, source })?;
+    let state_metrics = app.metrics.clone();
     let state = ApiState {
         app,
         cri,
@@ -124,7 +133,10 @@ pub async fn start(
     }
     tracing::info!(%addr, "kubelet API listening (TLS)");
     let connections = tracker.clone();
+    let refused = state_metrics.kubelet_api_connections_refused_total.clone();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tracker.spawn(async move {
+        let mut last_warning: Option<std::time::Instant> = None;
         loop {
             let (tcp, remote) = tokio::select! {
                 () = cancel.cancelled() => return,
@@ -137,8 +149,18 @@ pub async fn start(
                     }
                 },
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                drop(tcp);
+                refused.inc();
+                if last_warning.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
+                    last_warning = Some(std::time::Instant::now());
+                    tracing::warn!(%remote, max = MAX_CONNECTIONS, "kubelet API: too many connections open; closing new ones unserved");
+                }
+                continue;
+            };
             let (acceptor, router, cancel) = (acceptor.clone(), router.clone(), cancel.clone());
             connections.spawn(async move {
+                let _slot = slot;
                 tokio::select! {
                     () = serve_connection(tcp, remote, acceptor, router) => {}
                     () = cancel.cancelled() => {}
@@ -692,7 +714,7 @@ async fn run_in(
     let id = running_container_id(&status, &pod, &container)?;
     let out = s
         .cri
-        .exec_sync(&id, cmd.clone(), 0)
+        .exec_sync(&id, cmd.clone(), RUN_TIMEOUT_SECS)
         .await
         .map_err(|e| runtime_error("running the command", &e))?;
     if out.exit_code != 0 {
