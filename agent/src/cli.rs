@@ -1653,6 +1653,7 @@ mod tests {
             Some(PathBuf::from("/etc/kubernetes/manifests"))
         );
         assert_eq!(cfg.read_only_port, 0);
+        assert!(cfg.seccomp_default, "the example recommends RuntimeDefault");
         assert_eq!(cfg.max_pods, 110);
         assert_eq!(cfg.node.reserved.cpu_millis, 200);
         assert_eq!(cfg.node.reserved.memory, 512 << 20);

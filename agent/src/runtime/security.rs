@@ -25,7 +25,8 @@ use std::path::{Component, Path, PathBuf};
 
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSecurityContext, SELinuxOptions, SeccompProfile, SecurityContext,
+    AppArmorProfile, Container, Pod, PodSecurityContext, SELinuxOptions, SeccompProfile,
+    SecurityContext,
 };
 
 /// Paths of `/proc` and `/sys` hidden from a container (the default proc mount).
@@ -165,10 +166,8 @@ pub fn check_pod(pod: &Pod, settings: &Settings) -> Result<(), Refusal> {
         .chain(&spec.containers);
     for c in all {
         let csc = c.security_context.as_ref();
-        let type_ = csc
-            .and_then(|s| s.app_armor_profile.as_ref())
-            .map(|p| p.type_.as_str());
-        apparmor(type_, settings)?;
+        let profile = apparmor_of(pod, c);
+        apparmor(profile.as_ref().map(|p| p.type_.as_str()), settings)?;
         if csc.and_then(|s| s.proc_mount.as_deref()) == Some("Unmasked") {
             return Err(Refusal::Unsupported(format!(
                 "container {}: procMount Unmasked",
@@ -232,6 +231,35 @@ fn check_sysctl(
     Ok(())
 }
 
+/// The annotation that named a container's AppArmor profile before the field existed:
+/// `container.apparmor.security.beta.kubernetes.io/<container>`.
+pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+
+/// The AppArmor profile container `c` of `pod` runs with, as the kubelet picks it: the
+/// container's field, else its annotation (static pods never had the annotation turned into the
+/// field by the API server), else the pod's field. An annotation value other than
+/// `runtime/default`, `unconfined` or `localhost/<profile>` is ignored, as the kubelet does.
+fn apparmor_of(pod: &Pod, c: &Container) -> Option<AppArmorProfile> {
+    let container = c.security_context.as_ref();
+    if let Some(p) = container.and_then(|s| s.app_armor_profile.as_ref()) {
+        return Some(p.clone());
+    }
+    let profile = |type_: &str, localhost: Option<&str>| AppArmorProfile {
+        type_: type_.to_owned(),
+        localhost_profile: localhost.map(str::to_owned),
+    };
+    let key = format!("{APPARMOR_ANNOTATION_PREFIX}{}", c.name);
+    let annotated = pod.metadata.annotations.as_ref().and_then(|a| a.get(&key));
+    let from_annotation = annotated.and_then(|v| match v.as_str() {
+        "runtime/default" => Some(profile("RuntimeDefault", None)),
+        "unconfined" => Some(profile("Unconfined", None)),
+        v => v
+            .strip_prefix("localhost/")
+            .map(|name| profile("Localhost", Some(name))),
+    });
+    from_annotation.or_else(|| pod_sc(pod)?.app_armor_profile.clone())
+}
+
 fn apparmor(type_: Option<&str>, settings: &Settings) -> Result<(), Refusal> {
     match type_ {
         None | Some("Unconfined") => Ok(()),
@@ -292,20 +320,32 @@ fn inside(root: &Path, name: &str) -> Option<PathBuf> {
     (!name.is_empty() && plain).then(|| root.join(path))
 }
 
-fn apparmor_profile(
-    profile: Option<&k8s_openapi::api::core::v1::AppArmorProfile>,
-) -> Option<api::SecurityProfile> {
+/// The CRI AppArmor profile, and the same in the older string form (`runtime/default`,
+/// `unconfined`, `localhost/<profile>`) that runtimes before CRI's profile field read, as the
+/// kubelet sends both.
+fn apparmor_profile(profile: Option<&AppArmorProfile>) -> (Option<api::SecurityProfile>, String) {
     use api::security_profile::ProfileType;
-    let profile = profile?;
-    let t = match profile.type_.as_str() {
-        "RuntimeDefault" => ProfileType::RuntimeDefault,
-        "Localhost" => ProfileType::Localhost,
-        _ => ProfileType::Unconfined,
+    let Some(profile) = profile else {
+        return (None, String::new());
     };
-    Some(api::SecurityProfile {
-        profile_type: t as i32,
-        localhost_ref: profile.localhost_profile.clone().unwrap_or_default(),
-    })
+    let name = profile.localhost_profile.clone().unwrap_or_default();
+    let (t, old) = match profile.type_.as_str() {
+        "RuntimeDefault" => (ProfileType::RuntimeDefault, "runtime/default".to_owned()),
+        "Localhost" => (ProfileType::Localhost, format!("localhost/{name}")),
+        _ => (ProfileType::Unconfined, "unconfined".to_owned()),
+    };
+    let localhost_ref = if t == ProfileType::Localhost {
+        name
+    } else {
+        String::new()
+    };
+    (
+        Some(api::SecurityProfile {
+            profile_type: t as i32,
+            localhost_ref,
+        }),
+        old,
+    )
 }
 
 fn selinux(o: Option<&SELinuxOptions>) -> Option<api::SeLinuxOption> {
@@ -400,9 +440,7 @@ pub fn container(
     let profile = csc
         .and_then(|s| s.seccomp_profile.as_ref())
         .or(psc.and_then(|s| s.seccomp_profile.as_ref()));
-    let apparmor = csc
-        .and_then(|s| s.app_armor_profile.as_ref())
-        .or(psc.and_then(|s| s.app_armor_profile.as_ref()));
+    let (apparmor, apparmor_profile) = apparmor_profile(apparmor_of(pod, c).as_ref());
     let se_linux = csc
         .and_then(|s| s.se_linux_options.as_ref())
         .or(psc.and_then(|s| s.se_linux_options.as_ref()));
@@ -413,6 +451,9 @@ pub fn container(
             drop_capabilities: caps.drop.clone().unwrap_or_default(),
             add_ambient_capabilities: Vec::new(),
         });
+    // The string form of the AppArmor profile is deprecated in CRI but is the one containerd
+    // 1.6 reads; both are sent, as the kubelet sends them.
+    #[allow(deprecated)]
     let mut sc = api::LinuxContainerSecurityContext {
         capabilities,
         privileged,
@@ -433,7 +474,8 @@ pub fn container(
             .map(|&p| p.to_owned())
             .collect(),
         seccomp: seccomp(profile, settings)?,
-        apparmor: apparmor_profile(apparmor),
+        apparmor,
+        apparmor_profile,
         ..Default::default()
     };
     // A group alone is refused by the runtime: name the image's user with it, as the kubelet
@@ -805,6 +847,78 @@ mod tests {
             check_pod(&apparmor("RuntimeDefault"), &with_apparmor),
             Ok(())
         );
+    }
+
+    /// The container's field, else its annotation, else the pod's field; the runtime gets the
+    /// profile in both CRI forms.
+    #[test]
+    fn apparmor_comes_from_the_field_then_the_annotation_then_the_pod() {
+        use api::security_profile::ProfileType;
+        let field = |t: &str, name: Option<&str>| AppArmorProfile {
+            type_: t.into(),
+            localhost_profile: name.map(str::to_owned),
+        };
+        let mut s = settings();
+        s.apparmor = true;
+        let run = |p: &Pod| {
+            let c = &p.spec.as_ref().unwrap().containers[0];
+            let sc = container(p, c, &ImageUser::default(), ns(), &s).unwrap();
+            #[allow(deprecated)]
+            let old = sc.apparmor_profile;
+            (sc.apparmor.map(|a| (a.profile_type, a.localhost_ref)), old)
+        };
+        let annotated = |value: &str, psc: PodSecurityContext, csc: Option<SecurityContext>| {
+            let mut p = pod(psc, csc);
+            p.metadata.annotations = Some(
+                [(format!("{APPARMOR_ANNOTATION_PREFIX}c"), value.to_owned())]
+                    .into_iter()
+                    .collect(),
+            );
+            p
+        };
+        let pod_level = PodSecurityContext {
+            app_armor_profile: Some(field("Unconfined", None)),
+            ..Default::default()
+        };
+        assert_eq!(
+            run(&pod(pod_level.clone(), None)),
+            (
+                Some((ProfileType::Unconfined as i32, String::new())),
+                "unconfined".into()
+            )
+        );
+        let p = annotated("localhost/k8s-nginx", pod_level.clone(), None);
+        assert_eq!(
+            run(&p),
+            (
+                Some((ProfileType::Localhost as i32, "k8s-nginx".into())),
+                "localhost/k8s-nginx".into()
+            ),
+            "the annotation wins over the pod's field"
+        );
+        let own = Some(SecurityContext {
+            app_armor_profile: Some(field("RuntimeDefault", None)),
+            ..Default::default()
+        });
+        let p = annotated("localhost/k8s-nginx", pod_level.clone(), own);
+        assert_eq!(
+            run(&p),
+            (
+                Some((ProfileType::RuntimeDefault as i32, String::new())),
+                "runtime/default".into()
+            ),
+            "the container's field wins over its annotation"
+        );
+        let p = annotated("something/else", pod_level, None);
+        assert_eq!(run(&p).1, "unconfined", "an unknown value is ignored");
+        assert_eq!(
+            run(&pod(PodSecurityContext::default(), None)),
+            (None, String::new())
+        );
+        // On a kernel without AppArmor an annotation asking for a profile is refused.
+        let p = annotated("runtime/default", PodSecurityContext::default(), None);
+        assert_eq!(check_pod(&p, &settings()), Err(Refusal::AppArmor));
+        assert_eq!(check_pod(&p, &s), Ok(()));
     }
 
     #[test]
