@@ -959,12 +959,12 @@ fn metric_by_label(agent: &Agent, name: &str) -> BTreeMap<String, u64> {
 }
 
 /// Resets the agent's peak RSS (`/proc/<pid>/clear_refs` 5) so VmHWM measures from now.
-fn reset_peak(pid: u32) {
+pub fn reset_peak(pid: u32) {
     let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
 }
 
 /// The agent's VmHWM in KiB.
-fn peak_kib(pid: u32) -> u64 {
+pub fn peak_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()

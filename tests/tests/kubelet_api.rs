@@ -753,3 +753,101 @@ fn connections_past_the_cap_are_closed_unserved_and_counted() {
         }
     });
 }
+
+/// Attacks on the kubelet API from the network, each with its safe outcome: every path, odd
+/// ones and unknown ones included, refused to a caller without a certificate whatever the
+/// method; a certificate made for a server refused as a client's; a log request on a large log
+/// costs the agent no more memory than a read.
+#[test]
+fn attacks_on_the_kubelet_api_fail_safely() {
+    use swiftlet_tests::chaos::{peak_kib, reset_peak};
+    let Some(rt) = Runtime::shared() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut opts, port) = kubelet_api_options(d, "kubelet-api-attacks");
+    opts.extra_args
+        .extend(["--container-log-max-size".into(), "1Gi".into()]);
+    let agent = Agent::start(rt, opts);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let node = agent.node_name().to_owned();
+    // A container that writes some 40 MB of log (lines of 1,000 bytes), then says so.
+    let line = "a".repeat(1000);
+    agent.write_manifest(
+        "writer.yaml",
+        &busybox_pod_manifest(
+            &format!("name: writer, namespace: default, uid: writer-{node}"),
+            "",
+            &format!("yes {line} | head -n 40000; echo written; sleep 3600 & wait"),
+            "",
+        ),
+    );
+    let writer = agent.static_pod_name("writer");
+    let alice = client(d, Some("alice"));
+    let nobody = client(d, None);
+    let server_as_client = client(d, Some("server"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let paths = [
+            "/pods".to_owned(),
+            "/stats/summary".into(),
+            "/metrics".into(),
+            "/metrics/resource".into(),
+            "/healthz".into(),
+            "/debug/pprof/".into(),
+            "/configz".into(),
+            "/logs/".into(),
+            format!("/exec/default/{writer}/main?command=id&output=1"),
+            format!("/run/default/{writer}/main?cmd=id"),
+            format!("/containerLogs/default/{writer}/main"),
+            "/portForward/default/x".into(),
+            "/no-such-path".into(),
+            "/stats/../pods".into(),
+            "//pods".into(),
+            "/%2e%2e/pods".into(),
+            "/stats/%2e%2e/pods".into(),
+            "/logs/../../etc/passwd".into(),
+        ];
+        for method in ["GET", "POST", "PUT", "DELETE", "HEAD", "PROPFIND"] {
+            for path in &paths {
+                let (code, _) = request(&nobody, addr, method, path)
+                    .await
+                    .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+                assert_eq!(code, 401, "{method} {path} without a certificate");
+            }
+        }
+        let refused = request(&server_as_client, addr, "GET", "/pods").await;
+        assert!(
+            refused.is_err(),
+            "a certificate without clientAuth authenticated: {refused:?}"
+        );
+    });
+    // The whole log written, then requests that need only a little of it.
+    let base = format!("/containerLogs/default/{writer}/main");
+    agent.eventually("the log written", Duration::from_secs(120), || {
+        match rt.block_on(request(&alice, addr, "GET", &format!("{base}?tailLines=1")))? {
+            (200, body) if body == "written\n" => Ok(()),
+            other => Err(format!(
+                "{:?}",
+                (other.0, &other.1[..other.1.len().min(80)])
+            )),
+        }
+    });
+    let pid = agent.pid().expect("the agent runs");
+    for query in ["tailLines=10", "limitBytes=100"] {
+        reset_peak(pid);
+        let before = peak_kib(pid);
+        let (code, body) = rt
+            .block_on(request(&alice, addr, "GET", &format!("{base}?{query}")))
+            .unwrap();
+        assert_eq!(code, 200, "{query}");
+        assert!(body.len() <= 10 * 1001, "{query}: {} bytes", body.len());
+        let grew = peak_kib(pid).saturating_sub(before);
+        assert!(
+            grew < 16 << 10,
+            "{query} on a 40 MB log raised the agent's peak RSS by {grew} KiB"
+        );
+    }
+}
