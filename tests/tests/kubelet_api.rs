@@ -222,6 +222,14 @@ async fn port_forward(
     Ok(String::from_utf8_lossy(&data).into_owned())
 }
 
+/// A runtime on the test's own thread for its requests.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 fn pod_running(agent: &Agent, pod: &str) {
     agent.wait_for(|p| p.is_running(pod), TIMEOUT);
 }
@@ -294,10 +302,7 @@ fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
     let alice = client(d, Some("alice"));
     let nobody = client(d, None);
     let mallory = client(d, Some("mallory"));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     // A connection that sends no request after its handshake, checked at the end.
     let idle_since = std::time::Instant::now();
     let mut idle = rt
@@ -742,10 +747,7 @@ fn connections_past_the_cap_are_closed_unserved_and_counted() {
     assert!(agent.metric(refused) >= 1.0, "counted");
     drop(held);
     let alice = client(dir.path(), Some("alice"));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     agent.eventually("served again", Duration::from_secs(15), || {
         match rt.block_on(request(&alice, addr, "GET", "/healthz"))? {
             (200, _) => Ok(()),
@@ -785,10 +787,7 @@ fn attacks_on_the_kubelet_api_fail_safely() {
     let alice = client(d, Some("alice"));
     let nobody = client(d, None);
     let server_as_client = client(d, Some("server"));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     rt.block_on(async {
         let paths = [
             "/pods".to_owned(),
