@@ -223,6 +223,12 @@ pub fn tail_offset(file: &std::fs::File, len: u64, n: u64, chunk: usize) -> std:
 /// How often a followed log is read again for new entries.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
+/// How often a followed log asks whether its container still runs (a runtime call) while the
+/// file has nothing new: the file itself is read every [`FOLLOW_POLL`]. The kubelet asks every
+/// 5 s; one second ends a follow soon after its container stops for a tenth of the calls a
+/// check at every poll made.
+const STATE_CHECK_PERIOD: Duration = Duration::from_secs(1);
+
 /// What a followed log needs from outside: whether its container still runs.
 pub trait Liveness: Send + 'static {
     fn running(&self) -> impl std::future::Future<Output = bool> + Send;
@@ -267,6 +273,7 @@ pub async fn stream(
     };
     let mut buf = vec![0; READ_CHUNK];
     let mut stopped = false;
+    let mut checked: Option<tokio::time::Instant> = None;
     loop {
         let got = match file.as_mut() {
             Some(f) => f.read(&mut buf).await.unwrap_or(0),
@@ -296,9 +303,12 @@ pub async fn stream(
         }
         // The container stopping is checked before the last read, so what it wrote before
         // stopping is read.
-        if !alive.running().await {
-            stopped = true;
-            continue;
+        if checked.is_none_or(|at| at.elapsed() >= STATE_CHECK_PERIOD) {
+            checked = Some(tokio::time::Instant::now());
+            if !alive.running().await {
+                stopped = true;
+                continue;
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(FOLLOW_POLL) => {}
@@ -342,6 +352,52 @@ mod tests {
             r.feed(c, &mut out);
         }
         String::from_utf8(out).unwrap()
+    }
+
+    /// A container whose state is asked for: running for its first `runs` answers, with the
+    /// time of each question.
+    struct Asked {
+        runs: usize,
+        at: std::sync::Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
+    }
+
+    impl Liveness for Asked {
+        async fn running(&self) -> bool {
+            let mut at = self.at.lock().unwrap();
+            at.push(tokio::time::Instant::now());
+            at.len() <= self.runs
+        }
+    }
+
+    /// Following a quiet log asks for the container's state once per [`STATE_CHECK_PERIOD`],
+    /// not at every read, and ends once it stopped, with what it wrote.
+    #[tokio::test(start_paused = true)]
+    async fn a_followed_log_asks_for_its_containers_state_once_a_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, LOG).unwrap();
+        let at = std::sync::Arc::default();
+        let alive = Asked {
+            runs: 3,
+            at: std::sync::Arc::clone(&at),
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let opts = Options {
+            follow: true,
+            ..Options::default()
+        };
+        let task = tokio::spawn(stream(path, opts, alive, tx));
+        let mut out = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            out.extend_from_slice(&chunk.unwrap());
+        }
+        task.await.unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "one\ntwo\nthree\n");
+        let at = at.lock().unwrap();
+        assert_eq!(at.len(), 4, "asked until the answer was 'stopped'");
+        for pair in at.windows(2) {
+            assert!(pair[1] - pair[0] >= STATE_CHECK_PERIOD, "{at:?}");
+        }
     }
 
     #[test]
