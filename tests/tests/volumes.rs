@@ -648,6 +648,20 @@ fn api_volumes_show_their_objects_inside_the_container_follow_updates_and_go_wit
     assert_eq!(inside("ls /cfg"), "greeting\n", "the gone key went");
     assert_eq!(inside("cat /pinned/greeting"), "hello");
     assert_eq!(server.token_requests().len(), requests.len());
+    // Neither the secret's value (as it is or as the API sends it, base64) nor the token
+    // reaches the agent's own log, at debug level.
+    let log = agent.log();
+    for (what, value) in [
+        ("the secret's value", "hunter2"),
+        ("the secret's value in base64", "aHVudGVyMg=="),
+        ("the service account token", token.trim()),
+    ] {
+        assert!(
+            !log.contains(value),
+            "{what} is in {}",
+            agent.log_path().display()
+        );
+    }
 
     s.delete_pod(&uid);
 }
