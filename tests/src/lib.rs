@@ -828,8 +828,12 @@ impl std::fmt::Debug for Agent {
     }
 }
 
-/// How long [`Agent::start`] waits for `/healthz`.
-pub const HEALTHZ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`Agent::start`] waits for `/healthz`. An agent answers within a second or two on
+/// the host, but in the cgroup v2 VM (QEMU's TCG, software emulation) the first agents wait for
+/// the guest's containerd, and every agent's eBPF programs go through the verifier emulated:
+/// with several tests starting agents at once, starts of 30 s and more were seen there (CI of
+/// `d5d7f94`, 2026-12-07). The bound only matters when a start fails.
+pub const HEALTHZ_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Agent {
     /// Builds (once) and starts swiftlet against `runtime`, and waits for `GET /healthz` == `ok`.
