@@ -125,13 +125,23 @@ impl Manager {
         let config = self.container_config(t.pod, t.uid, container, instance, &inputs)?;
         drop(env);
         // What the status below needs, kept before the config goes to the runtime: not a copy
-        // of the whole config (its environment, mounts and devices).
+        // of the whole config (its environment, mounts and devices). Of the mounts only the
+        // termination message file's: when the kernel sees the container exit before the
+        // runtime records it, its status is this one marked exited, and the message is read
+        // from that mount (without it a pod that ended so showed no message).
+        let message_path = config.annotations.get(labels::TERMINATION_MESSAGE_PATH);
         let kept = api::ContainerConfig {
             metadata: config.metadata.clone(),
             image: config.image.clone(),
             labels: config.labels.clone(),
             annotations: config.annotations.clone(),
             log_path: config.log_path.clone(),
+            mounts: config
+                .mounts
+                .iter()
+                .filter(|m| Some(&m.container_path) == message_path)
+                .cloned()
+                .collect(),
             ..Default::default()
         };
         let id = self
@@ -160,6 +170,7 @@ impl Manager {
             labels: config.labels,
             annotations: config.annotations,
             log_path: config.log_path,
+            mounts: config.mounts,
             ..Default::default()
         };
         // Before the sync goes on (the next init container waits for it) and before the status
