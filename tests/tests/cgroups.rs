@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 use swiftlet_tests::{Agent, AgentOptions, Runtime, pod_cgroup_uids};
 
-const RUNNING_TIMEOUT: Duration = Duration::from_secs(60);
-const GONE_TIMEOUT: Duration = Duration::from_secs(60);
+// Generous for the VM: under QEMU's software emulation four pods written together took 57 s to
+// run (CI of `23db6b4`, 2026-12-07); on the host they take a few seconds. A bound only costs
+// time when a test fails.
+const RUNNING_TIMEOUT: Duration = Duration::from_secs(180);
+const GONE_TIMEOUT: Duration = Duration::from_secs(180);
 const CGROUP: &str = "/sys/fs/cgroup";
 
 /// The looping test pod (its one container is the manifest's last item) with `resources` (YAML

@@ -17,7 +17,8 @@ use swiftlet::pod::cgroup_name::{slice_dir, slice_unit};
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
 
 const CGROUP: &str = "/sys/fs/cgroup";
-const TIMEOUT: Duration = Duration::from_secs(90);
+// Generous: these tests run only in the VM, under software emulation (see cgroups.rs).
+const TIMEOUT: Duration = Duration::from_secs(180);
 
 /// `systemctl show --value -p <property> <unit>`.
 fn show(unit: &str, property: &str) -> String {
