@@ -166,12 +166,17 @@ fn plain_to_remote(url: &str) -> bool {
         return false;
     };
     let host = uri.host().unwrap_or_default();
-    let ip = host.trim_start_matches('[').trim_end_matches(']');
-    let loopback = host.eq_ignore_ascii_case("localhost")
-        || ip
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
+    let loopback = host.eq_ignore_ascii_case("localhost") || loopback_ip(host);
     uri.scheme_str() == Some("http") && !loopback
+}
+
+/// A URL's host is a loopback IP address (127.0.0.0/8, or `::1` in brackets or not); a name,
+/// even `localhost`, is not (it resolves as the resolver says).
+pub fn loopback_ip(host: &str) -> bool {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Runs the HTTP source until `cancel` fires or the mux's receiver is gone.

@@ -125,14 +125,7 @@ fn backend_request(
         .authority()
         .ok_or_else(|| format!("the runtime's streaming URL {url:?} has no host\n"))?
         .clone();
-    let ip = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    if !ip
-        .parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_loopback())
-    {
+    if !crate::config::http::loopback_ip(authority.host()) {
         return Err(format!(
             "the runtime's streaming URL {url:?} is not a loopback address: swiftlet proxies \
              streams only to a runtime listening on this node's loopback\n"
