@@ -835,6 +835,12 @@ impl std::fmt::Debug for Agent {
 /// `d5d7f94`, 2026-12-07). The bound only matters when a start fails.
 pub const HEALTHZ_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How long the tests that run in the VMs (cgroups, systemd_driver, deploy) wait for pods to
+/// run or go: under QEMU's software emulation four pods written together took 57 s to run (CI
+/// of `23db6b4`, 2026-12-07), where the host takes a few seconds. The bound only costs time when
+/// a test fails.
+pub const VM_POD_TIMEOUT: Duration = Duration::from_secs(180);
+
 impl Agent {
     /// Builds (once) and starts swiftlet against `runtime`, and waits for `GET /healthz` == `ok`.
     ///

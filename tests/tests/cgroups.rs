@@ -9,11 +9,8 @@ use std::time::{Duration, Instant};
 
 use swiftlet_tests::{Agent, AgentOptions, Runtime, pod_cgroup_uids};
 
-// Generous for the VM: under QEMU's software emulation four pods written together took 57 s to
-// run (CI of `23db6b4`, 2026-12-07); on the host they take a few seconds. A bound only costs
-// time when a test fails.
-const RUNNING_TIMEOUT: Duration = Duration::from_secs(180);
-const GONE_TIMEOUT: Duration = Duration::from_secs(180);
+const RUNNING_TIMEOUT: Duration = swiftlet_tests::VM_POD_TIMEOUT;
+const GONE_TIMEOUT: Duration = swiftlet_tests::VM_POD_TIMEOUT;
 const CGROUP: &str = "/sys/fs/cgroup";
 
 /// The looping test pod (its one container is the manifest's last item) with `resources` (YAML

@@ -142,7 +142,7 @@ fn installed_as_a_systemd_service_it_runs_stops_and_adopts_its_pods() {
             })
             .unwrap_or_default()
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let deadline = std::time::Instant::now() + swiftlet_tests::VM_POD_TIMEOUT;
     let (sandboxes, first) = loop {
         let (s, r) = running();
         if r.len() == 1 {
@@ -177,7 +177,7 @@ fn installed_as_a_systemd_service_it_runs_stops_and_adopts_its_pods() {
 
     // Clean-up: the pod goes with its manifest, then the service.
     std::fs::remove_file("/etc/kubernetes/manifests/deployed.yaml").expect("remove the pod");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let deadline = std::time::Instant::now() + swiftlet_tests::VM_POD_TIMEOUT;
     while running().0 > 0 {
         assert!(
             std::time::Instant::now() < deadline,

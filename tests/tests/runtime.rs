@@ -682,9 +682,10 @@ spec:
     // The file's message is there from the first status showing the exit, even when that is
     // the kernel's (the runtime records exits later under load): the agent's record of the
     // start keeps the message file's mount.
+    let file_message = Some((3, Some("bye from file".to_owned())));
     assert_eq!(
         message(&list, "file"),
-        Some((3, Some("bye from file".into()))),
+        file_message,
         "the message file holds {:?}",
         std::fs::read_to_string(
             agent
@@ -700,7 +701,7 @@ spec:
         let list = agent.pods();
         let got = (message(&list, "file"), message(&list, "logs"));
         let want = (
-            Some((3, Some("bye from file".to_owned()))),
+            file_message.clone(),
             Some((1, Some("first\noops\n".to_owned()))),
         );
         if got == want {

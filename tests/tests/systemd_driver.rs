@@ -17,8 +17,7 @@ use swiftlet::pod::cgroup_name::{slice_dir, slice_unit};
 use swiftlet_tests::{Agent, AgentOptions, Runtime};
 
 const CGROUP: &str = "/sys/fs/cgroup";
-// Generous: these tests run only in the VM, under software emulation (see cgroups.rs).
-const TIMEOUT: Duration = Duration::from_secs(180);
+const TIMEOUT: Duration = swiftlet_tests::VM_POD_TIMEOUT;
 
 /// `systemctl show --value -p <property> <unit>`.
 fn show(unit: &str, property: &str) -> String {
