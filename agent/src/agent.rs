@@ -62,6 +62,19 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             source,
         })?;
     }
+    // Each pod's state directory (volumes, termination messages, /etc/hosts) is below it.
+    let pods_dir = cfg.root_dir.join("pods");
+    match crate::pod::tighten_pod_dirs(&pods_dir) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            dir = %pods_dir.display(),
+            n,
+            "pod directories made 0750: other local users could read or write into them"
+        ),
+        Err(e) => {
+            tracing::warn!(dir = %pods_dir.display(), %e, "tightening pod directories' modes")
+        }
+    }
 
     let cri = Cri::new(&cfg.container_runtime_endpoint, metrics.clone())?
         .with_request_timeout(cfg.runtime_request_timeout);
@@ -196,8 +209,6 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         pod_cache.clone(),
         links_dir,
     );
-    // Each pod's state directory (volumes, termination messages, /etc/hosts) is below it.
-    let pods_dir = cfg.root_dir.join("pods");
     let orphans =
         crate::orphans::Orphans::new(cm.clone(), cfg.pod_logs_dir.clone(), pods_dir.clone());
     let memory = memory_capacity();
@@ -379,6 +390,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             anonymous: api.anonymous,
             names: serving_names(&cfg.node_name, &cfg.node.node_ips),
             webhook,
+            stream_idle_timeout: api.stream_idle_timeout,
         };
         server::kubelet_api::start(
             settings,

@@ -448,6 +448,14 @@ pub struct KubeletConfiguration {
         value_name = "FILE"
     )]
     pub tls_private_key_file: Option<PathBuf>,
+    /// How long an exec, attach or port-forward stream through the kubelet API may pass no
+    /// byte either way before it is closed; 0: no limit [default: 4h].
+    #[arg(
+        id = "streamingConnectionIdleTimeout",
+        long = "streaming-connection-idle-timeout",
+        value_name = "DURATION"
+    )]
+    pub streaming_connection_idle_timeout: Option<GoDuration>,
     #[serde(default)]
     #[command(flatten)]
     pub authentication: Authentication,
@@ -778,6 +786,8 @@ pub struct KubeletApi {
     pub anonymous: bool,
     /// Token and access reviews (they need `--kubeconfig`).
     pub webhook: crate::server::webhook::Settings,
+    /// `--streaming-connection-idle-timeout` (`None`: no limit).
+    pub stream_idle_timeout: Option<Duration>,
 }
 
 /// The KubeletConfiguration versions whose fields swiftlet reads.
@@ -1003,6 +1013,10 @@ impl AgentConfig {
             port,
             cfg.address,
             (cfg.tls_cert_file, cfg.tls_private_key_file),
+            duration_or(
+                cfg.streaming_connection_idle_timeout,
+                Duration::from_secs(4 * 3600),
+            ),
             flags.cert_dir.unwrap_or_else(|| root_dir.join("pki")),
             (cfg.authentication, cfg.authorization),
             Access {
@@ -1080,6 +1094,7 @@ fn kubelet_api(
     port: u16,
     address: Option<IpAddr>,
     (cert, key): (Option<PathBuf>, Option<PathBuf>),
+    stream_idle_timeout: Duration,
     cert_dir: PathBuf,
     (authentication, authorization): (Authentication, Authorization),
     access: Access,
@@ -1156,6 +1171,7 @@ fn kubelet_api(
             token_ttl,
             access_ttls,
         },
+        stream_idle_timeout: (!stream_idle_timeout.is_zero()).then_some(stream_idle_timeout),
     }))
 }
 
@@ -1696,7 +1712,17 @@ mod tests {
         assert_eq!(api.addr, "0.0.0.0:10250".parse().unwrap());
         assert!(!api.anonymous && api.tls.client_ca.is_none() && api.tls.cert_and_key.is_none());
         assert_eq!(api.tls.cert_dir, PathBuf::from("/r/pki"));
+        assert_eq!(api.stream_idle_timeout, Some(Duration::from_secs(4 * 3600)));
         assert!(resolve(&["--port", "0"]).unwrap().kubelet_api.is_none());
+        let idle = |v: &str| {
+            resolve(&["--streaming-connection-idle-timeout", v])
+                .unwrap()
+                .kubelet_api
+                .unwrap()
+                .stream_idle_timeout
+        };
+        assert_eq!(idle("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(idle("0"), None, "0: no limit");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.yaml");
         std::fs::write(

@@ -946,7 +946,7 @@ fn list_too_large(agent: &Agent) -> u64 {
 
 /// The samples of counter family `name` on the agent's `/metrics`, by their label set (the text
 /// between the braces).
-fn metric_by_label(agent: &Agent, name: &str) -> BTreeMap<String, u64> {
+pub(crate) fn metric_by_label(agent: &Agent, name: &str) -> BTreeMap<String, u64> {
     let (_, body) = agent.get("/metrics");
     body.lines()
         .filter_map(|l| l.strip_prefix(name)?.strip_prefix('{'))

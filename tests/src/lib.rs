@@ -6,9 +6,11 @@
 //! `SWIFTLET_REQUIRE_RUNTIME=1` (CI sets it through `cargo xtask test`).
 
 pub mod api_server;
+pub mod attacks;
 pub mod certs;
 pub mod chaos;
 pub mod cri_proxy;
+pub mod kubelet_client;
 pub mod registry;
 pub mod rng;
 

@@ -15,129 +15,17 @@
 //! for its shorter TTL.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use http_body_util::BodyExt;
 use swiftlet_tests::certs::{Usage, make_ca, make_leaf};
-use swiftlet_tests::{Agent, AgentOptions, Runtime, busybox_pod_manifest, script_pod_manifest};
-use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+use swiftlet_tests::kubelet_client::{
+    client, connect, current_thread, kubelet_api_options, request, request_as, websocket,
+};
+use swiftlet_tests::{Agent, Runtime, busybox_pod_manifest, script_pod_manifest};
+use tokio_tungstenite::tungstenite::Message;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A TLS client trusting `dir/ca.pem`, presenting `dir/<cert>.pem` when given.
-fn client(dir: &Path, cert: Option<&str>) -> tokio_rustls::TlsConnector {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = |name: &str| -> Vec<CertificateDer<'static>> {
-        CertificateDer::pem_file_iter(dir.join(format!("{name}.pem")))
-            .and_then(Iterator::collect)
-            .expect("reading a test certificate")
-    };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in certs("ca") {
-        roots.add(c).expect("the test CA is a CA certificate");
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_root_certificates(roots);
-    let config = match cert {
-        Some(name) => {
-            let key = PrivateKeyDer::from_pem_file(dir.join(format!("{name}.key")))
-                .expect("reading a test key");
-            builder
-                .with_client_auth_cert(certs(name), key)
-                .expect("a client certificate and its key")
-        }
-        None => builder.with_no_client_auth(),
-    };
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-}
-
-type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
-
-async fn connect(tls: &tokio_rustls::TlsConnector, addr: SocketAddr) -> Result<Tls, String> {
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connecting: {e}"))?;
-    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
-    tls.connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS handshake: {e}"))
-}
-
-/// One request over a new connection: the status and the whole body.
-async fn request(
-    tls: &tokio_rustls::TlsConnector,
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-) -> Result<(u16, String), String> {
-    request_as(tls, addr, method, path, None).await
-}
-
-/// [`request`] with `Authorization: Bearer <token>` when a token is given.
-async fn request_as(
-    tls: &tokio_rustls::TlsConnector,
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-) -> Result<(u16, String), String> {
-    let stream = connect(tls, addr).await?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("HTTP handshake: {e}"))?;
-    tokio::spawn(conn);
-    let req = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string());
-    let req = match token {
-        Some(t) => req.header("authorization", format!("Bearer {t}")),
-        None => req,
-    };
-    let req = req
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| format!("request: {e}"))?;
-    let status = resp.status().as_u16();
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| format!("reading the body: {e}"))?
-        .to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
-}
-
-/// A WebSocket (`v4.channel.k8s.io`) to `path` over a new TLS connection.
-async fn websocket(
-    tls: &tokio_rustls::TlsConnector,
-    addr: SocketAddr,
-    path: &str,
-) -> Result<tokio_tungstenite::WebSocketStream<Tls>, String> {
-    let stream = connect(tls, addr).await?;
-    let mut req = format!("wss://{addr}{path}")
-        .into_client_request()
-        .map_err(|e| e.to_string())?;
-    req.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        "v4.channel.k8s.io".parse().map_err(|_| "header")?,
-    );
-    let (ws, _) = tokio_tungstenite::client_async(req, stream)
-        .await
-        .map_err(|e| format!("WebSocket handshake: {e}"))?;
-    Ok(ws)
-}
 
 /// What an exec over WebSocket (`v4.channel.k8s.io`) brought back: stdout, stderr and the
 /// status document of channel 3.
@@ -222,37 +110,8 @@ async fn port_forward(
     Ok(String::from_utf8_lossy(&data).into_owned())
 }
 
-/// A runtime on the test's own thread for its requests.
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
 fn pod_running(agent: &Agent, pod: &str) {
     agent.wait_for(|p| p.is_running(pod), TIMEOUT);
-}
-
-/// Certificates in `d` (the CA `ca`, the server's for 127.0.0.1, a client certificate for
-/// `alice` in group `ops`) and options for an agent serving the kubelet API with them on a free
-/// port (also returned).
-fn kubelet_api_options(d: &Path, name: &str) -> (AgentOptions, u16) {
-    make_ca(d, "ca", "/CN=swiftlet test CA").expect("a test CA");
-    make_leaf(d, "ca", "server", "/CN=127.0.0.1", Usage::Server).expect("a server certificate");
-    make_leaf(d, "ca", "alice", "/O=ops/CN=alice", Usage::Client).expect("a client certificate");
-    let port = xtask::free_loopback_port().expect("a free port");
-    let mut opts = AgentOptions::new(name);
-    opts.kubelet_port = Some(port);
-    for (flag, file) in [
-        ("--tls-cert-file", "server.pem"),
-        ("--tls-private-key-file", "server.key"),
-        ("--client-ca-file", "ca.pem"),
-    ] {
-        opts.extra_args.push(flag.into());
-        opts.extra_args.push(d.join(file).display().to_string());
-    }
-    (opts, port)
 }
 
 #[test]
@@ -707,146 +566,4 @@ fn the_api_server_decides_who_may_use_the_kubelet_api() {
     std::thread::sleep(Duration::from_millis(1500));
     let (status, body) = call(&anyone, "/stats/summary", Some("bob-token"));
     assert_eq!(status, 200, "{body}");
-}
-
-/// With the most connections the kubelet API serves at once held open, a new one is closed
-/// unserved and counted; once they go, a certified caller is served again.
-#[test]
-fn connections_past_the_cap_are_closed_unserved_and_counted() {
-    use std::io::Read;
-    let Some(rt) = Runtime::shared() else { return };
-    let max = swiftlet::server::kubelet_api::MAX_CONNECTIONS;
-    let refused = "swiftlet_kubelet_api_connections_refused_total";
-    let dir = tempfile::tempdir().unwrap();
-    let (opts, port) = kubelet_api_options(dir.path(), "kubelet-api-cap");
-    let agent = Agent::start(rt, opts);
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    assert_eq!(agent.metric(refused), 0.0);
-    // Connections that never start their handshake hold a slot each until the handshake's
-    // 10 s run out: the probes below run well within that.
-    let held: Vec<std::net::TcpStream> = (0..max)
-        .map(|i| {
-            std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connection {i}: {e}"))
-        })
-        .collect();
-    agent.eventually(
-        "a connection past the cap closed unserved",
-        Duration::from_secs(5),
-        || {
-            let mut extra = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
-            extra
-                .set_read_timeout(Some(Duration::from_secs(1)))
-                .map_err(|e| e.to_string())?;
-            match extra.read(&mut [0; 1]) {
-                Ok(0) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(()),
-                other => Err(format!("served: {other:?}")),
-            }
-        },
-    );
-    assert!(agent.metric(refused) >= 1.0, "counted");
-    drop(held);
-    let alice = client(dir.path(), Some("alice"));
-    let rt = current_thread();
-    agent.eventually("served again", Duration::from_secs(15), || {
-        match rt.block_on(request(&alice, addr, "GET", "/healthz"))? {
-            (200, _) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    });
-}
-
-/// Attacks on the kubelet API from the network, each with its safe outcome: every path, odd
-/// ones and unknown ones included, refused to a caller without a certificate whatever the
-/// method; a certificate made for a server refused as a client's; a log request on a large log
-/// costs the agent no more memory than a read.
-#[test]
-fn attacks_on_the_kubelet_api_fail_safely() {
-    use swiftlet_tests::chaos::{peak_kib, reset_peak};
-    let Some(rt) = Runtime::shared() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (mut opts, port) = kubelet_api_options(d, "kubelet-api-attacks");
-    opts.extra_args
-        .extend(["--container-log-max-size".into(), "1Gi".into()]);
-    let agent = Agent::start(rt, opts);
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let node = agent.node_name().to_owned();
-    // A container that writes some 40 MB of log (lines of 1,000 bytes), then says so.
-    let line = "a".repeat(1000);
-    agent.write_manifest(
-        "writer.yaml",
-        &busybox_pod_manifest(
-            &format!("name: writer, namespace: default, uid: writer-{node}"),
-            "",
-            &format!("yes {line} | head -n 40000; echo written; sleep 3600 & wait"),
-            "",
-        ),
-    );
-    let writer = agent.static_pod_name("writer");
-    let alice = client(d, Some("alice"));
-    let nobody = client(d, None);
-    let server_as_client = client(d, Some("server"));
-    let rt = current_thread();
-    rt.block_on(async {
-        let paths = [
-            "/pods".to_owned(),
-            "/stats/summary".into(),
-            "/metrics".into(),
-            "/metrics/resource".into(),
-            "/healthz".into(),
-            "/debug/pprof/".into(),
-            "/configz".into(),
-            "/logs/".into(),
-            format!("/exec/default/{writer}/main?command=id&output=1"),
-            format!("/run/default/{writer}/main?cmd=id"),
-            format!("/containerLogs/default/{writer}/main"),
-            "/portForward/default/x".into(),
-            "/no-such-path".into(),
-            "/stats/../pods".into(),
-            "//pods".into(),
-            "/%2e%2e/pods".into(),
-            "/stats/%2e%2e/pods".into(),
-            "/logs/../../etc/passwd".into(),
-        ];
-        for method in ["GET", "POST", "PUT", "DELETE", "HEAD", "PROPFIND"] {
-            for path in &paths {
-                let (code, _) = request(&nobody, addr, method, path)
-                    .await
-                    .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-                assert_eq!(code, 401, "{method} {path} without a certificate");
-            }
-        }
-        let refused = request(&server_as_client, addr, "GET", "/pods").await;
-        assert!(
-            refused.is_err(),
-            "a certificate without clientAuth authenticated: {refused:?}"
-        );
-    });
-    // The whole log written, then requests that need only a little of it.
-    let base = format!("/containerLogs/default/{writer}/main");
-    agent.eventually("the log written", Duration::from_secs(120), || {
-        match rt.block_on(request(&alice, addr, "GET", &format!("{base}?tailLines=1")))? {
-            (200, body) if body == "written\n" => Ok(()),
-            other => Err(format!(
-                "{:?}",
-                (other.0, &other.1[..other.1.len().min(80)])
-            )),
-        }
-    });
-    let pid = agent.pid().expect("the agent runs");
-    for query in ["tailLines=10", "limitBytes=100"] {
-        reset_peak(pid);
-        let before = peak_kib(pid);
-        let (code, body) = rt
-            .block_on(request(&alice, addr, "GET", &format!("{base}?{query}")))
-            .unwrap();
-        assert_eq!(code, 200, "{query}");
-        assert!(body.len() <= 10 * 1001, "{query}: {} bytes", body.len());
-        let grew = peak_kib(pid).saturating_sub(before);
-        assert!(
-            grew < 16 << 10,
-            "{query} on a 40 MB log raised the agent's peak RSS by {grew} KiB"
-        );
-    }
 }

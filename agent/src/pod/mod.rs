@@ -40,6 +40,44 @@ pub fn pod_dirs(dir: &std::path::Path) -> std::io::Result<()> {
         .create(dir)
 }
 
+/// Takes group write and every permission of other users off `pods_dir` and each directory in
+/// it, as [`pod_dirs`] makes them (an older build made them 0755, so any local user could read
+/// a pod's files and rewrite its 0666 termination-message file). Directories are opened without
+/// following a symlink and changed through their descriptors; other entries are skipped. The
+/// number of directories changed; none when `pods_dir` does not exist.
+pub fn tighten_pod_dirs(pods_dir: &std::path::Path) -> std::io::Result<usize> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let tighten = |fd: &rustix::fd::OwnedFd| -> rustix::io::Result<bool> {
+        let mode = rustix::fs::fstat(fd)?.st_mode & 0o7777;
+        if mode & 0o027 == 0 {
+            return Ok(false);
+        }
+        rustix::fs::fchmod(fd, Mode::from_raw_mode(mode & !0o027))?;
+        Ok(true)
+    };
+    let top = match rustix::fs::open(pods_dir, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let mut changed = usize::from(tighten(&top)?);
+    for entry in rustix::fs::Dir::read_from(&top)? {
+        let name = entry?.file_name().to_owned();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        match rustix::fs::openat(&top, name.as_c_str(), flags, Mode::empty()) {
+            Ok(fd) => changed += usize::from(tighten(&fd)?),
+            // Not a directory, a symlink, or gone meanwhile.
+            Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP | rustix::io::Errno::NOENT) => {
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(changed)
+}
+
 /// The pod's full name as the kubelet spells it: `<name>_<namespace>`.
 pub fn full_name(pod: &Pod) -> String {
     format!(
@@ -200,6 +238,42 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PodSpec;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn pod_directories_an_older_build_made_open_are_tightened_without_following_links() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let root = tempfile::tempdir().unwrap();
+        let pods = root.path().join("pods");
+        assert_eq!(tighten_pod_dirs(&pods).unwrap(), 0, "no pods directory yet");
+        let mode = |p: &std::path::Path| {
+            std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+        };
+        let set = |p: &std::path::Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        };
+        let outside = root.path().join("outside");
+        for d in [&pods, &pods.join("old"), &pods.join("new"), &outside] {
+            std::fs::create_dir(d).unwrap();
+        }
+        set(&pods, 0o755);
+        set(&pods.join("old"), 0o775);
+        set(&pods.join("new"), 0o750);
+        set(&outside, 0o755);
+        std::os::unix::fs::symlink(&outside, pods.join("link")).unwrap();
+        std::fs::write(pods.join("file"), "").unwrap();
+        set(&pods.join("file"), 0o644);
+        assert_eq!(tighten_pod_dirs(&pods).unwrap(), 2);
+        assert_eq!(mode(&pods), 0o750);
+        assert_eq!(mode(&pods.join("old")), 0o750);
+        assert_eq!(mode(&pods.join("new")), 0o750);
+        assert_eq!(mode(&outside), 0o755, "a symlink is not followed");
+        assert_eq!(mode(&pods.join("file")), 0o644, "only directories");
+        assert_eq!(
+            tighten_pod_dirs(&pods).unwrap(),
+            0,
+            "nothing left to change"
+        );
+    }
 
     fn pod(annotations: &[(&str, &str)], policy: Option<&str>) -> Pod {
         let mut p = Pod::default();

@@ -49,6 +49,8 @@ pub struct Settings {
     pub names: Vec<String>,
     /// Token and access reviews through the API server, when asked for.
     pub webhook: Option<super::webhook::Webhook>,
+    /// How long an exec, attach or port-forward stream may be idle (`None`: no limit).
+    pub stream_idle_timeout: Option<std::time::Duration>,
 }
 
 #[derive(Clone)]
@@ -57,6 +59,7 @@ struct ApiState {
     cri: Cri,
     anonymous: bool,
     webhook: Option<super::webhook::Webhook>,
+    stream_idle_timeout: Option<std::time::Duration>,
 }
 
 impl FromRef<ApiState> for AppState {
@@ -123,6 +126,7 @@ pub async fn start(
         cri,
         anonymous: settings.anonymous,
         webhook: settings.webhook,
+        stream_idle_timeout: settings.stream_idle_timeout,
     };
     let router = routes(state);
     if settings.anonymous {
@@ -574,7 +578,7 @@ async fn exec_or_attach(
         }
     };
     match url {
-        Ok(url) => Ok(proxy(req, &url).await),
+        Ok(url) => Ok(proxy(req, &url, s.stream_idle_timeout).await),
         Err(e) => Err(runtime_error("asking the runtime for a stream", &e)),
     }
 }
@@ -667,7 +671,7 @@ async fn port_forward_to(
         })
         .await
         .map_err(|e| runtime_error("asking the runtime for a port-forward stream", &e))?;
-    Ok(proxy(req, &url).await)
+    Ok(proxy(req, &url, s.stream_idle_timeout).await)
 }
 
 async fn port_forward(

@@ -27,6 +27,10 @@ Scenarios (default: all):
   soak     --cycles create/delete cycles of --pods pods (default 1000 cycles, 3 pods); fails when
            open fds or async tasks grow, or RSS grows more than 2 MiB from the middle to the end;
            the debug agent, or with --agent PATH the agent binary at PATH
+  security attacks on a running agent (the kubelet API from the network: every path and method
+           without a certificate, refused certificates, log requests on a 40 MB log, an idle
+           exec stream, connections past the cap; a static pod UID with '..'; another local
+           user in a pod's directory), each checked for its safe outcome (one pass)
 
 Every scenario prints its seed; --seed replays the same choices.
 ";
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
             "runtime",
             "disk",
             "soak",
+            "security",
         ],
         "kill9" => &["kill9"],
         "sigterm" => &["sigterm"],
@@ -142,6 +147,7 @@ fn main() -> ExitCode {
         "runtime" => &["runtime"],
         "disk" => &["disk"],
         "soak" => &["soak"],
+        "security" => &["security"],
         other => {
             eprintln!("swiftlet-chaos: unknown scenario {other:?}\n\n{USAGE}");
             return ExitCode::from(2);
@@ -173,6 +179,22 @@ fn main() -> ExitCode {
                 outcome
             }
             "runtime" => chaos::runtime_restarts(args.seed, args.rounds, args.pods),
+            "security" => {
+                let (outcome, attacks) = swiftlet_tests::attacks::security(runtime, args.seed);
+                for a in &attacks {
+                    println!(
+                        "  {:<60} tried {:>4}  held {:>4}  {}",
+                        a.name,
+                        a.tried,
+                        a.held,
+                        if a.held == a.tried { "ok" } else { "BROKEN" }
+                    );
+                }
+                if args.json {
+                    println!("{}", serde_json::to_string(&attacks).unwrap_or_default());
+                }
+                outcome
+            }
             "disk" => chaos::disk_full(runtime, args.seed, args.rounds, args.pods),
             "soak" => {
                 let pods = if args.pods_set { args.pods } else { 3 };
