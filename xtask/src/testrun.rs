@@ -178,14 +178,17 @@ pub fn in_vm(totals: &mut Totals) -> anyhow::Result<i32> {
     Ok(rc)
 }
 
-/// The executables of integration tests `names` of the tests crate, built by one cargo call.
+/// The executables of integration tests `names` of the tests crate, built by one cargo call
+/// with the packages of [`run`]'s own (`--workspace`): the same features, so the executables
+/// the host ran are found fresh instead of the whole dependency graph rebuilt for `-p`.
 fn test_executables(names: &[&str]) -> anyhow::Result<Vec<std::path::PathBuf>> {
     use anyhow::Context;
     let mut cmd = Command::new(crate::cargo_bin());
     cmd.current_dir(crate::workspace_root()).args([
         "test",
-        "-p",
-        "swiftlet-tests",
+        "--workspace",
+        "--exclude",
+        "swiftlet-ebpf",
         "--no-run",
         "--message-format=json",
     ]);
