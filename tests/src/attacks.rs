@@ -397,7 +397,7 @@ fn local_user(agent: &Agent, uid: &str) -> Attack {
     a
 }
 
-/// Every regular file below `dir`, not through symlinks or into mounts' contents that vanish.
+/// Every regular file below `dir` (symlinks are not followed).
 fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
