@@ -2,7 +2,7 @@
 //! from the network, a static pod's spec, another local user), each checked for its safe
 //! outcome, on the real containerd. docs/security.md lists them with what each would have done
 //! to a build without its fix; `cargo xtask chaos -- --scenario security` runs them and prints
-//! how many of each held, and `tests/tests/chaos.rs` runs them in CI.
+//! how many of each held, and `tests/tests/kubelet_api.rs` runs them in CI.
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

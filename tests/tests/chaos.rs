@@ -150,16 +150,3 @@ fn soak_cycles_leak_no_fds_tasks_or_memory() {
             .all(|s| s.fds > 0 && s.rss_kib > 0 && s.tokio_tasks > 0)
     );
 }
-
-/// The `security` scenario: every attack on a running agent (docs/security.md) made, and each
-/// ends safely.
-#[test]
-fn every_attack_on_a_running_agent_fails_safely() {
-    let Some(rt) = Runtime::shared() else { return };
-    let (outcome, attacks) = swiftlet_tests::attacks::security(rt, 20261207);
-    assert_passed(&outcome);
-    assert_eq!(attacks.len(), 7, "{attacks:#?}");
-    for a in &attacks {
-        assert!(a.tried > 0 && a.held == a.tried, "{a:#?}");
-    }
-}
