@@ -324,6 +324,11 @@ impl Outcome {
         self.violations.is_empty()
     }
 
+    /// Fails with the seed and every violation when the scenario's invariant did not hold.
+    pub fn assert_passed(&self) {
+        assert!(self.passed(), "seed {}: {:#?}", self.seed, self.violations);
+    }
+
     /// The `q`-quantile (0..=1) of the convergence times.
     pub fn converge_quantile(&self, q: f64) -> Option<u64> {
         quantile(&self.converge_ms, q)

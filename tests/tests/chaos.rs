@@ -5,19 +5,10 @@ use std::time::Duration;
 use swiftlet_tests::Runtime;
 use swiftlet_tests::chaos;
 
-/// Fails with the seed and every violation when the scenario's invariant did not hold.
-fn assert_passed(outcome: &chaos::Outcome) {
-    assert!(
-        outcome.passed(),
-        "seed {}: {:#?}",
-        outcome.seed,
-        outcome.violations
-    );
-}
-
-/// [`assert_passed`], and every one of `rounds` faults injected and converged after.
+/// [`chaos::Outcome::assert_passed`], and every one of `rounds` faults injected and converged
+/// after.
 fn assert_rounds_converged(outcome: &chaos::Outcome, rounds: usize) {
-    assert_passed(outcome);
+    outcome.assert_passed();
     assert_eq!(outcome.faults, rounds);
     assert_eq!(outcome.converge_ms.len(), rounds);
 }
@@ -36,7 +27,7 @@ fn kill9_during_churn_converges_every_round() {
 fn sigterm_during_a_burst_exits_promptly_and_converges() {
     let Some(rt) = Runtime::shared() else { return };
     let outcome = chaos::sigterm_burst(rt, 20261125, 3, 6);
-    assert_passed(&outcome);
+    outcome.assert_passed();
     assert_eq!(outcome.fault_ms.len(), 3);
     assert!(
         outcome
@@ -57,7 +48,7 @@ fn hostile_input_is_rejected_and_counted_and_good_pods_keep_running() {
     // The debug agent, measured but not held to the bound (which is the release build's:
     // `cargo xtask chaos -- --scenario hostile` checks it), so CI needs no release build.
     let (outcome, inputs) = chaos::hostile_input(rt, 20261125, 1, &Default::default());
-    assert_passed(&outcome);
+    outcome.assert_passed();
     // The idle sample and every input once.
     assert_eq!(inputs.len(), 16, "{inputs:#?}");
 }

@@ -579,12 +579,7 @@ fn the_api_server_decides_who_may_use_the_kubelet_api() {
 fn every_attack_on_a_running_agent_fails_safely() {
     let Some(rt) = Runtime::shared() else { return };
     let (outcome, attacks) = swiftlet_tests::attacks::security(rt, 20261207);
-    assert!(
-        outcome.passed(),
-        "seed {}: {:#?}",
-        outcome.seed,
-        outcome.violations
-    );
+    outcome.assert_passed();
     assert_eq!(attacks.len(), 7, "{attacks:#?}");
     for a in &attacks {
         assert!(a.tried > 0 && a.held == a.tried, "{a:#?}");
