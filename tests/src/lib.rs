@@ -843,6 +843,11 @@ pub const HEALTHZ_TIMEOUT: Duration = Duration::from_secs(120);
 /// a test fails.
 pub const VM_POD_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// How long one request to the agent's read-only port may take: in the emulated VM with the host
+/// busy, a `GET /pods` ran past 10 s (a CI run of `b335120`, 2026-12-07, with other tests on the
+/// host). The bound only costs time when the agent does not answer.
+pub const GET_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl Agent {
     /// Builds (once) and starts swiftlet against `runtime`, and waits for `GET /healthz` == `ok`.
     ///
@@ -899,7 +904,7 @@ impl Agent {
             own_process_group: false,
             die_with_parent: true,
         };
-        let http = xtask::http::Client::new(spec.read_only_addr(), Duration::from_secs(10));
+        let http = xtask::http::Client::new(spec.read_only_addr(), GET_TIMEOUT);
         let mut agent = Agent {
             process: None,
             spec,
@@ -936,7 +941,7 @@ impl Agent {
     pub fn restart_after_sigkill(&mut self) {
         self.kill();
         // Connections kept to the killed process are of no use to the new one.
-        self.http = xtask::http::Client::new(self.spec.read_only_addr(), Duration::from_secs(10));
+        self.http = xtask::http::Client::new(self.spec.read_only_addr(), GET_TIMEOUT);
         self.launch(true);
     }
 
@@ -950,7 +955,7 @@ impl Agent {
             Some(i) if i + 1 < args.len() => args[i + 1] = value.to_owned(),
             _ => args.extend([flag.to_owned(), value.to_owned()]),
         }
-        self.http = xtask::http::Client::new(self.spec.read_only_addr(), Duration::from_secs(10));
+        self.http = xtask::http::Client::new(self.spec.read_only_addr(), GET_TIMEOUT);
         self.launch(true);
     }
 
