@@ -289,11 +289,7 @@ fn connections_past_the_cap(agent: &Agent, peers: &Peers, addr: SocketAddr) -> A
             other => Err(format!("served: {other:?}")),
         }
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut closed = extra();
-    while closed.is_err() && Instant::now() < deadline {
-        closed = extra();
-    }
+    let closed = agent.try_eventually(Duration::from_secs(5), extra);
     a.check(closed.and_then(|()| {
         let counted = agent.metric(refused) - before;
         (counted >= 1.0)
@@ -302,15 +298,12 @@ fn connections_past_the_cap(agent: &Agent, peers: &Peers, addr: SocketAddr) -> A
     }));
     drop(held);
     let rt = current_thread();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let served = loop {
+    a.check(agent.try_eventually(Duration::from_secs(15), || {
         match rt.block_on(request(&peers.alice, addr, "GET", "/healthz")) {
-            Ok((200, _)) => break Ok(()),
-            other if Instant::now() >= deadline => break Err(format!("not served: {other:?}")),
-            _ => std::thread::sleep(Duration::from_millis(200)),
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("not served: {other:?}")),
         }
-    };
-    a.check(served);
+    }));
     a
 }
 
@@ -337,18 +330,19 @@ fn uid_escape(agent: &Agent) -> Attack {
             "",
         ),
     );
-    let deadline = Instant::now() + TIMEOUT;
-    while bad_names() <= before && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let counted = agent.try_eventually(TIMEOUT, || {
+        (bad_names() > before)
+            .then_some(())
+            .ok_or_else(|| "not counted as bad_name".to_owned())
+    });
     let root = agent.root_dir();
     let made: Vec<PathBuf> = [root.join("pods"), root.to_owned(), root.join("..")]
         .iter()
         .map(|d| d.join(&escape))
         .filter(|p| p.exists())
         .collect();
-    a.check(if bad_names() <= before {
-        Err("not counted as bad_name".into())
+    a.check(if let Err(why) = counted {
+        Err(why)
     } else if !made.is_empty() {
         Err(format!("made {made:?}"))
     } else if agent.pods().get(&agent.static_pod_name("escape")).is_some() {

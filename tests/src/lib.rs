@@ -1140,17 +1140,28 @@ impl Agent {
         &self,
         what: &str,
         timeout: Duration,
-        mut check: impl FnMut() -> Result<T, String>,
+        check: impl FnMut() -> Result<T, String>,
     ) -> T {
+        self.try_eventually(timeout, check).unwrap_or_else(|why| {
+            panic!(
+                "{what} not reached within {timeout:?}: {why}; log {}:\n{}",
+                self.spec.log.display(),
+                self.log_tail(40)
+            )
+        })
+    }
+
+    /// [`Agent::eventually`] that returns the last `Err` on timeout instead of panicking.
+    pub fn try_eventually<T>(
+        &self,
+        timeout: Duration,
+        mut check: impl FnMut() -> Result<T, String>,
+    ) -> Result<T, String> {
         let deadline = Instant::now() + timeout;
         loop {
             match check() {
-                Ok(v) => return v,
-                Err(why) if Instant::now() >= deadline => panic!(
-                    "{what} not reached within {timeout:?}: {why}; log {}:\n{}",
-                    self.spec.log.display(),
-                    self.log_tail(40)
-                ),
+                Ok(v) => return Ok(v),
+                Err(why) if Instant::now() >= deadline => return Err(why),
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }

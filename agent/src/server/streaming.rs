@@ -123,7 +123,7 @@ pub async fn proxy(mut req: Request<Body>, url: &str, idle: Option<Duration>) ->
 /// and down), or, with `idle`, until no byte has passed either way for that long (`None`); both
 /// connections are dropped, so closed, when it returns.
 async fn join<C, B>(
-    client: C,
+    mut client: C,
     mut backend: B,
     idle: Option<Duration>,
 ) -> std::io::Result<Option<(u64, u64)>>
@@ -132,7 +132,6 @@ where
     B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let Some(limit) = idle else {
-        let mut client = client;
         return tokio::io::copy_bidirectional(&mut client, &mut backend)
             .await
             .map(Some);
