@@ -44,6 +44,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let started = tokio::time::Instant::now();
     let tracker = TaskTracker::new();
     let metrics = Metrics::new();
+    metrics.set_node_name(&cfg.node_name);
     // The containers' log links go beside the pod logs (`logs::links`).
     let links_dir = crate::logs::links::dir_for(&cfg.pod_logs_dir);
     // The root directory holds the pods' directories: 0750 as the kubelet makes it (and each

@@ -34,7 +34,7 @@
 //! a trap and a single-step, a tenth of the agent's CPU during a burst of pod starts when
 //! relists fired them too). On x86-64 the arguments are in rdi, rsi, rdx (and rcx); the same
 //! pid/tid sees begin then end, so a uprobe pair times the call from the agent's side.
-use crate::metrics::{MethodLabel, Metrics, OperationLabel};
+use crate::metrics::{MethodLabel, Metrics};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
@@ -316,22 +316,13 @@ impl Cri {
         let call = Box::pin(fut.instrument(span));
         let res = call_with_deadline(method, deadline, call).await;
         marker(method, Some(res.is_ok()));
-        let label = OperationLabel { operation: method };
         self.metrics
-            .runtime_operations_duration_seconds
-            .get_or_create(&label)
-            .observe(start.elapsed().as_secs_f64());
-        if let Err(e) = &res {
+            .runtime_operation(method, start.elapsed().as_secs_f64(), res.is_err());
+        if let Err(Error::DeadlineExceeded { .. }) = &res {
             self.metrics
-                .runtime_operations_errors_total
-                .get_or_create(&label)
+                .cri_deadline_exceeded_total
+                .get_or_create(&MethodLabel { method })
                 .inc();
-            if let Error::DeadlineExceeded { .. } = e {
-                self.metrics
-                    .cri_deadline_exceeded_total
-                    .get_or_create(&MethodLabel { method })
-                    .inc();
-            }
         }
         res
     }

@@ -1,5 +1,11 @@
 //! Prometheus metrics (prometheus-client). One registry per agent; components hold cheap clones of
-//! the metric handles they update.
+//! the metric handles they update. `/metrics` serves swiftlet's own (`swiftlet_*`), the kubelet's
+//! names ([`kubelet`]) and the process' ([`process`]); `/metrics/probes` the prober's
+//! ([`probes`]).
+pub mod kubelet;
+pub mod probes;
+pub mod process;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -88,9 +94,17 @@ fn millisecond_histogram() -> Histogram {
 }
 
 /// Every metric the agent exports. Cloning shares the underlying values.
+/// The content type of the text [`Metrics::encode`] and [`probes::ProbeMetrics::encode`] write:
+/// OpenMetrics (counters declared without `_total`, a closing `# EOF`).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
+    /// The kubelet's names for what the dashboards written for it read.
+    pub kubelet: kubelet::KubeletMetrics,
+    /// `/metrics/probes`.
+    pub probes: probes::ProbeMetrics,
     pub runtime_operations_duration_seconds: Family<OperationLabel, Histogram, fn() -> Histogram>,
     pub runtime_operations_errors_total: Family<OperationLabel, Counter>,
     pub cri_deadline_exceeded_total: Family<MethodLabel, Counter>,
@@ -141,7 +155,8 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("swiftlet");
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("swiftlet");
         let runtime_operations_duration_seconds =
             Family::<OperationLabel, Histogram, fn() -> Histogram>::new_with_constructor(
                 millisecond_histogram,
@@ -401,8 +416,20 @@ impl Metrics {
             "Duration of one image garbage collection pass (every --image-gc-period)",
             image_gc_pass_duration_seconds.clone(),
         );
+        let kubelet = kubelet::KubeletMetrics::register(
+            root.sub_registry_with_prefix("kubelet"),
+            kubelet::Shared {
+                running_pods: running_pods.clone(),
+                pleg_discard_events: pleg_discard_events_total.clone(),
+                pleg_last_seen_seconds: pleg_last_seen_seconds.clone(),
+                started_pods: started_pods_total.clone(),
+            },
+        );
+        root.register_collector(Box::new(process::ProcessCollector));
         Self {
-            registry: Arc::new(registry),
+            registry: Arc::new(root),
+            kubelet,
+            probes: probes::ProbeMetrics::default(),
             image_gc_removed_total,
             image_gc_freed_bytes_total,
             image_gc_pass_duration_seconds,
@@ -444,6 +471,76 @@ impl Metrics {
         }
     }
 
+    /// `kubelet_node_name{node}` = 1.
+    pub fn set_node_name(&self, node: &str) {
+        self.kubelet
+            .node_name
+            .get_or_create(&kubelet::NodeLabel {
+                node: node.to_owned(),
+            })
+            .set(1);
+    }
+
+    /// Records one CRI call of `method` that took `secs`, under swiftlet's name and the
+    /// kubelet's.
+    pub fn runtime_operation(&self, method: &'static str, secs: f64, failed: bool) {
+        let label = OperationLabel { operation: method };
+        let kubelet = kubelet::OperationType {
+            operation_type: kubelet::operation_type(method),
+        };
+        self.runtime_operations_duration_seconds
+            .get_or_create(&label)
+            .observe(secs);
+        self.kubelet
+            .runtime_operations_duration_seconds
+            .get_or_create(&kubelet)
+            .observe(secs);
+        self.kubelet
+            .runtime_operations_total
+            .get_or_create(&kubelet)
+            .inc();
+        if failed {
+            self.runtime_operations_errors_total
+                .get_or_create(&label)
+                .inc();
+            self.kubelet
+                .runtime_operations_errors_total
+                .get_or_create(&kubelet)
+                .inc();
+        }
+    }
+
+    /// Records one pod worker update of kind `operation` that took `secs`.
+    pub fn pod_worker(&self, operation: &'static str, secs: f64) {
+        self.pod_worker_duration_seconds
+            .get_or_create(&OperationLabel { operation })
+            .observe(secs);
+        self.kubelet
+            .pod_worker_duration_seconds
+            .get_or_create(&kubelet::OperationType {
+                operation_type: operation,
+            })
+            .observe(secs);
+    }
+
+    /// Records a pod's start: `secs` from its first sight to Running observed.
+    pub fn pod_started(&self, secs: f64) {
+        self.pod_start_duration_seconds.observe(secs);
+        self.kubelet.pod_start_duration_seconds.observe(secs);
+    }
+
+    /// Records a PLEG relist that took `secs`.
+    pub fn relisted(&self, secs: f64) {
+        self.pleg_relist_duration_seconds.observe(secs);
+        self.kubelet.pleg_relist_duration_seconds.observe(secs);
+    }
+
+    /// Records `secs` between the starts of two PLEG relists.
+    pub fn relist_interval(&self, secs: f64) {
+        self.pleg_relist_interval_seconds.observe(secs);
+        self.kubelet.pleg_relist_interval_seconds.observe(secs);
+    }
+
     /// Counts one pod rejected at admission.
     pub fn admission_rejection(&self, reason: &'static str) {
         self.admission_rejections_total
@@ -466,5 +563,50 @@ impl Metrics {
             tracing::error!(%err, "encoding metrics");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kubelets_names_carry_the_same_values_as_swiftlets() {
+        let m = Metrics::new();
+        m.set_node_name("node-a");
+        m.runtime_operation("RunPodSandbox", 0.3, false);
+        m.runtime_operation("RunPodSandbox", 0.01, true);
+        m.pod_worker("create", 0.02);
+        m.pod_started(1.5);
+        m.relisted(0.004);
+        m.running_pods.set(3);
+        m.started_pods_total.inc();
+        m.kubelet.set_running_containers([1, 4, 2, 0]);
+        let text = m.encode();
+        for line in [
+            "kubelet_node_name{node=\"node-a\"} 1",
+            "kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} 2",
+            "kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 1",
+            "swiftlet_runtime_operations_errors_total{operation=\"RunPodSandbox\"} 1",
+            "kubelet_runtime_operations_duration_seconds_bucket{le=\"0.48828125\",operation_type=\"run_podsandbox\"} 2",
+            "kubelet_runtime_operations_duration_seconds_bucket{le=\"0.1953125\",operation_type=\"run_podsandbox\"} 1",
+            "kubelet_pod_worker_duration_seconds_count{operation_type=\"create\"} 1",
+            "swiftlet_pod_worker_duration_seconds_count{operation=\"create\"} 1",
+            "kubelet_pod_start_duration_seconds_bucket{le=\"2.0\"} 1",
+            "kubelet_pod_start_duration_seconds_bucket{le=\"1.0\"} 0",
+            "kubelet_pleg_relist_duration_seconds_bucket{le=\"0.005\"} 1",
+            "kubelet_running_pods 3",
+            "swiftlet_running_pods 3",
+            "kubelet_started_pods_total 1",
+            "kubelet_running_containers{container_state=\"running\"} 4",
+            "kubelet_running_containers{container_state=\"exited\"} 2",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+        assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

@@ -798,8 +798,7 @@ impl Relister {
         if let Some(last) = self.last_relist {
             self.p
                 .metrics
-                .pleg_relist_interval_seconds
-                .observe(start.duration_since(last).as_secs_f64());
+                .relist_interval(start.duration_since(last).as_secs_f64());
         }
         // Taken before the listing: a changed pod's read, which starts from the listing, is
         // handed to its next sync only when nothing mutated the pod since.
@@ -825,6 +824,18 @@ impl Relister {
             .metrics
             .pleg_last_seen_seconds
             .set(i64::try_from(unix).unwrap_or(i64::MAX));
+        let mut by_state = [0i64; 4];
+        for (_, containers) in listed.values() {
+            for (_, state) in containers {
+                if let Some(n) = usize::try_from(*state)
+                    .ok()
+                    .and_then(|s| by_state.get_mut(s))
+                {
+                    *n += 1;
+                }
+            }
+        }
+        self.p.metrics.kubelet.set_running_containers(by_state);
         let new: HashMap<String, RelistEntry> = listed
             .iter()
             .map(|(uid, (sandboxes, containers))| {
@@ -893,10 +904,7 @@ impl Relister {
                 }
             }
         }
-        self.p
-            .metrics
-            .pleg_relist_duration_seconds
-            .observe(start.elapsed().as_secs_f64());
+        self.p.metrics.relisted(start.elapsed().as_secs_f64());
     }
 
     /// Sends the events the sync loop acts on, never blocking; `ContainerChanged` is dropped.

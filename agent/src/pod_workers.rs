@@ -404,12 +404,7 @@ impl PodSyncer for WorkerContext {
     }
 
     fn observe(&self, op: UpdateType, secs: f64) {
-        self.metrics
-            .pod_worker_duration_seconds
-            .get_or_create(&crate::metrics::OperationLabel {
-                operation: op.as_str(),
-            })
-            .observe(secs);
+        self.metrics.pod_worker(op.as_str(), secs);
     }
 }
 

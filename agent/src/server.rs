@@ -115,19 +115,39 @@ async fn stats_summary(State(s): State<AppState>) -> axum::response::Response {
     }
 }
 
-/// `/metrics/resource`: the same usage as the kubelet's resource metrics.
-async fn resource_metrics(State(s): State<AppState>) -> axum::response::Response {
-    match summary(&s).await {
-        Some(summary) => (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            summary.resource_metrics(),
-        )
-            .into_response(),
+/// The content type of the Prometheus text format of `/metrics/resource` and
+/// `/metrics/cadvisor`.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A body written from the summary now, in the Prometheus text format.
+async fn summary_metrics(
+    s: &AppState,
+    body: fn(&crate::stats::Summary) -> String,
+) -> axum::response::Response {
+    match summary(s).await {
+        Some(summary) => {
+            ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], body(&summary)).into_response()
+        }
         None => no_stats(),
     }
+}
+
+/// `/metrics/resource`: the same usage as the kubelet's resource metrics.
+async fn resource_metrics(State(s): State<AppState>) -> axum::response::Response {
+    summary_metrics(&s, crate::stats::Summary::resource_metrics).await
+}
+
+/// `/metrics/cadvisor`: cAdvisor's container metrics, from the same reads.
+async fn cadvisor_metrics(State(s): State<AppState>) -> axum::response::Response {
+    summary_metrics(&s, crate::stats::Summary::cadvisor_metrics).await
+}
+
+/// `/metrics/probes`: the prober's metrics of every probed container.
+async fn probe_metrics(State(s): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        s.metrics.probes.encode(),
+    )
 }
 
 /// Brings a counter mirroring a count kept elsewhere up to `value`.
@@ -153,10 +173,7 @@ async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
         .tokio_alive_tasks
         .set(i64::try_from(alive).unwrap_or(i64::MAX));
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         s.metrics.encode(),
     )
 }
@@ -253,6 +270,8 @@ pub async fn start(
             .route("/metrics", get(metrics))
             .route("/stats/summary", get(stats_summary))
             .route("/metrics/resource", get(resource_metrics))
+            .route("/metrics/cadvisor", get(cadvisor_metrics))
+            .route("/metrics/probes", get(probe_metrics))
             .route("/debug/manifests", get(manifests))
             .route("/debug/ebpf/cgroups", get(ebpf_cgroups))
             .route("/debug/trace/pods", get(trace_pods))

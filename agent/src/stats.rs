@@ -6,6 +6,8 @@
 //!
 //! Cpu rates (`usageNanoCores`) need two reads: the provider keeps each cgroup's last cpu time
 //! and reports the rate since it (the first read of a pod reports none, as the kubelet's).
+mod exposition;
+
 use crate::cm::{CgroupDirs, CgroupUsage, ContainerManager, MemoryUsage};
 use crate::cri::Cri;
 use crate::pod::labels;
@@ -90,6 +92,9 @@ pub struct PodStats {
     pub usage: Usage,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process_stats: Option<ProcessStats>,
+    /// The pod's cgroup, as `/metrics/cadvisor` names it (`id`).
+    #[serde(skip)]
+    pub cgroup: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -110,6 +115,20 @@ pub struct ContainerStats {
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<FsStats>,
+    /// Which runtime container this is (for `/metrics/cadvisor`'s labels).
+    #[serde(skip)]
+    pub runtime: Option<ContainerRef>,
+}
+
+/// A running container as `/metrics/cadvisor` labels it.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerRef {
+    /// The runtime's container ID (`name`).
+    pub id: String,
+    /// The image the pod's spec names for it (`image`).
+    pub image: String,
+    /// Its cgroup (`id`): the pod's cgroup and the runtime's child of it.
+    pub cgroup: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -251,13 +270,7 @@ fn cri_time(nanos: i64) -> String {
 fn boot_time() -> Option<String> {
     static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     BOOT.get_or_init(|| {
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let secs: i64 = stat
-            .lines()
-            .find_map(|l| l.strip_prefix("btime "))?
-            .trim()
-            .parse()
-            .ok()?;
+        let secs = crate::metrics::process::boot_time_seconds()?;
         jiff::Timestamp::from_second(secs).ok().map(|t| rfc3339(&t))
     })
     .clone()
@@ -638,12 +651,24 @@ impl Provider {
                 .zip(read.containers)
                 .map(|((name, c), usage)| {
                     let key = format!("container/{}", c.id);
+                    let image = crate::pod::container(&p.pod, name)
+                        .and_then(|spec| spec.image.clone())
+                        .unwrap_or_default();
                     let stats = ContainerStats {
                         name: (*name).to_owned(),
                         start_time: Some(cri_time(c.created_at)),
                         cpu: self.cpu(&key, &time, usage.cpu_nanos, now),
                         memory: Self::memory(&time, usage.memory, None),
                         rootfs: self.cache().writable.get(&c.id).cloned(),
+                        runtime: Some(ContainerRef {
+                            id: c.id.clone(),
+                            image,
+                            cgroup: format!(
+                                "/{}/{}",
+                                plan.cgroup.as_deref().unwrap_or_default(),
+                                self.cm.container_cgroup(&c.id)
+                            ),
+                        }),
                     };
                     live_keys.insert(key);
                     stats
@@ -666,6 +691,7 @@ impl Provider {
                     .pod
                     .processes
                     .map(|n| ProcessStats { process_count: n }),
+                cgroup: plan.cgroup.as_ref().map(|c| format!("/{c}")),
             });
         }
         {
@@ -750,138 +776,6 @@ fn writable_layer(c: &cri::ContainerStats) -> Option<FsStats> {
     })
 }
 
-/// Milliseconds since the epoch of an RFC 3339 time (the sample timestamps of
-/// `/metrics/resource`).
-fn millis(time: &str) -> Option<i64> {
-    time.parse::<jiff::Timestamp>()
-        .ok()
-        .map(|t| t.as_millisecond())
-}
-
-/// One sample of a resource metric: its value and when it was read (ms since the epoch).
-type Sample = Option<(f64, Option<i64>)>;
-
-/// Escapes a label value of the Prometheus text format.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-impl Summary {
-    /// `/metrics/resource`: the kubelet's resource metrics (what metrics-server scrapes) in the
-    /// Prometheus text format, each sample with the time it was read.
-    pub fn resource_metrics(&self) -> String {
-        use std::fmt::Write;
-        let mut out = String::new();
-        let mut family =
-            |name: &str, kind: &str, help: &str, samples: Vec<(String, f64, Option<i64>)>| {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-                for (labels, v, at) in samples {
-                    let _ = match at {
-                        Some(ms) => writeln!(out, "{name}{labels} {v} {ms}"),
-                        None => writeln!(out, "{name}{labels} {v}"),
-                    };
-                }
-            };
-        let cpu_secs = |c: &Option<CpuStats>| {
-            c.as_ref()
-                .and_then(|c| Some((c.usage_core_nano_seconds? as f64 / 1e9, millis(&c.time))))
-        };
-        let wss = |m: &Option<MemoryStats>| {
-            m.as_ref()
-                .map(|m| (m.working_set_bytes as f64, millis(&m.time)))
-        };
-        let pod_labels = |p: &PodStats| {
-            format!(
-                "namespace=\"{}\",pod=\"{}\"",
-                label(&p.pod_ref.namespace),
-                label(&p.pod_ref.name)
-            )
-        };
-        let containers = |f: &dyn Fn(&ContainerStats) -> Sample| {
-            self.pods
-                .iter()
-                .flat_map(|p| {
-                    p.containers.iter().filter_map(move |c| {
-                        let (v, at) = f(c)?;
-                        Some((
-                            format!("{{container=\"{}\",{}}}", label(&c.name), pod_labels(p)),
-                            v,
-                            at,
-                        ))
-                    })
-                })
-                .collect::<Vec<_>>()
-        };
-        family(
-            "container_cpu_usage_seconds_total",
-            "counter",
-            "Cumulative cpu time consumed by the container in core-seconds",
-            containers(&|c| cpu_secs(&c.cpu)),
-        );
-        family(
-            "container_memory_working_set_bytes",
-            "gauge",
-            "Current working set of the container in bytes",
-            containers(&|c| wss(&c.memory)),
-        );
-        let pods = |f: &dyn Fn(&PodStats) -> Sample| {
-            self.pods
-                .iter()
-                .filter_map(|p| {
-                    let (v, at) = f(p)?;
-                    Some((format!("{{{}}}", pod_labels(p)), v, at))
-                })
-                .collect::<Vec<_>>()
-        };
-        family(
-            "pod_cpu_usage_seconds_total",
-            "counter",
-            "Cumulative cpu time consumed by the pod in core-seconds",
-            pods(&|p| cpu_secs(&p.usage.cpu)),
-        );
-        family(
-            "pod_memory_working_set_bytes",
-            "gauge",
-            "Current working set of the pod in bytes",
-            pods(&|p| wss(&p.usage.memory)),
-        );
-        let node = |v: Sample| {
-            v.map(|(v, at)| (String::new(), v, at))
-                .into_iter()
-                .collect()
-        };
-        family(
-            "node_cpu_usage_seconds_total",
-            "counter",
-            "Cumulative cpu time consumed by the node in core-seconds",
-            node(cpu_secs(&self.node.usage.cpu)),
-        );
-        family(
-            "node_memory_working_set_bytes",
-            "gauge",
-            "Current working set of the node in bytes",
-            node(wss(&self.node.usage.memory)),
-        );
-        family(
-            "resource_scrape_error",
-            "gauge",
-            "1 if there was an error while getting container metrics, 0 otherwise",
-            vec![(
-                String::new(),
-                if self.container_stats_failed {
-                    1.0
-                } else {
-                    0.0
-                },
-                None,
-            )],
-        );
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -933,8 +827,8 @@ mod tests {
         assert!(v.get("usageNanoCores").is_none());
     }
 
-    #[test]
-    fn resource_metrics_carry_each_sample_with_its_time() {
+    /// A summary of one pod (`p"q`, one container `main`) read at 2026-11-26T10:00:00Z.
+    fn one_pod_summary() -> Summary {
         let t = "2026-11-26T10:00:00Z";
         let cpu = Some(CpuStats {
             time: t.into(),
@@ -950,7 +844,7 @@ mod tests {
             page_faults: 0,
             major_page_faults: 0,
         });
-        let summary = Summary {
+        Summary {
             node: NodeStats {
                 node_name: "n".into(),
                 start_time: None,
@@ -976,6 +870,11 @@ mod tests {
                     cpu: cpu.clone(),
                     memory: memory.clone(),
                     rootfs: None,
+                    runtime: Some(ContainerRef {
+                        id: "c0ffee".into(),
+                        image: "busybox:1.36".into(),
+                        cgroup: "/kubepods/podu/c0ffee".into(),
+                    }),
                 }],
                 usage: Usage {
                     cpu: None,
@@ -983,10 +882,15 @@ mod tests {
                     network: None,
                 },
                 process_stats: None,
+                cgroup: Some("/kubepods/podu".into()),
             }],
             container_stats_failed: false,
-        };
-        let text = summary.resource_metrics();
+        }
+    }
+
+    #[test]
+    fn resource_metrics_carry_each_sample_with_its_time() {
+        let text = one_pod_summary().resource_metrics();
         let ms = 1_795_687_200_000i64;
         for line in [
             format!(
@@ -1008,6 +912,35 @@ mod tests {
         assert!(
             !text.contains("pod_cpu_usage_seconds_total{"),
             "no pod cpu sample: {text}"
+        );
+    }
+
+    #[test]
+    fn cadvisor_metrics_label_containers_pods_and_the_root_as_cadvisor_does() {
+        let text = one_pod_summary().cadvisor_metrics();
+        let ms = 1_795_687_200_000i64;
+        let container = "container=\"main\",id=\"/kubepods/podu/c0ffee\",image=\"busybox:1.36\",\
+                         name=\"c0ffee\",namespace=\"default\",pod=\"p\\\"q\"";
+        let pod = "container=\"\",id=\"/kubepods/podu\",image=\"\",name=\"\",\
+                   namespace=\"default\",pod=\"p\\\"q\"";
+        for line in [
+            format!("container_cpu_usage_seconds_total{{{container}}} 2.5 {ms}"),
+            format!("container_memory_working_set_bytes{{{container}}} 7 {ms}"),
+            format!("container_memory_usage_bytes{{{container}}} 10 {ms}"),
+            format!("container_memory_rss{{{container}}} 1 {ms}"),
+            format!("container_memory_working_set_bytes{{{pod}}} 7 {ms}"),
+            format!("container_cpu_usage_seconds_total{{id=\"/\"}} 2.5 {ms}"),
+            "# TYPE container_network_receive_bytes_total counter".to_owned(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+        // The pod read no cpu: no sample rather than a zero.
+        assert!(
+            !text.contains(&format!("container_cpu_usage_seconds_total{{{pod}}}")),
+            "{text}"
         );
     }
 }

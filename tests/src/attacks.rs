@@ -131,6 +131,8 @@ fn unauthenticated(peers: &Peers, addr: SocketAddr, pod: &str, rng: &mut Rng) ->
         "/stats/summary".into(),
         "/metrics".into(),
         "/metrics/resource".into(),
+        "/metrics/cadvisor".into(),
+        "/metrics/probes".into(),
         "/healthz".into(),
         "/debug/pprof/".into(),
         "/configz".into(),

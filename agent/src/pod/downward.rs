@@ -43,16 +43,9 @@ pub fn resource_field_ref(
 ) -> Result<String, Error> {
     let c = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
         None => own,
-        Some(name) => pod
-            .spec
-            .iter()
-            .flat_map(|s| {
-                s.containers
-                    .iter()
-                    .chain(s.init_containers.iter().flatten())
-            })
-            .find(|c| c.name == name)
-            .ok_or_else(|| Error::ContainerNotFound(name.to_owned()))?,
+        Some(name) => {
+            super::container(pod, name).ok_or_else(|| Error::ContainerNotFound(name.to_owned()))?
+        }
     };
     let parse = |what: &str, text: &str| {
         Quantity::parse_amount(text).map_err(|source| Error::Quantity {

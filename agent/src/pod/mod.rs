@@ -87,6 +87,18 @@ pub fn full_name(pod: &Pod) -> String {
     )
 }
 
+/// The pod's container (app containers first, then init containers) named `name`.
+pub fn container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    pod.spec
+        .iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .find(|c| c.name == name)
+}
+
 /// The pod's namespace (`default` when unset).
 pub fn namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")

@@ -152,6 +152,21 @@ impl<R: Runner, S: StatusSource> Worker<R, S> {
         if let Some(id) = &self.container_id {
             self.ctx.results.remove(id, self.kind);
         }
+        if let Some(m) = &self.ctx.metrics {
+            m.probes.forget(&self.series());
+        }
+    }
+
+    /// What this worker's `/metrics/probes` series are labelled with.
+    fn series(&self) -> crate::metrics::probes::ProbeTarget {
+        let meta = &self.pod.metadata;
+        crate::metrics::probes::ProbeTarget {
+            probe_type: self.kind.as_str(),
+            container: self.container.name.clone(),
+            pod: meta.name.clone().unwrap_or_default(),
+            namespace: crate::pod::namespace(&self.pod).to_owned(),
+            pod_uid: self.uid.clone(),
+        }
     }
 
     /// One round; how long until the next, or `None` to stop.
@@ -219,6 +234,7 @@ impl<R: Runner, S: StatusSource> Worker<R, S> {
             pod_ip: status.pod_ip.clone().filter(|ip| !ip.is_empty()),
             ports: self.container.ports.clone().unwrap_or_default(),
         };
+        let started = Instant::now();
         let (result, message) = self
             .ctx
             .runner
@@ -231,6 +247,11 @@ impl<R: Runner, S: StatusSource> Worker<R, S> {
                     result: result.metric_label(),
                 })
                 .inc();
+            m.probes.observe(
+                &self.series(),
+                result.metric_label(),
+                started.elapsed().as_secs_f64(),
+            );
         }
         if result == ProbeResult::Unknown {
             tracing::debug!(pod = %self.uid, container = %self.container.name, kind = self.kind.as_str(), %message, "probe could not run");

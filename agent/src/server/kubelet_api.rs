@@ -223,6 +223,8 @@ fn routes(state: ApiState) -> axum::Router {
         .route("/metrics", get(super::metrics))
         .route("/stats/summary", get(super::stats_summary))
         .route("/metrics/resource", get(super::resource_metrics))
+        .route("/metrics/cadvisor", get(super::cadvisor_metrics))
+        .route("/metrics/probes", get(super::probe_metrics))
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
             get(container_logs),

@@ -359,9 +359,7 @@ impl StatusManager {
             return;
         };
         let secs = Timestamp::now().duration_since(seen).as_secs_f64();
-        self.metrics
-            .pod_start_duration_seconds
-            .observe(secs.max(0.0));
+        self.metrics.pod_started(secs.max(0.0));
         tracing::info!(
             pod = pod.metadata.name.as_deref().unwrap_or_default(),
             seconds = secs,
