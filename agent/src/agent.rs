@@ -28,6 +28,8 @@ pub enum Error {
     KubeletApi(#[from] server::kubelet_api::Error),
     #[error(transparent)]
     Trace(#[from] trace::server::Error),
+    #[error(transparent)]
+    Otlp(#[from] trace::otlp::Error),
     #[error("the kubelet API's token and access reviews need a client of --kubeconfig: {0}")]
     Webhook(#[source] config::api::Error),
     #[error("creating {path}: {source}")]
@@ -153,6 +155,16 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     )?;
     // Pod startup timelines: agent marks + CRI uprobes + kernel events on one clock.
     let tracer = trace::Tracer::new(metrics.clone(), monitor.clone());
+    if let Some((endpoint, per_million)) = &cfg.tracing {
+        tracer.export_to(trace::otlp::start(
+            endpoint,
+            *per_million,
+            &cfg.node_name,
+            metrics.clone(),
+            &tracker,
+            cancel.clone(),
+        )?);
+    }
     // The probes' events feed the startup timelines and, for the PLEG's fast path, the exit
     // detector (only with the probes loaded: without them nothing reaches it).
     let (exits, fast_rx) = ebpf::exits::Exits::new(metrics.clone());

@@ -462,6 +462,9 @@ pub struct KubeletConfiguration {
     #[serde(default)]
     #[command(flatten)]
     pub authorization: Authorization,
+    #[serde(default)]
+    #[command(flatten)]
+    pub tracing: Tracing,
     /// Register this node with the API server of --kubeconfig (create its Node object); off:
     /// only an existing Node's status is kept [default: true].
     #[arg(id = "registerNode", long = "register-node", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -685,6 +688,27 @@ pub struct WebhookAuthorization {
     pub cache_unauthorized_ttl: Option<GoDuration>,
 }
 
+/// `tracing` of a KubeletConfiguration: OTLP export of pod starts (`docs/observability.md`).
+#[derive(Debug, Default, Deserialize, Args)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Tracing {
+    /// The OTLP/gRPC collector that receives each sampled pod start as a trace: host:port (or
+    /// an http:// URL); unset: no export.
+    #[arg(
+        id = "tracing.endpoint",
+        long = "tracing-endpoint",
+        value_name = "HOST:PORT"
+    )]
+    pub endpoint: Option<String>,
+    /// Pod starts exported per million (1000000: every one) [default: 0, as the kubelet's].
+    #[arg(
+        id = "tracing.samplingRatePerMillion",
+        long = "tracing-sampling-rate-per-million",
+        value_name = "N"
+    )]
+    pub sampling_rate_per_million: Option<u32>,
+}
+
 /// The whole command line: [`Flags`] and [`KubeletConfiguration`]'s flags.
 pub fn command() -> clap::Command {
     let flags = Flags::command();
@@ -776,6 +800,9 @@ pub struct AgentConfig {
     pub eviction: crate::eviction::Config,
     /// Cluster membership (used when `kubeconfig` is set).
     pub node: crate::node::Config,
+    /// `tracing.endpoint` and `tracing.samplingRatePerMillion`: where pod starts are exported
+    /// over OTLP, and how many per million (`None`: no export).
+    pub tracing: Option<(String, u32)>,
 }
 
 /// The kubelet API's settings.
@@ -1025,7 +1052,13 @@ impl AgentConfig {
                 insecure_anonymous_always_allow: flags.insecure_anonymous_always_allow,
             },
         )?;
+        let tracing = cfg
+            .tracing
+            .endpoint
+            .filter(|e| !e.is_empty())
+            .map(|e| (e, cfg.tracing.sampling_rate_per_million.unwrap_or(0)));
         Ok(AgentConfig {
+            tracing,
             systemd_cgroups,
             node,
             enforce_node_allocatable,

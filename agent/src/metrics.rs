@@ -96,7 +96,58 @@ fn millisecond_histogram() -> Histogram {
 /// Every metric the agent exports. Cloning shares the underlying values.
 /// The content type of the text [`Metrics::encode`] and [`probes::ProbeMetrics::encode`] write:
 /// OpenMetrics (counters declared without `_total`, a closing `# EOF`).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of the Prometheus text format ([`to_prometheus_text`]).
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether a request's `Accept` header asks for OpenMetrics (Prometheus' scrapes do; most other
+/// clients, and `promtool`, read the Prometheus text format, which the kubelet serves them).
+pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| a.contains("application/openmetrics-text"))
+}
+
+/// The Prometheus text format (0.0.4) of an OpenMetrics body: a counter family is declared by
+/// its samples' `_total` name, and the `# UNIT` and `# EOF` lines go.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    // A family's HELP line waits for its TYPE line, which says whether it is a counter.
+    let mut help: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            if let Some(h) = help.replace(rest) {
+                out.push_str("# HELP ");
+                out.push_str(h);
+                out.push('\n');
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let name = if kind == "counter" && !name.ends_with("_total") {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            if let Some(h) = help.take() {
+                let text = h.split_once(' ').map_or("", |(_, t)| t);
+                out.push_str(&format!("# HELP {name} {text}\n"));
+            }
+            out.push_str(&format!("# TYPE {name} {kind}\n"));
+            continue;
+        }
+        if let Some(h) = help.take() {
+            out.push_str("# HELP ");
+            out.push_str(h);
+            out.push('\n');
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -145,6 +196,8 @@ pub struct Metrics {
     pub image_gc_pass_duration_seconds: Histogram,
     pub node_api_requests_total: Family<NodeApiLabel, Counter>,
     pub pod_status_write_delay_seconds: Histogram,
+    pub otlp_spans_exported_total: Counter,
+    pub otlp_spans_dropped_total: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -416,6 +469,19 @@ impl Metrics {
             "Duration of one image garbage collection pass (every --image-gc-period)",
             image_gc_pass_duration_seconds.clone(),
         );
+        let otlp_spans_exported_total = Counter::default();
+        registry.register(
+            "otlp_spans_exported",
+            "Spans of pod starts the OTLP collector of tracing.endpoint took",
+            otlp_spans_exported_total.clone(),
+        );
+        let otlp_spans_dropped_total = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "otlp_spans_dropped",
+            "Spans of sampled pod starts not exported, by reason: queue_full (the exporter was \
+             behind), export_failed (the collector did not take them)",
+            otlp_spans_dropped_total.clone(),
+        );
         let kubelet = kubelet::KubeletMetrics::register(
             root.sub_registry_with_prefix("kubelet"),
             kubelet::Shared {
@@ -430,6 +496,8 @@ impl Metrics {
             registry: Arc::new(root),
             kubelet,
             probes: probes::ProbeMetrics::default(),
+            otlp_spans_exported_total,
+            otlp_spans_dropped_total,
             image_gc_removed_total,
             image_gc_freed_bytes_total,
             image_gc_pass_duration_seconds,
@@ -608,5 +676,36 @@ mod tests {
         }
         assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn the_prometheus_text_format_declares_counters_by_their_total_name() {
+        let m = Metrics::new();
+        m.runtime_operation("RunPodSandbox", 0.3, false);
+        let text = to_prometheus_text(&m.encode());
+        let at = |line: &str| {
+            text.lines()
+                .position(|l| l == line)
+                .unwrap_or_else(|| panic!("{line} missing from\n{text}"))
+        };
+        let help = at(
+            "# HELP kubelet_runtime_operations_total Cumulative number of runtime \
+                       operations by operation type.",
+        );
+        let kind = at("# TYPE kubelet_runtime_operations_total counter");
+        let sample = at("kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} 1");
+        assert!(help < kind && kind < sample);
+        at("# TYPE kubelet_running_pods gauge");
+        at("# TYPE kubelet_pleg_relist_duration_seconds histogram");
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(
+            !text.contains("# TYPE kubelet_runtime_operations counter"),
+            "{text}"
+        );
+        assert!(wants_openmetrics(Some(
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+        )));
+        assert!(!wants_openmetrics(Some("text/plain")));
+        assert!(!wants_openmetrics(None));
     }
 }

@@ -115,19 +115,17 @@ async fn stats_summary(State(s): State<AppState>) -> axum::response::Response {
     }
 }
 
-/// The content type of the Prometheus text format of `/metrics/resource` and
-/// `/metrics/cadvisor`.
-const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
-
 /// A body written from the summary now, in the Prometheus text format.
 async fn summary_metrics(
     s: &AppState,
     body: fn(&crate::stats::Summary) -> String,
 ) -> axum::response::Response {
     match summary(s).await {
-        Some(summary) => {
-            ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], body(&summary)).into_response()
-        }
+        Some(summary) => (
+            [(header::CONTENT_TYPE, crate::metrics::PROMETHEUS_TEXT)],
+            body(&summary),
+        )
+            .into_response(),
         None => no_stats(),
     }
 }
@@ -142,12 +140,31 @@ async fn cadvisor_metrics(State(s): State<AppState>) -> axum::response::Response
     summary_metrics(&s, crate::stats::Summary::cadvisor_metrics).await
 }
 
+/// An OpenMetrics body as the request's `Accept` header asks: OpenMetrics, or else the
+/// Prometheus text format.
+fn negotiated(headers: &axum::http::HeaderMap, openmetrics: String) -> axum::response::Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if crate::metrics::wants_openmetrics(accept) {
+        (
+            [(header::CONTENT_TYPE, crate::metrics::OPENMETRICS)],
+            openmetrics,
+        )
+            .into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, crate::metrics::PROMETHEUS_TEXT)],
+            crate::metrics::to_prometheus_text(&openmetrics),
+        )
+            .into_response()
+    }
+}
+
 /// `/metrics/probes`: the prober's metrics of every probed container.
-async fn probe_metrics(State(s): State<AppState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        s.metrics.probes.encode(),
-    )
+async fn probe_metrics(
+    State(s): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    negotiated(&headers, s.metrics.probes.encode())
 }
 
 /// Brings a counter mirroring a count kept elsewhere up to `value`.
@@ -158,7 +175,10 @@ fn catch_up(counter: &Counter, value: u64) {
     }
 }
 
-async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
+async fn metrics(
+    State(s): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
     if let Some(m) = &s.ebpf {
         let (drains, empty) = m.reader_drains();
         catch_up(&s.metrics.ebpf_events_total, m.events_seen());
@@ -172,10 +192,7 @@ async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     s.metrics
         .tokio_alive_tasks
         .set(i64::try_from(alive).unwrap_or(i64::MAX));
-    (
-        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        s.metrics.encode(),
-    )
+    negotiated(&headers, s.metrics.encode())
 }
 
 #[derive(serde::Serialize)]

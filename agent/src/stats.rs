@@ -665,7 +665,7 @@ impl Provider {
                             image,
                             cgroup: format!(
                                 "/{}/{}",
-                                plan.cgroup.as_deref().unwrap_or_default(),
+                                plan.cgroup.as_deref().unwrap_or_default().trim_matches('/'),
                                 self.cm.container_cgroup(&c.id)
                             ),
                         }),
@@ -691,7 +691,10 @@ impl Provider {
                     .pod
                     .processes
                     .map(|n| ProcessStats { process_count: n }),
-                cgroup: plan.cgroup.as_ref().map(|c| format!("/{c}")),
+                cgroup: plan
+                    .cgroup
+                    .as_ref()
+                    .map(|c| format!("/{}", c.trim_matches('/'))),
             });
         }
         {

@@ -2,9 +2,19 @@
 //! The timeline must hold every phase (agent marks, CRI calls from the uprobes, the pod cgroup and
 //! the container's first exec from the tracepoints) in order, consecutive, adding up to the
 //! end-to-end time, with plausible durations; after the pod is removed, its exit and the pod
-//! cgroup's removal.
+//! cgroup's removal. With `tracing.endpoint`, the same start reaches a real OTLP/gRPC receiver
+//! as one trace.
 
 use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
+use opentelemetry_proto::tonic::trace::v1::Span;
 
 use swiftlet_tests::{Agent, AgentOptions, Runtime, trace_binary};
 
@@ -212,4 +222,180 @@ fn pod_start_yields_every_phase_in_order() {
         .expect("exit mark");
     assert_eq!(exit["detail"], "exit code 7", "{exit}");
     assert_eq!(exit["observer"], "kernel");
+}
+
+/// An OTLP/gRPC trace receiver on loopback: every export request it is sent, in order.
+struct Receiver {
+    addr: std::net::SocketAddr,
+    requests: std::sync::mpsc::Receiver<ExportTraceServiceRequest>,
+}
+
+struct Collector(std::sync::Mutex<std::sync::mpsc::Sender<ExportTraceServiceRequest>>);
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let _ = self
+            .0
+            .lock()
+            .expect("the collector's sender")
+            .send(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+impl Receiver {
+    /// Serves on a thread of its own until the test's process ends.
+    fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let addr = listener.local_addr().expect("its address");
+        let (tx, requests) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                let _ = tonic::transport::Server::builder()
+                    .add_service(TraceServiceServer::new(Collector(std::sync::Mutex::new(
+                        tx,
+                    ))))
+                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                    .await;
+            });
+        });
+        Self { addr, requests }
+    }
+}
+
+fn string_attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    attrs
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+            any_value::Value::StringValue(v) => Some(v.as_str()),
+            _ => None,
+        })
+}
+
+fn nanos(s: &Span) -> u64 {
+    s.end_time_unix_nano.saturating_sub(s.start_time_unix_nano)
+}
+
+/// With `--tracing-endpoint` (`tracing.endpoint`) and every start sampled, a pod's start reaches
+/// a real OTLP/gRPC receiver as one trace: a root span of the pod whose phase spans add up to
+/// it and to the timeline's end-to-end time within 1 ms, and the CRI calls as client spans.
+#[test]
+fn a_pod_start_is_exported_over_otlp_as_one_trace() {
+    let Some(rt) = Runtime::shared() else {
+        return;
+    };
+    let receiver = Receiver::start();
+    let mut opts = AgentOptions::new("trace-otlp");
+    opts.extra_args = vec![
+        "--ebpf".into(),
+        "on".into(),
+        "--tracing-endpoint".into(),
+        receiver.addr.to_string(),
+        "--tracing-sampling-rate-per-million".into(),
+        "1000000".into(),
+    ];
+    let agent = Agent::start(rt, opts);
+    agent.write_manifest("exported.yaml", &manifest("exported"));
+    let name = agent.static_pod_name("exported");
+    let pods = agent.wait_for(|l| l.is_running(&name), RUNNING_TIMEOUT);
+    let uid = pods.uid(&name).expect("uid").to_owned();
+    let timeline = wait_timeline(&agent, &uid, "complete timeline", |p| p["complete"] == true);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut spans: Vec<Span> = Vec::new();
+    let mut node = None;
+    while !spans
+        .iter()
+        .any(|s| s.name == "pod_start" && string_attr(&s.attributes, "k8s.pod.uid") == Some(&uid))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let request = receiver.requests.recv_timeout(left).unwrap_or_else(|_| {
+            panic!("no trace of pod {uid} within 30 s; spans so far: {spans:#?}")
+        });
+        for rs in request.resource_spans {
+            if let Some(r) = &rs.resource {
+                node = string_attr(&r.attributes, "k8s.node.name").map(str::to_owned);
+            }
+            spans.extend(rs.scope_spans.into_iter().flat_map(|s| s.spans));
+        }
+    }
+    assert_eq!(
+        node.as_deref(),
+        Some(agent.node_name()),
+        "the resource names the node"
+    );
+    let root = spans
+        .iter()
+        .find(|s| s.name == "pod_start" && string_attr(&s.attributes, "k8s.pod.uid") == Some(&uid))
+        .expect("the root span");
+    assert_eq!(
+        string_attr(&root.attributes, "k8s.pod.name"),
+        Some(name.as_str())
+    );
+    let ours: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.trace_id == root.trace_id && s.span_id != root.span_id)
+        .collect();
+    assert!(
+        ours.iter().all(|s| s.parent_span_id == root.span_id),
+        "every span is the root's child: {ours:#?}"
+    );
+    let phases: Vec<&&Span> = ours
+        .iter()
+        .filter(|s| string_attr(&s.attributes, "swiftlet.phase").is_some())
+        .collect();
+    let timeline_phases = timeline["phases"].as_array().expect("phases");
+    assert_eq!(
+        phases.len(),
+        timeline_phases.len(),
+        "a span per phase: {phases:#?}"
+    );
+    let sum: u64 = phases.iter().map(|s| nanos(s)).sum();
+    let root_ns = nanos(root);
+    assert!(
+        sum.abs_diff(root_ns) <= 1_000_000,
+        "phases add up to {sum} ns, the root lasts {root_ns} ns"
+    );
+    let e2e_ns = (timeline["e2e_ms"].as_f64().expect("e2e") * 1e6) as u64;
+    assert!(
+        e2e_ns.abs_diff(root_ns) <= 1_000_000,
+        "the root lasts {root_ns} ns, the timeline's end-to-end time is {e2e_ns} ns"
+    );
+    let sandbox = ours
+        .iter()
+        .find(|s| s.name == "runtime.v1.RuntimeService/RunPodSandbox")
+        .unwrap_or_else(|| panic!("no RunPodSandbox client span in {ours:#?}"));
+    assert!(sandbox.start_time_unix_nano >= root.start_time_unix_nano);
+    // Unix times: within a minute of now.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64;
+    assert!(
+        now.abs_diff(root.end_time_unix_nano) < 60_000_000_000,
+        "the root ended at {} (Unix ns), now is {now}",
+        root.end_time_unix_nano
+    );
+    // Counted once the receiver's answer is back, which may be after the test read the request.
+    agent.eventually(
+        "the exported spans counted",
+        Duration::from_secs(10),
+        || {
+            let n = agent.metric("swiftlet_otlp_spans_exported_total");
+            (n >= spans.len() as f64)
+                .then_some(())
+                .ok_or(format!("{n} counted, {} received", spans.len()))
+        },
+    );
 }

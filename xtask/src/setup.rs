@@ -19,6 +19,10 @@ pub const APT_PACKAGES: &[&str] = &[
     "skopeo",
     "apache2-utils",
     "openssl",
+    // The real clients of the API server stand-in and of the metrics endpoints (tests/api_*.rs,
+    // tests/prometheus.rs).
+    "kubectl",
+    "prometheus",
     // `systemd-analyze verify` of the unit file in deploy/ (tests/deploy.rs).
     "systemd",
     // The VM the cgroup tests run in on the unified v2 hierarchy (`cargo xtask vm`).

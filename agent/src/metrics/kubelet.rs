@@ -125,7 +125,7 @@ impl KubeletMetrics {
         };
         registry.register(
             "node_name",
-            "The node's name. The count is always 1.",
+            "The node's name. The count is always 1",
             m.node_name.clone(),
         );
         registry.register(
@@ -140,22 +140,22 @@ impl KubeletMetrics {
         );
         registry.register(
             "pleg_relist_duration_seconds",
-            "Duration in seconds for relisting pods in PLEG.",
+            "Duration in seconds for relisting pods in PLEG",
             m.pleg_relist_duration_seconds.clone(),
         );
         registry.register(
             "pleg_relist_interval_seconds",
-            "Interval in seconds between relisting in PLEG.",
+            "Interval in seconds between relisting in PLEG",
             m.pleg_relist_interval_seconds.clone(),
         );
         registry.register(
             "pleg_discard_events",
-            "The number of discard events in PLEG.",
+            "The number of discard events in PLEG",
             shared.pleg_discard_events,
         );
         registry.register(
             "pleg_last_seen_seconds",
-            "Timestamp in seconds when PLEG was last seen active.",
+            "Timestamp in seconds when PLEG was last seen active",
             shared.pleg_last_seen_seconds,
         );
         registry.register(
@@ -172,17 +172,17 @@ impl KubeletMetrics {
         );
         registry.register(
             "runtime_operations",
-            "Cumulative number of runtime operations by operation type.",
+            "Cumulative number of runtime operations by operation type",
             m.runtime_operations_total.clone(),
         );
         registry.register(
             "runtime_operations_errors",
-            "Cumulative number of runtime operation errors by operation type.",
+            "Cumulative number of runtime operation errors by operation type",
             m.runtime_operations_errors_total.clone(),
         );
         registry.register(
             "runtime_operations_duration_seconds",
-            "Duration in seconds of runtime operations. Broken down by operation type.",
+            "Duration in seconds of runtime operations. Broken down by operation type",
             m.runtime_operations_duration_seconds.clone(),
         );
         registry.register(

@@ -51,7 +51,7 @@ impl Default for ProbeMetrics {
         let total = Family::<ResultSeries, Counter>::default();
         registry.register(
             "prober_probe",
-            "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            "Cumulative number of a liveness, readiness or startup probe for a container by result",
             total.clone(),
         );
         let duration = Family::<DurationSeries, Histogram, fn() -> Histogram>::new_with_constructor(
@@ -59,7 +59,7 @@ impl Default for ProbeMetrics {
         );
         registry.register(
             "prober_probe_duration_seconds",
-            "Duration in seconds for a probe response.",
+            "Duration in seconds for a probe response",
             duration.clone(),
         );
         Self {

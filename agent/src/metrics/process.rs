@@ -65,7 +65,7 @@ impl Collector for ProcessCollector {
         };
         counter(
             "process_cpu_seconds",
-            "Total user and system CPU time spent in seconds.",
+            "Total user and system CPU time spent in seconds",
             stat.cpu_ticks as f64 / ticks,
         )?;
         let mut gauge = |name: &str, help: &str, v: f64| -> Result<(), std::fmt::Error> {
@@ -74,32 +74,32 @@ impl Collector for ProcessCollector {
         };
         gauge(
             "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
+            "Resident memory size in bytes",
             (stat.resident_pages * page) as f64,
         )?;
         gauge(
             "process_virtual_memory_bytes",
-            "Virtual memory size in bytes.",
+            "Virtual memory size in bytes",
             stat.virtual_bytes as f64,
         )?;
         if let Some(boot) = boot_time_seconds() {
             gauge(
                 "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds.",
+                "Start time of the process since unix epoch in seconds",
                 boot as f64 + stat.start_ticks as f64 / ticks,
             )?;
         }
         if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
             gauge(
                 "process_open_fds",
-                "Number of open file descriptors.",
+                "Number of open file descriptors",
                 fds.count() as f64,
             )?;
         }
         if let Some(max) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current {
             gauge(
                 "process_max_fds",
-                "Maximum number of open file descriptors.",
+                "Maximum number of open file descriptors",
                 max as f64,
             )?;
         }

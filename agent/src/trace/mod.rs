@@ -12,6 +12,7 @@
 //! `/debug/trace/pods`.
 
 pub mod cli;
+pub mod otlp;
 pub mod server;
 pub mod timeline;
 
@@ -113,6 +114,8 @@ struct Shared {
     monitor: Option<Monitor>,
     /// Whether the probes are loaded (fixed at construction, but for tests).
     kernel: AtomicBool,
+    /// Where complete pod starts are exported (`tracing.endpoint`), once set.
+    otlp: std::sync::OnceLock<otlp::Sink>,
     /// Timelines copied for publishing (tests).
     #[cfg(test)]
     copies: std::sync::atomic::AtomicUsize,
@@ -146,10 +149,16 @@ impl Tracer {
                 metrics,
                 monitor,
                 kernel: AtomicBool::new(kernel),
+                otlp: std::sync::OnceLock::new(),
                 #[cfg(test)]
                 copies: Default::default(),
             }),
         }
+    }
+
+    /// Exports every complete pod start to `sink` from now on (set once).
+    pub fn export_to(&self, sink: otlp::Sink) {
+        let _ = self.shared.otlp.set(sink);
     }
 
     #[cfg(test)]
@@ -215,6 +224,9 @@ impl Tracer {
                         phase: phase.kind.clone(),
                     })
                     .observe(phase.ms() / 1e3);
+            }
+            if let Some(sink) = self.shared.otlp.get() {
+                sink.offer(pod);
             }
         }
         // Built only for a watcher: with none (the usual case), a start costs no copy of its
