@@ -199,7 +199,7 @@ fn unix_offset_ns() -> i128 {
     let unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i128);
-    unix - i128::from(crate::pod_workers::monotonic_ns())
+    unix - i128::from(super::monotonic_ns())
 }
 
 fn attr(key: &str, value: &str) -> KeyValue {
