@@ -623,15 +623,20 @@ impl Metrics {
             .inc();
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Encoding into a String cannot fail except on fmt errors, which String never returns.
-        if let Err(err) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::error!(%err, "encoding metrics");
-        }
-        out
+        encode_registry(&self.registry)
     }
+}
+
+/// The OpenMetrics text of `registry`.
+fn encode_registry(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Encoding into a String cannot fail except on fmt errors, which String never returns.
+    if let Err(err) = prometheus_client::encoding::text::encode(&mut out, registry) {
+        tracing::error!(%err, "encoding metrics");
+    }
+    out
 }
 
 #[cfg(test)]

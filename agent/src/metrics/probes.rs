@@ -126,11 +126,7 @@ impl ProbeMetrics {
 
     /// The text exposition of the prober metrics.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if let Err(err) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::error!(%err, "encoding the prober metrics");
-        }
-        out
+        super::encode_registry(&self.registry)
     }
 }
 

@@ -214,13 +214,21 @@ impl Summary {
     /// written for the kubelet read, with cAdvisor's labels.
     pub fn cadvisor_metrics(&self) -> String {
         let mut out = Families::default();
-        let subjects = self.subjects();
+        // Each subject's label set, formatted once for all of its families.
+        let subjects: Vec<(Subject<'_>, String)> = self
+            .subjects()
+            .into_iter()
+            .map(|s| {
+                let labels = s.labels();
+                (s, labels)
+            })
+            .collect();
         let each = |f: &dyn Fn(&Subject<'_>) -> Sample| {
             subjects
                 .iter()
-                .filter_map(|s| {
+                .filter_map(|(s, labels)| {
                     let (v, at) = f(s)?;
-                    Some((s.labels(), v, at))
+                    Some((labels.clone(), v, at))
                 })
                 .collect::<Vec<_>>()
         };

@@ -58,12 +58,18 @@ fn sampled(uid: &str, per_million: u32) -> bool {
     if per_million >= 1_000_000 {
         return true;
     }
-    // FNV-1a: stable across builds and runs, unlike the std hasher's keys.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in uid.bytes() {
+    fnv1a(FNV_OFFSET, uid.bytes()) % 1_000_000 < u64::from(per_million)
+}
+
+/// FNV-1a's starting value.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a of `bytes` from `h`: stable across builds and runs, unlike the std hasher's keys.
+fn fnv1a(mut h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    for b in bytes {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
-    h % 1_000_000 < u64::from(per_million)
+    h
 }
 
 impl Sink {
@@ -215,12 +221,10 @@ fn attr(key: &str, value: &str) -> KeyValue {
 /// An ID of `len` bytes for `what` of the pod start `seed` (FNV-1a over both, repeated).
 fn id(seed: &str, what: u64, len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len);
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ what;
+    let mut h = FNV_OFFSET ^ what;
     let mut round = 0u8;
     while out.len() < len {
-        for b in seed.bytes().chain([round]) {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
+        h = fnv1a(h, seed.bytes().chain([round]));
         out.extend_from_slice(&h.to_be_bytes());
         round += 1;
     }
