@@ -329,16 +329,23 @@ impl Tracer {
                 let Some((uid, created_ns)) = self.owner(e.cgroup_id) else {
                     return;
                 };
+                let exec = timeline::ExecCgroup {
+                    cgroup_id: e.cgroup_id,
+                    created_ns: Some(created_ns),
+                    first_exec_ns: e.ktime_ns,
+                    pid: e.tgid,
+                    comm: e.comm.clone(),
+                    exit: None,
+                };
                 self.with_pod(&uid, |p| {
-                    if !p.execs.iter().any(|x| x.cgroup_id == e.cgroup_id) {
-                        p.execs.push(timeline::ExecCgroup {
-                            cgroup_id: e.cgroup_id,
-                            created_ns: Some(created_ns),
-                            first_exec_ns: e.ktime_ns,
-                            pid: e.tgid,
-                            comm: e.comm.clone(),
-                            exit: None,
-                        });
+                    match p.execs.iter_mut().find(|x| x.cgroup_id == e.cgroup_id) {
+                        None => p.execs.push(exec),
+                        // A process that exited before another one exec'd in its cgroup was not
+                        // the container's (whose exit ends the container): runc's first stage
+                        // re-executes itself after joining the cgroup and exits once the
+                        // container's init is set up. The container's own exec replaces it.
+                        Some(x) if x.exit.is_some() => *x = exec,
+                        Some(_) => {}
                     }
                 });
             }
@@ -760,6 +767,52 @@ mod tests {
         let first = tracer.pod("u").and_then(|p| p.admitted_ns);
         tracer.pod_admitted("u", &pod("p", "u"));
         assert_eq!(tracer.pod("u").and_then(|p| p.admitted_ns), first);
+    }
+
+    /// runc's first stage can join the container's cgroup before it re-executes itself, and exit
+    /// before the container's process execs there: the exit mark is that of the container's
+    /// process, not the first one seen.
+    #[test]
+    fn a_process_that_exited_before_the_containers_exec_is_not_the_container() {
+        let tracer = Tracer::new(Metrics::new(), None);
+        tracer.pod_admitted("u1", &pod("p", "u1"));
+        let proc_at = |pid: u32, comm: &str, at: u64, code: Option<i32>| ProcessEvent {
+            ktime_ns: at,
+            pid,
+            tgid: pid,
+            cgroup_id: 20,
+            comm: comm.into(),
+            exit_code: code,
+        };
+        let events = [
+            cri("StartContainer", "u1", 9, None),
+            cgroup(
+                CgroupEventKind::Mkdir,
+                "/kubepods/besteffort/podu1/c",
+                0,
+                20,
+                10,
+            ),
+            KernelEvent::Exec(proc_at(40, "runc", 11, None)),
+            KernelEvent::Exit(proc_at(40, "runc", 12, Some(0))),
+            KernelEvent::Exec(proc_at(42, "sh", 13, None)),
+            cri("StartContainer", "u1", 14, Some(true)),
+            KernelEvent::Exec(proc_at(43, "sleep", 15, None)),
+            KernelEvent::Exit(proc_at(43, "sleep", 16, Some(0))),
+            KernelEvent::Exit(proc_at(42, "sh", 17, Some(7))),
+        ];
+        for e in &events {
+            tracer.kernel_event(e);
+        }
+        let marks = tracer.pod("u1").expect("known").marks();
+        let exec = marks
+            .iter()
+            .find(|m| m.name == "first_exec/app")
+            .expect("exec mark");
+        assert_eq!((exec.at_ns, exec.detail.as_str()), (13, "pid 42 sh"));
+        let exits: Vec<_> = marks.iter().filter(|m| m.name == "exit/app").collect();
+        assert_eq!(exits.len(), 1, "{marks:?}");
+        assert_eq!(exits[0].detail, "exit code 7");
     }
 
     /// A start's worth of CRI calls for `uid` (a begin and an end each).

@@ -67,10 +67,13 @@ pub struct ExecCgroup {
     /// When the cgroup was created (`cgroup_mkdir`), when seen: the sandbox's during
     /// RunPodSandbox, a container's during its StartContainer (the runtime creates the task then).
     pub created_ns: Option<u64>,
+    /// The exec of the cgroup's own process: the first exec, unless the process that made it
+    /// exited before another exec in the cgroup (then that later exec; see `Tracer`'s exec
+    /// handling).
     pub first_exec_ns: u64,
     pub pid: u32,
     pub comm: String,
-    /// When that first process exited, and its exit code when known.
+    /// When that process exited, and its exit code when known.
     pub exit: Option<(u64, Option<i32>)>,
 }
 
