@@ -108,7 +108,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cm::ContainerManager::with_systemd(cm_config)?
     } else {
         cm::ContainerManager::new(cm_config)
-    };
+    }
+    .with_durations(metrics.kubelet.cgroup_manager_duration_seconds.clone());
     cm.start()?;
     // Node allocatable on kubepods: capacity less the reservations, or capacity when not
     // enforced (the kubelet writes both cases).
@@ -373,7 +374,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cfg.node_name.clone(),
         cfg.root_dir.clone(),
         pod_cache.clone(),
-    );
+    )
+    .with_volume_period(cfg.volume_stats_agg_period);
     let state = server::AppState {
         stats: Some(stats),
         health: runtime_state.clone(),

@@ -307,6 +307,15 @@ pub struct KubeletConfiguration {
         value_name = "DURATION"
     )]
     pub http_check_frequency: Option<GoDuration>,
+    /// How often each pod's volumes are measured for /stats/summary (the bytes and inodes below
+    /// each volume's directory, and its file system's size), off the request path; 0 turns it
+    /// off [default: 1m].
+    #[arg(
+        id = "volumeStatsAggPeriod",
+        long = "volume-stats-agg-period",
+        value_name = "DURATION"
+    )]
+    pub volume_stats_agg_period: Option<GoDuration>,
     /// Unsafe sysctls (or prefixes ending in `*`, e.g. `kernel.msg*`) pods may set beyond the
     /// safe set; comma-separated, repeatable.
     #[arg(
@@ -765,6 +774,8 @@ pub struct AgentConfig {
     /// `--manifest-url-ca-file`.
     pub manifest_url_ca_file: Option<PathBuf>,
     pub http_check_frequency: Duration,
+    /// `--volume-stats-agg-period` / `volumeStatsAggPeriod` (zero: off).
+    pub volume_stats_agg_period: Duration,
     /// `--kubeconfig`: the API server source.
     pub kubeconfig: Option<PathBuf>,
     pub ebpf: crate::ebpf::Mode,
@@ -1093,6 +1104,10 @@ impl AgentConfig {
                 .map(|Header(name, value)| (name, value))
                 .collect(),
             http_check_frequency: duration_or(cfg.http_check_frequency, Duration::from_secs(20)),
+            volume_stats_agg_period: duration_or(
+                cfg.volume_stats_agg_period,
+                Duration::from_secs(60),
+            ),
             manifest_url_ca_file: flags.manifest_url_ca_file,
             kubeconfig: flags.kubeconfig,
             ebpf,

@@ -699,12 +699,13 @@ impl Manager {
         .await
         .unwrap_or_default();
         let mut evicted = Vec::new();
-        for (uid, pod, msg) in verdicts {
+        for (uid, pod, (signal, msg)) in verdicts {
             tracing::warn!(pod = %crate::pod::full_name(&pod), message = %msg, "evicting pod over its local storage limit");
             if self
                 .status
                 .evict_with_grace(&uid, &msg, Some(IMMEDIATE_GRACE_SECS))
             {
+                self.cri.metrics().evicted(signal);
                 let _ = self.sync_now.send(uid.clone());
                 evicted.push(uid);
             }
@@ -812,6 +813,7 @@ impl Manager {
         if !self.status.evict_with_grace(&victim.uid, &msg, grace) {
             return None;
         }
+        self.cri.metrics().evicted(t.signal.as_str());
         let _ = self.sync_now.send(victim.uid.clone());
         Some(victim.uid)
     }
@@ -913,32 +915,39 @@ fn has_local_storage_limit(pod: &Pod) -> bool {
         })
 }
 
-/// The kubelet's message when the pod is over one of its local-storage limits, else `None`:
-/// an emptyDir on disk past its `sizeLimit`, the pod past its containers' limits together, or a
-/// container past its own (its writable layer and its logs), checked in that order.
+/// The kubelet's signal and message when the pod is over one of its local-storage limits, else
+/// `None`: an emptyDir on disk past its `sizeLimit` (`emptydirfs.limit`), the pod past its
+/// containers' limits together (`ephemeralpodfs.limit`), or a container past its own, its
+/// writable layer and its logs (`ephemeralcontainerfs.limit`), checked in that order.
 /// `layers`: the writable layers' bytes by container name.
 fn local_storage_verdict(
     cfg: &Config,
     uid: &str,
     pod: &Pod,
     layers: &HashMap<String, u64>,
-) -> Option<String> {
+) -> Option<(&'static str, String)> {
     let spec = pod.spec.as_ref()?;
     let pods_dir = cfg.root_dir.join("pods");
     for (name, limit, dir) in crate::volume::disk_size_limits(&pods_dir, uid, spec) {
         if disk_use(&dir).0 > limit {
-            return Some(format!(
-                "Usage of EmptyDir volume \"{name}\" exceeds the limit \"{}\". ",
-                quantity(limit)
+            return Some((
+                "emptydirfs.limit",
+                format!(
+                    "Usage of EmptyDir volume \"{name}\" exceeds the limit \"{}\". ",
+                    quantity(limit)
+                ),
             ));
         }
     }
     let limit = ephemeral_storage_limit(pod)?;
     let used = local_disk_use(cfg, uid, pod, false).saturating_add(layers.values().sum());
     if used > limit {
-        return Some(format!(
-            "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
-            quantity(limit)
+        return Some((
+            "ephemeralpodfs.limit",
+            format!(
+                "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+                quantity(limit)
+            ),
         ));
     }
     let logs = pod_log_dir(cfg, uid, pod);
@@ -950,10 +959,13 @@ fn local_storage_verdict(
             .unwrap_or(0)
             .saturating_add(disk_use(&logs.join(&c.name)).0);
         (used > limit).then(|| {
-            format!(
-                "Container {} exceeded its local ephemeral storage limit \"{}\". ",
-                c.name,
-                quantity(limit)
+            (
+                "ephemeralcontainerfs.limit",
+                format!(
+                    "Container {} exceeded its local ephemeral storage limit \"{}\". ",
+                    c.name,
+                    quantity(limit)
+                ),
             )
         })
     })
@@ -1452,23 +1464,33 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("f"), vec![1u8; 128 << 10]).unwrap();
         assert_eq!(
-            local_storage_verdict(&cfg, "u", &p, &HashMap::new()).as_deref(),
-            Some("Usage of EmptyDir volume \"small\" exceeds the limit \"64Ki\". ")
+            local_storage_verdict(&cfg, "u", &p, &HashMap::new()),
+            Some((
+                "emptydirfs.limit",
+                "Usage of EmptyDir volume \"small\" exceeds the limit \"64Ki\". ".to_owned()
+            ))
         );
         std::fs::remove_file(dir.join("f")).unwrap();
         // 3 MiB of writable layers is over the containers' 2 MiB together.
         let layers = |a: u64, b: u64| HashMap::from([("a".to_owned(), a), ("b".to_owned(), b)]);
         assert_eq!(
-            local_storage_verdict(&cfg, "u", &p, &layers(2 << 20, 1 << 20)).as_deref(),
-            Some("Pod ephemeral local storage usage exceeds the total limit of containers 2Mi. ")
+            local_storage_verdict(&cfg, "u", &p, &layers(2 << 20, 1 << 20)),
+            Some((
+                "ephemeralpodfs.limit",
+                "Pod ephemeral local storage usage exceeds the total limit of containers 2Mi. "
+                    .to_owned()
+            ))
         );
         // Within the pod's 2 MiB, but container b's layer and logs are over its own 1 MiB.
         let logs = root.path().join("logs/default_p_u/b");
         std::fs::create_dir_all(&logs).unwrap();
         std::fs::write(logs.join("0.log"), vec![1u8; 512 << 10]).unwrap();
         assert_eq!(
-            local_storage_verdict(&cfg, "u", &p, &layers(0, 768 << 10)).as_deref(),
-            Some("Container b exceeded its local ephemeral storage limit \"1Mi\". ")
+            local_storage_verdict(&cfg, "u", &p, &layers(0, 768 << 10)),
+            Some((
+                "ephemeralcontainerfs.limit",
+                "Container b exceeded its local ephemeral storage limit \"1Mi\". ".to_owned()
+            ))
         );
         assert_eq!(
             local_storage_verdict(&cfg, "u", &p, &layers(0, 256 << 10)),

@@ -609,6 +609,40 @@ impl Metrics {
         self.kubelet.pleg_relist_interval_seconds.observe(secs);
     }
 
+    /// Counts one attempt to start a container of the kubelet's `container_type` (`container`,
+    /// `init_container`); `failed`: the reason it did not start. swiftlet's count is of
+    /// containers started, the kubelet's of attempts and of errors.
+    pub fn container_start(&self, container_type: &'static str, failed: Option<&'static str>) {
+        self.kubelet
+            .started_containers_total
+            .get_or_create(&kubelet::ContainerType { container_type })
+            .inc();
+        match failed {
+            None => {
+                self.started_containers_total.inc();
+            }
+            Some(code) => {
+                self.kubelet
+                    .started_containers_errors_total
+                    .get_or_create(&kubelet::ContainerTypeCode {
+                        container_type,
+                        code,
+                    })
+                    .inc();
+            }
+        }
+    }
+
+    /// Counts one pod evicted for `signal`.
+    pub fn evicted(&self, signal: &'static str) {
+        self.kubelet
+            .evictions
+            .get_or_create(&kubelet::EvictionSignal {
+                eviction_signal: signal,
+            })
+            .inc();
+    }
+
     /// Counts one pod rejected at admission.
     pub fn admission_rejection(&self, reason: &'static str) {
         self.admission_rejections_total
@@ -655,8 +689,17 @@ mod tests {
         m.running_pods.set(3);
         m.started_pods_total.inc();
         m.kubelet.set_running_containers([1, 4, 2, 0]);
+        m.container_start("container", None);
+        m.container_start("init_container", None);
+        m.container_start("container", Some("CreateContainerError"));
+        m.evicted("memory.available");
         let text = m.encode();
         for line in [
+            "kubelet_started_containers_total{container_type=\"container\"} 2",
+            "kubelet_started_containers_total{container_type=\"init_container\"} 1",
+            "kubelet_started_containers_errors_total{container_type=\"container\",code=\"CreateContainerError\"} 1",
+            "swiftlet_started_containers_total 2",
+            "kubelet_evictions_total{eviction_signal=\"memory.available\"} 1",
             "kubelet_node_name{node=\"node-a\"} 1",
             "kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} 2",
             "kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 1",

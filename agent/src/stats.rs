@@ -7,6 +7,9 @@
 //! Cpu rates (`usageNanoCores`) need two reads: the provider keeps each cgroup's last cpu time
 //! and reports the rate since it (the first read of a pod reports none, as the kubelet's).
 mod exposition;
+mod volumes;
+
+pub use volumes::VolumeStats;
 
 use crate::cm::{CgroupDirs, CgroupUsage, ContainerManager, MemoryUsage};
 use crate::cri::Cri;
@@ -92,6 +95,9 @@ pub struct PodStats {
     pub usage: Usage,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process_stats: Option<ProcessStats>,
+    /// Its volumes, as last measured (see `--volume-stats-agg-period`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volume: Vec<VolumeStats>,
     /// The pod's cgroup, as `/metrics/cadvisor` names it (`id`).
     #[serde(skip)]
     pub cgroup: Option<String>,
@@ -308,6 +314,9 @@ type Running = Arc<(Vec<cri::Container>, Vec<cri::PodSandbox>)>;
 /// metrics: both are read off the request path.
 const WRITABLE_LAYER_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How often a pod's volumes are measured by default (the kubelet's `volumeStatsAggPeriod`).
+const VOLUME_STATS_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Pods from which a summary's reads are spread over threads.
 const PARALLEL_FROM: usize = 16;
 
@@ -348,6 +357,8 @@ pub struct Provider {
     /// The running containers and ready sandboxes, listed again only when the pod cache shows
     /// that one may have started, stopped or exited.
     running: Arc<QuietListing<Running>>,
+    /// Each pod's volumes, measured off the request path.
+    volumes: volumes::Volumes,
 }
 
 impl Provider {
@@ -365,7 +376,15 @@ impl Provider {
             root_dir,
             cache: Arc::default(),
             running: Arc::new(QuietListing::new(pod_cache)),
+            volumes: volumes::Volumes::new(VOLUME_STATS_PERIOD),
         }
+    }
+
+    /// Measures each pod's volumes at most once every `period` (zero: never) instead of once a
+    /// minute.
+    pub fn with_volume_period(mut self, period: std::time::Duration) -> Self {
+        self.volumes = volumes::Volumes::new(period);
+        self
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -580,6 +599,12 @@ impl Provider {
             self.image_fs(),
         );
         self.refresh_runtime_stats(node_selector);
+        self.volumes.refresh(
+            &self.root_dir.join("pods"),
+            pods.iter()
+                .map(|p| (p.uid.clone(), p.pod.clone()))
+                .collect(),
+        );
         let container_stats_failed = running.is_err();
         let running = running.unwrap_or_else(|e| {
             tracing::debug!(%e, "stats summary: listing the running containers");
@@ -691,6 +716,7 @@ impl Provider {
                     .pod
                     .processes
                     .map(|n| ProcessStats { process_count: n }),
+                volume: self.volumes.of(&p.uid).to_vec(),
                 cgroup: plan
                     .cgroup
                     .as_ref()
@@ -885,6 +911,7 @@ mod tests {
                     network: None,
                 },
                 process_stats: None,
+                volume: Vec::new(),
                 cgroup: Some("/kubepods/podu".into()),
             }],
             container_stats_failed: false,

@@ -24,7 +24,7 @@ use swiftlet_tests::certs::{Usage, make_ca, make_leaf};
 use swiftlet_tests::kubelet_client::{
     client, connect, current_thread, kubelet_api_options, request, request_as, websocket,
 };
-use swiftlet_tests::{Agent, Runtime, busybox_pod_manifest, script_pod_manifest};
+use swiftlet_tests::{Agent, AgentOptions, Runtime, busybox_pod_manifest, script_pod_manifest};
 use tokio_tungstenite::tungstenite::Message;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -347,12 +347,17 @@ fn the_kubelet_api_serves_exec_and_logs_to_certified_callers_only() {
 
 /// `/stats/summary` (read-only port; the kubelet API serves the same handler): the node's cpu,
 /// memory, file systems, network and process limits, and a pod's cgroup usage (32 MiB held in a
-/// memory-backed emptyDir counts in its working set), network, processes and container stats.
+/// memory-backed emptyDir counts in its working set and in the volume's entry), network,
+/// processes and container stats.
 #[test]
 fn the_stats_summary_reports_the_node_its_pods_and_their_containers() {
-    let Some(agent) = swiftlet_tests::start_agent("stats-summary") else {
+    let Some(rt) = Runtime::shared() else {
         return;
     };
+    let mut opts = AgentOptions::new("stats-summary");
+    // Volumes measured every second rather than every minute, so the test need not wait.
+    opts.extra_args = vec!["--volume-stats-agg-period".into(), "1s".into()];
+    let agent = Agent::start(rt, opts);
     let node = agent.node_name().to_owned();
     agent.write_manifest(
         "holder.yaml",
@@ -389,6 +394,8 @@ fn the_stats_summary_reports_the_node_its_pods_and_their_containers() {
                 > 0
             // The writable layer is read off the request path, at most every 10 s.
             && p["containers"][0]["rootfs"]["usedBytes"].is_u64()
+            // So are the volumes, here every second.
+            && p["volume"][0]["usedBytes"].as_u64().unwrap_or(0) >= held
         {
             pod = p;
             break;
@@ -419,6 +426,21 @@ fn the_stats_summary_reports_the_node_its_pods_and_their_containers() {
         "{c}"
     );
     assert!(c["rootfs"]["usedBytes"].is_u64(), "{c}");
+    let v = &pod["volume"][0];
+    assert_eq!(v["name"], "mem", "{pod}");
+    assert!(
+        v["capacityBytes"].as_u64().unwrap_or(0) >= v["availableBytes"].as_u64().unwrap_or(0)
+            && v["capacityBytes"].as_u64().unwrap_or(0) >= held,
+        "{v}"
+    );
+    assert!(
+        v["inodesUsed"].as_u64().unwrap_or(0) >= 2,
+        "the directory and f: {v}"
+    );
+    assert!(
+        v["time"].as_str().is_some_and(|t| t.starts_with("20")),
+        "{v}"
+    );
     // A second read has a cpu rate.
     let again = pod_of(&summary()).unwrap_or_default();
     assert!(again["cpu"]["usageNanoCores"].is_u64(), "{again}");

@@ -31,6 +31,8 @@ pub use resources::{
 };
 pub use usage::{CgroupDirs, CgroupUsage, MemoryUsage};
 
+use crate::metrics::kubelet::{CgroupManagerDurations, OperationType};
+
 /// What the node offers a container without a limit (the kubelet's node allocatable; here the
 /// machine's capacity, nothing being reserved), for the downward API: `memory_capacity` bytes,
 /// the CPUs online and the size of the file system holding `pods_dir`'s parent (the root dir).
@@ -156,6 +158,8 @@ pub struct ContainerManager {
     cfg: Config,
     driver: Arc<dyn Driver>,
     shared: Arc<Shared>,
+    /// `kubelet_cgroup_manager_duration_seconds`, once given ([`Self::with_durations`]).
+    durations: Option<CgroupManagerDurations>,
 }
 
 impl ContainerManager {
@@ -166,6 +170,22 @@ impl ContainerManager {
             cfg,
             driver,
             shared: Arc::default(),
+            durations: None,
+        }
+    }
+
+    /// Observes how long each create, update and destroy of a cgroup takes into `durations`
+    /// (by the kubelet's `operation_type`).
+    pub fn with_durations(mut self, durations: CgroupManagerDurations) -> Self {
+        self.durations = Some(durations);
+        self
+    }
+
+    /// Observes an operation of `operation_type` begun at `since`.
+    fn observe(&self, operation_type: &'static str, since: std::time::Instant) {
+        if let Some(d) = &self.durations {
+            d.get_or_create(&OperationType { operation_type })
+                .observe(since.elapsed().as_secs_f64());
         }
     }
 
@@ -177,6 +197,7 @@ impl ContainerManager {
             cfg,
             driver,
             shared: Arc::default(),
+            durations: None,
         })
     }
 
@@ -314,12 +335,15 @@ impl ContainerManager {
             .qos
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let start = std::time::Instant::now();
         let burstable: u64 = self.state().burstable.values().sum();
         self.set_shares(
             &self.qos_cgroup_name(QosClass::Burstable),
             milli_cpu_to_shares(burstable),
         )?;
-        self.set_shares(&self.qos_cgroup_name(QosClass::BestEffort), MIN_SHARES)
+        self.set_shares(&self.qos_cgroup_name(QosClass::BestEffort), MIN_SHARES)?;
+        self.observe("update", start);
+        Ok(())
     }
 
     /// Records (or forgets) a pod's share of the burstable QoS cgroup; true when it changed.
@@ -375,8 +399,10 @@ impl ContainerManager {
         {
             return Ok(name);
         }
+        let start = std::time::Instant::now();
         let fresh = self.create(&name)?;
         self.apply_to(&name, &rc, fresh)?;
+        self.observe(if fresh { "create" } else { "update" }, start);
         self.state().applied.insert(name.clone(), rc);
         Ok(name)
     }
@@ -562,14 +588,21 @@ impl ContainerManager {
     /// A missing cgroup is not an error.
     pub fn destroy_pod_cgroup(&self, name: &str) -> Result<()> {
         self.state().applied.remove(name);
+        let start = std::time::Instant::now();
+        let mut existed = false;
         if self.driver.dir(Controller::Cpu, name)?.exists() {
+            existed = true;
             self.driver.remove_managed(name)?;
         }
         for dir in self.all_hierarchy_dirs(name)? {
             if !dir.exists() {
                 continue;
             }
+            existed = true;
             housekeeping::remove_tree(&dir)?;
+        }
+        if existed {
+            self.observe("destroy", start);
         }
         Ok(())
     }

@@ -226,6 +226,42 @@ fn node_allocatable_is_written_on_kubepods() {
     assert_eq!(cm.writes(), before);
 }
 
+/// `kubelet_cgroup_manager_duration_seconds`: a pod cgroup's creation, a change to it, the QoS
+/// cgroups' update and its removal are each observed once; what finds nothing to do is not.
+#[test]
+fn cgroup_operations_are_timed_by_the_kubelets_operation_types() {
+    let (tmp, cm) = v1_fixture("/test");
+    let durations = crate::metrics::kubelet::CgroupManagerDurations::new_with_constructor(|| {
+        prometheus_client::metrics::histogram::Histogram::new([1.0])
+    });
+    let cm = cm.with_durations(durations.clone());
+    let count = |op: &'static str| {
+        let mut text = String::new();
+        let mut reg = prometheus_client::registry::Registry::default();
+        reg.register("d", "", durations.clone());
+        prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
+        let want = format!("d_count{{operation_type=\"{op}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(want.as_str()))
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    let g: &[(&str, &str)] = &[("cpu", "500m"), ("memory", "64Mi")];
+    cm.ensure_pod_cgroup(&pod(&[(g, g)]), "u1").unwrap();
+    assert_eq!(count("create"), 1);
+    cm.ensure_pod_cgroup(&pod(&[(g, g)]), "u1").unwrap();
+    assert_eq!((count("create"), count("update")), (1, 0), "nothing to do");
+    let b: &[(&str, &str)] = &[("cpu", "250m")];
+    cm.ensure_pod_cgroup(&pod(&[(b, &[])]), "u2").unwrap();
+    assert_eq!(count("create"), 2);
+    assert_eq!(count("update"), 1, "the burstable QoS cgroup's shares");
+    // (A fixture's directories hold plain files, which only cgroupfs lets rmdir pass: an empty
+    // one stands in for the pod cgroup.)
+    fs::create_dir_all(tmp.path().join("cpu/test/kubepods/podu9")).unwrap();
+    cm.destroy_pod_cgroup("/test/kubepods/podu9").unwrap();
+    cm.destroy_pod_cgroup("/test/kubepods/podu10").unwrap();
+    assert_eq!(count("destroy"), 1, "what was not there is not counted");
+}
+
 #[test]
 fn cgroup_names_and_files_v1_fixture() {
     let (tmp, cm) = v1_fixture("/test");

@@ -24,6 +24,32 @@ pub struct ContainerState {
     pub container_state: &'static str,
 }
 
+/// `kubelet_started_containers_total`'s label: `container` or `init_container` (sidecars are
+/// init containers to the kubelet).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerType {
+    pub container_type: &'static str,
+}
+
+/// `kubelet_started_containers_errors_total`'s labels: the container type and the failure's
+/// reason (`CreateContainerError`, `ErrImagePull`, ...), as the kubelet's `code`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerTypeCode {
+    pub container_type: &'static str,
+    pub code: &'static str,
+}
+
+/// `kubelet_evictions`' label: the signal the pod was evicted for (`memory.available`,
+/// `ephemeralpodfs.limit`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionSignal {
+    pub eviction_signal: &'static str,
+}
+
+/// `kubelet_cgroup_manager_duration_seconds`: one histogram per `operation_type` (`create`,
+/// `update`, `destroy`), observed by the container manager.
+pub type CgroupManagerDurations = Family<OperationType, Histogram, fn() -> Histogram>;
+
 /// `kubelet_node_name`'s label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabel {
@@ -98,6 +124,10 @@ pub struct KubeletMetrics {
     pub runtime_operations_total: Family<OperationType, Counter>,
     pub runtime_operations_errors_total: Family<OperationType, Counter>,
     pub runtime_operations_duration_seconds: Family<OperationType, Histogram, fn() -> Histogram>,
+    pub started_containers_total: Family<ContainerType, Counter>,
+    pub started_containers_errors_total: Family<ContainerTypeCode, Counter>,
+    pub evictions: Family<EvictionSignal, Counter>,
+    pub cgroup_manager_duration_seconds: CgroupManagerDurations,
 }
 
 /// Swiftlet metrics that mean what a kubelet metric means, registered again under its name.
@@ -122,6 +152,10 @@ impl KubeletMetrics {
             runtime_operations_total: Family::default(),
             runtime_operations_errors_total: Family::default(),
             runtime_operations_duration_seconds: Family::new_with_constructor(runtime_histogram),
+            started_containers_total: Family::default(),
+            started_containers_errors_total: Family::default(),
+            evictions: Family::default(),
+            cgroup_manager_duration_seconds: Family::new_with_constructor(default_histogram),
         };
         registry.register(
             "node_name",
@@ -189,6 +223,26 @@ impl KubeletMetrics {
             "started_pods",
             "Cumulative number of pods started",
             shared.started_pods,
+        );
+        registry.register(
+            "started_containers",
+            "Cumulative number of containers started (attempts), by container type",
+            m.started_containers_total.clone(),
+        );
+        registry.register(
+            "started_containers_errors",
+            "Cumulative number of errors when starting containers, by container type and code",
+            m.started_containers_errors_total.clone(),
+        );
+        registry.register(
+            "evictions",
+            "Cumulative number of pod evictions by eviction signal",
+            m.evictions.clone(),
+        );
+        registry.register(
+            "cgroup_manager_duration_seconds",
+            "Duration in seconds for cgroup manager operations. Broken down by method",
+            m.cgroup_manager_duration_seconds.clone(),
         );
         m
     }

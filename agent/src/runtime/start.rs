@@ -69,7 +69,16 @@ impl Manager {
         let restart_count = prev
             .and_then(|p| p.metadata.as_ref())
             .map_or(0, |m| m.attempt + 1);
-        match self.start_container(t, c, kind, restart_count, hash).await {
+        let result = self.start_container(t, c, kind, restart_count, hash).await;
+        // The kubelet counts init and sidecar containers as `init_container`.
+        let container_type = match kind {
+            ContainerKind::App => "container",
+            ContainerKind::Init | ContainerKind::Sidecar => "init_container",
+        };
+        self.cri
+            .metrics()
+            .container_start(container_type, result.as_ref().err().map(Error::reason));
+        match result {
             Ok(started) => {
                 outcome.started.push(started);
                 Ok(true)
