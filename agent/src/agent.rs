@@ -199,6 +199,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let api_objects = crate::api_objects::ApiObjects::reporting_changes(
         cfg.kubeconfig.clone(),
         objects_tx.clone(),
+        metrics.rest_client_requests.clone(),
     );
     api_objects.warm_up();
     // The kubelet's check of --resolv-conf at its start: pods are given what can be used.
@@ -325,6 +326,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
             kubeconfig,
             node_name: cfg.node_name.clone(),
             mirrors: mirrors.clone(),
+            requests: metrics.rest_client_requests.clone(),
         };
         let errors = config::ErrorCounter::new(metrics.config_errors_total.clone(), config::API);
         tracker.spawn(config::api::watch(api_cfg, tx, errors, cancel.clone()));
@@ -391,7 +393,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         // without one).
         let webhook = match (&cfg.kubeconfig, api.webhook.any()) {
             (Some(kubeconfig), true) => Some(server::webhook::Webhook::new(
-                config::api::client(kubeconfig)
+                config::api::client(kubeconfig, &metrics.rest_client_requests)
                     .await
                     .map_err(Error::Webhook)?,
                 cfg.node_name.clone(),

@@ -59,6 +59,8 @@ impl Error {
 #[derive(Clone, Default)]
 pub struct ApiObjects {
     kubeconfig: Option<PathBuf>,
+    /// Where the client built from `kubeconfig` counts its requests.
+    requests: crate::metrics::rest_client::Requests,
     client: Arc<OnceCell<Client>>,
     watched: Arc<Watched>,
 }
@@ -102,19 +104,23 @@ impl ApiObjects {
     pub fn new(kubeconfig: Option<PathBuf>) -> Self {
         Self {
             kubeconfig,
+            requests: Default::default(),
             client: Arc::default(),
             watched: Arc::default(),
         }
     }
 
     /// [`ApiObjects::new`] that sends the UID of each pod that names a watched object to
-    /// `changes` when the object changes (once per change and pod).
+    /// `changes` when the object changes (once per change and pod); its client counts its
+    /// requests in `requests`.
     pub fn reporting_changes(
         kubeconfig: Option<PathBuf>,
         changes: tokio::sync::mpsc::UnboundedSender<String>,
+        requests: crate::metrics::rest_client::Requests,
     ) -> Self {
         Self {
             kubeconfig,
+            requests,
             client: Arc::default(),
             watched: Arc::new(Watched::new(Some(changes))),
         }
@@ -124,6 +130,7 @@ impl ApiObjects {
     pub fn with_client(client: Client) -> Self {
         Self {
             kubeconfig: None,
+            requests: Default::default(),
             client: Arc::new(OnceCell::new_with(Some(client))),
             watched: Arc::default(),
         }
@@ -206,7 +213,7 @@ impl ApiObjects {
         };
         let c = self
             .client
-            .get_or_try_init(|| crate::config::api::client(path))
+            .get_or_try_init(|| crate::config::api::client(path, &self.requests))
             .await?;
         Ok(c.clone())
     }

@@ -1,10 +1,11 @@
 //! Prometheus metrics (prometheus-client). One registry per agent; components hold cheap clones of
 //! the metric handles they update. `/metrics` serves swiftlet's own (`swiftlet_*`), the kubelet's
-//! names ([`kubelet`]) and the process' ([`process`]); `/metrics/probes` the prober's
-//! ([`probes`]).
+//! names ([`kubelet`]), the API-server clients' ([`rest_client`]) and the process'
+//! ([`process`]); `/metrics/probes` the prober's ([`probes`]).
 pub mod kubelet;
 pub mod probes;
 pub mod process;
+pub mod rest_client;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -156,6 +157,8 @@ pub struct Metrics {
     pub kubelet: kubelet::KubeletMetrics,
     /// `/metrics/probes`.
     pub probes: probes::ProbeMetrics,
+    /// `rest_client_requests_total`: give it to [`rest_client::client`].
+    pub rest_client_requests: rest_client::Requests,
     pub runtime_operations_duration_seconds: Family<OperationLabel, Histogram, fn() -> Histogram>,
     pub runtime_operations_errors_total: Family<OperationLabel, Counter>,
     pub cri_deadline_exceeded_total: Family<MethodLabel, Counter>,
@@ -492,9 +495,16 @@ impl Metrics {
             },
         );
         root.register_collector(Box::new(process::ProcessCollector));
+        let rest_client_requests = rest_client::Requests::default();
+        root.register(
+            "rest_client_requests",
+            "Number of HTTP requests to the API server, partitioned by status code, method, and host",
+            rest_client_requests.clone(),
+        );
         Self {
             registry: Arc::new(root),
             kubelet,
+            rest_client_requests,
             probes: probes::ProbeMetrics::default(),
             otlp_spans_exported_total,
             otlp_spans_dropped_total,

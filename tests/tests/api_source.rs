@@ -211,10 +211,12 @@ async fn kubeconfig_is_read_and_a_bad_one_is_counted_not_fatal() {
     let (tx, mut rx) = mpsc::channel(8);
     let errors = ErrorCounter::detached(API);
     let cancel = CancellationToken::new();
+    let requests = swiftlet::metrics::rest_client::Requests::default();
     let cfg = Config {
         kubeconfig: good,
         node_name: NODE.to_owned(),
         mirrors: MirrorPods::default(),
+        requests: requests.clone(),
     };
     tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
     match tokio::time::timeout(WAIT, rx.recv()).await {
@@ -222,10 +224,20 @@ async fn kubeconfig_is_read_and_a_bad_one_is_counted_not_fatal() {
         other => panic!("expected a SET, got {other:?}"),
     }
     cancel.cancel();
+    // The watcher's list was counted as rest_client_requests_total counts it.
+    let host = server.addr().to_string();
+    let listed = requests
+        .get_or_create(&swiftlet::metrics::rest_client::RequestLabels {
+            code: "200".into(),
+            host,
+            method: "GET".into(),
+        })
+        .get();
+    assert!(listed >= 1, "the list and watch requests were not counted");
 
     let bad = dir.path().join("bad");
     std::fs::write(&bad, "apiVersion: v1\nclusters: [").expect("write");
-    let Err(e) = client(&bad).await else {
+    let Err(e) = client(&bad, &Default::default()).await else {
         panic!("a bad kubeconfig gave a client");
     };
     assert!(e.to_string().contains("bad"), "{e}");
@@ -236,6 +248,7 @@ async fn kubeconfig_is_read_and_a_bad_one_is_counted_not_fatal() {
         kubeconfig: bad,
         node_name: NODE.to_owned(),
         mirrors: MirrorPods::default(),
+        requests: Default::default(),
     };
     let task = tokio::spawn(watch(cfg, tx, errors.clone(), cancel.clone()));
     let deadline = tokio::time::Instant::now() + WAIT;

@@ -42,6 +42,8 @@ pub struct Config {
     pub node_name: String,
     /// Where the mirror pods the watch sees are kept (they are never sent to the mux).
     pub mirrors: MirrorPods,
+    /// `rest_client_requests_total`.
+    pub requests: crate::metrics::rest_client::Requests,
 }
 
 /// A mirror pod on the API server: the API's copy of a static pod.
@@ -176,10 +178,13 @@ fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
 #[error("no answer from the API server within {0:?}")]
 pub struct TimedOut(pub std::time::Duration);
 
-/// Builds a client from the kubeconfig file.
-pub async fn client(kubeconfig: &std::path::Path) -> Result<Client, Error> {
+/// Builds a client from the kubeconfig file, its requests counted in `requests`.
+pub async fn client(
+    kubeconfig: &std::path::Path,
+    requests: &crate::metrics::rest_client::Requests,
+) -> Result<Client, Error> {
     let config = client_config(kubeconfig).await?;
-    Client::try_from(config).map_err(|source| Error::Client {
+    crate::metrics::rest_client::client(config, requests).map_err(|source| Error::Client {
         path: kubeconfig.to_path_buf(),
         source,
     })
@@ -212,7 +217,7 @@ pub async fn watch(
 ) {
     let mut delay = Duration::from_secs(1);
     let client = loop {
-        match client(&cfg.kubeconfig).await {
+        match client(&cfg.kubeconfig, &cfg.requests).await {
             Ok(c) => break c,
             Err(e) => {
                 tracing::warn!(error = %e, retry_in = ?delay, "API-server pod source cannot start");

@@ -47,7 +47,8 @@ impl Heartbeats {
     ) -> Result<Self, kube::Error> {
         // Dialling is bounded too (the whole request is, below).
         config.connect_timeout = Some(timeout);
-        let client = kube::Client::try_from(config.clone())?;
+        let client =
+            crate::metrics::rest_client::client(config.clone(), &metrics.rest_client_requests)?;
         Ok(Self {
             config,
             timeout,
@@ -95,7 +96,10 @@ impl Heartbeats {
         if state.failures < 2 {
             return;
         }
-        match kube::Client::try_from(self.config.clone()) {
+        match crate::metrics::rest_client::client(
+            self.config.clone(),
+            &self.metrics.rest_client_requests,
+        ) {
             Ok(client) => {
                 state.client = client;
                 self.metrics.node_api_request("reconnect", "ok");

@@ -546,16 +546,16 @@ pub async fn run(
     let heartbeat_timeout = heartbeat::timeout(cfg.status_update_frequency, cfg.lease_duration);
     let (client, heartbeats) = loop {
         let clients = match crate::config::api::client_config(&kubeconfig).await {
-            Ok(config) => kube::Client::try_from(config.clone())
-                .and_then(|client| {
-                    let hb = heartbeat::Heartbeats::new(
-                        config,
-                        heartbeat_timeout,
-                        inputs.metrics.clone(),
-                    )?;
-                    Ok((client, hb))
-                })
-                .map_err(|e| e.to_string()),
+            Ok(config) => crate::metrics::rest_client::client(
+                config.clone(),
+                &inputs.metrics.rest_client_requests,
+            )
+            .and_then(|client| {
+                let hb =
+                    heartbeat::Heartbeats::new(config, heartbeat_timeout, inputs.metrics.clone())?;
+                Ok((client, hb))
+            })
+            .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         match clients {
