@@ -145,6 +145,10 @@ pub struct CpuStats {
     pub usage_nano_cores: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
+    /// The CFS quota's throttling (cgroup v2), for `/metrics/cadvisor`: the summary has no field
+    /// for it.
+    #[serde(skip)]
+    pub throttling: Option<crate::cm::CpuThrottling>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -158,6 +162,9 @@ pub struct MemoryStats {
     pub rss_bytes: u64,
     pub page_faults: u64,
     pub major_page_faults: u64,
+    /// The page cache, for `/metrics/cadvisor` (`container_memory_cache`).
+    #[serde(skip)]
+    pub cache_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -392,8 +399,8 @@ impl Provider {
     }
 
     /// Cpu stats of a cgroup read now, with the rate since the last read of the same key.
-    fn cpu(&self, key: &str, time: &str, nanos: Option<u64>, now: Instant) -> Option<CpuStats> {
-        let nanos = nanos?;
+    fn cpu(&self, key: &str, time: &str, read: &CgroupUsage, now: Instant) -> Option<CpuStats> {
+        let nanos = read.cpu_nanos?;
         let mut cache = self.cache();
         let rate = cache.cpu.get(key).and_then(|&(at, before)| {
             let secs = now.checked_duration_since(at)?.as_secs_f64();
@@ -404,6 +411,7 @@ impl Provider {
             time: time.to_owned(),
             usage_nano_cores: rate,
             usage_core_nano_seconds: Some(nanos),
+            throttling: read.cpu_throttling,
         })
     }
 
@@ -417,6 +425,7 @@ impl Provider {
             rss_bytes: m.rss_bytes,
             page_faults: m.page_faults,
             major_page_faults: m.major_page_faults,
+            cache_bytes: m.cache_bytes,
         })
     }
 
@@ -668,7 +677,7 @@ impl Provider {
         for ((p, plan), read) in pods.iter().zip(&plans).zip(reads) {
             let meta = &p.pod.metadata;
             let key = format!("pod/{}", p.uid);
-            let cpu = self.cpu(&key, &time, read.pod.cpu_nanos, now);
+            let cpu = self.cpu(&key, &time, &read.pod, now);
             live_keys.insert(key);
             let containers = plan
                 .containers
@@ -682,7 +691,7 @@ impl Provider {
                     let stats = ContainerStats {
                         name: (*name).to_owned(),
                         start_time: Some(cri_time(c.created_at)),
-                        cpu: self.cpu(&key, &time, usage.cpu_nanos, now),
+                        cpu: self.cpu(&key, &time, &usage, now),
                         memory: Self::memory(&time, usage.memory, None),
                         rootfs: self.cache().writable.get(&c.id).cloned(),
                         runtime: Some(ContainerRef {
@@ -751,9 +760,8 @@ impl Provider {
         now: Instant,
         image_fs: Option<cri::ImageFsInfoResponse>,
     ) -> NodeStats {
-        let CgroupUsage {
-            cpu_nanos, memory, ..
-        } = self.cm.cgroup_usage("/");
+        let root = self.cm.cgroup_usage("/");
+        let memory = root.memory;
         let capacity = crate::cm::machine_memory_bytes();
         let default_iface = std::fs::read_to_string("/proc/net/route")
             .ok()
@@ -772,7 +780,7 @@ impl Provider {
             node_name: self.node_name.clone(),
             start_time: boot_time(),
             usage: Usage {
-                cpu: self.cpu("node", time, cpu_nanos, now),
+                cpu: self.cpu("node", time, &root, now),
                 memory: Self::memory(time, memory, capacity),
                 network: network(time, None, default_iface.as_deref()),
             },
@@ -850,6 +858,7 @@ mod tests {
             time: "t".into(),
             usage_nano_cores: None,
             usage_core_nano_seconds: Some(5),
+            throttling: None,
         };
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(v["usageCoreNanoSeconds"], 5);
@@ -863,6 +872,11 @@ mod tests {
             time: t.into(),
             usage_nano_cores: None,
             usage_core_nano_seconds: Some(2_500_000_000),
+            throttling: Some(crate::cm::CpuThrottling {
+                periods: 40,
+                throttled_periods: 4,
+                throttled_nanos: 1_500_000_000,
+            }),
         });
         let memory = Some(MemoryStats {
             time: t.into(),
@@ -872,6 +886,7 @@ mod tests {
             rss_bytes: 1,
             page_faults: 0,
             major_page_faults: 0,
+            cache_bytes: 3,
         });
         Summary {
             node: NodeStats {
@@ -958,6 +973,10 @@ mod tests {
             format!("container_memory_working_set_bytes{{{container}}} 7 {ms}"),
             format!("container_memory_usage_bytes{{{container}}} 10 {ms}"),
             format!("container_memory_rss{{{container}}} 1 {ms}"),
+            format!("container_memory_cache{{{container}}} 3 {ms}"),
+            format!("container_cpu_cfs_periods_total{{{container}}} 40 {ms}"),
+            format!("container_cpu_cfs_throttled_periods_total{{{container}}} 4 {ms}"),
+            format!("container_cpu_cfs_throttled_seconds_total{{{container}}} 1.5 {ms}"),
             format!("container_memory_working_set_bytes{{{pod}}} 7 {ms}"),
             format!("container_cpu_usage_seconds_total{{id=\"/\"}} 2.5 {ms}"),
             "# TYPE container_network_receive_bytes_total counter".to_owned(),

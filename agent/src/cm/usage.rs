@@ -12,8 +12,19 @@ pub struct MemoryUsage {
     /// eviction and `kubectl top` use.
     pub working_set_bytes: u64,
     pub rss_bytes: u64,
+    /// The page cache charged to the cgroup (v1 `total_cache`, v2 `file`).
+    pub cache_bytes: u64,
     pub page_faults: u64,
     pub major_page_faults: u64,
+}
+
+/// How often the CFS quota held a cgroup back (`cpu.stat`'s `nr_periods`, `nr_throttled`,
+/// `throttled_usec`). The periods count only while a quota is set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuThrottling {
+    pub periods: u64,
+    pub throttled_periods: u64,
+    pub throttled_nanos: u64,
 }
 
 /// A cgroup's usage; a part that cannot be read is `None`.
@@ -21,33 +32,54 @@ pub struct MemoryUsage {
 pub struct CgroupUsage {
     /// Cpu time used since the cgroup was made, in nanoseconds.
     pub cpu_nanos: Option<u64>,
+    /// Its throttling, on cgroup v2 (where `cpu.stat`, read for the usage anyway, has it).
+    pub cpu_throttling: Option<CpuThrottling>,
     pub memory: Option<MemoryUsage>,
     pub processes: Option<u64>,
 }
 
-/// The value of `key` in a flat keyed file (`memory.stat`, `cpu.stat`: `key value` lines).
-fn keyed(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok()).flatten()
-    })
-}
-
-/// The `memory.stat` keys of the inactive file cache, rss, page faults and major page faults.
-type StatKeys = [&'static str; 4];
+/// The `memory.stat` keys of the inactive file cache, rss, page faults, major page faults and
+/// the page cache.
+type StatKeys = [&'static str; 5];
 /// v1: the hierarchical (`total_`) counters.
 const V1_KEYS: StatKeys = [
     "total_inactive_file",
     "total_rss",
     "total_pgfault",
     "total_pgmajfault",
+    "total_cache",
 ];
-const V2_KEYS: StatKeys = ["inactive_file", "anon", "pgfault", "pgmajfault"];
+const V2_KEYS: StatKeys = ["inactive_file", "anon", "pgfault", "pgmajfault", "file"];
+
+/// The usage (ns) and the throttling of a cgroup v2 `cpu.stat`, in one pass over its lines.
+fn cpu_stat_v2(text: &str) -> (Option<u64>, Option<CpuThrottling>) {
+    let (mut usage_usec, mut t) = (None, CpuThrottling::default());
+    let mut throttling_seen = false;
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<u64>() else {
+            continue;
+        };
+        match key {
+            "usage_usec" => usage_usec = Some(value),
+            "nr_periods" => (t.periods, throttling_seen) = (value, true),
+            "nr_throttled" => t.throttled_periods = value,
+            "throttled_usec" => t.throttled_nanos = value.saturating_mul(1000),
+            _ => {}
+        }
+    }
+    (
+        usage_usec.map(|us| us.saturating_mul(1000)),
+        throttling_seen.then_some(t),
+    )
+}
 
 /// Memory usage from the usage file's value (v1 `memory.usage_in_bytes`, v2 `memory.current`)
 /// and `memory.stat`, read in one pass over its lines.
 fn memory(usage: u64, stat: &str, keys: StatKeys) -> MemoryUsage {
-    let mut values = [0u64; 4];
+    let mut values = [0u64; 5];
     for line in stat.lines() {
         let Some((key, value)) = line.split_once(' ') else {
             continue;
@@ -56,11 +88,12 @@ fn memory(usage: u64, stat: &str, keys: StatKeys) -> MemoryUsage {
             values[i] = value.trim().parse().unwrap_or(0);
         }
     }
-    let [inactive, rss, faults, major] = values;
+    let [inactive, rss, faults, major, cache] = values;
     MemoryUsage {
         usage_bytes: usage,
         working_set_bytes: usage.saturating_sub(inactive),
         rss_bytes: rss,
+        cache_bytes: cache,
         page_faults: faults,
         major_page_faults: major,
     }
@@ -203,12 +236,11 @@ impl CgroupDirs {
         let number = |controller: Controller, file: &str| -> Option<u64> {
             self.read(controller, &path(file))?.trim().parse().ok()
         };
-        let cpu_nanos = if self.v2 {
+        let (cpu_nanos, cpu_throttling) = if self.v2 {
             self.read(Controller::Cpu, &path("cpu.stat"))
-                .and_then(|text| keyed(&text, "usage_usec"))
-                .map(|us| us.saturating_mul(1000))
+                .map_or((None, None), |text| cpu_stat_v2(&text))
         } else {
-            number(Controller::Cpu, "cpuacct.usage")
+            (number(Controller::Cpu, "cpuacct.usage"), None)
         };
         let usage_file = if self.v2 {
             "memory.current"
@@ -232,6 +264,7 @@ impl CgroupDirs {
         };
         CgroupUsage {
             cpu_nanos,
+            cpu_throttling,
             memory,
             processes,
         }
@@ -277,15 +310,34 @@ mod tests {
                 usage_bytes: 500,
                 working_set_bytes: 460,
                 rss_bytes: 300,
+                cache_bytes: 100,
                 page_faults: 7,
                 major_page_faults: 2,
             }
         );
+        assert_eq!(
+            cpu_stat_v2(
+                "usage_usec 12\nuser_usec 3\nnr_periods 40\nnr_throttled 4\nthrottled_usec 25\n"
+            ),
+            (
+                Some(12_000),
+                Some(CpuThrottling {
+                    periods: 40,
+                    throttled_periods: 4,
+                    throttled_nanos: 25_000
+                })
+            )
+        );
+        assert_eq!(
+            cpu_stat_v2("usage_usec 12\n"),
+            (Some(12_000), None),
+            "a kernel without the CFS bandwidth keys"
+        );
         let v2 = "anon 300\nfile 100\ninactive_file 600\npgfault 7\npgmajfault 2\n";
         assert_eq!(memory_v2(500, v2).working_set_bytes, 0, "never below zero");
         assert_eq!(memory_v2(500, v2).rss_bytes, 300);
-        assert_eq!(keyed("usage_usec 12\nuser_usec 3\n", "user_usec"), Some(3));
-        assert_eq!(keyed("usage_usecx 12\n", "usage_usec"), None);
+        assert_eq!(memory_v2(500, v2).cache_bytes, 100);
+        assert_eq!(cpu_stat_v2("usage_usecx 12\n"), (None, None));
     }
 
     fn manager_at(mount: &Path) -> ContainerManager {

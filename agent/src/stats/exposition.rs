@@ -253,7 +253,7 @@ impl Summary {
             "Cumulative cpu time consumed in seconds.",
             each(&|s| cpu_seconds(s.cpu())),
         );
-        let memory_families: [Field<MemoryStats>; 3] = [
+        let memory_families: [Field<MemoryStats>; 4] = [
             (
                 "container_memory_working_set_bytes",
                 "Current working set in bytes.",
@@ -268,10 +268,47 @@ impl Summary {
             ("container_memory_rss", "Size of RSS in bytes.", |m| {
                 m.rss_bytes
             }),
+            (
+                "container_memory_cache",
+                "Number of bytes of page cache memory.",
+                |m| m.cache_bytes,
+            ),
         ];
         for (name, help, f) in memory_families {
             out.family(name, "gauge", help, each(&|s| memory(s.memory(), f)));
         }
+        // The CFS quota's throttling: only of what has a quota (the periods count only then),
+        // and on cgroup v2 (where the usage's own read has it).
+        let throttling_families: [Field<crate::cm::CpuThrottling>; 2] = [
+            (
+                "container_cpu_cfs_periods_total",
+                "Number of elapsed enforcement period intervals.",
+                |t| t.periods,
+            ),
+            (
+                "container_cpu_cfs_throttled_periods_total",
+                "Number of throttled period intervals.",
+                |t| t.throttled_periods,
+            ),
+        ];
+        let throttling = |s: &Subject<'_>| {
+            let c = s.cpu().as_ref()?;
+            Some((c.throttling.filter(|t| t.periods > 0)?, millis(&c.time)))
+        };
+        for (name, help, f) in throttling_families {
+            out.family(
+                name,
+                "counter",
+                help,
+                each(&|s| throttling(s).map(|(t, at)| (f(&t) as f64, at))),
+            );
+        }
+        out.family(
+            "container_cpu_cfs_throttled_seconds_total",
+            "counter",
+            "Total time duration the container has been throttled.",
+            each(&|s| throttling(s).map(|(t, at)| (t.throttled_nanos as f64 / 1e9, at))),
+        );
         out.family(
             "container_start_time_seconds",
             "gauge",
