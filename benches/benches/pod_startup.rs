@@ -36,6 +36,11 @@
 //! own, without volumes and with an emptyDir, a configMap and a secret volume each: the
 //! `volumes` phase of the timelines is what setting up the three volumes added to each start.
 //!
+//! With `--otlp`, the agent exports every pod start as a trace (`--tracing-endpoint`, every start
+//! sampled) to an OTLP/gRPC receiver in this process (`swiftlet_tests::otlp`), and the spans it
+//! received are counted at the end: run with and without it, the "CPU per pod started" lines
+//! show what the export costs a start.
+//!
 //! With `--cold` (instead of all of the above), every run pulls its images: `--images` (default
 //! 10) generated images of 19-37 MB in four layers, some layers shared
 //! (`xtask::images::cold_start_set`), pushed with `skopeo` to the test registry (Debian's
@@ -88,6 +93,8 @@ struct Opts {
     cold: bool,
     images: usize,
     link: Option<swiftlet_benches::link::Shape>,
+    /// Export every start over OTLP to a receiver in this process.
+    otlp: bool,
 }
 
 fn parse_opts() -> Result<Opts, String> {
@@ -102,6 +109,7 @@ fn parse_opts() -> Result<Opts, String> {
         cold: false,
         images: 10,
         link: None,
+        otlp: false,
     };
     let mut pods_given = false;
     let mut args = std::env::args().skip(1);
@@ -127,6 +135,7 @@ fn parse_opts() -> Result<Opts, String> {
             "--reserved-core" => o.reserved_core = true,
             "--volumes" => o.volumes = true,
             "--cold" => o.cold = true,
+            "--otlp" => o.otlp = true,
             "--link" => o.link = Some(swiftlet_benches::link::Shape::parse(&value("--link")?)?),
             "--images" => {
                 o.images = value("--images")?
@@ -1395,6 +1404,29 @@ fn main() -> ExitCode {
     agent_opts.binary = Some(binary.clone());
     agent_opts.verbosity = 0;
     agent_opts.file_check_frequency = "20s".into();
+    // With --otlp, every start is exported to a receiver here, which counts the spans it gets.
+    let exported = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    if opts.otlp {
+        let receiver = swiftlet_tests::otlp::Receiver::start();
+        agent_opts.extra_args.extend([
+            "--tracing-endpoint".to_owned(),
+            receiver.addr.to_string(),
+            "--tracing-sampling-rate-per-million".to_owned(),
+            "1000000".to_owned(),
+        ]);
+        let exported = exported.clone();
+        std::thread::spawn(move || {
+            for request in receiver.requests {
+                let spans: usize = request
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .map(|s| s.spans.len())
+                    .sum();
+                exported.fetch_add(spans, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+    }
     let agent = Agent::start(rt, agent_opts);
     let idle = if opts.cost {
         progress("measuring the idle agent for 10 s ...");
@@ -1476,6 +1508,18 @@ fn main() -> ExitCode {
     println!("\nsummary (swiftlet wall / CRI floor wall):");
     for (n, r) in &ratios {
         println!("  N={n:<4} {r:.2}x");
+    }
+    if opts.otlp {
+        // The last batch's spans may still be in the exporter's queue (it sends once a second).
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        println!(
+            "OTLP: {} spans received; the agent's swiftlet_otlp_spans_exported_total {}, dropped \
+             (queue full, export failed) {} / {}",
+            exported.load(std::sync::atomic::Ordering::Relaxed),
+            agent.metric("swiftlet_otlp_spans_exported_total"),
+            agent.metric("swiftlet_otlp_spans_dropped_total{reason=\"queue_full\"}"),
+            agent.metric("swiftlet_otlp_spans_dropped_total{reason=\"export_failed\"}"),
+        );
     }
     if opts.cost {
         cost(&agent, &opts, idle);

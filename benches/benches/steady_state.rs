@@ -43,6 +43,12 @@
 //! the churned ones (sandboxes, containers, pod cgroups in every hierarchy, shm mounts, pod log
 //! and state directories).
 //!
+//! **Scraped** (with `--scrape-every S`): in the fresh rows' windows the measured agent is
+//! scraped every S s (`/metrics`, `/metrics/cadvisor`, `/metrics/probes`, `/metrics/resource` on
+//! the read-only port, as a monitoring job reads a kubelet; 15 s is the usual interval); a
+//! baseline of the same build (`--baseline-flags ""`) beside it is not, so the two rows show what
+//! the scrapes cost.
+//!
 //! `cargo bench -p swiftlet-benches --bench steady_state [-- --pods 100,250 --window 150 ...]`.
 //! Without root or containerd it says so and exits 0, unless `SWIFTLET_REQUIRE_RUNTIME=1`.
 use std::collections::BTreeMap;
@@ -72,6 +78,8 @@ struct Opts {
     pod_churn: bool,
     /// The baseline agent's binary (`None`: the measured one) and its extra flags, when asked.
     baseline: Option<(Option<String>, Vec<String>)>,
+    /// Seconds between two scrapes of the measured agent in the fresh rows' windows (0: none).
+    scrape_every: u64,
 }
 
 fn parse_opts() -> Result<Opts, String> {
@@ -88,6 +96,7 @@ fn parse_opts() -> Result<Opts, String> {
         settings: true,
         pod_churn: true,
         baseline: None,
+        scrape_every: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -107,6 +116,13 @@ fn parse_opts() -> Result<Opts, String> {
             }
             "--no-churn" => {
                 o.pod_churn = false;
+                continue;
+            }
+            "--scrape-every" => {
+                let v = args.next().ok_or("--scrape-every needs seconds")?;
+                o.scrape_every = v
+                    .parse()
+                    .map_err(|_| format!("--scrape-every {v:?}: not a number of seconds"))?;
                 continue;
             }
             "--baseline-flags" => {
@@ -307,6 +323,41 @@ fn window(agent: &Agent, a: &Snapshot, b: &Snapshot) -> Window {
         relist_p50_ms: ms(0.5),
         relist_p99_ms: ms(0.99),
     }
+}
+
+/// What a monitoring scrape reads of a node's kubelet, every 15 s with the usual ServiceMonitor.
+const SCRAPED: [&str; 4] = [
+    "/metrics",
+    "/metrics/cadvisor",
+    "/metrics/probes",
+    "/metrics/resource",
+];
+
+/// [`watch`], while `scraped` (when given) is scraped every `every` s: each of [`SCRAPED`] in
+/// turn, as Prometheus' jobs would.
+fn watch_scraped(agents: &[&Agent], secs: u64, scraped: Option<&Agent>, every: u64) -> Vec<Window> {
+    let Some(target) = scraped.filter(|_| every > 0) else {
+        return watch(agents, secs);
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut next = Instant::now();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if Instant::now() >= next {
+                    for path in SCRAPED {
+                        let (code, body) = target.get(path);
+                        assert_eq!(code, 200, "{path}: {body}");
+                    }
+                    next += Duration::from_secs(every);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let windows = watch(agents, secs);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        windows
+    })
 }
 
 /// Watches `agents` over the same `secs` s.
@@ -625,8 +676,15 @@ fn main() -> ExitCode {
         std::thread::sleep(Duration::from_secs(opts.settle));
         let mut agents = vec![&agent];
         agents.extend(baseline.as_ref().map(|(b, _)| b));
-        let windows = watch(&agents, opts.window);
-        let mut labels = vec!["this build, default flags".to_owned()];
+        let windows = watch_scraped(&agents, opts.window, Some(&agent), opts.scrape_every);
+        let mut labels = vec![if opts.scrape_every > 0 {
+            format!(
+                "this build, default flags, scraped every {} s",
+                opts.scrape_every
+            )
+        } else {
+            "this build, default flags".to_owned()
+        }];
         labels.extend(baseline.as_ref().map(|(_, flags)| {
             let binary = opts.baseline.as_ref().and_then(|(b, _)| b.as_deref());
             format!("baseline {} {flags}", binary.unwrap_or("(same build)"))

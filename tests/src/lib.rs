@@ -11,6 +11,7 @@ pub mod certs;
 pub mod chaos;
 pub mod cri_proxy;
 pub mod kubelet_client;
+pub mod otlp;
 pub mod registry;
 pub mod rng;
 

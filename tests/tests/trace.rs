@@ -7,15 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
+use swiftlet_tests::otlp::Receiver;
 use swiftlet_tests::{Agent, AgentOptions, Runtime, trace_binary};
 
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(90);
@@ -222,55 +217,6 @@ fn pod_start_yields_every_phase_in_order() {
         .expect("exit mark");
     assert_eq!(exit["detail"], "exit code 7", "{exit}");
     assert_eq!(exit["observer"], "kernel");
-}
-
-/// An OTLP/gRPC trace receiver on loopback: every export request it is sent, in order.
-struct Receiver {
-    addr: std::net::SocketAddr,
-    requests: std::sync::mpsc::Receiver<ExportTraceServiceRequest>,
-}
-
-struct Collector(std::sync::Mutex<std::sync::mpsc::Sender<ExportTraceServiceRequest>>);
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let _ = self
-            .0
-            .lock()
-            .expect("the collector's sender")
-            .send(request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-impl Receiver {
-    /// Serves on a thread of its own until the test's process ends.
-    fn start() -> Self {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-        listener.set_nonblocking(true).expect("non-blocking");
-        let addr = listener.local_addr().expect("its address");
-        let (tx, requests) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a tokio runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                let _ = tonic::transport::Server::builder()
-                    .add_service(TraceServiceServer::new(Collector(std::sync::Mutex::new(
-                        tx,
-                    ))))
-                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-                    .await;
-            });
-        });
-        Self { addr, requests }
-    }
 }
 
 fn string_attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
