@@ -140,5 +140,77 @@ fn listing(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, hash, listing);
+/// A pod start's timeline as the agent records one (probes on): its marks, the CRI calls of a
+/// start with one container, the sandbox's and the container's cgroups and first execs.
+fn start_record() -> swiftlet::trace::PodRecord {
+    use swiftlet::trace::timeline::{CriSpan, ExecCgroup};
+    let mut p = swiftlet::trace::PodRecord::new("6d1c9a0e-5b7f-4c53-9f3e-2a8d7c1b0e44");
+    p.name = "web-node-a".into();
+    p.namespace = "default".into();
+    p.containers = vec!["main".into()];
+    p.source_seen_ns = Some(1_000_000);
+    p.admitted_ns = Some(1_010_000);
+    p.worker_started_ns = Some(1_030_000);
+    p.volumes_ns = Some(1_100_000);
+    p.pod_cgroup_ns = Some(1_300_000);
+    let calls = [
+        ("RunPodSandbox", 1_400_000, 60_000_000),
+        ("PodSandboxStatus", 60_100_000, 60_400_000),
+        ("ImageStatus", 60_500_000, 60_900_000),
+        ("CreateContainer", 61_000_000, 75_000_000),
+        ("StartContainer", 75_100_000, 95_000_000),
+        ("ContainerStatus", 96_000_000, 96_300_000),
+    ];
+    p.cri = calls
+        .iter()
+        .map(|&(method, begin_ns, end)| CriSpan {
+            method,
+            begin_ns,
+            end_ns: Some(end),
+            ok: Some(true),
+        })
+        .collect();
+    p.execs = vec![
+        ExecCgroup {
+            cgroup_id: 10,
+            created_ns: Some(20_000_000),
+            first_exec_ns: 40_000_000,
+            pid: 4242,
+            comm: "pause".into(),
+            exit: None,
+        },
+        ExecCgroup {
+            cgroup_id: 11,
+            created_ns: Some(78_000_000),
+            first_exec_ns: 94_000_000,
+            pid: 4250,
+            comm: "sh".into(),
+            exit: None,
+        },
+    ];
+    p.running_observed_ns = Some(99_000_000);
+    p
+}
+
+/// What exporting one pod start over OTLP costs the agent besides the send: its spans built
+/// from the timeline and protobuf-encoded.
+fn otlp(c: &mut Criterion) {
+    use prost::Message;
+    let record = start_record();
+    let n = swiftlet::trace::otlp::spans(&record, 0).len();
+    let mut group = c.benchmark_group("otlp");
+    group.bench_function(format!("spans_and_encode_one_start_{n}_spans"), |b| {
+        let mut buf = Vec::with_capacity(16 << 10);
+        b.iter(|| {
+            buf.clear();
+            for s in swiftlet::trace::otlp::spans(black_box(&record), 0) {
+                s.encode(&mut buf).expect("a Vec grows");
+            }
+            buf.len()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, hash, listing, otlp);
 criterion_main!(benches);
