@@ -608,12 +608,7 @@ impl Provider {
             self.image_fs(),
         );
         self.refresh_runtime_stats(node_selector);
-        self.volumes.refresh(
-            &self.root_dir.join("pods"),
-            pods.iter()
-                .map(|p| (p.uid.clone(), p.pod.clone()))
-                .collect(),
-        );
+        self.volumes.refresh(&self.root_dir.join("pods"), &pods);
         let container_stats_failed = running.is_err();
         let running = running.unwrap_or_else(|e| {
             tracing::debug!(%e, "stats summary: listing the running containers");

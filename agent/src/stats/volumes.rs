@@ -94,29 +94,30 @@ impl Volumes {
             .map_or_else(|| Arc::from([]), |(_, v)| v.clone())
     }
 
-    /// Forgets the pods not in `live`, and starts measuring, on a blocking thread, those of
+    /// Forgets the pods not in `pods`, and starts measuring, on a blocking thread, those of
     /// `pods` never measured or last measured a period ago (unless a measurement is under way).
-    /// Answers at once. `pods`: (UID, pod).
-    pub fn refresh(&self, pods_dir: &Path, pods: Vec<(String, Arc<Pod>)>) {
+    /// Answers at once; only the pods due are copied.
+    pub fn refresh(&self, pods_dir: &Path, pods: &[super::PodEntry]) {
         if self.period.is_zero() {
             return;
         }
         let due: Vec<(String, Arc<Pod>)> = {
             let mut state = self.state();
-            state
-                .pods
-                .retain(|uid, _| pods.iter().any(|(live, _)| live == uid));
+            let live: std::collections::HashSet<&str> =
+                pods.iter().map(|p| p.uid.as_str()).collect();
+            state.pods.retain(|uid, _| live.contains(uid.as_str()));
             if state.measuring {
                 return;
             }
             let due: Vec<_> = pods
-                .into_iter()
-                .filter(|(uid, _)| {
+                .iter()
+                .filter(|p| {
                     state
                         .pods
-                        .get(uid)
+                        .get(&p.uid)
                         .is_none_or(|(at, _)| at.elapsed() >= self.period)
                 })
+                .map(|p| (p.uid.clone(), p.pod.clone()))
                 .collect();
             if due.is_empty() {
                 return;
@@ -187,24 +188,31 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let pods_dir = root.path();
         let p = Arc::new(pod(serde_json::json!([{"name": "data", "emptyDir": {}}])));
+        let entry = || {
+            vec![crate::stats::PodEntry {
+                uid: "u".into(),
+                pod: p.clone(),
+                start_time: None,
+            }]
+        };
         let data = pods_dir.join("u/volumes/kubernetes.io~empty-dir/data");
         std::fs::create_dir_all(&data).expect("mkdir");
         let volumes = Volumes::new(Duration::from_secs(3600));
         assert!(volumes.of("u").is_empty(), "nothing before the first");
         // Outside a runtime the measurement is made in place.
-        volumes.refresh(pods_dir, vec![("u".into(), p.clone())]);
+        volumes.refresh(pods_dir, &entry());
         let first = volumes.of("u");
         assert_eq!(first.len(), 1);
         std::fs::write(data.join("f"), vec![1u8; 1 << 20]).expect("write");
-        volumes.refresh(pods_dir, vec![("u".into(), p.clone())]);
+        volumes.refresh(pods_dir, &entry());
         assert_eq!(volumes.of("u"), first, "not again within the period");
         let now = Volumes::new(Duration::from_nanos(1));
-        now.refresh(pods_dir, vec![("u".into(), p.clone())]);
+        now.refresh(pods_dir, &entry());
         assert!(now.of("u")[0].used_bytes >= 1 << 20);
-        volumes.refresh(pods_dir, Vec::new());
+        volumes.refresh(pods_dir, &[]);
         assert!(volumes.of("u").is_empty(), "forgotten");
         let off = Volumes::new(Duration::ZERO);
-        off.refresh(pods_dir, vec![("u".into(), p)]);
+        off.refresh(pods_dir, &entry());
         assert!(off.of("u").is_empty(), "a zero period measures nothing");
     }
 }
