@@ -94,6 +94,8 @@ pub async fn watch(
         last_sent: None,
         rejections,
         errors,
+        racy: RACY_WINDOW,
+        reads: 0,
     };
     let shared = Arc::new(Shared::default());
     let mut watch: Option<ActiveWatch> = None;
@@ -322,6 +324,52 @@ struct FileState {
     last_good: Option<(ContentKey, StoredPod)>,
     /// When the current (broken) content was first read.
     since: Instant,
+    /// The file's [`Stamp`] before its content was read, when it can be trusted.
+    stamp: Option<Stamp>,
+}
+
+/// How recent a change may be for a file's stamp to be trusted: a file written twice within
+/// one tick of the file system's clock keeps its times and maybe its size, so a stamp taken
+/// that soon after a change may not show the next one, and the file is read again at every
+/// look until its last change is older than this.
+const RACY_WINDOW: Duration = Duration::from_secs(2);
+
+/// What tells that a file's content is the one read before without reading it again: the same
+/// inode, size, and modification and change times (a write, a truncation, a rename over the name
+/// or a symlink retargeted all change one). Rescans of an unchanged directory then cost one
+/// `stat` per manifest instead of an open, a read and a hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    /// The stamp of the regular file `path` resolves to, unless it changed within `racy` (or
+    /// its change time is in the future).
+    fn of(path: &Path, racy: Duration) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt as _;
+        let m = std::fs::metadata(path).ok()?;
+        if !m.is_file() {
+            return None;
+        }
+        let changed = std::time::UNIX_EPOCH
+            + Duration::new(
+                u64::try_from(m.ctime()).ok()?,
+                u32::try_from(m.ctime_nsec()).ok()?,
+            );
+        let age = std::time::SystemTime::now().duration_since(changed).ok()?;
+        (age >= racy).then(|| Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
 }
 
 struct Source {
@@ -332,6 +380,10 @@ struct Source {
     last_sent: Option<Vec<(OsString, ContentKey)>>,
     rejections: Rejections,
     errors: ErrorCounter,
+    /// [`RACY_WINDOW`], shorter in tests.
+    racy: Duration,
+    /// Manifests read, for the tests.
+    reads: u64,
 }
 
 enum Loaded {
@@ -441,6 +493,15 @@ impl Source {
     /// Re-reads one file, re-parsing only if its content changed.
     fn refresh(&mut self, dir: &Path, name: &OsStr) {
         let path = dir.join(name);
+        let stamp = Stamp::of(&path, self.racy);
+        if let Some(state) = self.files.get_mut(name)
+            && stamp.is_some()
+            && state.stamp == stamp
+        {
+            Self::unchanged(state, &path, self.cfg.check_frequency);
+            return;
+        }
+        self.reads += 1;
         let loaded = load(&path);
         let key = match &loaded {
             Loaded::Gone => {
@@ -459,13 +520,9 @@ impl Source {
         if let Some(state) = self.files.get_mut(name)
             && state.key == key
         {
-            // The same content as before. A broken file that still holds its last good pod
-            // gives it up once it has stayed broken for a whole rescan period: that is a
-            // deliberate edit, not a write caught half-way.
-            if state.last_good.is_some() && state.since.elapsed() >= self.cfg.check_frequency {
-                tracing::warn!(path = %path.display(), after = ?state.since.elapsed(), "static pod manifest still does not parse: removing its pod");
-                state.last_good = None;
-            }
+            // A read error is not a content: the file is read again at the next look.
+            state.stamp = stamp.filter(|_| !matches!(key, ContentKey::ReadError(_)));
+            Self::unchanged(state, &path, self.cfg.check_frequency);
             return;
         }
         let outcome = match loaded {
@@ -496,6 +553,7 @@ impl Source {
         self.files.insert(
             name.to_owned(),
             FileState {
+                stamp: stamp.filter(|_| !matches!(key, ContentKey::ReadError(_))),
                 key,
                 outcome,
                 dup_reported: None,
@@ -503,6 +561,16 @@ impl Source {
                 since: Instant::now(),
             },
         );
+    }
+
+    /// A file found with the same content as before. A broken file that still holds its last
+    /// good pod gives it up once it has stayed broken for a whole rescan period: that is a
+    /// deliberate edit, not a write caught half-way.
+    fn unchanged(state: &mut FileState, path: &Path, check_frequency: Duration) {
+        if state.last_good.is_some() && state.since.elapsed() >= check_frequency {
+            tracing::warn!(path = %path.display(), after = ?state.since.elapsed(), "static pod manifest still does not parse: removing its pod");
+            state.last_good = None;
+        }
     }
 
     /// Updates the rejections and returns a SET if the good pods changed since the last one sent.
@@ -673,6 +741,62 @@ mod tests {
                 .expect("stops on cancel")
                 .expect("no panic");
         }
+    }
+
+    fn source(path: &Path, racy: Duration) -> Source {
+        Source {
+            cfg: Config {
+                path: path.to_path_buf(),
+                node_name: NODE.to_owned(),
+                check_frequency: DEFAULT_CHECK_FREQUENCY,
+            },
+            files: BTreeMap::new(),
+            last_sent: None,
+            rejections: Rejections::default(),
+            errors: ErrorCounter::detached(crate::config::FILE),
+            racy,
+            reads: 0,
+        }
+    }
+
+    #[test]
+    fn a_rescan_reads_only_the_manifests_that_changed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        std::fs::write(d.join("a.yaml"), manifest("a", "busybox:1")).expect("write");
+        std::fs::write(d.join("b.yaml"), manifest("b", "busybox:1")).expect("write");
+        let mut s = source(d, Duration::ZERO);
+        s.scan();
+        assert_eq!(s.reads, 2);
+        let key_a = s.files[OsStr::new("a.yaml")].key.clone();
+        s.scan();
+        s.scan();
+        assert_eq!(s.reads, 2, "nothing changed: nothing read");
+
+        // Rewritten in place, and renamed over: each is read again.
+        std::fs::write(d.join("a.yaml"), manifest("a", "busybox:22")).expect("write");
+        s.scan();
+        assert_eq!(s.reads, 3);
+        assert!(
+            s.files[OsStr::new("a.yaml")].key != key_a,
+            "the new content"
+        );
+        std::fs::write(d.join(".b"), manifest("b", "busybox:2")).expect("write");
+        std::fs::rename(d.join(".b"), d.join("b.yaml")).expect("mv");
+        s.scan();
+        assert_eq!(s.reads, 4);
+        s.scan();
+        assert_eq!(s.reads, 4);
+    }
+
+    #[test]
+    fn a_manifest_changed_just_now_is_read_at_every_look() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.yaml"), manifest("a", "x")).expect("write");
+        let mut s = source(dir.path(), Duration::from_secs(3600));
+        s.scan();
+        s.scan();
+        assert_eq!(s.reads, 2, "a stamp this recent is not trusted");
     }
 
     #[tokio::test]
