@@ -87,11 +87,13 @@ async fn pods(State(s): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// The summary of the node and the pods now, or 404 where the agent has no provider.
-async fn summary(s: &AppState) -> Option<crate::stats::Summary> {
-    let provider = s.stats.as_ref()?;
-    let pods = s
-        .status
+/// How old a summary the metric paths may serve: cAdvisor's housekeeping period, the age of
+/// the kubelet's own answers there.
+const METRICS_READING_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The pods a summary covers.
+fn summary_pods(s: &AppState) -> Vec<crate::stats::PodEntry> {
+    s.status
         .pods_started()
         .into_iter()
         .map(|(uid, pod, start)| crate::stats::PodEntry {
@@ -99,35 +101,38 @@ async fn summary(s: &AppState) -> Option<crate::stats::Summary> {
             pod,
             start_time: start.map(|t| t.0),
         })
-        .collect();
-    Some(provider.summary(pods).await)
+        .collect()
 }
 
 fn no_stats() -> axum::response::Response {
     (StatusCode::NOT_FOUND, "no stats provider\n").into_response()
 }
 
-/// `/stats/summary`: the node's and the pods' usage (`crate::stats`).
+/// `/stats/summary`: the node's and the pods' usage now (`crate::stats`).
 async fn stats_summary(State(s): State<AppState>) -> axum::response::Response {
-    match summary(&s).await {
-        Some(summary) => Json(summary).into_response(),
+    match &s.stats {
+        Some(provider) => Json(&*provider.summary(summary_pods(&s)).await).into_response(),
         None => no_stats(),
     }
 }
 
-/// A body written from the summary now, in the Prometheus text format.
+/// A body in the Prometheus text format written from a summary at most
+/// [`METRICS_READING_MAX_AGE`] old, shared by the metric paths.
 async fn summary_metrics(
     s: &AppState,
     body: fn(&crate::stats::Summary) -> String,
 ) -> axum::response::Response {
-    match summary(s).await {
-        Some(summary) => (
-            [(header::CONTENT_TYPE, crate::metrics::PROMETHEUS_TEXT)],
-            body(&summary),
-        )
-            .into_response(),
-        None => no_stats(),
-    }
+    let Some(provider) = &s.stats else {
+        return no_stats();
+    };
+    let summary = provider
+        .recent(summary_pods(s), METRICS_READING_MAX_AGE)
+        .await;
+    (
+        [(header::CONTENT_TYPE, crate::metrics::PROMETHEUS_TEXT)],
+        body(&summary),
+    )
+        .into_response()
 }
 
 /// `/metrics/resource`: the same usage as the kubelet's resource metrics.

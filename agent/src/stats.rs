@@ -11,7 +11,7 @@ mod volumes;
 
 pub use volumes::VolumeStats;
 
-use crate::cm::{CgroupDirs, CgroupUsage, ContainerManager, MemoryUsage};
+use crate::cm::{CgroupDirs, CgroupUsage, ContainerManager, KeptFile, MemoryUsage};
 use crate::cri::Cri;
 use crate::pod::labels;
 use crate::pod_cache::{PodCache, QuietListing};
@@ -145,7 +145,7 @@ pub struct CpuStats {
     pub usage_nano_cores: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
-    /// The CFS quota's throttling (cgroup v2), for `/metrics/cadvisor`: the summary has no field
+    /// The CFS quota's throttling, for `/metrics/cadvisor`: the summary has no field
     /// for it.
     #[serde(skip)]
     pub throttling: Option<crate::cm::CpuThrottling>,
@@ -250,12 +250,19 @@ pub fn default_route_interface(route: &str) -> Option<String> {
     })
 }
 
-fn network(time: &str, pid: Option<u32>, default: Option<&str>) -> Option<NetworkStats> {
-    let base = pid.map_or_else(
-        || PathBuf::from("/proc/self"),
-        |p| PathBuf::from(format!("/proc/{p}")),
-    );
-    let interfaces = parse_net_dev(&std::fs::read_to_string(base.join("net/dev")).ok()?);
+/// The node's network, from the agent's own namespace.
+fn node_network(time: &str, default: Option<&str>) -> Option<NetworkStats> {
+    network(
+        time,
+        &std::fs::read_to_string("/proc/self/net/dev").ok()?,
+        default,
+    )
+}
+
+/// The network of a `/proc/<pid>/net/dev` text: the interfaces but loopback, and the default
+/// one (else `eth0`, else the first).
+fn network(time: &str, net_dev: &str, default: Option<&str>) -> Option<NetworkStats> {
+    let interfaces = parse_net_dev(net_dev);
     let chosen = default
         .and_then(|d| interfaces.iter().find(|i| i.name == d))
         .or_else(|| interfaces.iter().find(|i| i.name == "eth0"))
@@ -300,6 +307,9 @@ struct Cache {
     cpu: HashMap<String, (Instant, u64)>,
     /// Sandbox ID -> the pid whose network namespace is the pod's.
     sandbox_pids: HashMap<String, u32>,
+    /// Such a pid -> its `/proc/<pid>/net/dev`, kept open: opening it walked `/proc` for 40 % of
+    /// a pod's network read. The open file stays bound to the namespace it was opened in.
+    net_dev: HashMap<u32, Arc<KeptFile>>,
     /// Container ID -> its writable layer's usage, from the last `ListContainerStats`.
     writable: HashMap<String, FsStats>,
     /// When that list was read, and whether a read is under way.
@@ -333,6 +343,9 @@ struct Plan<'a> {
     cgroup: Option<String>,
     /// Its running containers, by name.
     containers: Vec<(&'a str, &'a cri::Container)>,
+    /// Which of them have a cpu limit (the CFS quota's throttling is read for these, and for
+    /// the pod when any has).
+    cpu_limited: Vec<bool>,
     /// The pid whose network namespace is the pod's (none: host network or unknown).
     pid: Option<u32>,
 }
@@ -366,6 +379,23 @@ pub struct Provider {
     running: Arc<QuietListing<Running>>,
     /// Each pod's volumes, measured off the request path.
     volumes: volumes::Volumes,
+    /// The last summary taken, which [`Provider::recent`] serves while it is young enough. The
+    /// lock is held while a reading is taken, so callers that arrive meanwhile share it.
+    latest: Arc<tokio::sync::Mutex<Option<Reading>>>,
+}
+
+/// A summary taken, when, and of which pods (their UIDs, sorted).
+struct Reading {
+    at: Instant,
+    uids: Vec<String>,
+    summary: Arc<Summary>,
+}
+
+/// The pods' UIDs, sorted: a reading serves only the pods it was taken of.
+fn uids_of(pods: &[PodEntry]) -> Vec<String> {
+    let mut uids: Vec<String> = pods.iter().map(|p| p.uid.clone()).collect();
+    uids.sort_unstable();
+    uids
 }
 
 impl Provider {
@@ -384,7 +414,42 @@ impl Provider {
             cache: Arc::default(),
             running: Arc::new(QuietListing::new(pod_cache)),
             volumes: volumes::Volumes::new(VOLUME_STATS_PERIOD),
+            latest: Arc::default(),
         }
+    }
+
+    /// The summary of the node and of `pods` taken now; kept for [`Provider::recent`].
+    pub async fn summary(&self, pods: Vec<PodEntry>) -> Arc<Summary> {
+        let mut latest = self.latest.lock().await;
+        self.take(&mut latest, pods).await
+    }
+
+    /// A summary of the node and of `pods` no older than `max_age`: the last one taken when it is
+    /// that young and of the same pods, else one taken now. The metric paths serve this, so
+    /// scrapes of `/metrics/cadvisor` and `/metrics/resource` close together read every cgroup
+    /// once between them, as the kubelet's answer from cAdvisor's periodic reading. A pod added
+    /// or gone always takes a new one. Each sample carries the time it was read.
+    pub async fn recent(&self, pods: Vec<PodEntry>, max_age: std::time::Duration) -> Arc<Summary> {
+        let mut latest = self.latest.lock().await;
+        if let Some(r) = &*latest
+            && r.at.elapsed() <= max_age
+            && r.uids == uids_of(&pods)
+        {
+            return r.summary.clone();
+        }
+        self.take(&mut latest, pods).await
+    }
+
+    async fn take(&self, latest: &mut Option<Reading>, pods: Vec<PodEntry>) -> Arc<Summary> {
+        let at = Instant::now();
+        let uids = uids_of(&pods);
+        let summary = Arc::new(self.read_summary(pods).await);
+        *latest = Some(Reading {
+            at,
+            uids,
+            summary: summary.clone(),
+        });
+        summary
     }
 
     /// Measures each pod's volumes at most once every `period` (zero: never) instead of once a
@@ -476,6 +541,14 @@ impl Provider {
             dirs = self.cgroup_dirs(cgroup, true).0;
             pod = dirs.usage(None, true);
         }
+        // The usage of what has a cpu limit, with its throttling where that is a file of its own.
+        let with_throttling = |mut usage: CgroupUsage, child: Option<&str>, limited: bool| {
+            if limited && usage.cpu_throttling.is_none() {
+                usage.cpu_throttling = dirs.throttling_v1(child);
+            }
+            usage
+        };
+        let pod = with_throttling(pod, None, plan.cpu_limited.contains(&true));
         // A container's cgroup is named by its ID under the pod's (the driver's spelling); its
         // process count is not reported. The files kept open of containers gone are closed.
         let children: Vec<std::borrow::Cow<'_, str>> = plan
@@ -488,12 +561,35 @@ impl Provider {
             pod,
             containers: children
                 .iter()
-                .map(|child| dirs.usage(Some(child), false))
+                .zip(&plan.cpu_limited)
+                .map(|(child, &limited)| {
+                    with_throttling(dirs.usage(Some(child), false), Some(child), limited)
+                })
                 .collect(),
-            network: plan
-                .pid
-                .and_then(|pid| network(time, Some(pid), Some("eth0"))),
+            network: plan.pid.and_then(|pid| self.pod_network(time, pid)),
         }
+    }
+
+    /// The network of the pod whose sandbox is process `pid`, from its `/proc/<pid>/net/dev`
+    /// kept open (opened again when it no longer reads).
+    fn pod_network(&self, time: &str, pid: u32) -> Option<NetworkStats> {
+        let kept = self.cache().net_dev.get(&pid).cloned();
+        let text = match kept.and_then(|f| f.read()).filter(|t| !t.is_empty()) {
+            Some(text) => text,
+            None => {
+                self.cache().net_dev.remove(&pid);
+                let file = std::fs::File::open(format!("/proc/{pid}/net/dev")).ok()?;
+                match KeptFile::keep(file) {
+                    Ok(kept) => {
+                        let text = kept.read()?;
+                        self.cache().net_dev.insert(pid, Arc::new(kept));
+                        text
+                    }
+                    Err(file) => crate::cm::read_from_start(&file)?,
+                }
+            }
+        };
+        network(time, &text, Some("eth0"))
     }
 
     /// The open directories of pod cgroup `cgroup`: those kept from an earlier request unless
@@ -597,8 +693,8 @@ impl Provider {
         Some(pid)
     }
 
-    /// The summary of the node and of `pods`.
-    pub async fn summary(&self, pods: Vec<PodEntry>) -> Summary {
+    /// Reads the summary of the node and of `pods`.
+    async fn read_summary(&self, pods: Vec<PodEntry>) -> Summary {
         let now = Instant::now();
         let time = rfc3339(&jiff::Timestamp::now());
         let node_selector: HashMap<String, String> =
@@ -659,9 +755,18 @@ impl Provider {
                 .map(|m| m.iter().map(|(n, c)| (*n, *c)).collect())
                 .unwrap_or_default();
             containers.sort_by_key(|(n, _)| *n);
+            let cpu_limited = containers
+                .iter()
+                .map(|(name, _)| {
+                    crate::pod::container(&p.pod, name)
+                        .and_then(|c| c.resources.as_ref()?.limits.as_ref())
+                        .is_some_and(|l| l.contains_key("cpu"))
+                })
+                .collect();
             plans.push(Plan {
                 cgroup,
                 containers,
+                cpu_limited,
                 pid,
             });
         }
@@ -732,9 +837,14 @@ impl Provider {
             let mut cache = self.cache();
             live_keys.insert("node".into());
             cache.cpu.retain(|k, _| live_keys.contains(k));
+            let sandbox_ids: std::collections::HashSet<&str> =
+                sandboxes.iter().map(|s| s.id.as_str()).collect();
             cache
                 .sandbox_pids
-                .retain(|id, _| sandboxes.iter().any(|s| &s.id == id));
+                .retain(|id, _| sandbox_ids.contains(id.as_str()));
+            let pids: std::collections::HashSet<u32> =
+                cache.sandbox_pids.values().copied().collect();
+            cache.net_dev.retain(|pid, _| pids.contains(pid));
             let cgroups: std::collections::HashSet<&str> =
                 plans.iter().filter_map(|p| p.cgroup.as_deref()).collect();
             cache
@@ -777,7 +887,7 @@ impl Provider {
             usage: Usage {
                 cpu: self.cpu("node", time, &root, now),
                 memory: Self::memory(time, memory, capacity),
-                network: network(time, None, default_iface.as_deref()),
+                network: node_network(time, default_iface.as_deref()),
             },
             fs: crate::cm::filesystem_stats(&self.root_dir)
                 .ok()

@@ -506,6 +506,30 @@ fn the_stats_summary_reports_the_node_its_pods_and_their_containers() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+
+    // The metric paths share one reading up to 10 s old (two scrapes in a row give the same
+    // node sample, value and time), while the summary reads anew and refreshes it.
+    let node_sample = || -> String {
+        let (code, body) = agent.get("/metrics/resource");
+        assert_eq!(code, 200, "{body}");
+        body.lines()
+            .find(|l| l.starts_with("node_cpu_usage_seconds_total "))
+            .unwrap_or_else(|| panic!("no node cpu sample: {body}"))
+            .to_owned()
+    };
+    let first = node_sample();
+    assert_eq!(
+        node_sample(),
+        first,
+        "a second scrape read the cgroups again"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    summary();
+    assert_ne!(
+        node_sample(),
+        first,
+        "the summary read nothing new, or the metrics did not take its reading"
+    );
 }
 
 /// The webhooks: who may use the kubelet API is the API server's decision.

@@ -258,9 +258,15 @@ fn prometheus_scrapes_the_kubelet_api_and_answers_a_dashboards_queries() {
     let node = agent.node_name().to_owned();
     let readiness =
         "    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 1\n";
+    // The sleeper has a cpu limit and spins a moment first, so the CFS quota holds it back.
     agent.write_manifest(
         "sleeper.yaml",
-        &agent.busybox_pod("sleeper", "", "sleep 3600 & wait", ""),
+        &agent.busybox_pod(
+            "sleeper",
+            "",
+            "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 3600 & wait",
+            "    resources:\n      limits: {cpu: 100m}\n",
+        ),
     );
     agent.write_manifest(
         "probed.yaml",
@@ -318,6 +324,15 @@ fn prometheus_scrapes_the_kubelet_api_and_answers_a_dashboards_queries() {
         )));
         checks.push(Check::positive(format!(
             r#"container_memory_working_set_bytes{{job="resource",pod="{pod}"}}"#
+        )));
+    }
+    // The throttling the CPUThrottlingHigh alert divides, on either cgroup hierarchy.
+    for name in [
+        "container_cpu_cfs_periods_total",
+        "container_cpu_cfs_throttled_periods_total",
+    ] {
+        checks.push(Check::positive(format!(
+            r#"{name}{{job="cadvisor",pod="{sleeper}",container="main"}}"#
         )));
     }
     checks.push(Check::new(

@@ -29,7 +29,7 @@ pub use resources::{
     ResourceConfig, container_resources, machine_memory_bytes, milli_cpu_to_quota,
     milli_cpu_to_shares, resource_config_for_pod, resources_label,
 };
-pub use usage::{CgroupDirs, CgroupUsage, CpuThrottling, MemoryUsage};
+pub use usage::{CgroupDirs, CgroupUsage, CpuThrottling, KeptFile, MemoryUsage, read_from_start};
 
 use crate::metrics::kubelet::{CgroupManagerDurations, OperationType};
 

@@ -32,7 +32,8 @@ pub struct CpuThrottling {
 pub struct CgroupUsage {
     /// Cpu time used since the cgroup was made, in nanoseconds.
     pub cpu_nanos: Option<u64>,
-    /// Its throttling, on cgroup v2 (where `cpu.stat`, read for the usage anyway, has it).
+    /// Its throttling, on cgroup v2 (where `cpu.stat`, read for the usage anyway, has it); on
+    /// v1 see [`CgroupDirs::throttling_v1`].
     pub cpu_throttling: Option<CpuThrottling>,
     pub memory: Option<MemoryUsage>,
     pub processes: Option<u64>,
@@ -51,17 +52,19 @@ const V1_KEYS: StatKeys = [
 ];
 const V2_KEYS: StatKeys = ["inactive_file", "anon", "pgfault", "pgmajfault", "file"];
 
+/// The `key value` lines of a flat-keyed cgroup file whose value is a number.
+fn numbers(text: &str) -> impl Iterator<Item = (&str, u64)> {
+    text.lines().filter_map(|line| {
+        let (key, value) = line.split_once(' ')?;
+        Some((key, value.trim().parse().ok()?))
+    })
+}
+
 /// The usage (ns) and the throttling of a cgroup v2 `cpu.stat`, in one pass over its lines.
 fn cpu_stat_v2(text: &str) -> (Option<u64>, Option<CpuThrottling>) {
     let (mut usage_usec, mut t) = (None, CpuThrottling::default());
     let mut throttling_seen = false;
-    for line in text.lines() {
-        let Some((key, value)) = line.split_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.trim().parse::<u64>() else {
-            continue;
-        };
+    for (key, value) in numbers(text) {
         match key {
             "usage_usec" => usage_usec = Some(value),
             "nr_periods" => (t.periods, throttling_seen) = (value, true),
@@ -74,6 +77,22 @@ fn cpu_stat_v2(text: &str) -> (Option<u64>, Option<CpuThrottling>) {
         usage_usec.map(|us| us.saturating_mul(1000)),
         throttling_seen.then_some(t),
     )
+}
+
+/// The throttling of a cgroup v1 `cpu.stat` (`nr_periods`, `nr_throttled`, `throttled_time` in
+/// nanoseconds).
+fn cpu_stat_v1(text: &str) -> Option<CpuThrottling> {
+    let mut t = CpuThrottling::default();
+    let mut seen = false;
+    for (key, value) in numbers(text) {
+        match key {
+            "nr_periods" => (t.periods, seen) = (value, true),
+            "nr_throttled" => t.throttled_periods = value,
+            "throttled_time" => t.throttled_nanos = value,
+            _ => {}
+        }
+    }
+    seen.then_some(t)
 }
 
 /// Memory usage from the usage file's value (v1 `memory.usage_in_bytes`, v2 `memory.current`)
@@ -115,7 +134,11 @@ pub fn memory_v2(usage: u64, stat: &str) -> MemoryUsage {
 /// reads and a close (40 % of a summary's time at 100 pods), within [`kept_files_max`].
 #[derive(Debug)]
 pub struct CgroupDirs {
+    /// Where the cpu time is accounted (v1: the cpuacct hierarchy).
     cpu: Option<fs::File>,
+    /// v1 only: the cpu hierarchy's directory, whose `cpu.stat` has the CFS quota's throttling
+    /// (on v2 the `cpu.stat` read for the usage has it).
+    cpu_quota: Option<fs::File>,
     memory: Option<fs::File>,
     pids: Option<fs::File>,
     v2: bool,
@@ -140,9 +163,28 @@ fn kept_files_max() -> usize {
     })
 }
 
-/// A cgroup file kept open, counted in [`KEPT_FILES`] for as long as it lives.
+/// A file kept open to be read again from its start (a cgroup's or `/proc`'s, whose text is
+/// made anew on each read from offset 0), counted in [`KEPT_FILES`] for as long as it lives.
 #[derive(Debug)]
-struct KeptFile(fs::File);
+pub struct KeptFile(fs::File);
+
+impl KeptFile {
+    /// Keeps `file` when the budget of kept files allows, else gives it back.
+    pub fn keep(file: fs::File) -> Result<KeptFile, fs::File> {
+        use std::sync::atomic::Ordering;
+        if KEPT_FILES.fetch_add(1, Ordering::Relaxed) < kept_files_max() {
+            Ok(KeptFile(file))
+        } else {
+            KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+            Err(file)
+        }
+    }
+
+    /// The file's text now.
+    pub fn read(&self) -> Option<String> {
+        read_from_start(&self.0)
+    }
+}
 
 impl Drop for KeptFile {
     fn drop(&mut self) {
@@ -153,7 +195,7 @@ impl Drop for KeptFile {
 /// Reads a file from offset 0 to its end. A cgroup file's text is one record made whole on each
 /// read from its start, so a read shorter than the buffer is its end (one call for the usual
 /// few hundred bytes).
-fn read_from_start(file: &fs::File) -> Option<String> {
+pub fn read_from_start(file: &fs::File) -> Option<String> {
     let mut buf = [0u8; 4096];
     let mut out = Vec::new();
     loop {
@@ -199,6 +241,11 @@ impl CgroupDirs {
     /// one (dropped when it no longer reads, as when its cgroup is gone), else opened now and
     /// kept when the budget allows.
     fn read(&self, controller: Controller, rel: &str) -> Option<String> {
+        self.read_in(controller, self.dir(controller), rel)
+    }
+
+    /// [`CgroupDirs::read`] below `dir`, the file kept under `controller`.
+    fn read_in(&self, controller: Controller, dir: Option<&fs::File>, rel: &str) -> Option<String> {
         let key = (controller, rel.to_owned());
         let kept = self.lock_kept().remove(&key);
         if let Some(file) = kept {
@@ -206,13 +253,10 @@ impl CgroupDirs {
             self.lock_kept().insert(key, file);
             return Some(text);
         }
-        let file = open_at(self.dir(controller)?, rel)?;
+        let file = open_at(dir?, rel)?;
         let text = read_from_start(&file)?;
-        use std::sync::atomic::Ordering;
-        if KEPT_FILES.fetch_add(1, Ordering::Relaxed) < kept_files_max() {
-            self.lock_kept().insert(key, KeptFile(file));
-        } else {
-            KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+        if let Ok(kept) = KeptFile::keep(file) {
+            self.lock_kept().insert(key, kept);
         }
         Some(text)
     }
@@ -224,6 +268,20 @@ impl CgroupDirs {
             rel.split_once('/')
                 .is_none_or(|(child, _)| children.contains(child))
         });
+    }
+
+    /// The CFS quota's throttling of the cgroup or of its child `child` on cgroup v1, where it
+    /// is a file of its own, read only for what has a cpu limit (`None` on v2, where
+    /// [`CgroupDirs::usage`] has it).
+    pub fn throttling_v1(&self, child: Option<&str>) -> Option<CpuThrottling> {
+        if self.v2 {
+            return None;
+        }
+        let rel = match child {
+            Some(c) => format!("{c}/cpu.stat"),
+            None => "cpu.stat".to_owned(),
+        };
+        cpu_stat_v1(&self.read_in(Controller::Cpu, self.cpu_quota.as_ref(), &rel)?)
     }
 
     /// The usage of the cgroup (`child` `None`) or of its child cgroup `child` (a container's,
@@ -278,6 +336,11 @@ impl ContainerManager {
         let open = |dir: Result<PathBuf>| dir.ok().and_then(|d| fs::File::open(d).ok());
         CgroupDirs {
             cpu: open(self.driver.cpu_usage_dir(name)),
+            cpu_quota: if self.v2() {
+                None
+            } else {
+                open(self.driver.dir(Controller::Cpu, name))
+            },
             memory: open(self.driver.dir(Controller::Memory, name)),
             pids: open(self.driver.dir(Controller::Pids, name)),
             v2: self.v2(),
@@ -394,6 +457,30 @@ mod tests {
             Some((40, 20))
         );
         assert_eq!(u.processes, None);
+    }
+
+    #[test]
+    fn throttling_is_read_from_the_cpu_hierarchy_on_v1() {
+        let dir = v1_mount("a/c1");
+        let m = dir.path();
+        fs::create_dir_all(m.join("cpu/a/c1")).unwrap();
+        fs::write(
+            m.join("cpu/a/c1/cpu.stat"),
+            "nr_periods 40\nnr_throttled 4\nthrottled_time 1500000000\nnr_bursts 0\n",
+        )
+        .unwrap();
+        let cm = manager_at(m);
+        let dirs = cm.open_cgroup("/a");
+        assert_eq!(
+            dirs.throttling_v1(Some("c1")),
+            Some(CpuThrottling {
+                periods: 40,
+                throttled_periods: 4,
+                throttled_nanos: 1_500_000_000,
+            })
+        );
+        assert_eq!(dirs.throttling_v1(None), None, "no cpu.stat for the pod");
+        assert_eq!(dirs.usage(Some("c1"), false).cpu_throttling, None);
     }
 
     #[test]
