@@ -337,15 +337,21 @@ const VOLUME_STATS_PERIOD: std::time::Duration = std::time::Duration::from_secs(
 /// Pods from which a summary's reads are spread over threads.
 const PARALLEL_FROM: usize = 16;
 
+/// Whether a container has a cpu limit: the CFS quota's throttling is read for those, and for
+/// the pod when any has.
+fn cpu_limited(spec: Option<&k8s_openapi::api::core::v1::Container>) -> bool {
+    spec.and_then(|c| c.resources.as_ref()?.limits.as_ref())
+        .is_some_and(|l| l.contains_key("cpu"))
+}
+
 /// What a pod's reads need.
 struct Plan<'a> {
     /// Its cgroup (none when its QoS class cannot be computed).
     cgroup: Option<String>,
     /// Its running containers, by name.
     containers: Vec<(&'a str, &'a cri::Container)>,
-    /// Which of them have a cpu limit (the CFS quota's throttling is read for these, and for
-    /// the pod when any has).
-    cpu_limited: Vec<bool>,
+    /// Their specs in the pod, in the same order (none for a container the spec lacks).
+    specs: Vec<Option<&'a k8s_openapi::api::core::v1::Container>>,
     /// The pid whose network namespace is the pod's (none: host network or unknown).
     pid: Option<u32>,
 }
@@ -421,7 +427,8 @@ impl Provider {
     /// The summary of the node and of `pods` taken now; kept for [`Provider::recent`].
     pub async fn summary(&self, pods: Vec<PodEntry>) -> Arc<Summary> {
         let mut latest = self.latest.lock().await;
-        self.take(&mut latest, pods).await
+        let uids = uids_of(&pods);
+        self.take(&mut latest, pods, uids).await
     }
 
     /// A summary of the node and of `pods` no older than `max_age`: the last one taken when it is
@@ -431,18 +438,24 @@ impl Provider {
     /// or gone always takes a new one. Each sample carries the time it was read.
     pub async fn recent(&self, pods: Vec<PodEntry>, max_age: std::time::Duration) -> Arc<Summary> {
         let mut latest = self.latest.lock().await;
+        let uids = uids_of(&pods);
         if let Some(r) = &*latest
             && r.at.elapsed() <= max_age
-            && r.uids == uids_of(&pods)
+            && r.uids == uids
         {
             return r.summary.clone();
         }
-        self.take(&mut latest, pods).await
+        self.take(&mut latest, pods, uids).await
     }
 
-    async fn take(&self, latest: &mut Option<Reading>, pods: Vec<PodEntry>) -> Arc<Summary> {
+    /// Reads a summary of `pods` (whose sorted UIDs are `uids`) and keeps it as the latest.
+    async fn take(
+        &self,
+        latest: &mut Option<Reading>,
+        pods: Vec<PodEntry>,
+        uids: Vec<String>,
+    ) -> Arc<Summary> {
         let at = Instant::now();
-        let uids = uids_of(&pods);
         let summary = Arc::new(self.read_summary(pods).await);
         *latest = Some(Reading {
             at,
@@ -548,7 +561,7 @@ impl Provider {
             }
             usage
         };
-        let pod = with_throttling(pod, None, plan.cpu_limited.contains(&true));
+        let pod = with_throttling(pod, None, plan.specs.iter().any(|s| cpu_limited(*s)));
         // A container's cgroup is named by its ID under the pod's (the driver's spelling); its
         // process count is not reported. The files kept open of containers gone are closed.
         let children: Vec<std::borrow::Cow<'_, str>> = plan
@@ -561,9 +574,13 @@ impl Provider {
             pod,
             containers: children
                 .iter()
-                .zip(&plan.cpu_limited)
-                .map(|(child, &limited)| {
-                    with_throttling(dirs.usage(Some(child), false), Some(child), limited)
+                .zip(&plan.specs)
+                .map(|(child, spec)| {
+                    with_throttling(
+                        dirs.usage(Some(child), false),
+                        Some(child),
+                        cpu_limited(*spec),
+                    )
                 })
                 .collect(),
             network: plan.pid.and_then(|pid| self.pod_network(time, pid)),
@@ -755,18 +772,14 @@ impl Provider {
                 .map(|m| m.iter().map(|(n, c)| (*n, *c)).collect())
                 .unwrap_or_default();
             containers.sort_by_key(|(n, _)| *n);
-            let cpu_limited = containers
+            let specs = containers
                 .iter()
-                .map(|(name, _)| {
-                    crate::pod::container(&p.pod, name)
-                        .and_then(|c| c.resources.as_ref()?.limits.as_ref())
-                        .is_some_and(|l| l.contains_key("cpu"))
-                })
+                .map(|(name, _)| crate::pod::container(&p.pod, name))
                 .collect();
             plans.push(Plan {
                 cgroup,
                 containers,
-                cpu_limited,
+                specs,
                 pid,
             });
         }
@@ -782,12 +795,11 @@ impl Provider {
             let containers = plan
                 .containers
                 .iter()
+                .zip(&plan.specs)
                 .zip(read.containers)
-                .map(|((name, c), usage)| {
+                .map(|(((name, c), spec), usage)| {
                     let key = format!("container/{}", c.id);
-                    let image = crate::pod::container(&p.pod, name)
-                        .and_then(|spec| spec.image.clone())
-                        .unwrap_or_default();
+                    let image = spec.and_then(|spec| spec.image.clone()).unwrap_or_default();
                     let stats = ContainerStats {
                         name: (*name).to_owned(),
                         start_time: Some(cri_time(c.created_at)),

@@ -517,11 +517,12 @@ impl Source {
             Loaded::Failed(e) => ContentKey::ReadError(e.to_string()),
             Loaded::Bytes(b) => ContentKey::Bytes(Sha256::digest(b).into()),
         };
+        // A read error is not a content: the file is read again at the next look.
+        let stamp = stamp.filter(|_| !matches!(key, ContentKey::ReadError(_)));
         if let Some(state) = self.files.get_mut(name)
             && state.key == key
         {
-            // A read error is not a content: the file is read again at the next look.
-            state.stamp = stamp.filter(|_| !matches!(key, ContentKey::ReadError(_)));
+            state.stamp = stamp;
             Self::unchanged(state, &path, self.cfg.check_frequency);
             return;
         }
@@ -553,7 +554,7 @@ impl Source {
         self.files.insert(
             name.to_owned(),
             FileState {
-                stamp: stamp.filter(|_| !matches!(key, ContentKey::ReadError(_))),
+                stamp,
                 key,
                 outcome,
                 dup_reported: None,
