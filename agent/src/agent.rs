@@ -227,6 +227,14 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     let orphans =
         crate::orphans::Orphans::new(cm.clone(), cfg.pod_logs_dir.clone(), pods_dir.clone());
     let memory = memory_capacity();
+    // The machine's facts, for the Node, for admission and for PersistentVolumes' node
+    // affinity.
+    let root = cfg.root_dir.clone();
+    let machine = tokio::task::spawn_blocking(move || crate::node::status::Machine::read(&root))
+        .await
+        .unwrap_or_default();
+    let (admission_tx, admission_rx) =
+        tokio::sync::watch::channel(crate::node::admission_node(&cfg.node, &machine));
     let runtime = Manager::new(runtime::Deps {
         cri,
         cm,
@@ -247,7 +255,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         probes: probe_results.clone(),
         api_objects: api_objects.clone(),
         images,
-        volumes: crate::volume::Manager::new(pods_dir, memory, api_objects),
+        volumes: crate::volume::Manager::new(pods_dir, memory, api_objects, admission_rx.clone()),
         pod_cache: pod_cache.clone(),
     });
     // Container log rotation: a task of its own, beside the pods' syncs.
@@ -461,13 +469,6 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
     };
     tracker.spawn(eviction.run(cancel.clone()));
 
-    // The machine's facts, for the Node and for admission.
-    let root = cfg.root_dir.clone();
-    let machine = tokio::task::spawn_blocking(move || crate::node::status::Machine::read(&root))
-        .await
-        .unwrap_or_default();
-    let (admission_tx, admission_rx) =
-        tokio::sync::watch::channel(crate::node::admission_node(&cfg.node, &machine));
     // Cluster membership: the Node, its status and its Lease, when there is an API server.
     if let Some(kubeconfig) = cfg.kubeconfig.clone() {
         let inputs = crate::node::Inputs {

@@ -1,6 +1,7 @@
 //! Reading the API objects a pod refers to but does not contain (its image pull secrets, its
-//! RuntimeClass, the configMaps and secrets its volumes and environment name, the services whose
-//! links it gets, its service account's tokens) from the API server named by `--kubeconfig`.
+//! RuntimeClass, the configMaps and secrets its volumes and environment name, the
+//! PersistentVolumeClaims and PersistentVolumes of its claim volumes, the services whose links
+//! it gets, its service account's tokens) from the API server named by `--kubeconfig`.
 //!
 //! The client is built on first use (or by [`ApiObjects::warm_up`] at the agent's start) and
 //! kept. Without a kubeconfig every lookup is [`Error::NoApiServer`], so a pod that needs an
@@ -14,7 +15,9 @@ mod services;
 mod watched;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::PostParams;
 use kube::{Api, Client};
@@ -307,6 +310,25 @@ impl ApiObjects {
                 source: Box::new(source),
             }),
         }
+    }
+
+    /// The PersistentVolumeClaim `namespace/name`.
+    pub async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<PersistentVolumeClaim, Error> {
+        self.get(
+            |c| Api::namespaced(c, namespace),
+            "PersistentVolumeClaim",
+            name,
+        )
+        .await
+    }
+
+    /// The PersistentVolume `name` (cluster-scoped).
+    pub async fn persistent_volume(&self, name: &str) -> Result<PersistentVolume, Error> {
+        self.get(Api::all, "PersistentVolume", name).await
     }
 
     /// The RuntimeClass `name` (cluster-scoped).

@@ -19,7 +19,12 @@ pub fn runtime_manager(
             Default::default(),
             None,
         ),
-        volumes: swiftlet::volume::Manager::new(cfg.pods_dir.clone(), 8 << 30, Default::default()),
+        volumes: swiftlet::volume::Manager::new(
+            cfg.pods_dir.clone(),
+            8 << 30,
+            Default::default(),
+            tokio::sync::watch::channel(Default::default()).1,
+        ),
         cfg,
         probes: Default::default(),
         api_objects: Default::default(),

@@ -12,9 +12,13 @@
 //! - After [`ApiServer::compact`], a watch from a version older than the compaction answers with
 //!   an `ERROR` event holding a `Status` with code 410 (`Expired`), as etcd compaction does.
 //! - [`ApiServer::drop_watches`] ends every open watch response (a dropped connection).
+//! - `GET /api/v1/persistentvolumes[/{name}]`: the PersistentVolumes put with
+//!   [`ApiServer::put_cluster_object`] (or a 404 `Status`); their claims are namespaced objects
+//!   (`persistentvolumeclaims`, below). Binding a claim to a volume is a test's step, as the
+//!   PersistentVolume controller's.
 //! - `GET /apis/node.k8s.io/v1/runtimeclasses/{name}`: the RuntimeClass put with
 //!   [`ApiServer::put_runtime_class`], or a 404 `Status` (reason `NotFound`) as the API answers.
-//! - `GET /api/v1/namespaces/{ns}/{secrets|configmaps|services|serviceaccounts}/{name}`: an
+//! - `GET /api/v1/namespaces/{ns}/{secrets|configmaps|services|serviceaccounts|persistentvolumeclaims}/{name}`: an
 //!   object put with [`ApiServer::put_object`] (or [`ApiServer::put_secret`]), or 404 with a
 //!   `NotFound` `Status`, as for a missing pod. Every put bumps the object's resourceVersion.
 //! - `GET /api/v1/services` and `GET /api/v1/namespaces/{ns}/services`: a `ServiceList`; the
@@ -372,6 +376,14 @@ impl ApiServer {
                 "/apis/node.k8s.io/v1/runtimeclasses/{name}",
                 axum::routing::get(one_runtime_class),
             )
+            .route(
+                "/api/v1/persistentvolumes",
+                axum::routing::get(persistent_volumes),
+            )
+            .route(
+                "/api/v1/persistentvolumes/{name}",
+                axum::routing::get(one_persistent_volume),
+            )
             .layer(axum::middleware::from_fn_with_state(
                 server.clone(),
                 log_and_gate,
@@ -629,13 +641,48 @@ impl ApiServer {
         K: kube::Resource<DynamicType = ()> + serde::Serialize,
     {
         let mut v = serde_json::to_value(&object).expect("object serializes");
-        v["kind"] = K::kind(&()).as_ref().into();
-        v["apiVersion"] = K::api_version(&()).as_ref().into();
-        let plural = K::plural(&()).into_owned();
         let meta = &mut v["metadata"];
         if meta["namespace"].is_null() {
             meta["namespace"] = "default".into();
         }
+        self.store_object::<K>(v);
+    }
+
+    /// Creates or replaces a cluster-scoped core object (a PersistentVolume), as
+    /// [`ApiServer::put_object`] does a namespaced one.
+    pub fn put_cluster_object<K>(&self, object: K)
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+            + serde::Serialize,
+    {
+        let mut v = serde_json::to_value(&object).expect("object serializes");
+        v["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .remove("namespace");
+        self.store_object::<K>(v);
+    }
+
+    /// The stored object of kind `K` named `namespace/name` (`namespace` empty for a
+    /// cluster-scoped one).
+    pub fn object<K>(&self, namespace: &str, name: &str) -> Option<K>
+    where
+        K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+    {
+        let key = (
+            K::plural(&()).into_owned(),
+            namespace.to_owned(),
+            name.to_owned(),
+        );
+        let v = self.lock().objects.get(&key).cloned()?;
+        Some(serde_json::from_value(v).expect("a stored object decodes"))
+    }
+
+    fn store_object<K: kube::Resource<DynamicType = ()>>(&self, mut v: serde_json::Value) {
+        v["kind"] = K::kind(&()).as_ref().into();
+        v["apiVersion"] = K::api_version(&()).as_ref().into();
+        let plural = K::plural(&()).into_owned();
+        let meta = &v["metadata"];
         let ns = meta["namespace"].as_str().unwrap_or_default().to_owned();
         let name = meta["name"].as_str().unwrap_or_default().to_owned();
         let mut s = self.lock();
@@ -969,6 +1016,25 @@ async fn one_runtime_class(
     }
 }
 
+/// `GET /api/v1/persistentvolumes`: every stored PersistentVolume.
+async fn persistent_volumes(State(server): State<ApiServer>) -> Response {
+    object_list(&server.lock(), "persistentvolumes", Some(""), None)
+}
+
+/// `GET /api/v1/persistentvolumes/{name}`: the PersistentVolume, or a 404 `Status`.
+async fn one_persistent_volume(
+    State(server): State<ApiServer>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    let mut s = server.lock();
+    let resource = "persistentvolumes".to_owned();
+    s.object_reads.entry(resource.clone()).or_default().gets += 1;
+    match s.objects.get(&(resource, String::new(), name.clone())) {
+        Some(o) => axum::Json(o.clone()).into_response(),
+        None => not_found("", "persistentvolumes", &name),
+    }
+}
+
 /// Discovery: the core group serves pods (get, list, watch).
 async fn api_resources() -> Response {
     axum::Json(serde_json::json!({
@@ -991,6 +1057,13 @@ async fn api_resources() -> Response {
         }, {
             "name": "services", "singularName": "service", "namespaced": true, "kind": "Service",
             "verbs": ["get", "list", "watch"], "shortNames": ["svc"],
+        }, {
+            "name": "persistentvolumeclaims", "singularName": "persistentvolumeclaim",
+            "namespaced": true, "kind": "PersistentVolumeClaim", "verbs": ["get", "list"],
+            "shortNames": ["pvc"],
+        }, {
+            "name": "persistentvolumes", "singularName": "persistentvolume", "namespaced": false,
+            "kind": "PersistentVolume", "verbs": ["get", "list"], "shortNames": ["pv"],
         }, {
             "name": "serviceaccounts", "singularName": "serviceaccount", "namespaced": true,
             "kind": "ServiceAccount", "verbs": ["get", "list"], "shortNames": ["sa"],

@@ -503,7 +503,8 @@ fn kubectl() -> Option<std::path::PathBuf> {
 }
 
 /// The test API server answers a real client the way the API does: kubectl discovers the core
-/// group, lists every pod, gets one, gets a 404 for a missing one, and watches.
+/// group, lists every pod, gets one, gets a 404 for a missing one, and watches; it reads
+/// RuntimeClasses, configMaps, services, claims and PersistentVolumes, and requests tokens.
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_reads_the_test_servers_pods() {
     let Some(kubectl) = kubectl() else {
@@ -603,6 +604,37 @@ async fn kubectl_reads_the_test_servers_pods() {
     let reqs = server.token_requests();
     assert_eq!(reqs.len(), 1);
     assert_eq!(reqs[0].2["expirationSeconds"], 1200);
+
+    // Claims (namespaced) and PersistentVolumes (cluster-scoped): discovered, read by name and
+    // listed; a missing volume is NotFound.
+    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-data"}, "spec": {"volumeName": "pv-1"},
+            "status": {"phase": "Bound"},
+        }))
+        .expect("a claim");
+    server.put_object(claim);
+    let volume: k8s_openapi::api::core::v1::PersistentVolume =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv-1"}, "spec": {"local": {"path": "/mnt/disks/one"}},
+        }))
+        .expect("a volume");
+    server.put_cluster_object(volume);
+    let pvc = json(&["get", "pvc", "db-data", "-n", "default", "-o", "json"]).await;
+    assert_eq!(pvc["status"]["phase"], "Bound");
+    assert_eq!(pvc["kind"], "PersistentVolumeClaim");
+    let pvs = json(&["get", "pv", "-o", "json"]).await;
+    assert_eq!(item_names(&pvs), ["pv-1"]);
+    let pv = json(&["get", "pv", "pv-1", "-o", "json"]).await;
+    assert_eq!(pv["spec"]["local"]["path"], "/mnt/disks/one");
+    assert!(pv["metadata"]["namespace"].is_null(), "{pv}");
+    let out = run(&["get", "pv", "nope"]).await.expect("join");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("persistentvolumes \"nope\" not found"),
+        "{err}"
+    );
 
     // A watch sees the listed pods, then a pod added while it runs.
     let mut child = tokio::process::Command::new(&kubectl)

@@ -9,12 +9,16 @@
 //! static pod naming a configMap rejected, two pods sharing a configMap and a secret that are
 //! each listed once and then followed by one watch that ends with the last pod, and a projected
 //! service account token requested again before it expires and seen by the running container.
+//! persistentVolumeClaim volumes: a pod waiting for its claim to be bound, then writing to a
+//! local PersistentVolume that the next pod reads (read-only) after the first is gone, a
+//! hostPath PersistentVolume used in place, and a volume whose node affinity names another
+//! node keeping its pod waiting.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
 use swiftlet_tests::api_server::{config_map, opaque_secret, service_account};
 use swiftlet_tests::{Agent, BUSYBOX_IMAGE, PodList, exec, start_agent};
 
@@ -701,34 +705,14 @@ fn a_pod_waits_for_a_missing_config_map_with_nothing_mounted_and_starts_when_it_
         "  - {{name: scratch, emptyDir: {{medium: Memory}}}}\n  - {{name: cfg, configMap: {{name: {name}-cm}}}}\n"
     );
     let mounts = "    - {name: scratch, mountPath: /scratch}\n    - {name: cfg, mountPath: /cfg}\n";
-    s.server.put(api_pod(agent, name, &volumes, mounts));
-    let list = agent.wait_for(
-        |l| {
-            l.container(name, "main")
-                .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
-                .is_some_and(|m| !m.is_empty())
-        },
-        TIMEOUT,
-    );
-    let waiting = list
-        .container(name, "main")
-        .and_then(|c| c.state.as_ref()?.waiting.clone())
-        .expect("waiting");
-    assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
-    let message = waiting.message.unwrap_or_default();
-    assert!(
-        message.ends_with(&format!(
-            "MountVolume.SetUp failed for volume \"cfg\" : configmap \"{name}-cm\" not found"
-        )),
-        "{message}"
-    );
     // Nothing mounted (not even the Memory emptyDir) and no sandbox.
-    let uid = list.uid(name).expect("uid").to_owned();
-    let pod_dir = agent.root_dir().join("pods").join(&uid);
-    assert_eq!(mounts_below(&pod_dir), Vec::<String>::new());
-    let (sandboxes, _) = swiftlet_tests::pod_cri_objects(agent.endpoint(), &uid).expect("CRI");
-    assert!(sandboxes.is_empty(), "{sandboxes:?}");
-
+    let uid = put_and_see_it_wait(
+        &s,
+        name,
+        &volumes,
+        mounts,
+        &format!("MountVolume.SetUp failed for volume \"cfg\" : configmap \"{name}-cm\" not found"),
+    );
     s.server
         .put_object(config_map(&format!("{name}-cm"), &[("k", "v")]));
     api_running(agent, name);
@@ -866,5 +850,197 @@ fn a_changed_config_map_reaches_the_volume_without_waiting_for_a_sync_period() {
         let (code, out) = sh(agent, name, "main", "cat /cfg/mode");
         (code == 0 && out == "slow").then_some(()).ok_or(out)
     });
+    s.delete_pod(&uid);
+}
+
+// ---------------------------------------------------------------------------------------------
+// persistentVolumeClaim volumes bound to local and hostPath PersistentVolumes
+
+/// Claim `default/name`, unbound (`Pending`), as a user creates it.
+fn claim(name: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Pending"},
+    }))
+    .expect("a claim")
+}
+
+/// PersistentVolume `name` backed by `backing` (`{"local": ...}` or `{"hostPath": ...}`), whose
+/// node affinity asks for the node with hostname label `node`.
+fn persistent_volume(name: &str, backing: serde_json::Value, node: &str) -> PersistentVolume {
+    let mut spec = serde_json::json!({
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Filesystem",
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+        ]}]}},
+    });
+    for (k, v) in backing.as_object().expect("an object") {
+        spec[k] = v.clone();
+    }
+    serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec}))
+        .expect("a PersistentVolume")
+}
+
+/// Binds claim `default/claim` to PersistentVolume `pv` both ways, as the PersistentVolume
+/// controller does: the volume's claimRef names the claim and its UID, the claim's volumeName
+/// names the volume and its phase is `Bound`.
+fn bind(server: &swiftlet_tests::api_server::ApiServer, claim: &str, mut pv: PersistentVolume) {
+    let mut pvc: PersistentVolumeClaim = server.object("default", claim).expect("the claim");
+    let pv_name = pv.metadata.name.clone().expect("named");
+    pv.spec.as_mut().expect("spec").claim_ref = Some(ObjectReference {
+        kind: Some("PersistentVolumeClaim".into()),
+        namespace: Some("default".into()),
+        name: Some(claim.into()),
+        uid: pvc.metadata.uid.clone(),
+        ..Default::default()
+    });
+    server.put_cluster_object(pv);
+    pvc.spec.get_or_insert_default().volume_name = Some(pv_name);
+    pvc.status.get_or_insert_default().phase = Some("Bound".into());
+    server.put_object(pvc);
+}
+
+/// Puts API pod `name` with `volumes` and container `main`'s `mounts`, and waits until the
+/// container waits with reason `ContainerCreating` and a message holding `expected`; asserts
+/// that no sandbox and no mount was made for the pod. Returns its UID.
+fn put_and_see_it_wait(
+    s: &ApiSetup,
+    name: &str,
+    volumes: &str,
+    mounts: &str,
+    expected: &str,
+) -> String {
+    let agent = &s.agent;
+    s.server.put(api_pod(agent, name, volumes, mounts));
+    let list = agent.wait_for(
+        |l| {
+            l.container(name, "main")
+                .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+                .is_some_and(|m| !m.is_empty())
+        },
+        TIMEOUT,
+    );
+    let waiting = list
+        .container(name, "main")
+        .and_then(|c| c.state.as_ref()?.waiting.clone())
+        .expect("waiting");
+    assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
+    let message = waiting.message.unwrap_or_default();
+    assert!(message.contains(expected), "{message}");
+    let uid = list.uid(name).expect("uid").to_owned();
+    let pod_dir = agent.root_dir().join("pods").join(&uid);
+    assert_eq!(mounts_below(&pod_dir), Vec::<String>::new());
+    let (sandboxes, _) = swiftlet_tests::pod_cri_objects(agent.endpoint(), &uid).expect("CRI");
+    assert!(sandboxes.is_empty(), "{sandboxes:?}");
+    uid
+}
+
+#[test]
+fn a_claim_waits_until_bound_and_its_local_volume_keeps_data_for_the_next_pod() {
+    let Some(s) = api_setup("pvc-local") else {
+        return;
+    };
+    let agent = &s.agent;
+    let node = agent.node_name();
+    let disk = tempfile::tempdir().expect("tempdir");
+    s.server.put_object(claim("db-data"));
+    let volumes = "  - {name: data, persistentVolumeClaim: {claimName: db-data}}\n";
+    let mounts = "    - {name: data, mountPath: /data}\n";
+    // Unbound: the pod waits with the kubelet's reason, nothing made for it.
+    let uid = put_and_see_it_wait(
+        &s,
+        "pvc-writer",
+        volumes,
+        mounts,
+        "PVC default/db-data has non-bound phase (\"Pending\") or empty pvc.Spec.VolumeName (\"\")",
+    );
+
+    // Bound: the pod starts, the volume is a bind at the kubelet's path, writes reach the disk.
+    let pv = persistent_volume(
+        "local-pv-1",
+        serde_json::json!({"local": {"path": disk.path()}}),
+        node,
+    );
+    bind(&s.server, "db-data", pv);
+    api_running(agent, "pvc-writer");
+    let bound = agent
+        .root_dir()
+        .join("pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~local-volume/local-pv-1");
+    let bound = bound.canonicalize().expect("the volume's directory");
+    assert_eq!(
+        mounts_below(&agent.root_dir().join("pods").join(&uid)),
+        vec![bound.to_string_lossy().into_owned()]
+    );
+    sh_ok(agent, "pvc-writer", "main", "echo kept > /data/note");
+    assert_holds(&disk.path().join("note"), "kept\n");
+
+    // The pod goes: its bind goes, the data stays.
+    s.delete_pod(&uid);
+    assert_holds(&disk.path().join("note"), "kept\n");
+
+    // The next pod of the claim, mounting it read-only, reads it and cannot write.
+    let volumes = "  - {name: data, persistentVolumeClaim: {claimName: db-data, readOnly: true}}\n";
+    s.server.put(api_pod(agent, "pvc-reader", volumes, mounts));
+    let uid = api_running(agent, "pvc-reader");
+    assert_eq!(
+        sh_ok(agent, "pvc-reader", "main", "cat /data/note"),
+        "kept\n"
+    );
+    let (code, out) = sh(agent, "pvc-reader", "main", "echo x > /data/other");
+    assert_ne!(code, 0, "{out}");
+    assert!(!disk.path().join("other").exists());
+    s.delete_pod(&uid);
+    assert_holds(&disk.path().join("note"), "kept\n");
+}
+
+#[test]
+fn a_host_path_volume_is_used_in_place_and_a_volume_of_another_node_keeps_its_pod_waiting() {
+    let Some(s) = api_setup("pvc-affinity") else {
+        return;
+    };
+    let agent = &s.agent;
+    let node = agent.node_name();
+    let host = tempfile::tempdir().expect("tempdir");
+    let dir = host.path().join("made");
+
+    // A hostPath volume: made (DirectoryOrCreate) and used in place.
+    s.server.put_object(claim("logs"));
+    let pv = persistent_volume(
+        "host-pv-1",
+        serde_json::json!({"hostPath": {"path": dir, "type": "DirectoryOrCreate"}}),
+        node,
+    );
+    bind(&s.server, "logs", pv);
+    let volumes = "  - {name: logs, persistentVolumeClaim: {claimName: logs}}\n";
+    let mounts = "    - {name: logs, mountPath: /logs}\n";
+    s.server.put(api_pod(agent, "pvc-host", volumes, mounts));
+    let uid = api_running(agent, "pvc-host");
+    sh_ok(agent, "pvc-host", "main", "echo line > /logs/app.log");
+    assert_holds(&dir.join("app.log"), "line\n");
+    s.delete_pod(&uid);
+    assert_holds(&dir.join("app.log"), "line\n");
+
+    // A volume whose node affinity names another node is never mounted here.
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    s.server.put_object(claim("far"));
+    let pv = persistent_volume(
+        "local-pv-far",
+        serde_json::json!({"local": {"path": elsewhere.path()}}),
+        "another-node",
+    );
+    bind(&s.server, "far", pv);
+    let volumes = "  - {name: data, persistentVolumeClaim: {claimName: far}}\n";
+    let uid = put_and_see_it_wait(
+        &s,
+        "pvc-far",
+        volumes,
+        "    - {name: data, mountPath: /data}\n",
+        "MountVolume.NodeAffinity check failed for PV \"local-pv-far\": no matching NodeSelectorTerms",
+    );
     s.delete_pod(&uid);
 }

@@ -5,7 +5,9 @@
 //! kubelet's words).
 use std::collections::{BTreeMap, HashSet};
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint};
+use k8s_openapi::api::core::v1::{
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint,
+};
 
 use super::resources::pod_resources;
 
@@ -124,6 +126,14 @@ fn term_matches(t: &NodeSelectorTerm, node: &Node) -> bool {
         && fields.iter().all(|r| requirement_matches(r, &name))
 }
 
+/// A node selector (any of its terms) against the node.
+pub fn node_selector_matches(selector: &NodeSelector, node: &Node) -> bool {
+    selector
+        .node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, node))
+}
+
 /// `spec.nodeSelector` and the required node affinity (any of its terms) against the node.
 pub fn matches_node_selector_and_affinity(pod: &Pod, node: &Node) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
@@ -142,8 +152,7 @@ pub fn matches_node_selector_and_affinity(pod: &Pod, node: &Node) -> bool {
             a.required_during_scheduling_ignored_during_execution
                 .as_ref()
         });
-    let affinity_ok =
-        required.is_none_or(|r| r.node_selector_terms.iter().any(|t| term_matches(t, node)));
+    let affinity_ok = required.is_none_or(|r| node_selector_matches(r, node));
     selector_ok && affinity_ok
 }
 

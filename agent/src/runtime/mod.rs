@@ -358,7 +358,12 @@ pub(crate) mod tests {
                 Default::default(),
                 None,
             ),
-            volumes: crate::volume::Manager::new("/pods".into(), 8 << 30, Default::default()),
+            volumes: crate::volume::Manager::new(
+                "/pods".into(),
+                8 << 30,
+                Default::default(),
+                tokio::sync::watch::channel(Default::default()).1,
+            ),
             pod_cache: Default::default(),
         })
     }

@@ -75,10 +75,10 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("terminationGracePeriodSeconds", Use::Implemented),
     ("tolerations", SCHEDULING),
     ("topologySpreadConstraints", SCHEDULING),
-    // emptyDir, hostPath, configMap, secret, downwardAPI and projected (configMap, secret,
-    // downwardAPI and serviceAccountToken sources) are implemented (`crate::volume`); every
-    // other type (and projected clusterTrustBundle) is refused by `volume::unsupported`,
-    // naming it.
+    // emptyDir, hostPath, configMap, secret, downwardAPI, projected (configMap, secret,
+    // downwardAPI and serviceAccountToken sources) and persistentVolumeClaim (bound to a local
+    // or hostPath PersistentVolume) are implemented (`crate::volume`); every other type (and
+    // projected clusterTrustBundle) is refused by `volume::unsupported`, naming it.
     ("volumes", Use::Refused),
 ];
 
@@ -356,7 +356,7 @@ mod tests {
             ("setHostnameAsFQDN", json!({"setHostnameAsFQDN": true})),
             (
                 "volumes",
-                json!({"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}),
+                json!({"volumes": [{"name": "v", "csi": {"driver": "d"}}]}),
             ),
         ];
         for (field, spec) in &pod_cases {
@@ -480,10 +480,6 @@ mod tests {
             (
                 "ephemeral",
                 json!({"ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
-            ),
-            (
-                "persistentVolumeClaim",
-                json!({"persistentVolumeClaim": {"claimName": "c"}}),
             ),
             ("nfs", json!({"nfs": {"server": "s", "path": "/"}})),
             (

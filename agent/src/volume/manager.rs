@@ -2,16 +2,23 @@
 //! manager asks it to set a pod's volumes up before the sandbox ([`Manager::set_up`]), to
 //! refresh them at each sync ([`Manager::refresh`]), for a container's mounts
 //! ([`Manager::mounts`]) and to tear them down once nothing runs in the pod any more
-//! ([`Manager::tear_down`]); it holds the service account tokens of projected volumes and reads
-//! the API objects the volumes name.
-use super::{Error, Source, Volume, atomic::Payload, projection, token::Tokens};
+//! ([`Manager::tear_down`]); it holds the service account tokens of projected volumes and the
+//! PersistentVolumes each pod's claims were resolved to, and reads the API objects the volumes
+//! name.
+use super::{Error, Source, Volume, atomic::Payload, claims, projection, token::Tokens};
 use crate::api_objects::ApiObjects;
+use crate::pod::admission;
 use k8s_cri::v1 as api;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::sync::watch;
 
-/// The volume manager (cheap to clone: clones share the token cache).
+/// Pod UID -> volume name -> the PersistentVolume its claim was resolved to.
+type Claims = HashMap<String, HashMap<String, Source>>;
+
+/// The volume manager (cheap to clone: clones share the token cache and the resolved claims).
 #[derive(Clone)]
 pub struct Manager {
     /// `<root-dir>/pods`: each pod's volumes are below `<uid>/volumes`.
@@ -23,16 +30,97 @@ pub struct Manager {
     /// The service account tokens of projected volumes, refreshed as the kubelet's token manager
     /// refreshes them.
     tokens: Tokens,
+    /// The node as admission sees it: a PersistentVolume's node affinity is matched against
+    /// its labels.
+    node: watch::Receiver<admission::Node>,
+    /// The claims of each pod, resolved once (as the kubelet processes a pod's volumes once):
+    /// a container restarted later mounts the same volume without asking the API again, even
+    /// while the claim is being deleted (its protection keeps it while the pod uses it).
+    claims: Arc<Mutex<Claims>>,
 }
 
 impl Manager {
-    pub fn new(pods_dir: PathBuf, node_memory: u64, api: ApiObjects) -> Self {
+    pub fn new(
+        pods_dir: PathBuf,
+        node_memory: u64,
+        api: ApiObjects,
+        node: watch::Receiver<admission::Node>,
+    ) -> Self {
         Self {
             pods_dir,
             node_memory,
             api,
             tokens: Tokens::default(),
+            node,
+            claims: Arc::default(),
         }
+    }
+
+    fn claims(&self) -> MutexGuard<'_, Claims> {
+        self.claims.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The pod's volumes ([`super::plan`]) with each claim this manager resolved for pod `uid`
+    /// in place of its [`Source::Claim`].
+    fn volumes(&self, spec: &PodSpec, uid: &str) -> Result<Vec<Volume>, Error> {
+        let mut volumes = super::plan(spec)?;
+        if volumes
+            .iter()
+            .any(|v| matches!(v.source, Source::Claim { .. }))
+        {
+            let claims = self.claims();
+            if let Some(resolved) = claims.get(uid) {
+                for v in &mut volumes {
+                    if let Some(s) = resolved.get(&v.name) {
+                        v.source = s.clone();
+                    }
+                }
+            }
+        }
+        Ok(volumes)
+    }
+
+    /// Resolves each claim of `volumes` not resolved yet for pod `uid` ([`claims::resolve`]),
+    /// remembering it; the first that cannot be is the error (the pod waits with it).
+    async fn resolve_claims(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        volumes: &mut [Volume],
+    ) -> Result<(), Error> {
+        let Some(spec) = pod.spec.as_ref() else {
+            return Ok(());
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        for v in volumes.iter_mut() {
+            let Source::Claim { claim, read_only } = &v.source else {
+                continue;
+            };
+            let mounted = spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .flat_map(|c| c.volume_mounts.iter().flatten())
+                .any(|m| m.name == v.name);
+            let wanted = claims::Wanted {
+                namespace,
+                pod: pod_name,
+                volume: &v.name,
+                claim,
+                read_only: *read_only,
+                mounted,
+            };
+            let node = self.node.borrow().clone();
+            let source = claims::resolve(&self.api, wanted, &node).await?;
+            tracing::info!(pod = %pod_name, volume = %v.name, claim = %claim, resolved = ?source, "claim resolved");
+            self.claims()
+                .entry(uid.to_owned())
+                .or_default()
+                .insert(v.name.clone(), source.clone());
+            v.source = source;
+        }
+        Ok(())
     }
 
     /// Checks the pod's volumes and every container's mounts of them, computes the files of its
@@ -43,7 +131,7 @@ impl Manager {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(());
         };
-        let volumes = super::plan(spec)?;
+        let mut volumes = self.volumes(spec, uid)?;
         let init = spec.init_containers.iter().flatten();
         for c in spec.containers.iter().chain(init) {
             super::check_mounts(&volumes, c)?;
@@ -51,6 +139,7 @@ impl Manager {
         if volumes.is_empty() {
             return Ok(());
         }
+        self.resolve_claims(pod, uid, &mut volumes).await?;
         let mut payloads = HashMap::new();
         for (volume, payload) in self.payloads(pod, &volumes).await {
             match payload {
@@ -168,7 +257,7 @@ impl Manager {
         let volumes = pod
             .spec
             .as_ref()
-            .map(super::plan)
+            .map(|s| self.volumes(s, uid))
             .transpose()?
             .unwrap_or_default();
         super::container_mounts(&self.pods_dir, uid, &volumes, c)
@@ -186,9 +275,10 @@ impl Manager {
         }
     }
 
-    /// Forgets what it holds for pod `uid` (its tokens): the pod is gone.
+    /// Forgets what it holds for pod `uid` (its tokens and resolved claims): the pod is gone.
     pub fn forget(&self, uid: &str) {
         self.tokens.forget(uid);
+        self.claims().remove(uid);
     }
 }
 

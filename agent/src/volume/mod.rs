@@ -11,6 +11,7 @@
 //! all but configMap), and rewritten at each pod sync ([`refresh`]). Every other volume type is
 //! refused ([`unsupported`]).
 pub mod atomic;
+pub mod claims;
 mod manager;
 mod mountinfo;
 pub mod projection;
@@ -35,6 +36,10 @@ pub const SUBPATHS_DIR: &str = "volume-subpaths";
 
 /// The kubelet's directory name of the emptyDir plugin below `<pod>/volumes`.
 pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
+
+/// The kubelet's directory name of the local volume plugin below `<pod>/volumes`: a `local`
+/// PersistentVolume is bind-mounted at `<plugin dir>/<pv name>`.
+pub const LOCAL_PLUGIN: &str = "kubernetes.io~local-volume";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -107,6 +112,28 @@ pub enum Source {
     HostPath { path: PathBuf, kind: HostPathType },
     /// `configMap`, `secret`, `downwardAPI`, `projected`: files the agent writes.
     Projection(projection::Projection),
+    /// `persistentVolumeClaim` not resolved yet: the claim's name and the volume's `readOnly`.
+    /// The volume manager resolves it through the API ([`claims`]) into a [`Source::Persistent`]
+    /// before anything is set up.
+    Claim { claim: String, read_only: bool },
+    /// The PersistentVolume a claim is bound to: its name, whether it is mounted read-only
+    /// (the claim volume's `readOnly`, or a PV that allows only `ReadOnlyMany`), and what backs
+    /// it.
+    Persistent {
+        pv: String,
+        read_only: bool,
+        backing: Backing,
+    },
+}
+
+/// What backs a PersistentVolume swiftlet can use.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Backing {
+    /// `local`: a directory of the node, bind-mounted at
+    /// `<pod>/volumes/kubernetes.io~local-volume/<pv>` as the kubelet mounts it.
+    Local(PathBuf),
+    /// `hostPath`: used in place, after the type checks of a hostPath volume.
+    HostPath { path: PathBuf, kind: HostPathType },
 }
 
 /// One of `spec.volumes`, checked.
@@ -123,12 +150,26 @@ pub fn volumes_dir(pods_dir: &Path, uid: &str) -> PathBuf {
 
 impl Volume {
     /// Where the volume is on the node: its directory below the pod's volumes, or the hostPath.
+    /// A claim not resolved yet has no place: its would-be directory below the local plugin's
+    /// is named after the pod's volume, where nothing is ever made.
     pub fn host_path(&self, pods_dir: &Path, uid: &str) -> PathBuf {
         match &self.source {
             Source::EmptyDir { .. } => volumes_dir(pods_dir, uid)
                 .join(EMPTY_DIR_PLUGIN)
                 .join(&self.name),
-            Source::HostPath { path, .. } => path.clone(),
+            Source::HostPath { path, .. }
+            | Source::Persistent {
+                backing: Backing::HostPath { path, .. },
+                ..
+            } => path.clone(),
+            Source::Persistent {
+                pv,
+                backing: Backing::Local(_),
+                ..
+            } => volumes_dir(pods_dir, uid).join(LOCAL_PLUGIN).join(pv),
+            Source::Claim { .. } => volumes_dir(pods_dir, uid)
+                .join(LOCAL_PLUGIN)
+                .join(format!("{}.unresolved", self.name)),
             Source::Projection(p) => volumes_dir(pods_dir, uid)
                 .join(p.kind.plugin_dir())
                 .join(&self.name),
@@ -167,7 +208,7 @@ pub fn unsupported_mount(c: &Container) -> Option<String> {
 }
 
 /// The volume types of the v1 `Volume`, by their field name, but for those swiftlet has
-/// (emptyDir, hostPath, configMap, secret, downwardAPI, projected).
+/// (emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim).
 fn other_type(v: &ApiVolume) -> Option<&'static str> {
     let set = [
         ("awsElasticBlockStore", v.aws_elastic_block_store.is_some()),
@@ -186,7 +227,6 @@ fn other_type(v: &ApiVolume) -> Option<&'static str> {
         ("image", v.image.is_some()),
         ("iscsi", v.iscsi.is_some()),
         ("nfs", v.nfs.is_some()),
-        ("persistentVolumeClaim", v.persistent_volume_claim.is_some()),
         ("photonPersistentDisk", v.photon_persistent_disk.is_some()),
         ("portworxVolume", v.portworx_volume.is_some()),
         ("quobyte", v.quobyte.is_some()),
@@ -247,6 +287,12 @@ fn is_dns_label(s: &str) -> bool {
     !b.is_empty() && b.len() <= 63 && b.iter().all(inner) && end(b.first()) && end(b.last())
 }
 
+/// A DNS-1123 subdomain: what the API allows as the name of a claim or a PersistentVolume (so
+/// a name is one path component, never `.` or `..`).
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
 /// Whether `path` has a `..` component (the API's "must not contain '..'").
 fn has_backsteps(path: &str) -> bool {
     Path::new(path)
@@ -277,6 +323,7 @@ pub fn plan(spec: &PodSpec) -> Result<Vec<Volume>> {
             v.secret.is_some(),
             v.downward_api.is_some(),
             v.projected.is_some(),
+            v.persistent_volume_claim.is_some(),
             other_type(v).is_some(),
         ];
         if types.iter().filter(|t| **t).count() > 1 {
@@ -328,9 +375,21 @@ pub fn plan(spec: &PodSpec) -> Result<Vec<Volume>> {
                     kind,
                 }
             }
-            (None, None) => match other_type(v) {
-                Some(t) => return Err(bad(format!("{t} volumes are not supported yet"))),
-                None => return Err(bad("no volume type is set".into())),
+            (None, None) => match (&v.persistent_volume_claim, other_type(v)) {
+                (Some(c), None) => {
+                    if !is_dns_subdomain(&c.claim_name) {
+                        return Err(bad(format!(
+                            "persistentVolumeClaim.claimName {:?} is not an object name",
+                            c.claim_name
+                        )));
+                    }
+                    Source::Claim {
+                        claim: c.claim_name.clone(),
+                        read_only: c.read_only.unwrap_or(false),
+                    }
+                }
+                (_, Some(t)) => return Err(bad(format!("{t} volumes are not supported yet"))),
+                (None, None) => return Err(bad("no volume type is set".into())),
             },
             (Some(_), Some(_)) => return Err(bad("more than one volume type is set".into())),
         };
@@ -435,6 +494,12 @@ pub fn container_mounts(
         let Some(v) = volumes.iter().find(|v| v.name == m.name) else {
             continue; // checked above
         };
+        if let Source::Claim { claim, .. } = &v.source {
+            return Err(Error::Invalid(format!(
+                "volume {:?}: claim {claim:?} is not resolved to a PersistentVolume yet",
+                v.name
+            )));
+        }
         let base = v.host_path(pods_dir, uid);
         let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
             None => base,
@@ -456,12 +521,27 @@ pub fn container_mounts(
             container_path: m.mount_path.clone(),
             host_path: host.to_string_lossy().into_owned(),
             // The kubelet mounts the volumes its atomic writer makes read-only, whatever the
-            // mount says.
-            readonly: m.read_only.unwrap_or(false) || matches!(v.source, Source::Projection(_)),
+            // mount says, and a claim's volume read-only when the claim says so.
+            readonly: m.read_only.unwrap_or(false)
+                || matches!(
+                    v.source,
+                    Source::Projection(_)
+                        | Source::Persistent {
+                            read_only: true,
+                            ..
+                        }
+                ),
             propagation: propagation as i32,
-            // The kubelet asks the runtime to relabel the volumes that support it (emptyDir and
-            // the volumes it writes), never a hostPath.
-            selinux_relabel: !matches!(v.source, Source::HostPath { .. }),
+            // The kubelet asks the runtime to relabel the volumes that support it (emptyDir,
+            // local PersistentVolumes and the volumes it writes), never a hostPath.
+            selinux_relabel: !matches!(
+                v.source,
+                Source::HostPath { .. }
+                    | Source::Persistent {
+                        backing: Backing::HostPath { .. },
+                        ..
+                    }
+            ),
             ..Default::default()
         });
     }

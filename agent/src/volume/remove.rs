@@ -1,5 +1,5 @@
-//! Tearing a pod's volumes down without destroying what is not the pod's: tmpfs volumes are
-//! unmounted before anything is removed; any other mount point below the pod's directory (one a
+//! Tearing a pod's volumes down without destroying what is not the pod's: tmpfs volumes and
+//! the binds of local PersistentVolumes are unmounted before anything is removed; any other mount point below the pod's directory (one a
 //! Bidirectional container left, one an operator made) stops the removal; the removal itself
 //! walks directories by file descriptor, never follows a symlink (a symlink is removed, not
 //! what it points to) and never enters another filesystem. hostPath volumes live outside the
@@ -19,7 +19,7 @@ fn teardown_err(path: &Path) -> impl Fn(String) -> Error + '_ {
     }
 }
 
-/// Unmounts pod `uid`'s subPath binds and tmpfs volumes and removes
+/// Unmounts pod `uid`'s subPath binds, tmpfs volumes and local PersistentVolume binds and removes
 /// `<pods_dir>/<uid>/volume-subpaths` and `<pods_dir>/<uid>/volumes`. Refuses (leaving
 /// everything below in place) when a mount point there is not one swiftlet made. Nothing to do
 /// is success. Blocking.
@@ -35,13 +35,13 @@ pub fn tear_down(pods_dir: &Path, uid: &str) -> Result<()> {
         up3 == Some(dir)
     })?;
     // A Memory emptyDir, a secret, downwardAPI or projected volume: a tmpfs right on the
-    // volume's directory.
-    unmount_ours_and_remove(&volumes_dir(pods_dir, uid), "tmpfs", |dir, m| {
+    // volume's directory. A local PersistentVolume: a bind (of any filesystem) right on its
+    // directory below the local plugin's; unmounting it leaves the volume's content alone.
+    unmount_ours_and_remove(&volumes_dir(pods_dir, uid), "volume mount", |dir, m| {
         let plugins = setup::tmpfs_plugin_dirs(dir);
-        m.fs_type == "tmpfs"
-            && m.path
-                .parent()
-                .is_some_and(|p| plugins.iter().any(|d| d == p))
+        let parent = m.path.parent();
+        let tmpfs = m.fs_type == "tmpfs" && parent.is_some_and(|p| plugins.iter().any(|d| d == p));
+        tmpfs || parent == Some(setup::local_plugin_dir(dir).as_path())
     })
 }
 

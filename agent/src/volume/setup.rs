@@ -1,7 +1,9 @@
 //! Setting volumes up before the pod's sandbox starts: emptyDir directories and tmpfs mounts,
 //! hostPath type checks, subPath directories.
 use super::atomic::{self, Payload};
-use super::{EMPTY_DIR_PLUGIN, Error, HostPathType, Result, Source, Volume, mountinfo};
+use super::{
+    Backing, EMPTY_DIR_PLUGIN, Error, HostPathType, LOCAL_PLUGIN, Result, Source, Volume, mountinfo,
+};
 use rustix::mount::MountFlags;
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -38,6 +40,20 @@ pub enum SetUpError {
     Write(#[from] atomic::Error),
     #[error("its files were not computed")]
     NotComputed,
+    #[error("claim {0:?} is not resolved to a PersistentVolume yet")]
+    Unresolved(String),
+    #[error("local volume path {} does not exist: {source}", path.display())]
+    LocalMissing {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "local volume path {} is not a directory (block device local volumes are not supported by swiftlet yet)",
+        .0.display()
+    )]
+    LocalNotADirectory(PathBuf),
+    #[error("{} is a {fs_type} mount, not the bind of the local volume it should be", dir.display())]
+    NotBound { dir: PathBuf, fs_type: String },
     #[error("hostPath {} doesn't exist", .0.display())]
     HostPathMissing(PathBuf),
     #[error(
@@ -151,7 +167,22 @@ pub fn set_up(
                     })?;
                 }
             }
-            Source::HostPath { path, kind } => check_host_path(path, *kind).map_err(fail)?,
+            Source::HostPath { path, kind }
+            | Source::Persistent {
+                backing: Backing::HostPath { path, kind },
+                ..
+            } => check_host_path(path, *kind).map_err(fail)?,
+            Source::Persistent {
+                backing: Backing::Local(from),
+                read_only,
+                ..
+            } => {
+                let dir = v.host_path(pods_dir, uid);
+                local_volume(from, &dir, *read_only, &mut mounts).map_err(fail)?;
+            }
+            Source::Claim { claim, .. } => {
+                return Err(fail(SetUpError::Unresolved(claim.clone())));
+            }
             Source::Projection(p) => {
                 let size = p
                     .kind
@@ -284,6 +315,81 @@ fn volume_dir(
         }),
         None => tmpfs_on(&dir, size, volume),
     }
+}
+
+/// A local PersistentVolume: directory `from` bound onto `dir` (made 0750 here), read-only when
+/// `read_only`, as the kubelet's local volume plugin binds it. Once: a bind already on `dir` is
+/// kept (a restarted container or agent finds it); a tmpfs there is an error.
+fn local_volume(
+    from: &Path,
+    dir: &Path,
+    read_only: bool,
+    mounts: &mut Option<Vec<mountinfo::MountPoint>>,
+) -> SetUpResult<()> {
+    let meta = std::fs::metadata(from).map_err(|source| SetUpError::LocalMissing {
+        path: from.to_owned(),
+        source,
+    })?;
+    if !meta.is_dir() {
+        return Err(SetUpError::LocalNotADirectory(from.to_owned()));
+    }
+    if let Some(parent) = dir.parent() {
+        crate::pod::pod_dirs(parent).map_err(io("creating directory", parent))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o750).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let m = std::fs::symlink_metadata(dir).map_err(about(dir))?;
+            if !m.is_dir() {
+                return Err(SetUpError::NotADirectory(dir.to_owned()));
+            }
+        }
+        Err(e) => return Err(io("creating directory", dir)(e)),
+    }
+    let dir = dir.canonicalize().map_err(about(dir))?;
+    let bound = match mountinfo::is_mount_root(&dir).map_err(about(&dir))? {
+        Some(root) => root,
+        None => {
+            if mounts.is_none() {
+                *mounts = Some(mountinfo::mount_points().map_err(SetUpError::MountTable)?);
+            }
+            mounts.iter().flatten().any(|m| m.path == dir)
+        }
+    };
+    if bound {
+        return match mountinfo::is_tmpfs(&dir) {
+            Ok(true) => Err(SetUpError::NotBound {
+                dir,
+                fs_type: "tmpfs".into(),
+            }),
+            _ => Ok(()),
+        };
+    }
+    let cstr = |p: &Path| {
+        use std::os::unix::ffi::OsStrExt;
+        CString::new(p.as_os_str().as_bytes()).map_err(|_| SetUpError::NulByte)
+    };
+    let (source, target) = (cstr(from)?, cstr(&dir)?);
+    let bind_err = |e: rustix::io::Errno| SetUpError::Bind {
+        from: from.to_owned(),
+        to: dir.clone(),
+        source: e.into(),
+    };
+    rustix::mount::mount_bind(source.as_c_str(), target.as_c_str()).map_err(bind_err)?;
+    if read_only {
+        let ro = rustix::mount::mount_remount(
+            target.as_c_str(),
+            MountFlags::BIND | MountFlags::RDONLY,
+            c"",
+        );
+        if let Err(e) = ro {
+            // Never leave a writable bind of a volume that should be read-only.
+            let _ = super::remove::unmount(&dir);
+            return Err(bind_err(e));
+        }
+    }
+    tracing::info!(from = %from.display(), dir = %dir.display(), read_only, "local volume bound");
+    Ok(())
 }
 
 fn tmpfs_on(dir: &Path, size: u64, volume: &str) -> SetUpResult<()> {
@@ -611,6 +717,12 @@ fn prepare_target(target: &Path, dir: bool) -> std::io::Result<()> {
             .open(target)
             .map(drop)
     }
+}
+
+/// The plugin directory of a pod's volumes dir where local PersistentVolumes are bound (for
+/// tear-down).
+pub(super) fn local_plugin_dir(volumes_dir: &Path) -> PathBuf {
+    volumes_dir.join(LOCAL_PLUGIN)
 }
 
 /// The plugin directories of a pod's volumes dir whose volumes may be a tmpfs (for tear-down).

@@ -74,6 +74,118 @@ fn volumes_are_planned_with_their_sources() {
         Path::new("/r/pods/u1/volumes/kubernetes.io~empty-dir/scratch")
     );
     assert_eq!(v[2].host_path(pods, "u1"), Path::new("/var/log"));
+
+    // A claim is planned unresolved; once resolved to a local PersistentVolume it lives below
+    // the local plugin's directory, named after the volume, as the kubelet names it.
+    let s = spec(json!({"volumes": [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "db-data", "readOnly": true}},
+    ]}));
+    let v = plan(&s).expect("plan");
+    assert_eq!(
+        v[0].source,
+        Source::Claim {
+            claim: "db-data".into(),
+            read_only: true
+        }
+    );
+    let local = Volume {
+        name: "data".into(),
+        source: Source::Persistent {
+            pv: "pv-1".into(),
+            read_only: true,
+            backing: Backing::Local("/mnt/disks/one".into()),
+        },
+    };
+    assert_eq!(
+        local.host_path(pods, "u1"),
+        Path::new("/r/pods/u1/volumes/kubernetes.io~local-volume/pv-1")
+    );
+}
+
+#[test]
+fn a_local_volume_is_bound_read_only_when_asked_and_unbound_leaving_its_data() {
+    let Some(pods) = pods_dir_for_mounts() else {
+        return;
+    };
+    let disk = tempfile::tempdir().expect("tempdir");
+    std::fs::write(disk.path().join("kept"), "data").expect("write");
+    let volume = |read_only| Volume {
+        name: "data".into(),
+        source: Source::Persistent {
+            pv: "pv-1".into(),
+            read_only,
+            backing: Backing::Local(disk.path().to_owned()),
+        },
+    };
+    let binds = |dir: &Path| {
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+        mount_points()
+            .expect("mountinfo")
+            .into_iter()
+            .filter(|m| m.path == dir)
+            .count()
+    };
+    for read_only in [false, true] {
+        let vols = [volume(read_only)];
+        let ctx = Context::default();
+        set_up(pods.path(), "u1", &vols, ctx, &Default::default()).expect("set up");
+        let dir = vols[0].host_path(pods.path(), "u1");
+        assert_eq!(binds(&dir), 1);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("kept")).expect("seen"),
+            "data"
+        );
+        let write = std::fs::write(dir.join("new"), "x");
+        assert_eq!(write.is_err(), read_only, "{write:?}");
+        // Set up again (a restarted agent): not bound twice.
+        set_up(pods.path(), "u1", &vols, ctx, &Default::default()).expect("set up again");
+        assert_eq!(binds(&dir), 1);
+        let c = container(json!([{"name": "data", "mountPath": "/data"}]), false);
+        let m = container_mounts(pods.path(), "u1", &vols, &c).expect("mounts");
+        assert_eq!(m[0].host_path, dir.to_string_lossy());
+        assert_eq!(m[0].readonly, read_only);
+        remove_pod_dir(pods.path(), "u1").expect("torn down");
+        assert_eq!(binds(&dir), 0);
+        assert!(!pods.path().join("u1").exists());
+        assert!(disk.path().join("kept").exists(), "the volume's data stays");
+        let _ = std::fs::remove_file(disk.path().join("new"));
+    }
+    // A path that is not a directory is refused, naming it.
+    std::fs::write(disk.path().join("file"), "x").expect("write");
+    let file = Volume {
+        name: "data".into(),
+        source: Source::Persistent {
+            pv: "pv-2".into(),
+            read_only: false,
+            backing: Backing::Local(disk.path().join("file")),
+        },
+    };
+    let e = set_up(
+        pods.path(),
+        "u2",
+        &[file],
+        Context::default(),
+        &Default::default(),
+    )
+    .expect_err("refused");
+    assert!(e.to_string().contains("is not a directory"), "{e}");
+    // An unresolved claim is never set up.
+    let claim = Volume {
+        name: "data".into(),
+        source: Source::Claim {
+            claim: "c".into(),
+            read_only: false,
+        },
+    };
+    let e = set_up(
+        pods.path(),
+        "u3",
+        &[claim],
+        Context::default(),
+        &Default::default(),
+    )
+    .expect_err("refused");
+    assert!(e.to_string().contains("not resolved"), "{e}");
 }
 
 #[test]
@@ -98,6 +210,14 @@ fn bad_volumes_are_clear_errors_naming_them() {
             "not a quantity",
         ),
         (json!({"name": "n"}), "no volume type"),
+        (
+            json!({"name": "c", "persistentVolumeClaim": {"claimName": "../etc"}}),
+            "is not an object name",
+        ),
+        (
+            json!({"name": "c", "persistentVolumeClaim": {"claimName": "c"}, "emptyDir": {}}),
+            "more than one volume type",
+        ),
         (
             json!({"name": "s", "nfs": {"server": "s", "path": "/"}}),
             "nfs volumes are not supported yet",
