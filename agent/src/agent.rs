@@ -235,6 +235,13 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         .unwrap_or_default();
     let (admission_tx, admission_rx) =
         tokio::sync::watch::channel(crate::node::admission_node(&cfg.node, &machine));
+    let volumes = crate::volume::Manager::new(
+        pods_dir.clone(),
+        memory,
+        api_objects.clone(),
+        admission_rx.clone(),
+    );
+    let resolved_claims = volumes.resolved_claims();
     let runtime = Manager::new(runtime::Deps {
         cri,
         cm,
@@ -255,7 +262,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         probes: probe_results.clone(),
         api_objects: api_objects.clone(),
         images,
-        volumes: crate::volume::Manager::new(pods_dir, memory, api_objects, admission_rx.clone()),
+        volumes,
         pod_cache: pod_cache.clone(),
     });
     // Container log rotation: a task of its own, beside the pods' syncs.
@@ -385,7 +392,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         cfg.root_dir.clone(),
         pod_cache.clone(),
     )
-    .with_volume_period(cfg.volume_stats_agg_period);
+    .with_volumes(cfg.volume_stats_agg_period, resolved_claims);
     let state = server::AppState {
         stats: Some(stats),
         health: runtime_state.clone(),

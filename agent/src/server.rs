@@ -197,6 +197,30 @@ async fn metrics(
     s.metrics
         .tokio_alive_tasks
         .set(i64::try_from(alive).unwrap_or(i64::MAX));
+    if let Some(provider) = &s.stats {
+        let claims: Vec<_> = provider
+            .claim_volumes(&summary_pods(&s))
+            .into_iter()
+            .filter_map(|v| {
+                let r = v.pvc_ref?;
+                Some(crate::metrics::kubelet::ClaimVolume {
+                    labels: crate::metrics::kubelet::ClaimLabels {
+                        namespace: r.namespace,
+                        persistentvolumeclaim: r.name,
+                    },
+                    values: [
+                        v.capacity_bytes,
+                        v.available_bytes,
+                        v.used_bytes,
+                        v.inodes,
+                        v.inodes_free,
+                        v.inodes_used,
+                    ],
+                })
+            })
+            .collect();
+        s.metrics.kubelet.volume_stats.set(&claims);
+    }
     negotiated(&headers, s.metrics.encode())
 }
 

@@ -9,7 +9,7 @@
 mod exposition;
 mod volumes;
 
-pub use volumes::VolumeStats;
+pub use volumes::{PvcRef, VolumeStats};
 
 use crate::cm::{CgroupDirs, CgroupUsage, ContainerManager, KeptFile, MemoryUsage};
 use crate::cri::Cri;
@@ -419,7 +419,7 @@ impl Provider {
             root_dir,
             cache: Arc::default(),
             running: Arc::new(QuietListing::new(pod_cache)),
-            volumes: volumes::Volumes::new(VOLUME_STATS_PERIOD),
+            volumes: volumes::Volumes::new(VOLUME_STATS_PERIOD, Default::default()),
             latest: Arc::default(),
         }
     }
@@ -466,10 +466,21 @@ impl Provider {
     }
 
     /// Measures each pod's volumes at most once every `period` (zero: never) instead of once a
-    /// minute.
-    pub fn with_volume_period(mut self, period: std::time::Duration) -> Self {
-        self.volumes = volumes::Volumes::new(period);
+    /// minute, and the volumes of claims as `claims` (the volume manager's) resolved them.
+    pub fn with_volumes(
+        mut self,
+        period: std::time::Duration,
+        claims: crate::volume::ResolvedClaims,
+    ) -> Self {
+        self.volumes = volumes::Volumes::new(period, claims);
         self
+    }
+
+    /// The last measurement of every claim's volume (starting a measurement of the pods due
+    /// one, as a summary does): `kubelet_volume_stats_*`.
+    pub fn claim_volumes(&self, pods: &[PodEntry]) -> Vec<VolumeStats> {
+        self.volumes.refresh(&self.root_dir.join("pods"), pods);
+        self.volumes.of_claims()
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {

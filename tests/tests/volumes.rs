@@ -979,9 +979,45 @@ fn a_claim_waits_until_bound_and_its_local_volume_keeps_data_for_the_next_pod() 
     sh_ok(agent, "pvc-writer", "main", "echo kept > /data/note");
     assert_holds(&disk.path().join("note"), "kept\n");
 
-    // The pod goes: its bind goes, the data stays.
+    // Its use, as the kubelet reports a claim's: in the summary with its claim, measured from
+    // the disk's file system, and as `kubelet_volume_stats_*` of the claim.
+    let capacity = swiftlet::cm::filesystem_stats(disk.path())
+        .expect("statvfs")
+        .capacity_bytes;
+    let series = "kubelet_volume_stats_capacity_bytes{namespace=\"default\",persistentvolumeclaim=\"db-data\"}";
+    agent.eventually(
+        "the claim's volume in the summary and the metrics",
+        TIMEOUT,
+        || {
+            let (_, body) = agent.get("/stats/summary");
+            let summary: serde_json::Value =
+                serde_json::from_str(&body).map_err(|e| e.to_string())?;
+            let volume = summary["pods"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["podRef"]["name"] == "pvc-writer")
+                .flat_map(|p| p["volume"].as_array().cloned().unwrap_or_default())
+                .find(|v| v["name"] == "data")
+                .ok_or("no volume entry yet")?;
+            if volume["pvcRef"] != serde_json::json!({"name": "db-data", "namespace": "default"})
+                || volume["capacityBytes"].as_u64() != Some(capacity)
+                || volume["usedBytes"].as_u64().unwrap_or(0) == 0
+            {
+                return Err(format!("{volume}"));
+            }
+            let metric = agent.metric(series);
+            if metric != capacity as f64 {
+                return Err(format!("{series} is {metric}, not {capacity}"));
+            }
+            Ok(())
+        },
+    );
+
+    // The pod goes: its bind goes, the data stays, and so do its series.
     s.delete_pod(&uid);
     assert_holds(&disk.path().join("note"), "kept\n");
+    assert!(!agent.get("/metrics").1.contains(series));
 
     // The next pod of the claim, mounting it read-only, reads it and cannot write.
     let volumes = "  - {name: data, persistentVolumeClaim: {claimName: db-data, readOnly: true}}\n";

@@ -128,6 +128,7 @@ pub struct KubeletMetrics {
     pub started_containers_errors_total: Family<ContainerTypeCode, Counter>,
     pub evictions: Family<EvictionSignal, Counter>,
     pub cgroup_manager_duration_seconds: CgroupManagerDurations,
+    pub volume_stats: VolumeStatsGauges,
 }
 
 /// Swiftlet metrics that mean what a kubelet metric means, registered again under its name.
@@ -136,6 +137,90 @@ pub struct Shared {
     pub pleg_discard_events: Counter,
     pub pleg_last_seen_seconds: Gauge,
     pub started_pods: Counter,
+}
+
+/// `kubelet_volume_stats_*`' labels: the claim's namespace and name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClaimLabels {
+    pub namespace: String,
+    pub persistentvolumeclaim: String,
+}
+
+/// The kubelet's gauges of each claim's volume, from its last measurement.
+#[derive(Clone, Default)]
+pub struct VolumeStatsGauges {
+    pub capacity_bytes: Family<ClaimLabels, Gauge>,
+    pub available_bytes: Family<ClaimLabels, Gauge>,
+    pub used_bytes: Family<ClaimLabels, Gauge>,
+    pub inodes: Family<ClaimLabels, Gauge>,
+    pub inodes_free: Family<ClaimLabels, Gauge>,
+    pub inodes_used: Family<ClaimLabels, Gauge>,
+}
+
+/// One claim's volume as measured: capacity, available and used bytes, inodes, free and used
+/// inodes.
+pub struct ClaimVolume {
+    pub labels: ClaimLabels,
+    pub values: [u64; 6],
+}
+
+impl VolumeStatsGauges {
+    fn register(&self, registry: &mut Registry) {
+        let gauges = [
+            (
+                "volume_stats_capacity_bytes",
+                "Capacity in bytes of the volume",
+                &self.capacity_bytes,
+            ),
+            (
+                "volume_stats_available_bytes",
+                "Number of available bytes in the volume",
+                &self.available_bytes,
+            ),
+            (
+                "volume_stats_used_bytes",
+                "Number of used bytes in the volume",
+                &self.used_bytes,
+            ),
+            (
+                "volume_stats_inodes",
+                "Maximum number of inodes in the volume",
+                &self.inodes,
+            ),
+            (
+                "volume_stats_inodes_free",
+                "Number of free inodes in the volume",
+                &self.inodes_free,
+            ),
+            (
+                "volume_stats_inodes_used",
+                "Number of used inodes in the volume",
+                &self.inodes_used,
+            ),
+        ];
+        for (name, help, family) in gauges {
+            registry.register(name, help, family.clone());
+        }
+    }
+
+    /// Shows exactly `claims` (a claim no longer measured leaves no series behind).
+    pub fn set(&self, claims: &[ClaimVolume]) {
+        let families = [
+            &self.capacity_bytes,
+            &self.available_bytes,
+            &self.used_bytes,
+            &self.inodes,
+            &self.inodes_free,
+            &self.inodes_used,
+        ];
+        for (i, family) in families.into_iter().enumerate() {
+            family.clear();
+            for c in claims {
+                let v = i64::try_from(c.values[i]).unwrap_or(i64::MAX);
+                family.get_or_create(&c.labels).set(v);
+            }
+        }
+    }
 }
 
 impl KubeletMetrics {
@@ -156,7 +241,9 @@ impl KubeletMetrics {
             started_containers_errors_total: Family::default(),
             evictions: Family::default(),
             cgroup_manager_duration_seconds: Family::new_with_constructor(default_histogram),
+            volume_stats: VolumeStatsGauges::default(),
         };
+        m.volume_stats.register(registry);
         registry.register(
             "node_name",
             "The node's name. The count is always 1",
@@ -266,6 +353,40 @@ impl KubeletMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claims_volume_series_are_exactly_the_claims_measured() {
+        let mut registry = Registry::with_prefix("kubelet");
+        let gauges = VolumeStatsGauges::default();
+        gauges.register(&mut registry);
+        let claim = |name: &str| ClaimVolume {
+            labels: ClaimLabels {
+                namespace: "default".into(),
+                persistentvolumeclaim: name.into(),
+            },
+            values: [100, 60, 40, 10, 7, 3],
+        };
+        let text = |r: &Registry| {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, r).expect("encode");
+            out
+        };
+        gauges.set(&[claim("db"), claim("logs")]);
+        let got = text(&registry);
+        for line in [
+            "kubelet_volume_stats_capacity_bytes{namespace=\"default\",persistentvolumeclaim=\"db\"} 100",
+            "kubelet_volume_stats_available_bytes{namespace=\"default\",persistentvolumeclaim=\"db\"} 60",
+            "kubelet_volume_stats_used_bytes{namespace=\"default\",persistentvolumeclaim=\"logs\"} 40",
+            "kubelet_volume_stats_inodes{namespace=\"default\",persistentvolumeclaim=\"db\"} 10",
+            "kubelet_volume_stats_inodes_free{namespace=\"default\",persistentvolumeclaim=\"db\"} 7",
+            "kubelet_volume_stats_inodes_used{namespace=\"default\",persistentvolumeclaim=\"db\"} 3",
+        ] {
+            assert!(got.contains(line), "{line} not in {got}");
+        }
+        // A claim no longer measured leaves no series behind.
+        gauges.set(&[claim("db")]);
+        assert!(!text(&registry).contains("\"logs\""));
+    }
 
     #[test]
     fn cri_methods_get_the_kubelets_operation_types() {

@@ -18,6 +18,22 @@ use tokio::sync::watch;
 /// Pod UID -> volume name -> the PersistentVolume its claim was resolved to.
 type Claims = HashMap<String, HashMap<String, Source>>;
 
+/// The claims the volume manager resolved, by pod: what the stats provider reads to measure a
+/// claim's volume. Cheap to clone; clones share them.
+#[derive(Clone, Default)]
+pub struct ResolvedClaims(Arc<Mutex<Claims>>);
+
+impl ResolvedClaims {
+    fn lock(&self) -> MutexGuard<'_, Claims> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Pod `uid`'s resolved claims: volume name -> its [`Source::Persistent`].
+    pub fn of(&self, uid: &str) -> HashMap<String, Source> {
+        self.lock().get(uid).cloned().unwrap_or_default()
+    }
+}
+
 /// The volume manager (cheap to clone: clones share the token cache and the resolved claims).
 #[derive(Clone)]
 pub struct Manager {
@@ -36,7 +52,7 @@ pub struct Manager {
     /// The claims of each pod, resolved once (as the kubelet processes a pod's volumes once):
     /// a container restarted later mounts the same volume without asking the API again, even
     /// while the claim is being deleted (its protection keeps it while the pod uses it).
-    claims: Arc<Mutex<Claims>>,
+    claims: ResolvedClaims,
 }
 
 impl Manager {
@@ -52,12 +68,17 @@ impl Manager {
             api,
             tokens: Tokens::default(),
             node,
-            claims: Arc::default(),
+            claims: ResolvedClaims::default(),
         }
     }
 
     fn claims(&self) -> MutexGuard<'_, Claims> {
-        self.claims.lock().unwrap_or_else(PoisonError::into_inner)
+        self.claims.lock()
+    }
+
+    /// The claims this manager resolved (shared, read by the stats provider).
+    pub fn resolved_claims(&self) -> ResolvedClaims {
+        self.claims.clone()
     }
 
     /// The pod's volumes ([`super::plan`]) with each claim this manager resolved for pod `uid`

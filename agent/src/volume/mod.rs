@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, Volume as ApiVolume, Volume
 use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
 
-pub use manager::Manager;
+pub use manager::{Manager, ResolvedClaims};
 pub use mountinfo::{MountPoint, mount_points};
 pub use remove::{remove_pod_dir, tear_down};
 pub use setup::{Context, is_written, refresh, set_up};
