@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, PodSecurityContext,
+};
 use swiftlet_tests::api_server::{config_map, opaque_secret, service_account};
 use swiftlet_tests::{Agent, BUSYBOX_IMAGE, PodList, exec, start_agent};
 
@@ -708,9 +710,7 @@ fn a_pod_waits_for_a_missing_config_map_with_nothing_mounted_and_starts_when_it_
     // Nothing mounted (not even the Memory emptyDir) and no sandbox.
     let uid = put_and_see_it_wait(
         &s,
-        name,
-        &volumes,
-        mounts,
+        api_pod(agent, name, &volumes, mounts),
         &format!("MountVolume.SetUp failed for volume \"cfg\" : configmap \"{name}-cm\" not found"),
     );
     s.server
@@ -903,18 +903,14 @@ fn bind(server: &swiftlet_tests::api_server::ApiServer, claim: &str, mut pv: Per
     server.put_object(pvc);
 }
 
-/// Puts API pod `name` with `volumes` and container `main`'s `mounts`, and waits until the
-/// container waits with reason `ContainerCreating` and a message holding `expected`; asserts
-/// that no sandbox and no mount was made for the pod. Returns its UID.
-fn put_and_see_it_wait(
-    s: &ApiSetup,
-    name: &str,
-    volumes: &str,
-    mounts: &str,
-    expected: &str,
-) -> String {
+/// Puts API pod `pod` (see [`api_pod`]), and waits until its container `main` waits with
+/// reason `ContainerCreating` and a message holding `expected`; asserts that no sandbox and no
+/// mount was made for the pod. Returns its UID.
+fn put_and_see_it_wait(s: &ApiSetup, pod: Pod, expected: &str) -> String {
     let agent = &s.agent;
-    s.server.put(api_pod(agent, name, volumes, mounts));
+    let name = pod.metadata.name.clone().expect("named");
+    let name = name.as_str();
+    s.server.put(pod);
     let list = agent.wait_for(
         |l| {
             l.container(name, "main")
@@ -949,12 +945,17 @@ fn a_claim_waits_until_bound_and_its_local_volume_keeps_data_for_the_next_pod() 
     s.server.put_object(claim("db-data"));
     let volumes = "  - {name: data, persistentVolumeClaim: {claimName: db-data}}\n";
     let mounts = "    - {name: data, mountPath: /data}\n";
+    // The writer runs as a user of its own; the fsGroup gives it the volume.
+    let mut writer = api_pod(agent, "pvc-writer", volumes, mounts);
+    writer.spec.as_mut().expect("spec").security_context = Some(PodSecurityContext {
+        run_as_user: Some(1000),
+        fs_group: Some(2000),
+        ..Default::default()
+    });
     // Unbound: the pod waits with the kubelet's reason, nothing made for it.
     let uid = put_and_see_it_wait(
         &s,
-        "pvc-writer",
-        volumes,
-        mounts,
+        writer,
         "PVC default/db-data has non-bound phase (\"Pending\") or empty pvc.Spec.VolumeName (\"\")",
     );
 
@@ -978,6 +979,13 @@ fn a_claim_waits_until_bound_and_its_local_volume_keeps_data_for_the_next_pod() 
     );
     sh_ok(agent, "pvc-writer", "main", "echo kept > /data/note");
     assert_holds(&disk.path().join("note"), "kept\n");
+    use std::os::unix::fs::MetadataExt;
+    let note = std::fs::metadata(disk.path().join("note")).expect("stat");
+    assert_eq!(
+        (note.uid(), note.gid()),
+        (1000, 2000),
+        "written by the pod's user, in its group"
+    );
 
     // Its use, as the kubelet reports a claim's: in the summary with its claim, measured from
     // the disk's file system, and as `kubelet_volume_stats_*` of the claim.
@@ -1071,11 +1079,10 @@ fn a_host_path_volume_is_used_in_place_and_a_volume_of_another_node_keeps_its_po
     );
     bind(&s.server, "far", pv);
     let volumes = "  - {name: data, persistentVolumeClaim: {claimName: far}}\n";
+    let mounts = "    - {name: data, mountPath: /data}\n";
     let uid = put_and_see_it_wait(
         &s,
-        "pvc-far",
-        volumes,
-        "    - {name: data, mountPath: /data}\n",
+        api_pod(agent, "pvc-far", volumes, mounts),
         "MountVolume.NodeAffinity check failed for PV \"local-pv-far\": no matching NodeSelectorTerms",
     );
     s.delete_pod(&uid);

@@ -181,6 +181,11 @@ impl Manager {
                 .ok()
                 .and_then(|r| r.memory_limit),
             fs_group: spec.security_context.as_ref().and_then(|s| s.fs_group),
+            fs_group_on_root_mismatch: spec
+                .security_context
+                .as_ref()
+                .and_then(|s| s.fs_group_change_policy.as_deref())
+                == Some("OnRootMismatch"),
         };
         // Here, not on the blocking pool: a few file-system calls and mounts, on the start's
         // critical path, where the hand-over to a pool thread and back costs more on a busy

@@ -14,6 +14,7 @@ pub mod atomic;
 pub mod claims;
 mod manager;
 mod mountinfo;
+mod ownership;
 pub mod projection;
 mod remove;
 mod setup;

@@ -128,8 +128,12 @@ pub struct Context {
     pub node_memory: u64,
     /// The pod cgroup's memory limit, when it has one.
     pub pod_memory_limit: Option<u64>,
-    /// `securityContext.fsGroup`: emptyDirs are given to this group (setgid, group rwx).
+    /// `securityContext.fsGroup`: emptyDirs are given to this group (setgid, group rwx), and a
+    /// claim's writable local volume, every file of it, as the kubelet's volume ownership does.
     pub fs_group: Option<i64>,
+    /// `securityContext.fsGroupChangePolicy: OnRootMismatch`: a claim's volume whose root has
+    /// the group and permissions already is not walked.
+    pub fs_group_on_root_mismatch: bool,
 }
 
 /// Sets up every volume of pod `uid` (idempotent: a volume already set up is left as it is, so
@@ -178,7 +182,26 @@ pub fn set_up(
                 ..
             } => {
                 let dir = v.host_path(pods_dir, uid);
-                local_volume(from, &dir, *read_only, &mut mounts).map_err(fail)?;
+                let bound = local_volume(from, &dir, *read_only, &mut mounts).map_err(fail)?;
+                // Once per bind, as the kubelet applies ownership when it mounts; never on a
+                // read-only volume (nor does the kubelet).
+                if let (true, false, Some(gid)) = (bound, *read_only, ctx.fs_group) {
+                    let gid = u32::try_from(gid).map_err(|_| {
+                        fail(SetUpError::FsGroup {
+                            gid,
+                            dir: dir.clone(),
+                            source: std::io::Error::other("fsGroup out of range"),
+                        })
+                    })?;
+                    super::ownership::own_volume(&dir, gid, ctx.fs_group_on_root_mismatch)
+                        .map_err(|source| {
+                            fail(SetUpError::FsGroup {
+                                gid: i64::from(gid),
+                                dir: dir.clone(),
+                                source,
+                            })
+                        })?;
+                }
             }
             Source::Claim { claim, .. } => {
                 return Err(fail(SetUpError::Unresolved(claim.clone())));
@@ -319,13 +342,14 @@ fn volume_dir(
 
 /// A local PersistentVolume: directory `from` bound onto `dir` (made 0750 here), read-only when
 /// `read_only`, as the kubelet's local volume plugin binds it. Once: a bind already on `dir` is
-/// kept (a restarted container or agent finds it); a tmpfs there is an error.
+/// kept (a restarted container or agent finds it); a tmpfs there is an error. True when bound
+/// now, false when it was bound before.
 fn local_volume(
     from: &Path,
     dir: &Path,
     read_only: bool,
     mounts: &mut Option<Vec<mountinfo::MountPoint>>,
-) -> SetUpResult<()> {
+) -> SetUpResult<bool> {
     let meta = std::fs::metadata(from).map_err(|source| SetUpError::LocalMissing {
         path: from.to_owned(),
         source,
@@ -362,7 +386,7 @@ fn local_volume(
                 dir,
                 fs_type: "tmpfs".into(),
             }),
-            _ => Ok(()),
+            _ => Ok(false),
         };
     }
     let cstr = |p: &Path| {
@@ -389,7 +413,7 @@ fn local_volume(
         }
     }
     tracing::info!(from = %from.display(), dir = %dir.display(), read_only, "local volume bound");
-    Ok(())
+    Ok(true)
 }
 
 fn tmpfs_on(dir: &Path, size: u64, volume: &str) -> SetUpResult<()> {

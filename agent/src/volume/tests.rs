@@ -125,10 +125,19 @@ fn a_local_volume_is_bound_read_only_when_asked_and_unbound_leaving_its_data() {
             .filter(|m| m.path == dir)
             .count()
     };
-    for read_only in [false, true] {
+    use std::os::unix::fs::MetadataExt;
+    let group = |p: &Path| std::fs::metadata(p).expect("stat").gid();
+    for read_only in [true, false] {
         let vols = [volume(read_only)];
-        let ctx = Context::default();
+        // The fsGroup reaches every file of a writable volume, none of a read-only one.
+        let ctx = Context {
+            fs_group: Some(4321),
+            ..Context::default()
+        };
         set_up(pods.path(), "u1", &vols, ctx, &Default::default()).expect("set up");
+        let want = if read_only { 0 } else { 4321 };
+        assert_eq!(group(&disk.path().join("kept")), want);
+        assert_eq!(group(disk.path()), want);
         let dir = vols[0].host_path(pods.path(), "u1");
         assert_eq!(binds(&dir), 1);
         assert_eq!(
@@ -654,6 +663,7 @@ fn a_memory_volume_is_a_tmpfs_of_its_size_unmounted_before_removal() {
         node_memory: 1 << 30,
         pod_memory_limit: Some(16 << 20),
         fs_group: Some(1234),
+        ..Context::default()
     };
     set_up(pods.path(), "u1", &vols, ctx, &Default::default()).expect("set up");
     let dir = vols[0]
