@@ -11,8 +11,8 @@
 //! service account token requested again before it expires and seen by the running container.
 //! persistentVolumeClaim volumes: a pod waiting for its claim to be bound, then writing to a
 //! local PersistentVolume that the next pod reads (read-only) after the first is gone, a
-//! hostPath PersistentVolume used in place, and a volume whose node affinity names another
-//! node keeping its pod waiting.
+//! hostPath PersistentVolume used in place, a generic ephemeral volume used once its claim is
+//! the pod's own, and a volume whose node affinity names another node keeping its pod waiting.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +21,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, PodSecurityContext,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use swiftlet_tests::api_server::{config_map, opaque_secret, service_account};
 use swiftlet_tests::{Agent, BUSYBOX_IMAGE, PodList, exec, start_agent};
 
@@ -903,6 +904,13 @@ fn bind(server: &swiftlet_tests::api_server::ApiServer, claim: &str, mut pv: Per
     server.put_object(pvc);
 }
 
+/// Puts claim `default/claim` and PersistentVolume `pv` backed by `backing` for node `node`,
+/// bound to each other.
+fn bound_claim(s: &ApiSetup, claim_name: &str, pv: &str, backing: serde_json::Value, node: &str) {
+    s.server.put_object(claim(claim_name));
+    bind(&s.server, claim_name, persistent_volume(pv, backing, node));
+}
+
 /// Puts API pod `pod` (see [`api_pod`]), and waits until its container `main` waits with
 /// reason `ContainerCreating` and a message holding `expected`; asserts that no sandbox and no
 /// mount was made for the pod. Returns its UID.
@@ -1043,7 +1051,7 @@ fn a_claim_waits_until_bound_and_its_local_volume_keeps_data_for_the_next_pod() 
 }
 
 #[test]
-fn a_host_path_volume_is_used_in_place_and_a_volume_of_another_node_keeps_its_pod_waiting() {
+fn host_path_and_ephemeral_volumes_are_used_and_a_volume_of_another_node_keeps_its_pod_waiting() {
     let Some(s) = api_setup("pvc-affinity") else {
         return;
     };
@@ -1053,13 +1061,8 @@ fn a_host_path_volume_is_used_in_place_and_a_volume_of_another_node_keeps_its_po
     let dir = host.path().join("made");
 
     // A hostPath volume: made (DirectoryOrCreate) and used in place.
-    s.server.put_object(claim("logs"));
-    let pv = persistent_volume(
-        "host-pv-1",
-        serde_json::json!({"hostPath": {"path": dir, "type": "DirectoryOrCreate"}}),
-        node,
-    );
-    bind(&s.server, "logs", pv);
+    let backing = serde_json::json!({"hostPath": {"path": dir, "type": "DirectoryOrCreate"}});
+    bound_claim(&s, "logs", "host-pv-1", backing, node);
     let volumes = "  - {name: logs, persistentVolumeClaim: {claimName: logs}}\n";
     let mounts = "    - {name: logs, mountPath: /logs}\n";
     s.server.put(api_pod(agent, "pvc-host", volumes, mounts));
@@ -1069,20 +1072,49 @@ fn a_host_path_volume_is_used_in_place_and_a_volume_of_another_node_keeps_its_po
     s.delete_pod(&uid);
     assert_holds(&dir.join("app.log"), "line\n");
 
-    // A volume whose node affinity names another node is never mounted here.
-    let elsewhere = tempfile::tempdir().expect("tempdir");
-    s.server.put_object(claim("far"));
-    let pv = persistent_volume(
-        "local-pv-far",
-        serde_json::json!({"local": {"path": elsewhere.path()}}),
-        "another-node",
-    );
-    bind(&s.server, "far", pv);
-    let volumes = "  - {name: data, persistentVolumeClaim: {claimName: far}}\n";
-    let mounts = "    - {name: data, mountPath: /data}\n";
+    // A generic ephemeral volume: its claim, named after the pod and the volume, is used only
+    // once it is the pod's own (the ephemeral volume controller makes it so).
+    let backing = serde_json::json!({"hostPath": {"path": host.path().join("eph"), "type": "DirectoryOrCreate"}});
+    bound_claim(&s, "pvc-eph-scratch", "host-pv-2", backing, node);
+    let volumes = "  - name: scratch\n    ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}}\n";
+    let mounts = "    - {name: scratch, mountPath: /data}\n";
     let uid = put_and_see_it_wait(
         &s,
-        api_pod(agent, "pvc-far", volumes, mounts),
+        api_pod(agent, "pvc-eph", volumes, mounts),
+        "PVC default/pvc-eph-scratch was not created for pod default/pvc-eph (pod is not owner)",
+    );
+    let mut owned: PersistentVolumeClaim = s
+        .server
+        .object("default", "pvc-eph-scratch")
+        .expect("the claim");
+    owned.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: "pvc-eph".into(),
+        uid: uid.clone(),
+        controller: Some(true),
+        ..Default::default()
+    }]);
+    s.server.put_object(owned);
+    api_running(agent, "pvc-eph");
+    sh_ok(agent, "pvc-eph", "main", "echo tmp > /data/t");
+    assert_holds(&host.path().join("eph/t"), "tmp\n");
+    s.delete_pod(&uid);
+
+    // A volume whose node affinity names another node is never mounted here.
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let backing = serde_json::json!({"local": {"path": elsewhere.path()}});
+    bound_claim(&s, "far", "local-pv-far", backing, "another-node");
+    let volumes = "  - {name: data, persistentVolumeClaim: {claimName: far}}\n";
+    let far = api_pod(
+        agent,
+        "pvc-far",
+        volumes,
+        "    - {name: data, mountPath: /d}\n",
+    );
+    let uid = put_and_see_it_wait(
+        &s,
+        far,
         "MountVolume.NodeAffinity check failed for PV \"local-pv-far\": no matching NodeSelectorTerms",
     );
     s.delete_pod(&uid);

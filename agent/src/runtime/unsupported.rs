@@ -76,8 +76,8 @@ pub const POD_SPEC: &[(&str, Use)] = &[
     ("tolerations", SCHEDULING),
     ("topologySpreadConstraints", SCHEDULING),
     // emptyDir, hostPath, configMap, secret, downwardAPI, projected (configMap, secret,
-    // downwardAPI and serviceAccountToken sources) and persistentVolumeClaim (bound to a local
-    // or hostPath PersistentVolume) are implemented (`crate::volume`); every other type (and
+    // downwardAPI and serviceAccountToken sources), persistentVolumeClaim and ephemeral (their
+    // claim bound to a local or hostPath PersistentVolume) are implemented (`crate::volume`); every other type (and
     // projected clusterTrustBundle) is refused by `volume::unsupported`, naming it.
     ("volumes", Use::Refused),
 ];
@@ -475,10 +475,7 @@ mod tests {
                 json!({"projected": {"sources": [{"clusterTrustBundle": {"name": "b", "path": "b"}}]}}),
             ),
             ("csi", json!({"csi": {"driver": "d"}})),
-            (
-                "ephemeral",
-                json!({"ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
-            ),
+            ("image", json!({"image": {"reference": "x"}})),
             ("nfs", json!({"nfs": {"server": "s", "path": "/"}})),
             (
                 "emptyDir medium \"HugePages\"",

@@ -65,6 +65,8 @@ pub fn measure(
                 // The node's, not the pod's: not measured (nor by the kubelet).
                 Source::HostPath { .. } => return None,
                 Source::Claim { claim, .. } => {
+                    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+                    let claim = crate::volume::claim_name(pod_name, &v.name, claim.as_deref());
                     let resolved = claims.get(&v.name)?;
                     // A hostPath PersistentVolume: not measured either.
                     if !matches!(
@@ -76,7 +78,6 @@ pub fn measure(
                     ) {
                         return None;
                     }
-                    let claim = claim.clone();
                     v.source = resolved.clone();
                     Some(PvcRef {
                         name: claim,

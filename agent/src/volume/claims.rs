@@ -1,5 +1,6 @@
 //! PersistentVolumeClaims, resolved as the kubelet's volume manager resolves them before it
-//! mounts anything: the claim is read from the API and must be bound (phase `Bound`, a
+//! mounts anything: the claim is read from the API (for a generic ephemeral volume, the claim
+//! `<pod>-<volume>`, which must be controlled by the pod) and must be bound (phase `Bound`, a
 //! `spec.volumeName`) and not being deleted; the PersistentVolume it names is read and must
 //! point back at the claim (`spec.claimRef.uid`); its `volumeMode` must be `Filesystem`; its
 //! required node affinity must match this node's labels; and it must be a type swiftlet can
@@ -29,6 +30,8 @@ pub struct Wanted<'a> {
     pub read_only: bool,
     /// Whether a container mounts it (`volumeMounts`).
     pub mounted: bool,
+    /// For an ephemeral volume, the pod's UID: its claim must be controlled by the pod.
+    pub owner: Option<&'a str>,
 }
 
 /// Reads the claim and its PersistentVolume and resolves them ([`check_claim`],
@@ -48,6 +51,9 @@ pub async fn resolve(
             "failed to fetch PVC {ns}/{claim} from API server: {e}"
         ))
     })?;
+    if let Some(uid) = wanted.owner {
+        check_owner(ns, claim, &pvc, wanted.pod, uid).map_err(set_up)?;
+    }
     let pv_name = check_claim(ns, claim, &pvc).map_err(set_up)?;
     let pv = api.persistent_volume(pv_name).await.map_err(|e| {
         set_up(format!(
@@ -56,6 +62,30 @@ pub async fn resolve(
     })?;
     let claim_uid = pvc.metadata.uid.as_deref().unwrap_or_default();
     persistent_source(wanted, &pv, claim_uid, node)
+}
+
+/// An ephemeral volume's claim `ns/name` must be controlled by its pod (`pod`, UID `uid`), as
+/// the ephemeral volume controller makes it: else the kubelet's reason.
+pub fn check_owner(
+    ns: &str,
+    name: &str,
+    pvc: &PersistentVolumeClaim,
+    pod: &str,
+    uid: &str,
+) -> Result<(), String> {
+    let controlled = pvc
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid);
+    if controlled {
+        Ok(())
+    } else {
+        Err(format!(
+            "PVC {ns}/{name} was not created for pod {ns}/{pod} (pod is not owner)"
+        ))
+    }
 }
 
 /// The name of the PersistentVolume claim `ns/name` is bound to, or the kubelet's reason why it
@@ -258,6 +288,7 @@ mod tests {
         claim: "data",
         read_only: false,
         mounted: true,
+        owner: None,
     };
 
     fn node() -> admission::Node {
@@ -309,6 +340,29 @@ mod tests {
             check_claim("default", "data", &going).unwrap_err(),
             "can't start pod because PVC default/data is being deleted"
         );
+    }
+
+    #[test]
+    fn an_ephemeral_volumes_claim_must_be_the_pods_own() {
+        let owned = |uid: &str, controller: bool| {
+            pvc(
+                json!({"metadata": {"name": "web-scratch", "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "Pod", "name": "web", "uid": uid,
+                    "controller": controller,
+                }]}}),
+            )
+        };
+        assert_eq!(
+            check_owner("default", "web-scratch", &owned("p-1", true), "web", "p-1"),
+            Ok(())
+        );
+        let want = "PVC default/web-scratch was not created for pod default/web (pod is not owner)";
+        for other in [owned("p-2", true), owned("p-1", false), pvc(json!({}))] {
+            assert_eq!(
+                check_owner("default", "web-scratch", &other, "web", "p-1").unwrap_err(),
+                want
+            );
+        }
     }
 
     #[test]

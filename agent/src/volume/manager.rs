@@ -118,6 +118,12 @@ impl Manager {
             let Source::Claim { claim, read_only } = &v.source else {
                 continue;
             };
+            let claim = super::claim_name(pod_name, &v.name, claim.as_deref());
+            // An ephemeral volume's claim must be the pod's own.
+            let owner = match v.source {
+                Source::Claim { claim: None, .. } => pod.metadata.uid.as_deref(),
+                _ => None,
+            };
             let mounted = spec
                 .containers
                 .iter()
@@ -128,9 +134,10 @@ impl Manager {
                 namespace,
                 pod: pod_name,
                 volume: &v.name,
-                claim,
+                claim: &claim,
                 read_only: *read_only,
                 mounted,
+                owner,
             };
             let node = self.node.borrow().clone();
             let source = claims::resolve(&self.api, wanted, &node).await?;

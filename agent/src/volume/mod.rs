@@ -113,10 +113,14 @@ pub enum Source {
     HostPath { path: PathBuf, kind: HostPathType },
     /// `configMap`, `secret`, `downwardAPI`, `projected`: files the agent writes.
     Projection(projection::Projection),
-    /// `persistentVolumeClaim` not resolved yet: the claim's name and the volume's `readOnly`.
-    /// The volume manager resolves it through the API ([`claims`]) into a [`Source::Persistent`]
-    /// before anything is set up.
-    Claim { claim: String, read_only: bool },
+    /// `persistentVolumeClaim` (or a generic `ephemeral` volume) not resolved yet: the claim's
+    /// name (`None` for an ephemeral volume, whose claim is named after the pod and the volume,
+    /// see [`claim_name`]) and the volume's `readOnly`. The volume manager resolves it through
+    /// the API ([`claims`]) into a [`Source::Persistent`] before anything is set up.
+    Claim {
+        claim: Option<String>,
+        read_only: bool,
+    },
     /// The PersistentVolume a claim is bound to: its name, whether it is mounted read-only
     /// (the claim volume's `readOnly`, or a PV that allows only `ReadOnlyMany`), and what backs
     /// it.
@@ -125,6 +129,13 @@ pub enum Source {
         read_only: bool,
         backing: Backing,
     },
+}
+
+/// The claim a claim volume of pod `pod_name` uses: the one it names, or for an ephemeral volume
+/// `<pod name>-<volume name>` (the name the API's ephemeral volume controller gives the claim
+/// it makes for the pod).
+pub fn claim_name(pod_name: &str, volume: &str, claim: Option<&str>) -> String {
+    claim.map_or_else(|| format!("{pod_name}-{volume}"), str::to_owned)
 }
 
 /// What backs a PersistentVolume swiftlet can use.
@@ -209,7 +220,8 @@ pub fn unsupported_mount(c: &Container) -> Option<String> {
 }
 
 /// The volume types of the v1 `Volume`, by their field name, but for those swiftlet has
-/// (emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim).
+/// (emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim,
+/// ephemeral).
 fn other_type(v: &ApiVolume) -> Option<&'static str> {
     let set = [
         ("awsElasticBlockStore", v.aws_elastic_block_store.is_some()),
@@ -218,7 +230,6 @@ fn other_type(v: &ApiVolume) -> Option<&'static str> {
         ("cephfs", v.cephfs.is_some()),
         ("cinder", v.cinder.is_some()),
         ("csi", v.csi.is_some()),
-        ("ephemeral", v.ephemeral.is_some()),
         ("fc", v.fc.is_some()),
         ("flexVolume", v.flex_volume.is_some()),
         ("flocker", v.flocker.is_some()),
@@ -325,6 +336,7 @@ pub fn plan(spec: &PodSpec) -> Result<Vec<Volume>> {
             v.downward_api.is_some(),
             v.projected.is_some(),
             v.persistent_volume_claim.is_some(),
+            v.ephemeral.is_some(),
             other_type(v).is_some(),
         ];
         if types.iter().filter(|t| **t).count() > 1 {
@@ -376,8 +388,8 @@ pub fn plan(spec: &PodSpec) -> Result<Vec<Volume>> {
                     kind,
                 }
             }
-            (None, None) => match (&v.persistent_volume_claim, other_type(v)) {
-                (Some(c), None) => {
+            (None, None) => match (&v.persistent_volume_claim, &v.ephemeral, other_type(v)) {
+                (Some(c), None, None) => {
                     if !is_dns_subdomain(&c.claim_name) {
                         return Err(bad(format!(
                             "persistentVolumeClaim.claimName {:?} is not an object name",
@@ -385,12 +397,19 @@ pub fn plan(spec: &PodSpec) -> Result<Vec<Volume>> {
                         )));
                     }
                     Source::Claim {
-                        claim: c.claim_name.clone(),
+                        claim: Some(c.claim_name.clone()),
                         read_only: c.read_only.unwrap_or(false),
                     }
                 }
-                (_, Some(t)) => return Err(bad(format!("{t} volumes are not supported yet"))),
-                (None, None) => return Err(bad("no volume type is set".into())),
+                (None, Some(_), None) => Source::Claim {
+                    claim: None,
+                    read_only: false,
+                },
+                (_, _, Some(t)) => return Err(bad(format!("{t} volumes are not supported yet"))),
+                (None, None, None) => return Err(bad("no volume type is set".into())),
+                (Some(_), Some(_), None) => {
+                    return Err(bad("more than one volume type is set".into()));
+                }
             },
             (Some(_), Some(_)) => return Err(bad("more than one volume type is set".into())),
         };
@@ -495,9 +514,9 @@ pub fn container_mounts(
         let Some(v) = volumes.iter().find(|v| v.name == m.name) else {
             continue; // checked above
         };
-        if let Source::Claim { claim, .. } = &v.source {
+        if let Source::Claim { .. } = &v.source {
             return Err(Error::Invalid(format!(
-                "volume {:?}: claim {claim:?} is not resolved to a PersistentVolume yet",
+                "volume {:?}: its claim is not resolved to a PersistentVolume yet",
                 v.name
             )));
         }

@@ -40,8 +40,8 @@ pub enum SetUpError {
     Write(#[from] atomic::Error),
     #[error("its files were not computed")]
     NotComputed,
-    #[error("claim {0:?} is not resolved to a PersistentVolume yet")]
-    Unresolved(String),
+    #[error("its claim is not resolved to a PersistentVolume yet")]
+    Unresolved,
     #[error("local volume path {} does not exist: {source}", path.display())]
     LocalMissing {
         path: PathBuf,
@@ -203,9 +203,7 @@ pub fn set_up(
                         })?;
                 }
             }
-            Source::Claim { claim, .. } => {
-                return Err(fail(SetUpError::Unresolved(claim.clone())));
-            }
+            Source::Claim { .. } => return Err(fail(SetUpError::Unresolved)),
             Source::Projection(p) => {
                 let size = p
                     .kind

@@ -79,12 +79,22 @@ fn volumes_are_planned_with_their_sources() {
     // the local plugin's directory, named after the volume, as the kubelet names it.
     let s = spec(json!({"volumes": [
         {"name": "data", "persistentVolumeClaim": {"claimName": "db-data", "readOnly": true}},
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
     ]}));
     let v = plan(&s).expect("plan");
     assert_eq!(
+        v[1].source,
+        Source::Claim {
+            claim: None,
+            read_only: false
+        }
+    );
+    assert_eq!(claim_name("web", "scratch", None), "web-scratch");
+    assert_eq!(claim_name("web", "data", Some("db-data")), "db-data");
+    assert_eq!(
         v[0].source,
         Source::Claim {
-            claim: "db-data".into(),
+            claim: Some("db-data".into()),
             read_only: true
         }
     );
@@ -182,7 +192,7 @@ fn a_local_volume_is_bound_read_only_when_asked_and_unbound_leaving_its_data() {
     let claim = Volume {
         name: "data".into(),
         source: Source::Claim {
-            claim: "c".into(),
+            claim: Some("c".into()),
             read_only: false,
         },
     };
