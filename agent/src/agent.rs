@@ -240,7 +240,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Erro
         memory,
         api_objects.clone(),
         admission_rx.clone(),
-    );
+    )
+    .with_operations(metrics.kubelet.storage_operation_duration_seconds.clone());
     let resolved_claims = volumes.resolved_claims();
     let runtime = Manager::new(runtime::Deps {
         cri,

@@ -494,6 +494,11 @@ impl Metrics {
                 started_pods: started_pods_total.clone(),
             },
         );
+        root.register(
+            "storage_operation_duration_seconds",
+            "Storage operation duration",
+            kubelet.storage_operation_duration_seconds.clone(),
+        );
         root.register_collector(Box::new(process::ProcessCollector));
         let rest_client_requests = rest_client::Requests::default();
         root.register(

@@ -268,9 +268,17 @@ fn prometheus_scrapes_the_kubelet_api_and_answers_a_dashboards_queries() {
             "    resources:\n      limits: {cpu: 100m}\n",
         ),
     );
+    // The probed pod has an emptyDir, whose set-up the storage operation histogram times.
     agent.write_manifest(
         "probed.yaml",
-        &agent.busybox_pod("probed", "", "sleep 3600 & wait", readiness),
+        &agent.busybox_pod(
+            "probed",
+            "  volumes:\n  - {name: scratch, emptyDir: {}}\n",
+            "sleep 3600 & wait",
+            &format!(
+                "{readiness}    volumeMounts:\n    - {{name: scratch, mountPath: /scratch}}\n"
+            ),
+        ),
     );
     let sleeper = agent.static_pod_name("sleeper");
     let probed = agent.static_pod_name("probed");
@@ -304,6 +312,11 @@ fn prometheus_scrapes_the_kubelet_api_and_answers_a_dashboards_queries() {
             2.0,
         ),
     ];
+    // The kubelet dashboard's storage operation rate.
+    checks.push(Check::positive(
+        r#"sum(storage_operation_duration_seconds_count{job="metrics",operation_name="volume_mount",volume_plugin="kubernetes.io/empty-dir",status="success"})"#
+            .to_owned(),
+    ));
     for name in ["process_resident_memory_bytes", "process_cpu_seconds_total"] {
         checks.push(Check::positive(format!(r#"{name}{{job="metrics"}}"#)));
     }

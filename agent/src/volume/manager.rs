@@ -7,6 +7,7 @@
 //! name.
 use super::{Error, Source, Volume, atomic::Payload, claims, projection, token::Tokens};
 use crate::api_objects::ApiObjects;
+use crate::metrics::kubelet::{StorageOperations, observe_storage_operation};
 use crate::pod::admission;
 use k8s_cri::v1 as api;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
@@ -53,6 +54,8 @@ pub struct Manager {
     /// a container restarted later mounts the same volume without asking the API again, even
     /// while the claim is being deleted (its protection keeps it while the pod uses it).
     claims: ResolvedClaims,
+    /// `storage_operation_duration_seconds`: each volume's set-up, timed.
+    operations: Option<StorageOperations>,
 }
 
 impl Manager {
@@ -69,7 +72,15 @@ impl Manager {
             tokens: Tokens::default(),
             node,
             claims: ResolvedClaims::default(),
+            operations: None,
         }
+    }
+
+    /// Times each volume's set-up into `operations` (`storage_operation_duration_seconds`,
+    /// operation `volume_mount`, by plugin and outcome).
+    pub fn with_operations(mut self, operations: StorageOperations) -> Self {
+        self.operations = Some(operations);
+        self
     }
 
     fn claims(&self) -> MutexGuard<'_, Claims> {
@@ -197,7 +208,19 @@ impl Manager {
         // Here, not on the blocking pool: a few file-system calls and mounts, on the start's
         // critical path, where the hand-over to a pool thread and back costs more on a busy
         // node than the work itself.
-        blocking_here(|| super::set_up(&self.pods_dir, uid, &volumes, ctx, &payloads))
+        blocking_here(|| {
+            for v in &volumes {
+                let started = std::time::Instant::now();
+                let done =
+                    super::set_up(&self.pods_dir, uid, std::slice::from_ref(v), ctx, &payloads);
+                if let Some(o) = &self.operations {
+                    let seconds = started.elapsed().as_secs_f64();
+                    observe_storage_operation(o, v.plugin(), "volume_mount", done.is_ok(), seconds);
+                }
+                done?;
+            }
+            Ok(())
+        })
     }
 
     /// The files of each configMap, secret, downwardAPI and projected volume of the pod, by

@@ -161,6 +161,25 @@ pub fn volumes_dir(pods_dir: &Path, uid: &str) -> PathBuf {
 }
 
 impl Volume {
+    /// The kubelet's name of the volume plugin that sets it up (`kubernetes.io/empty-dir` ...),
+    /// as `storage_operation_duration_seconds` labels it.
+    pub fn plugin(&self) -> &'static str {
+        match &self.source {
+            Source::EmptyDir { .. } => "kubernetes.io/empty-dir",
+            Source::HostPath { .. }
+            | Source::Persistent {
+                backing: Backing::HostPath { .. },
+                ..
+            } => "kubernetes.io/host-path",
+            Source::Persistent {
+                backing: Backing::Local(_),
+                ..
+            } => "kubernetes.io/local-volume",
+            Source::Projection(p) => p.kind.plugin(),
+            Source::Claim { .. } => "",
+        }
+    }
+
     /// Where the volume is on the node: its directory below the pod's volumes, or the hostPath.
     /// A claim not resolved yet has no place: its would-be directory below the local plugin's
     /// is named after the pod's volume, where nothing is ever made.

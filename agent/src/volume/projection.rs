@@ -128,6 +128,16 @@ impl Kind {
         }
     }
 
+    /// The kubelet's plugin name (`kubernetes.io/configmap` ...).
+    pub fn plugin(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "kubernetes.io/configmap",
+            Kind::Secret => "kubernetes.io/secret",
+            Kind::DownwardApi => "kubernetes.io/downward-api",
+            Kind::Projected => "kubernetes.io/projected",
+        }
+    }
+
     /// Whether the volume is a tmpfs (the kubelet wraps all but configMap in a Memory
     /// emptyDir: a secret never reaches the node's disk).
     pub fn memory(self) -> bool {

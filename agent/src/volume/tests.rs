@@ -110,6 +110,23 @@ fn volumes_are_planned_with_their_sources() {
         local.host_path(pods, "u1"),
         Path::new("/r/pods/u1/volumes/kubernetes.io~local-volume/pv-1")
     );
+    // The kubelet's plugin names, as the storage operation metric labels them.
+    assert_eq!(local.plugin(), "kubernetes.io/local-volume");
+    let planned = plan(&spec(json!({"volumes": [
+        {"name": "e", "emptyDir": {}},
+        {"name": "h", "hostPath": {"path": "/x"}},
+        {"name": "c", "configMap": {"name": "m"}},
+    ]})))
+    .expect("plan");
+    let plugins: Vec<&str> = planned.iter().map(Volume::plugin).collect();
+    assert_eq!(
+        plugins,
+        [
+            "kubernetes.io/empty-dir",
+            "kubernetes.io/host-path",
+            "kubernetes.io/configmap"
+        ]
+    );
 }
 
 #[test]
