@@ -47,7 +47,9 @@
 //!   good after `black_hole(false)`; only connections made after it are answered again.
 //! - [`ApiServer::start_tls`] serves HTTPS and authenticates every request (client certificate
 //!   or bearer token, else 401; see the `tls` module); [`ApiServer::forbid`] answers requests to
-//!   matching paths with 403, as RBAC or the node authorizer refuses them.
+//!   matching paths with 403, as RBAC or the node authorizer refuses them. A node's
+//!   credentials (`system:node:<name>`) read only the claims and PersistentVolumes its own pods
+//!   use, as the node authorizer's graph allows (the `node_authorizer` module).
 //! - TokenReviews and SubjectAccessReviews answer a kubelet API's webhooks from what a test set
 //!   (see the `reviews` module).
 
@@ -66,6 +68,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
 
+mod node_authorizer;
 mod pod_writes;
 mod reviews;
 mod tls;
@@ -903,8 +906,13 @@ async fn log_and_gate(
     });
     let path = request.uri().path().to_owned();
     let conn = request.extensions().get::<Conn>().map_or(0, |c| c.0);
-    let (unavailable, forbidden, dead) = {
+    let node = user
+        .as_deref()
+        .and_then(|u| u.strip_prefix("system:node:"))
+        .filter(|_| request.method() == axum::http::Method::GET);
+    let (unavailable, forbidden, dead, not_related) = {
         let mut s = server.lock();
+        let not_related = node.and_then(|n| node_authorizer::refuses(&s, n, &path));
         let entry = (
             std::time::Instant::now(),
             request.method().to_string(),
@@ -916,7 +924,7 @@ async fn log_and_gate(
         }
         let forbidden = s.forbidden.iter().any(|f| path.contains(f.as_str()));
         let dead = s.black_hole || conn < s.dead_below;
-        (s.unavailable, forbidden, dead)
+        (s.unavailable, forbidden, dead, not_related)
     };
     if dead {
         // Black-holed: no answer, the connection left open.
@@ -938,6 +946,10 @@ async fn log_and_gate(
             "forbidden: User \"{user}\" cannot {} {path}",
             request.method()
         );
+        return writable::error(axum::http::StatusCode::FORBIDDEN, "Forbidden", why)
+            .into_response();
+    }
+    if let Some(why) = not_related {
         return writable::error(axum::http::StatusCode::FORBIDDEN, "Forbidden", why)
             .into_response();
     }

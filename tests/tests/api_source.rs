@@ -799,3 +799,84 @@ async fn kubectl_reads_labels_and_deletes_the_test_servers_nodes() {
         "{table}"
     );
 }
+
+/// The node authorizer's rule for storage objects, as the test server enforces it on a node's
+/// credentials: a claim is readable only while a pod bound to the node uses it (by name, or as
+/// a generic ephemeral volume's `<pod>-<volume>`), a PersistentVolume only while such a claim
+/// is bound to it; anything else is 403 with the authorizer's reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nodes_credentials_read_only_the_claims_and_volumes_its_pods_use() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let server = ApiServer::start_tls().await;
+    let node = swiftlet_tests::api_server::CERT_USER
+        .strip_prefix("system:node:")
+        .expect("a node's user");
+    let with_volumes = |uid: &str, name: &str, on: &str, volumes: serde_json::Value| {
+        let mut p = pod(uid, name, on, "x:1");
+        p.spec.as_mut().expect("spec").volumes =
+            Some(serde_json::from_value(volumes).expect("volumes"));
+        p
+    };
+    server.put(with_volumes(
+        "u1",
+        "db",
+        node,
+        serde_json::json!([
+            {"name": "data", "persistentVolumeClaim": {"claimName": "db-data"}},
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+        ]),
+    ));
+    server.put(with_volumes(
+        "u2",
+        "other",
+        "node-b",
+        serde_json::json!([{"name": "data", "persistentVolumeClaim": {"claimName": "b-data"}}]),
+    ));
+    for (claim, pv) in [
+        ("db-data", "pv-1"),
+        ("db-scratch", "pv-2"),
+        ("b-data", "pv-3"),
+    ] {
+        let c: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": claim}, "spec": {"volumeName": pv}, "status": {"phase": "Bound"},
+        }))
+        .expect("a claim");
+        server.put_object(c);
+        let v: PersistentVolume =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": pv}, "spec": {}}))
+                .expect("a volume");
+        server.put_cluster_object(v);
+    }
+    let (_dir, kubeconfig) =
+        server.kubeconfig_file_as(swiftlet_tests::api_server::Credential::ClientCertificate);
+    let client = swiftlet::config::api::client(&kubeconfig, &Default::default())
+        .await
+        .expect("a client");
+    let objects = ApiObjects::with_client(client);
+    for (claim, pv) in [("db-data", "pv-1"), ("db-scratch", "pv-2")] {
+        let got = objects.persistent_volume_claim("default", claim).await;
+        assert!(got.is_ok(), "{claim}: {got:?}");
+        let got = objects.persistent_volume(pv).await;
+        assert!(got.is_ok(), "{pv}: {got:?}");
+    }
+    let e = objects
+        .persistent_volume_claim("default", "b-data")
+        .await
+        .expect_err("another node's claim");
+    let text = format!("{e:?}");
+    assert!(
+        text.contains("no relationship found between node 'swiftlet' and this object")
+            && text.contains("403"),
+        "{text}"
+    );
+    assert!(objects.persistent_volume("pv-3").await.is_err());
+    // The claim's pod gone: its claim and volume are no longer the node's to read.
+    server.delete("u1");
+    assert!(
+        objects
+            .persistent_volume_claim("default", "db-data")
+            .await
+            .is_err()
+    );
+    assert!(objects.persistent_volume("pv-1").await.is_err());
+}
