@@ -52,8 +52,6 @@ pub enum SetUpError {
         .0.display()
     )]
     LocalNotADirectory(PathBuf),
-    #[error("{} is a {fs_type} mount, not the bind of the local volume it should be", dir.display())]
-    NotBound { dir: PathBuf, fs_type: String },
     #[error("hostPath {} doesn't exist", .0.display())]
     HostPathMissing(PathBuf),
     #[error(
@@ -340,8 +338,8 @@ fn volume_dir(
 
 /// A local PersistentVolume: directory `from` bound onto `dir` (made 0750 here), read-only when
 /// `read_only`, as the kubelet's local volume plugin binds it. Once: a bind already on `dir` is
-/// kept (a restarted container or agent finds it); a tmpfs there is an error. True when bound
-/// now, false when it was bound before.
+/// kept (a restarted container or agent finds it). True when bound now, false when it was bound
+/// before.
 fn local_volume(
     from: &Path,
     dir: &Path,
@@ -378,14 +376,10 @@ fn local_volume(
             mounts.iter().flatten().any(|m| m.path == dir)
         }
     };
+    // Whatever file system the bind shows (the volume's own: ext4, xfs, a tmpfs ...), a mount
+    // on this directory, which only the agent makes, is the bind of an earlier set-up.
     if bound {
-        return match mountinfo::is_tmpfs(&dir) {
-            Ok(true) => Err(SetUpError::NotBound {
-                dir,
-                fs_type: "tmpfs".into(),
-            }),
-            _ => Ok(false),
-        };
+        return Ok(false);
     }
     let cstr = |p: &Path| {
         use std::os::unix::ffi::OsStrExt;

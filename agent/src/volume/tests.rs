@@ -186,6 +186,25 @@ fn a_local_volume_is_bound_read_only_when_asked_and_unbound_leaving_its_data() {
         assert!(disk.path().join("kept").exists(), "the volume's data stays");
         let _ = std::fs::remove_file(disk.path().join("new"));
     }
+    // A volume on a tmpfs (a node's /tmp often is one): set up again, it is the bind already
+    // there, not a stray tmpfs.
+    let memory = tempfile::tempdir().expect("tempdir");
+    setup::mount_tmpfs(memory.path(), 1 << 20).expect("a tmpfs");
+    let on_tmpfs = [Volume {
+        name: "data".into(),
+        source: Source::Persistent {
+            pv: "pv-mem".into(),
+            read_only: false,
+            backing: Backing::Local(memory.path().to_owned()),
+        },
+    }];
+    let ctx = Context::default();
+    set_up(pods.path(), "u4", &on_tmpfs, ctx, &Default::default()).expect("set up");
+    set_up(pods.path(), "u4", &on_tmpfs, ctx, &Default::default()).expect("set up again");
+    assert_eq!(binds(&on_tmpfs[0].host_path(pods.path(), "u4")), 1);
+    remove_pod_dir(pods.path(), "u4").expect("torn down");
+    remove::unmount(memory.path()).expect("unmount the tmpfs");
+
     // A path that is not a directory is refused, naming it.
     std::fs::write(disk.path().join("file"), "x").expect("write");
     let file = Volume {
