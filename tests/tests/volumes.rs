@@ -1030,6 +1030,25 @@ fn a_claim_waits_until_bound_and_its_local_volume_keeps_data_for_the_next_pod() 
         },
     );
 
+    // The container restarts: the volume is set up again, its bind kept (not made twice),
+    // and the new instance reads the data.
+    sh(agent, "pvc-writer", "main", "kill 1");
+    agent.wait_for(
+        |l| {
+            l.container("pvc-writer", "main")
+                .is_some_and(|c| c.restart_count >= 1 && swiftlet_tests::is_running(c))
+        },
+        TIMEOUT,
+    );
+    assert_eq!(
+        sh_ok(agent, "pvc-writer", "main", "cat /data/note"),
+        "kept\n"
+    );
+    assert_eq!(
+        mounts_below(&agent.root_dir().join("pods").join(&uid)),
+        vec![bound.to_string_lossy().into_owned()]
+    );
+
     // The pod goes: its bind goes, the data stays, and so do its series.
     s.delete_pod(&uid);
     assert_holds(&disk.path().join("note"), "kept\n");
