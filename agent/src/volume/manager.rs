@@ -129,12 +129,12 @@ impl Manager {
             let Source::Claim { claim, read_only } = &v.source else {
                 continue;
             };
+            // An ephemeral volume's claim (no name given) must be the pod's own.
+            let owner = claim
+                .is_none()
+                .then_some(pod.metadata.uid.as_deref())
+                .flatten();
             let claim = super::claim_name(pod_name, &v.name, claim.as_deref());
-            // An ephemeral volume's claim must be the pod's own.
-            let owner = match v.source {
-                Source::Claim { claim: None, .. } => pod.metadata.uid.as_deref(),
-                _ => None,
-            };
             let mounted = spec
                 .containers
                 .iter()

@@ -24,10 +24,11 @@ const MAX_DEPTH: usize = 512;
 
 /// Gives volume `dir` to group `gid` as above; `on_root_mismatch`: skip it when its root is
 /// right already. Blocking: a large volume takes a while.
-pub fn own_volume(dir: &Path, gid: u32, on_root_mismatch: bool) -> std::io::Result<()> {
-    if gid == u32::MAX {
-        return Err(std::io::Error::other("fsGroup out of range"));
-    }
+pub fn own_volume(dir: &Path, gid: i64, on_root_mismatch: bool) -> std::io::Result<()> {
+    let gid = u32::try_from(gid)
+        .ok()
+        .filter(|g| *g != u32::MAX)
+        .ok_or_else(|| std::io::Error::other("fsGroup out of range"))?;
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let root = rustix::fs::open(dir, flags, Mode::empty())?;
     let st = rustix::fs::fstat(&root)?;

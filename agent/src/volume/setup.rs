@@ -184,17 +184,10 @@ pub fn set_up(
                 // Once per bind, as the kubelet applies ownership when it mounts; never on a
                 // read-only volume (nor does the kubelet).
                 if let (true, false, Some(gid)) = (bound, *read_only, ctx.fs_group) {
-                    let gid = u32::try_from(gid).map_err(|_| {
-                        fail(SetUpError::FsGroup {
-                            gid,
-                            dir: dir.clone(),
-                            source: std::io::Error::other("fsGroup out of range"),
-                        })
-                    })?;
                     super::ownership::own_volume(&dir, gid, ctx.fs_group_on_root_mismatch)
                         .map_err(|source| {
                             fail(SetUpError::FsGroup {
-                                gid: i64::from(gid),
+                                gid,
                                 dir: dir.clone(),
                                 source,
                             })
